@@ -1,0 +1,140 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"syscall"
+
+	"github.com/shoalfs/shoal/internal/nfs4"
+)
+
+// StatusError is an NFSv4 operation that the server answered with a status
+// other than NFS4_OK. Namespace and file methods return it wrapped in an
+// *fs.PathError, so both errors.Is(err, fs.ErrNotExist) and
+// errors.As(err, &statusErr) work.
+type StatusError struct {
+	Op        string         // the failing operation, such as "LOOKUP"
+	NFSStatus nfs4.Nfsstat4 // the server's nfsstat4
+}
+
+var _ error = (*StatusError)(nil)
+
+// Status returns the raw nfsstat4 value.
+func (e *StatusError) Status() uint32 { return uint32(e.NFSStatus) }
+
+func (e *StatusError) Error() string {
+	if errno := e.Errno(); errno != 0 {
+		return fmt.Sprintf("%s: %s (%s)", e.Op, errno.Error(), e.NFSStatus)
+	}
+	return fmt.Sprintf("%s: %s", e.Op, e.NFSStatus)
+}
+
+// Errno returns the POSIX errno that corresponds to the status, or 0 when
+// there is no natural one.
+func (e *StatusError) Errno() syscall.Errno { return statusErrno(e.NFSStatus) }
+
+// Is reports whether target is the fs sentinel or syscall.Errno matching the
+// status: NFS4ERR_NOENT is fs.ErrNotExist and syscall.ENOENT, NFS4ERR_EXIST
+// is fs.ErrExist, NFS4ERR_ACCESS and NFS4ERR_PERM are fs.ErrPermission, and
+// so on.
+func (e *StatusError) Is(target error) bool {
+	if t, ok := target.(*StatusError); ok {
+		return t.NFSStatus == e.NFSStatus
+	}
+	errno := e.Errno()
+	if errno == 0 {
+		return false
+	}
+	if t, ok := target.(syscall.Errno); ok {
+		return t == errno
+	}
+	return errno.Is(target)
+}
+
+// statusErrno is the one table that maps NFS statuses to errnos.
+func statusErrno(s nfs4.Nfsstat4) syscall.Errno {
+	switch s {
+	case nfs4.NFS4ERR_PERM:
+		return syscall.EPERM
+	case nfs4.NFS4ERR_NOENT:
+		return syscall.ENOENT
+	case nfs4.NFS4ERR_IO:
+		return syscall.EIO
+	case nfs4.NFS4ERR_NXIO:
+		return syscall.ENXIO
+	case nfs4.NFS4ERR_ACCESS, nfs4.NFS4ERR_WRONGSEC, nfs4.NFS4ERR_WRONG_CRED:
+		return syscall.EACCES
+	case nfs4.NFS4ERR_EXIST:
+		return syscall.EEXIST
+	case nfs4.NFS4ERR_XDEV:
+		return syscall.EXDEV
+	case nfs4.NFS4ERR_NOTDIR:
+		return syscall.ENOTDIR
+	case nfs4.NFS4ERR_ISDIR:
+		return syscall.EISDIR
+	case nfs4.NFS4ERR_INVAL, nfs4.NFS4ERR_BADNAME, nfs4.NFS4ERR_BADCHAR, nfs4.NFS4ERR_BADTYPE,
+		nfs4.NFS4ERR_BAD_RANGE, nfs4.NFS4ERR_BADOWNER:
+		return syscall.EINVAL
+	case nfs4.NFS4ERR_FBIG:
+		return syscall.EFBIG
+	case nfs4.NFS4ERR_NOSPC:
+		return syscall.ENOSPC
+	case nfs4.NFS4ERR_ROFS:
+		return syscall.EROFS
+	case nfs4.NFS4ERR_MLINK:
+		return syscall.EMLINK
+	case nfs4.NFS4ERR_NAMETOOLONG:
+		return syscall.ENAMETOOLONG
+	case nfs4.NFS4ERR_NOTEMPTY:
+		return syscall.ENOTEMPTY
+	case nfs4.NFS4ERR_DQUOT:
+		return syscall.EDQUOT
+	case nfs4.NFS4ERR_STALE, nfs4.NFS4ERR_FHEXPIRED:
+		return syscall.ESTALE
+	case nfs4.NFS4ERR_NOTSUPP, nfs4.NFS4ERR_ATTRNOTSUPP:
+		return syscall.EOPNOTSUPP
+	case nfs4.NFS4ERR_DENIED, nfs4.NFS4ERR_LOCKED, nfs4.NFS4ERR_SHARE_DENIED:
+		return syscall.EAGAIN
+	case nfs4.NFS4ERR_DEADLOCK:
+		return syscall.EDEADLK
+	case nfs4.NFS4ERR_SYMLINK:
+		return syscall.ELOOP
+	case nfs4.NFS4ERR_OPENMODE:
+		return syscall.EBADF
+	case nfs4.NFS4ERR_LOCK_NOTSUPP:
+		return syscall.ENOLCK
+	}
+	return 0
+}
+
+// Errors the client returns that do not come from a server status.
+var (
+	// ErrVerifierChanged is returned by File.Sync and File.Close when the
+	// server's write verifier changed between an UNSTABLE WRITE and its
+	// COMMIT: the server restarted and data written since the last
+	// successful Sync may have been lost. The client does not keep copies
+	// of written data, so it cannot resend it; the caller must.
+	ErrVerifierChanged = errors.New("nfs: write verifier changed (server restarted); unsynced data may be lost")
+	// ErrClosed is returned by operations on a closed Client or File.
+	ErrClosed = errors.New("nfs: use of closed client or file")
+)
+
+func statusErr(op nfs4.NfsOpnum4, s nfs4.Nfsstat4) error {
+	return &StatusError{Op: opName(op), NFSStatus: s}
+}
+
+func opName(op nfs4.NfsOpnum4) string {
+	s := op.String()
+	if len(s) > 3 && s[:3] == "OP_" {
+		return s[3:]
+	}
+	return s
+}
+
+func pathErr(op, path string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &fs.PathError{Op: op, Path: path, Err: err}
+}

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	"gopkg.in/yaml.v3"
+
+	"github.com/shoalfs/shoal/server"
+)
+
+// serveConfig is the YAML configuration file of `shoal serve`. Flags given on
+// the command line override it.
+type serveConfig struct {
+	Listen   string           `yaml:"listen"`
+	Dir      string           `yaml:"dir"`
+	Lease    time.Duration    `yaml:"lease"`
+	MaxIO    uint32           `yaml:"max_io"`
+	Exports  []*server.Export `yaml:"exports"`
+	LogLevel string           `yaml:"log_level"`
+}
+
+func loadServeConfig(path string) (*serveConfig, error) {
+	cfg := &serveConfig{}
+	if path == "" {
+		return cfg, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytesReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil {
+		return nil, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+func newServeCmd() *cobra.Command {
+	var (
+		listen, dir, config string
+		lease               time.Duration
+		noRootSquash        bool
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run a single NFSv4.1/4.2 server (no pNFS): the NFSv4 baseline",
+		Example: `  shoal serve --listen 127.0.0.1:2049 --dir /var/lib/shoal
+  shoal serve --config /etc/shoal/serve.yaml`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := loadServeConfig(config)
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().Changed("listen") || cfg.Listen == "" {
+				cfg.Listen = listen
+			}
+			if cmd.Flags().Changed("dir") || cfg.Dir == "" {
+				cfg.Dir = dir
+			}
+			if cmd.Flags().Changed("lease") || cfg.Lease == 0 {
+				cfg.Lease = lease
+			}
+			if cfg.Dir == "" {
+				return errors.New("--dir is required: where Shoal keeps metadata and file data")
+			}
+			if noRootSquash {
+				if len(cfg.Exports) == 0 {
+					cfg.Exports = []*server.Export{{Path: "/"}}
+				}
+				f := false
+				for _, e := range cfg.Exports {
+					e.RootSquash = &f
+				}
+			}
+			return runServer(cmd.Context(), cfg)
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:2049", "address to listen on")
+	cmd.Flags().StringVar(&dir, "dir", "", "data directory (metadata database and file data)")
+	cmd.Flags().StringVar(&config, "config", "", "YAML configuration file")
+	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time; the grace period after restart lasts as long")
+	cmd.Flags().BoolVar(&noRootSquash, "no-root-squash", false, "do not map root to the anonymous user (for tests and trusted clients)")
+	return cmd
+}
+
+func runServer(ctx context.Context, cfg *serveConfig) error {
+	srv, err := server.New(server.Config{
+		Dir:      cfg.Dir,
+		Exports:  cfg.Exports,
+		Lease:    cfg.Lease,
+		MaxRead:  cfg.MaxIO,
+		MaxWrite: cfg.MaxIO,
+		Logger:   slog.Default(),
+	})
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		srv.Close()
+		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+	}
+	slog.Info("shoal serve ready", "listen", ln.Addr().String(), "dir", cfg.Dir,
+		"mount", fmt.Sprintf("mount -t nfs4 -o vers=4.2,port=%d %s:/ /mnt", ln.Addr().(*net.TCPAddr).Port, ln.Addr().(*net.TCPAddr).IP))
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case <-ctx.Done():
+		slog.Info("shutting down")
+		return srv.Close()
+	case err := <-errc:
+		srv.Close()
+		return err
+	}
+}

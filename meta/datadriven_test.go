@@ -1,0 +1,261 @@
+package meta_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"github.com/shoalfs/shoal/meta"
+)
+
+// TestNamespace runs the scripts in testdata/. Commands take absolute paths,
+// resolved with Lookup from the root:
+//
+//	create|mkdir|mknod|mkfifo PATH        symlink PATH TARGET
+//	link EXISTING NEWPATH                 rm PATH
+//	mv FROM TO                            ls PATH [max=N]
+//	stat PATH                             readlink PATH
+//	chmod PATH MODE                       truncate PATH SIZE
+//	reopen
+func TestNamespace(t *testing.T) {
+	datadriven.Walk(t, "testdata", func(t *testing.T, file string) {
+		dir := t.TempDir()
+		open := func() meta.Engine {
+			e, err := meta.OpenBolt(filepath.Join(dir, "meta.db"), meta.BoltOptions{NoSync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return e
+		}
+		e := open()
+		defer func() { e.Close() }()
+		h := &nsHarness{e: e, now: time.Unix(1000, 0)}
+		datadriven.RunTest(t, file, func(t *testing.T, d *datadriven.TestData) string {
+			if d.Cmd == "reopen" {
+				e.Close()
+				e = open()
+				h.e = e
+				return "ok"
+			}
+			out, err := h.run(t, d)
+			if err != nil {
+				return "error: " + errName(err)
+			}
+			return out
+		})
+	})
+}
+
+type nsHarness struct {
+	e   meta.Engine
+	now time.Time
+}
+
+func errName(err error) string {
+	for _, s := range []struct {
+		err  error
+		name string
+	}{
+		{meta.ErrNotFound, "ErrNotFound"}, {meta.ErrStale, "ErrStale"}, {meta.ErrExist, "ErrExist"},
+		{meta.ErrNotDir, "ErrNotDir"}, {meta.ErrIsDir, "ErrIsDir"}, {meta.ErrNotEmpty, "ErrNotEmpty"},
+		{meta.ErrInval, "ErrInval"}, {meta.ErrNameTooLong, "ErrNameTooLong"}, {meta.ErrNotSymlink, "ErrNotSymlink"},
+	} {
+		if errors.Is(err, s.err) {
+			return s.name
+		}
+	}
+	return err.Error()
+}
+
+func (h *nsHarness) tick() time.Time {
+	h.now = h.now.Add(time.Second)
+	return h.now
+}
+
+func (h *nsHarness) resolve(p string) (meta.Ino, error) {
+	ino := meta.RootIno
+	for _, part := range strings.Split(strings.Trim(p, "/"), "/") {
+		if part == "" {
+			continue
+		}
+		n, err := h.e.Lookup(context.Background(), ino, part)
+		if err != nil {
+			return 0, err
+		}
+		ino = n.Ino
+	}
+	return ino, nil
+}
+
+func (h *nsHarness) parent(p string) (meta.Ino, string, error) {
+	ino, err := h.resolve(path.Dir(p))
+	return ino, path.Base(p), err
+}
+
+func fmtAttr(ino meta.Ino, a meta.Attr) string {
+	s := fmt.Sprintf("ino=%d %s mode=%04o nlink=%d size=%d change=%d", ino, a.Type, a.Mode, a.Nlink, a.Size, a.Change)
+	if ino != meta.RootIno { // the root's times come from the wall clock
+		s += fmt.Sprintf(" mtime=%d", a.Mtime.Unix())
+	}
+	if a.Type == meta.TypeDirectory {
+		s += fmt.Sprintf(" parent=%d", a.Parent)
+	}
+	return s
+}
+
+func (h *nsHarness) run(t *testing.T, d *datadriven.TestData) (string, error) {
+	ctx := context.Background()
+	arg := func(i int) string {
+		if i < len(d.CmdArgs) {
+			return d.CmdArgs[i].Key
+		}
+		t.Fatalf("%s: missing argument %d", d.Cmd, i)
+		return ""
+	}
+	now := h.tick()
+	switch d.Cmd {
+	case "create", "mkdir", "mknod", "mkfifo", "symlink":
+		parent, name, err := h.parent(arg(0))
+		if err != nil {
+			return "", err
+		}
+		args := meta.CreateArgs{Type: meta.TypeRegular, Mode: 0o644}
+		switch d.Cmd {
+		case "mkdir":
+			args = meta.CreateArgs{Type: meta.TypeDirectory, Mode: 0o755}
+		case "mknod":
+			args = meta.CreateArgs{Type: meta.TypeChar, Mode: 0o600, RdevMajor: 1, RdevMinor: 3}
+		case "mkfifo":
+			args.Type = meta.TypeFIFO
+		case "symlink":
+			args = meta.CreateArgs{Type: meta.TypeSymlink, Mode: 0o777, Target: arg(1)}
+		}
+		n, ci, err := h.e.Create(ctx, parent, name, args, now)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s\ndir change %d -> %d", fmtAttr(n.Ino, n.Attr), ci.Before, ci.After), nil
+	case "link":
+		ino, err := h.resolve(arg(0))
+		if err != nil {
+			return "", err
+		}
+		parent, name, err := h.parent(arg(1))
+		if err != nil {
+			return "", err
+		}
+		a, _, err := h.e.Link(ctx, ino, parent, name, now)
+		if err != nil {
+			return "", err
+		}
+		return fmtAttr(ino, a), nil
+	case "rm":
+		parent, name, err := h.parent(arg(0))
+		if err != nil {
+			return "", err
+		}
+		n, _, err := h.e.Remove(ctx, parent, name, now)
+		if err != nil {
+			return "", err
+		}
+		return fmtAttr(n.Ino, n.Attr), nil
+	case "mv":
+		sp, sn, err := h.parent(arg(0))
+		if err != nil {
+			return "", err
+		}
+		dp, dn, err := h.parent(arg(1))
+		if err != nil {
+			return "", err
+		}
+		res, err := h.e.Rename(ctx, sp, sn, dp, dn, now)
+		if err != nil {
+			return "", err
+		}
+		out := fmt.Sprintf("src change %d -> %d, dst change %d -> %d", res.Src.Before, res.Src.After, res.Dst.Before, res.Dst.After)
+		if res.Replaced.Ino != 0 {
+			out += "\nreplaced " + fmtAttr(res.Replaced.Ino, res.Replaced.Attr)
+		}
+		return out, nil
+	case "ls":
+		ino, err := h.resolve(arg(0))
+		if err != nil {
+			return "", err
+		}
+		max := 1000
+		d.MaybeScanArgs(t, "max", &max)
+		var b strings.Builder
+		cookie := uint64(0)
+		for page := 0; page < 100; page++ {
+			ents, eof, err := h.e.ReadDir(ctx, ino, cookie, max)
+			if err != nil {
+				return "", err
+			}
+			if max < 1000 {
+				fmt.Fprintf(&b, "page %d:\n", page)
+			}
+			for _, en := range ents {
+				fmt.Fprintf(&b, "  %d %s %s\n", en.Cookie, en.Name, fmtAttr(en.Ino, en.Attr))
+				cookie = en.Cookie
+			}
+			if eof {
+				break
+			}
+		}
+		return b.String(), nil
+	case "stat":
+		ino, err := h.resolve(arg(0))
+		if err != nil {
+			return "", err
+		}
+		a, err := h.e.GetAttr(ctx, ino)
+		if err != nil {
+			return "", err
+		}
+		return fmtAttr(ino, a), nil
+	case "readlink":
+		ino, err := h.resolve(arg(0))
+		if err != nil {
+			return "", err
+		}
+		return h.e.Readlink(ctx, ino)
+	case "chmod", "truncate":
+		ino, err := h.resolve(arg(0))
+		if err != nil {
+			return "", err
+		}
+		var v uint64
+		base := 10
+		if d.Cmd == "chmod" {
+			base = 8
+		}
+		if _, err := fmt.Sscan(prefixBase(arg(1), base), &v); err != nil {
+			t.Fatalf("bad number %q", arg(1))
+		}
+		sa := meta.SetAttr{Mask: meta.SetSize, Size: v}
+		if d.Cmd == "chmod" {
+			sa = meta.SetAttr{Mask: meta.SetMode, Mode: uint32(v)}
+		}
+		a, err := h.e.SetAttr(ctx, ino, sa, now)
+		if err != nil {
+			return "", err
+		}
+		return fmtAttr(ino, a), nil
+	}
+	t.Fatalf("unknown command %q", d.Cmd)
+	return "", nil
+}
+
+func prefixBase(s string, base int) string {
+	if base == 8 && !strings.HasPrefix(s, "0") {
+		return "0" + s
+	}
+	return s
+}

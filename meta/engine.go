@@ -1,0 +1,779 @@
+package meta
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// maxReadDir bounds one ReadDir transaction.
+const maxReadDir = 4096
+
+// kvEngine implements Engine on any kvStore.
+type kvEngine struct {
+	kv     kvStore
+	closed atomic.Bool
+}
+
+var _ Engine = (*kvEngine)(nil)
+
+func newKVEngine(kv kvStore) *kvEngine { return &kvEngine{kv: kv} }
+
+// tx wraps a kvTxn with an inode cache so that an operation touching the
+// same inode twice (a rename within one directory) sees its own updates and
+// writes each inode once.
+type tx struct {
+	t     kvTxn
+	nodes map[Ino]*inode
+	dirty map[Ino]bool
+}
+
+func newTx(t kvTxn) *tx { return &tx{t: t, nodes: map[Ino]*inode{}, dirty: map[Ino]bool{}} }
+
+func (x *tx) inode(ino Ino) (*inode, error) {
+	if n, ok := x.nodes[ino]; ok {
+		if n == nil {
+			return nil, fmt.Errorf("inode %d: %w", ino, ErrStale)
+		}
+		return n, nil
+	}
+	v, err := x.t.Get(inodeKey(ino))
+	if err != nil {
+		return nil, err
+	}
+	if v == nil {
+		return nil, fmt.Errorf("inode %d: %w", ino, ErrStale)
+	}
+	n, err := decodeInode(v)
+	if err != nil {
+		return nil, fmt.Errorf("inode %d: %w", ino, err)
+	}
+	x.nodes[ino] = n
+	return n, nil
+}
+
+func (x *tx) dir(ino Ino) (*inode, error) {
+	n, err := x.inode(ino)
+	if err != nil {
+		return nil, err
+	}
+	if n.Type != TypeDirectory {
+		return nil, fmt.Errorf("inode %d: %w", ino, ErrNotDir)
+	}
+	return n, nil
+}
+
+// touch marks n modified: change bumped, ctime (and mtime if mtime) = now.
+func (x *tx) touch(ino Ino, n *inode, now time.Time, mtime bool) {
+	n.Change++
+	n.Ctime = now
+	if mtime {
+		n.Mtime = now
+	}
+	x.dirty[ino] = true
+}
+
+func (x *tx) deleteInode(ino Ino, n *inode) error {
+	x.nodes[ino] = nil
+	delete(x.dirty, ino)
+	if err := x.t.Delete(inodeKey(ino)); err != nil {
+		return err
+	}
+	if n.Type == TypeSymlink {
+		if err := x.t.Delete(symlinkKey(ino)); err != nil {
+			return err
+		}
+	}
+	return x.addCounter(keyFiles, -1)
+}
+
+func (x *tx) flush() error {
+	for ino := range x.dirty {
+		if err := x.t.Put(inodeKey(ino), x.nodes[ino].encode()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (x *tx) counter(key []byte) (uint64, error) {
+	v, err := x.t.Get(key)
+	if err != nil || v == nil {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("meta: corrupt counter %q", key)
+	}
+	return be.Uint64(v), nil
+}
+
+func (x *tx) addCounter(key []byte, d int64) error {
+	c, err := x.counter(key)
+	if err != nil {
+		return err
+	}
+	return x.t.Put(key, be.AppendUint64(nil, uint64(int64(c)+d)))
+}
+
+func (x *tx) lookup(parent Ino, name string) (dentry, bool, error) {
+	v, err := x.t.Get(dentryKey(parent, name))
+	if err != nil || v == nil {
+		return dentry{}, false, err
+	}
+	d, err := decodeDentry(v)
+	return d, err == nil, err
+}
+
+// addEntry links name in dir to ino under a fresh readdir sequence number.
+func (x *tx) addEntry(dirIno Ino, dir *inode, name string, ino Ino, typ FileType) error {
+	if dir.nextSeq < FirstCookie {
+		dir.nextSeq = FirstCookie
+	}
+	seq := dir.nextSeq
+	dir.nextSeq++
+	x.dirty[dirIno] = true
+	if err := x.t.Put(dentryKey(dirIno, name), dentry{ino: ino, typ: typ, seq: seq}.encode()); err != nil {
+		return err
+	}
+	return x.t.Put(seqKey(dirIno, seq), []byte(name))
+}
+
+func (x *tx) delEntry(dirIno Ino, name string, d dentry) error {
+	if err := x.t.Delete(dentryKey(dirIno, name)); err != nil {
+		return err
+	}
+	return x.t.Delete(seqKey(dirIno, d.seq))
+}
+
+func (x *tx) isEmpty(dir Ino) (bool, error) {
+	empty := true
+	err := x.t.Scan(dentryPrefix(dir), nil, func(k, v []byte) bool {
+		empty = false
+		return false
+	})
+	return empty, err
+}
+
+func validName(name string) error {
+	if len(name) > MaxNameLen {
+		return fmt.Errorf("%q: %w", name[:32]+"...", ErrNameTooLong)
+	}
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
+		return fmt.Errorf("name %q: %w", name, ErrInval)
+	}
+	return nil
+}
+
+func nowOr(now time.Time) time.Time {
+	if now.IsZero() {
+		return time.Now()
+	}
+	return now
+}
+
+func (e *kvEngine) check(ctx context.Context) error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	if ctx != nil {
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (e *kvEngine) update(ctx context.Context, fn func(x *tx) error) error {
+	if err := e.check(ctx); err != nil {
+		return err
+	}
+	return e.kv.Update(func(t kvTxn) error {
+		x := newTx(t)
+		if err := fn(x); err != nil {
+			return err
+		}
+		return x.flush()
+	})
+}
+
+func (e *kvEngine) view(ctx context.Context, fn func(x *tx) error) error {
+	if err := e.check(ctx); err != nil {
+		return err
+	}
+	return e.kv.View(func(t kvTxn) error { return fn(newTx(t)) })
+}
+
+func (e *kvEngine) Init(ctx context.Context) error {
+	return e.update(ctx, func(x *tx) error {
+		v, err := x.t.Get(inodeKey(RootIno))
+		if err != nil || v != nil {
+			return err
+		}
+		now := time.Now()
+		root := &inode{Attr: Attr{
+			Type: TypeDirectory, Mode: 0o755, Nlink: 2,
+			Atime: now, Mtime: now, Ctime: now, Btime: now,
+			Change: 1, Parent: RootIno,
+		}, nextSeq: FirstCookie}
+		x.nodes[RootIno] = root
+		x.dirty[RootIno] = true
+		if err := x.t.Put(keyNextIno, be.AppendUint64(nil, uint64(RootIno)+1)); err != nil {
+			return err
+		}
+		return x.t.Put(keyFiles, be.AppendUint64(nil, 1))
+	})
+}
+
+func (e *kvEngine) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
+	var a Attr
+	err := e.view(ctx, func(x *tx) error {
+		n, err := x.inode(ino)
+		if err != nil {
+			return err
+		}
+		a = n.Attr
+		return nil
+	})
+	return a, err
+}
+
+func (e *kvEngine) SetAttr(ctx context.Context, ino Ino, sa SetAttr, now time.Time) (Attr, error) {
+	now = nowOr(now)
+	var a Attr
+	err := e.update(ctx, func(x *tx) error {
+		n, err := x.inode(ino)
+		if err != nil {
+			return err
+		}
+		m := sa.Mask
+		if m&SetSize != 0 {
+			switch n.Type {
+			case TypeRegular:
+			case TypeDirectory:
+				return fmt.Errorf("setattr size on %d: %w", ino, ErrIsDir)
+			default:
+				return fmt.Errorf("setattr size on %d: %w", ino, ErrInval)
+			}
+		}
+		if m&SetMode != 0 {
+			n.Mode = sa.Mode & ModeMask
+		}
+		if m&SetUID != 0 {
+			n.UID = sa.UID
+		}
+		if m&SetGID != 0 {
+			n.GID = sa.GID
+		}
+		mtime := false
+		if m&SetSize != 0 && sa.Size != n.Size {
+			n.Size = sa.Size
+			mtime = true
+		}
+		x.touch(ino, n, now, mtime)
+		switch {
+		case m&SetAtimeNow != 0:
+			n.Atime = now
+		case m&SetAtime != 0:
+			n.Atime = sa.Atime
+		}
+		switch {
+		case m&SetMtimeNow != 0:
+			n.Mtime = now
+		case m&SetMtime != 0:
+			n.Mtime = sa.Mtime
+		}
+		if m&SetChange != 0 && sa.Change > n.Change {
+			n.Change = sa.Change
+		}
+		a = n.Attr
+		return nil
+	})
+	return a, err
+}
+
+func (e *kvEngine) Wrote(ctx context.Context, ino Ino, end uint64, now time.Time) (Attr, error) {
+	now = nowOr(now)
+	var a Attr
+	err := e.update(ctx, func(x *tx) error {
+		n, err := x.inode(ino)
+		if err != nil {
+			return err
+		}
+		if n.Type != TypeRegular {
+			return fmt.Errorf("write to %d (%v): %w", ino, n.Type, ErrInval)
+		}
+		n.Size = max(n.Size, end)
+		x.touch(ino, n, now, true)
+		a = n.Attr
+		return nil
+	})
+	return a, err
+}
+
+func (e *kvEngine) Lookup(ctx context.Context, parent Ino, name string) (Node, error) {
+	var nd Node
+	err := e.view(ctx, func(x *tx) error {
+		if _, err := x.dir(parent); err != nil {
+			return err
+		}
+		d, ok, err := x.lookup(parent, name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("lookup %q in %d: %w", name, parent, ErrNotFound)
+		}
+		n, err := x.inode(d.ino)
+		if err != nil {
+			return err
+		}
+		nd = Node{d.ino, n.Attr}
+		return nil
+	})
+	return nd, err
+}
+
+func (e *kvEngine) Create(ctx context.Context, parent Ino, name string, args CreateArgs, now time.Time) (Node, ChangeInfo, error) {
+	if err := validName(name); err != nil {
+		return Node{}, ChangeInfo{}, err
+	}
+	if !args.Type.valid() {
+		return Node{}, ChangeInfo{}, fmt.Errorf("create type %d: %w", args.Type, ErrInval)
+	}
+	if args.Type == TypeSymlink && (args.Target == "" || len(args.Target) > math.MaxUint16) {
+		return Node{}, ChangeInfo{}, fmt.Errorf("symlink target length %d: %w", len(args.Target), ErrInval)
+	}
+	now = nowOr(now)
+	var nd Node
+	var ci ChangeInfo
+	err := e.update(ctx, func(x *tx) error {
+		nd, ci = Node{}, ChangeInfo{}
+		dir, err := x.dir(parent)
+		if err != nil {
+			return err
+		}
+		if d, ok, err := x.lookup(parent, name); err != nil {
+			return err
+		} else if ok {
+			n, err := x.inode(d.ino)
+			if err != nil {
+				return err
+			}
+			nd = Node{d.ino, n.Attr}
+			return fmt.Errorf("create %q in %d: %w", name, parent, ErrExist)
+		}
+		if args.Type == TypeDirectory && dir.Nlink == math.MaxUint32 {
+			return fmt.Errorf("mkdir in %d: %w", parent, ErrTooManyLinks)
+		}
+		next, err := x.counter(keyNextIno)
+		if err != nil {
+			return err
+		}
+		ino := Ino(next)
+		if err := x.t.Put(keyNextIno, be.AppendUint64(nil, next+1)); err != nil {
+			return err
+		}
+		if err := x.addCounter(keyFiles, 1); err != nil {
+			return err
+		}
+		n := &inode{Attr: Attr{
+			Type: args.Type, Mode: args.Mode & ModeMask, Nlink: 1,
+			UID: args.UID, GID: args.GID,
+			Atime: now, Mtime: now, Ctime: now, Btime: now, Change: 1,
+		}}
+		switch args.Type {
+		case TypeDirectory:
+			n.Nlink = 2
+			n.Parent = parent
+			n.nextSeq = FirstCookie
+			dir.Nlink++
+		case TypeSymlink:
+			n.Size = uint64(len(args.Target))
+			if err := x.t.Put(symlinkKey(ino), []byte(args.Target)); err != nil {
+				return err
+			}
+		case TypeBlock, TypeChar:
+			n.RdevMajor, n.RdevMinor = args.RdevMajor, args.RdevMinor
+		}
+		if args.Exclusive {
+			n.Verifier = args.Verifier
+		}
+		x.nodes[ino] = n
+		x.dirty[ino] = true
+		ci.Before = dir.Change
+		if err := x.addEntry(parent, dir, name, ino, n.Type); err != nil {
+			return err
+		}
+		x.touch(parent, dir, now, true)
+		ci.After = dir.Change
+		nd = Node{ino, n.Attr}
+		return nil
+	})
+	return nd, ci, err
+}
+
+func (e *kvEngine) Link(ctx context.Context, ino Ino, parent Ino, name string, now time.Time) (Attr, ChangeInfo, error) {
+	if err := validName(name); err != nil {
+		return Attr{}, ChangeInfo{}, err
+	}
+	now = nowOr(now)
+	var a Attr
+	var ci ChangeInfo
+	err := e.update(ctx, func(x *tx) error {
+		n, err := x.inode(ino)
+		if err != nil {
+			return err
+		}
+		if n.Type == TypeDirectory {
+			return fmt.Errorf("link %d: %w", ino, ErrIsDir)
+		}
+		dir, err := x.dir(parent)
+		if err != nil {
+			return err
+		}
+		if _, ok, err := x.lookup(parent, name); err != nil {
+			return err
+		} else if ok {
+			return fmt.Errorf("link %q in %d: %w", name, parent, ErrExist)
+		}
+		if n.Nlink == math.MaxUint32 {
+			return fmt.Errorf("link %d: %w", ino, ErrTooManyLinks)
+		}
+		ci.Before = dir.Change
+		if err := x.addEntry(parent, dir, name, ino, n.Type); err != nil {
+			return err
+		}
+		x.touch(parent, dir, now, true)
+		ci.After = dir.Change
+		n.Nlink++
+		x.touch(ino, n, now, false)
+		a = n.Attr
+		return nil
+	})
+	return a, ci, err
+}
+
+// unlink removes the entry name (d) from dirIno and drops the link it held.
+// The returned attributes have Nlink zero if the inode was deleted.
+func (x *tx) unlink(dirIno Ino, dir *inode, name string, d dentry, now time.Time) (Attr, error) {
+	n, err := x.inode(d.ino)
+	if err != nil {
+		return Attr{}, err
+	}
+	if err := x.delEntry(dirIno, name, d); err != nil {
+		return Attr{}, err
+	}
+	if n.Type == TypeDirectory {
+		dir.Nlink--
+		n.Nlink = 0
+	} else {
+		n.Nlink--
+	}
+	n.Change++
+	n.Ctime = now
+	a := n.Attr
+	if n.Nlink == 0 {
+		return a, x.deleteInode(d.ino, n)
+	}
+	x.dirty[d.ino] = true
+	return a, nil
+}
+
+func (e *kvEngine) Remove(ctx context.Context, parent Ino, name string, now time.Time) (Node, ChangeInfo, error) {
+	if len(name) > MaxNameLen {
+		return Node{}, ChangeInfo{}, ErrNameTooLong
+	}
+	now = nowOr(now)
+	var nd Node
+	var ci ChangeInfo
+	err := e.update(ctx, func(x *tx) error {
+		dir, err := x.dir(parent)
+		if err != nil {
+			return err
+		}
+		d, ok, err := x.lookup(parent, name)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("remove %q in %d: %w", name, parent, ErrNotFound)
+		}
+		if d.typ == TypeDirectory {
+			empty, err := x.isEmpty(d.ino)
+			if err != nil {
+				return err
+			}
+			if !empty {
+				return fmt.Errorf("remove %q in %d: %w", name, parent, ErrNotEmpty)
+			}
+		}
+		ci.Before = dir.Change
+		a, err := x.unlink(parent, dir, name, d, now)
+		if err != nil {
+			return err
+		}
+		x.touch(parent, dir, now, true)
+		ci.After = dir.Change
+		nd = Node{d.ino, a}
+		return nil
+	})
+	return nd, ci, err
+}
+
+func (e *kvEngine) Rename(ctx context.Context, srcParent Ino, srcName string, dstParent Ino, dstName string, now time.Time) (RenameResult, error) {
+	if len(srcName) > MaxNameLen {
+		return RenameResult{}, ErrNameTooLong
+	}
+	if err := validName(dstName); err != nil {
+		return RenameResult{}, err
+	}
+	now = nowOr(now)
+	var res RenameResult
+	err := e.update(ctx, func(x *tx) error {
+		res = RenameResult{}
+		sdir, err := x.dir(srcParent)
+		if err != nil {
+			return err
+		}
+		ddir, err := x.dir(dstParent)
+		if err != nil {
+			return err
+		}
+		res.Src = ChangeInfo{sdir.Change, sdir.Change}
+		res.Dst = ChangeInfo{ddir.Change, ddir.Change}
+		sd, ok, err := x.lookup(srcParent, srcName)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("rename %q in %d: %w", srcName, srcParent, ErrNotFound)
+		}
+		if srcParent == dstParent && srcName == dstName {
+			return nil
+		}
+		dd, exists, err := x.lookup(dstParent, dstName)
+		if err != nil {
+			return err
+		}
+		if exists && dd.ino == sd.ino {
+			return nil // both names are links to one inode: POSIX says do nothing
+		}
+		isDir := sd.typ == TypeDirectory
+		if isDir && srcParent != dstParent {
+			// Refuse to move a directory into its own subtree.
+			for p, hops := dstParent, 0; ; hops++ {
+				if p == sd.ino {
+					return fmt.Errorf("rename dir %d under itself: %w", sd.ino, ErrInval)
+				}
+				if p == RootIno || hops > 1<<16 {
+					break
+				}
+				pn, err := x.inode(p)
+				if err != nil {
+					return err
+				}
+				p = pn.Parent
+			}
+		}
+		if exists {
+			switch {
+			case isDir && dd.typ != TypeDirectory:
+				return fmt.Errorf("rename dir over %q: %w", dstName, ErrNotDir)
+			case !isDir && dd.typ == TypeDirectory:
+				return fmt.Errorf("rename over dir %q: %w", dstName, ErrIsDir)
+			case dd.typ == TypeDirectory:
+				empty, err := x.isEmpty(dd.ino)
+				if err != nil {
+					return err
+				}
+				if !empty {
+					return fmt.Errorf("rename over %q: %w", dstName, ErrNotEmpty)
+				}
+			}
+			a, err := x.unlink(dstParent, ddir, dstName, dd, now)
+			if err != nil {
+				return err
+			}
+			res.Replaced = Node{dd.ino, a}
+		}
+		sn, err := x.inode(sd.ino)
+		if err != nil {
+			return err
+		}
+		if err := x.delEntry(srcParent, srcName, sd); err != nil {
+			return err
+		}
+		if err := x.addEntry(dstParent, ddir, dstName, sd.ino, sd.typ); err != nil {
+			return err
+		}
+		if isDir && srcParent != dstParent {
+			sdir.Nlink--
+			ddir.Nlink++
+			sn.Parent = dstParent
+		}
+		x.touch(sd.ino, sn, now, false)
+		x.touch(srcParent, sdir, now, true)
+		if dstParent != srcParent {
+			x.touch(dstParent, ddir, now, true)
+		}
+		res.Src.After = sdir.Change
+		res.Dst.After = ddir.Change
+		return nil
+	})
+	return res, err
+}
+
+func (e *kvEngine) Readlink(ctx context.Context, ino Ino) (string, error) {
+	var s string
+	err := e.view(ctx, func(x *tx) error {
+		n, err := x.inode(ino)
+		if err != nil {
+			return err
+		}
+		if n.Type != TypeSymlink {
+			return fmt.Errorf("readlink %d: %w", ino, ErrNotSymlink)
+		}
+		v, err := x.t.Get(symlinkKey(ino))
+		if err != nil {
+			return err
+		}
+		if v == nil {
+			return fmt.Errorf("meta: symlink %d has no target", ino)
+		}
+		s = string(v)
+		return nil
+	})
+	return s, err
+}
+
+func (e *kvEngine) ReadDir(ctx context.Context, dir Ino, cookie uint64, max int) ([]Entry, bool, error) {
+	if max <= 0 {
+		return nil, false, fmt.Errorf("readdir max %d: %w", max, ErrInval)
+	}
+	max = min(max, maxReadDir)
+	var ents []Entry
+	eof := true
+	err := e.view(ctx, func(x *tx) error {
+		ents, eof = ents[:0], true
+		if _, err := x.dir(dir); err != nil {
+			return err
+		}
+		start := cookie + 1
+		if cookie < FirstCookie {
+			start = FirstCookie
+		}
+		if start == 0 { // cookie was MaxUint64
+			return nil
+		}
+		var names []string
+		var seqs []uint64
+		err := x.t.Scan(seqPrefix(dir), seqKey(dir, start), func(k, v []byte) bool {
+			if len(names) == max {
+				eof = false
+				return false
+			}
+			names = append(names, string(v))
+			seqs = append(seqs, be.Uint64(k[9:]))
+			return true
+		})
+		if err != nil {
+			return err
+		}
+		for i, name := range names {
+			d, ok, err := x.lookup(dir, name)
+			if err != nil {
+				return err
+			}
+			if !ok || d.seq != seqs[i] {
+				return fmt.Errorf("meta: dir %d: index entry %d (%q) has no dentry", dir, seqs[i], name)
+			}
+			n, err := x.inode(d.ino)
+			if err != nil {
+				return err
+			}
+			ents = append(ents, Entry{Name: name, Ino: d.ino, Cookie: seqs[i], Attr: n.Attr})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return ents, eof, nil
+}
+
+func (e *kvEngine) StatFS(ctx context.Context) (StatFS, error) {
+	var st StatFS
+	err := e.view(ctx, func(x *tx) error {
+		f, err := x.counter(keyFiles)
+		if err != nil {
+			return err
+		}
+		n, err := x.counter(keyNextIno)
+		st = StatFS{Files: f, NextIno: Ino(n)}
+		return err
+	})
+	return st, err
+}
+
+func clientKey(key []byte) []byte { return append([]byte{pClient}, key...) }
+
+func (e *kvEngine) PutClient(ctx context.Context, key, rec []byte) error {
+	if len(key) == 0 {
+		return fmt.Errorf("empty client key: %w", ErrInval)
+	}
+	return e.update(ctx, func(x *tx) error { return x.t.Put(clientKey(key), bytes.Clone(rec)) })
+}
+
+func (e *kvEngine) DeleteClient(ctx context.Context, key []byte) error {
+	return e.update(ctx, func(x *tx) error { return x.t.Delete(clientKey(key)) })
+}
+
+func (e *kvEngine) Clients(ctx context.Context) ([]ClientRecord, error) {
+	var out []ClientRecord
+	err := e.view(ctx, func(x *tx) error {
+		out = out[:0]
+		return x.t.Scan([]byte{pClient}, nil, func(k, v []byte) bool {
+			out = append(out, ClientRecord{Key: bytes.Clone(k[1:]), Rec: bytes.Clone(v)})
+			return true
+		})
+	})
+	return out, err
+}
+
+func configKey(key string) []byte { return append([]byte{pConfig}, key...) }
+
+func (e *kvEngine) GetConfig(ctx context.Context, key string) ([]byte, error) {
+	var val []byte
+	err := e.view(ctx, func(x *tx) error {
+		v, err := x.t.Get(configKey(key))
+		if err != nil {
+			return err
+		}
+		if v == nil {
+			return fmt.Errorf("config %q: %w", key, ErrNotFound)
+		}
+		val = bytes.Clone(v)
+		return nil
+	})
+	return val, err
+}
+
+func (e *kvEngine) PutConfig(ctx context.Context, key string, val []byte) error {
+	if key == "" {
+		return fmt.Errorf("empty config key: %w", ErrInval)
+	}
+	return e.update(ctx, func(x *tx) error { return x.t.Put(configKey(key), bytes.Clone(val)) })
+}
+
+func (e *kvEngine) Close() error {
+	if e.closed.Swap(true) {
+		return ErrClosed
+	}
+	if err := e.kv.Close(); err != nil && !errors.Is(err, errKVClosed) {
+		return fmt.Errorf("meta: close: %w", err)
+	}
+	return nil
+}

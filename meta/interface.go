@@ -1,0 +1,253 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Ino is an inode number. Numbers are allocated from a persisted counter and
+// never reused, so an NFS file handle built from an Ino can never name a
+// different file later. RootIno is the root directory.
+type Ino uint64
+
+// RootIno is the inode number of the root directory.
+const RootIno Ino = 1
+
+// FileType is the type of an inode. The values match NFSv4 nfs_ftype4 so the
+// server can put them on the wire unchanged.
+type FileType uint8
+
+const (
+	TypeRegular   FileType = 1 // NF4REG
+	TypeDirectory FileType = 2 // NF4DIR
+	TypeBlock     FileType = 3 // NF4BLK
+	TypeChar      FileType = 4 // NF4CHR
+	TypeSymlink   FileType = 5 // NF4LNK
+	TypeSocket    FileType = 6 // NF4SOCK
+	TypeFIFO      FileType = 7 // NF4FIFO
+)
+
+func (t FileType) valid() bool { return t >= TypeRegular && t <= TypeFIFO }
+
+func (t FileType) String() string {
+	switch t {
+	case TypeRegular:
+		return "reg"
+	case TypeDirectory:
+		return "dir"
+	case TypeBlock:
+		return "blk"
+	case TypeChar:
+		return "chr"
+	case TypeSymlink:
+		return "lnk"
+	case TypeSocket:
+		return "sock"
+	case TypeFIFO:
+		return "fifo"
+	}
+	return "unknown"
+}
+
+// ModeMask selects the permission bits (including setuid, setgid and sticky)
+// that Attr.Mode may hold.
+const ModeMask = 0o7777
+
+// MaxNameLen is the longest directory entry name, in bytes.
+const MaxNameLen = 255
+
+// Attr is the persistent attribute set of one inode.
+type Attr struct {
+	Type      FileType
+	Mode      uint32 // permission bits only (ModeMask)
+	Nlink     uint32 // files: hard links; directories: 2 + subdirectories
+	UID, GID  uint32
+	Size      uint64 // regular files: logical size; symlinks: len(target)
+	RdevMajor uint32
+	RdevMinor uint32
+	Atime     time.Time
+	Mtime     time.Time
+	Ctime     time.Time
+	Btime     time.Time // creation time; never changes
+	// Change is the NFSv4 change attribute: bumped on every modification of
+	// the inode (data, attributes and, for directories, entries). It is
+	// persisted and strictly increasing for the life of the inode.
+	Change uint64
+	// Parent is the containing directory for directories (LOOKUPP, "..");
+	// the root is its own parent. Zero for non-directories, which may have
+	// several parents.
+	Parent Ino
+	// Verifier is the EXCLUSIVE4_1 create verifier, all zero if none.
+	Verifier [8]byte
+}
+
+// SetAttr mask bits.
+const (
+	SetMode uint32 = 1 << iota
+	SetUID
+	SetGID
+	SetSize
+	SetAtime    // set Atime to SetAttr.Atime
+	SetMtime    // set Mtime to SetAttr.Mtime
+	SetAtimeNow // set Atime to the operation's now
+	SetMtimeNow // set Mtime to the operation's now
+	// SetChange raises the change attribute to at least SetAttr.Change. The
+	// server uses it when it persists write attributes it has already
+	// reported to clients, so the persisted value never goes backwards.
+	SetChange
+)
+
+// SetAttr describes an attribute change; only fields selected by Mask apply.
+type SetAttr struct {
+	Mask  uint32
+	Mode  uint32
+	UID   uint32
+	GID   uint32
+	Size  uint64
+	Atime time.Time
+	Mtime time.Time
+	// Change is the lower bound for the change attribute with SetChange.
+	Change uint64
+}
+
+// CreateArgs describes a new inode for Engine.Create.
+type CreateArgs struct {
+	Type                 FileType
+	Mode                 uint32
+	UID, GID             uint32
+	RdevMajor, RdevMinor uint32 // TypeBlock, TypeChar
+	Target               string // TypeSymlink
+	// Verifier is stored in Attr.Verifier when Exclusive is set, so that a
+	// retransmitted EXCLUSIVE4_1 create can be recognised.
+	Verifier  [8]byte
+	Exclusive bool
+}
+
+// Node names an inode together with its attributes.
+type Node struct {
+	Ino  Ino
+	Attr Attr
+}
+
+// ChangeInfo is a directory's change attribute just before and just after a
+// namespace operation, taken inside the same transaction, so it can be
+// reported to NFS clients as atomic change_info4.
+type ChangeInfo struct {
+	Before, After uint64
+}
+
+// RenameResult reports what Engine.Rename did.
+type RenameResult struct {
+	// Replaced is the inode that dstName named before the rename, with its
+	// attributes after the rename; Ino is zero if nothing was replaced. A
+	// Replaced.Attr.Nlink of zero means the inode is gone and the caller
+	// should delete its data.
+	Replaced Node
+	Src, Dst ChangeInfo
+}
+
+// Entry is one directory entry returned by Engine.ReadDir.
+type Entry struct {
+	Name   string
+	Ino    Ino
+	Cookie uint64 // pass back to ReadDir to continue after this entry
+	Attr   Attr
+}
+
+// StatFS summarises the namespace.
+type StatFS struct {
+	Files   uint64 // inodes in use, including the root
+	NextIno Ino    // next inode number to be allocated
+}
+
+// ClientRecord is one opaque NFSv4.1 client record.
+type ClientRecord struct {
+	Key, Rec []byte
+}
+
+// FirstCookie is the smallest cookie ReadDir hands out; NFS reserves 0, 1 and 2.
+const FirstCookie = 3
+
+// Engine is the metadata service used by the NFS server. Every mutating
+// method is a single transaction that is durable when the method returns.
+// Methods that take now use it for all timestamps they set; the zero time
+// means time.Now().
+//
+// Errors are (or wrap) the sentinel values below; match them with errors.Is.
+type Engine interface {
+	// Init creates the root directory if it does not exist. It is idempotent.
+	Init(ctx context.Context) error
+
+	GetAttr(ctx context.Context, ino Ino) (Attr, error)
+	// SetAttr applies sa, sets ctime and bumps change. A size change only
+	// updates the attribute; truncating the data is the caller's job.
+	SetAttr(ctx context.Context, ino Ino, sa SetAttr, now time.Time) (Attr, error)
+	// Wrote records a data write that ended at offset end: the size grows
+	// to end if it is smaller, mtime and ctime become now, change is bumped.
+	Wrote(ctx context.Context, ino Ino, end uint64, now time.Time) (Attr, error)
+
+	// Lookup resolves name in parent. "." and ".." are ordinary names here.
+	Lookup(ctx context.Context, parent Ino, name string) (Node, error)
+	// Create makes a new inode named name in parent. If the name exists it
+	// returns ErrExist together with the existing inode, so the server can
+	// implement UNCHECKED4 and EXCLUSIVE4_1 semantics.
+	Create(ctx context.Context, parent Ino, name string, args CreateArgs, now time.Time) (Node, ChangeInfo, error)
+	// Link adds name in parent for the non-directory ino.
+	Link(ctx context.Context, ino Ino, parent Ino, name string, now time.Time) (Attr, ChangeInfo, error)
+	// Remove unlinks name from parent. Non-directories lose one link and
+	// are deleted at zero; directories must be empty. The returned
+	// Attr.Nlink is zero when the inode was deleted.
+	Remove(ctx context.Context, parent Ino, name string, now time.Time) (Node, ChangeInfo, error)
+	// Rename atomically moves srcName in srcParent to dstName in dstParent,
+	// replacing dstName following POSIX rules.
+	Rename(ctx context.Context, srcParent Ino, srcName string, dstParent Ino, dstName string, now time.Time) (RenameResult, error)
+	Readlink(ctx context.Context, ino Ino) (string, error)
+	// ReadDir returns up to max entries of dir whose cookie is greater than
+	// cookie, in cookie order; eof reports that no entries follow. max
+	// must be positive and is capped at 4096 to bound the transaction.
+	// Cookies are stable for the life of the directory (see DirVerifier).
+	ReadDir(ctx context.Context, dir Ino, cookie uint64, max int) (entries []Entry, eof bool, err error)
+	StatFS(ctx context.Context) (StatFS, error)
+
+	// PutClient stores an opaque client record under key, replacing any.
+	PutClient(ctx context.Context, key, rec []byte) error
+	// DeleteClient removes the record under key; a missing key is not an error.
+	DeleteClient(ctx context.Context, key []byte) error
+	// Clients returns all client records in key order.
+	Clients(ctx context.Context) ([]ClientRecord, error)
+
+	// GetConfig returns the value stored under key, or ErrNotFound.
+	GetConfig(ctx context.Context, key string) ([]byte, error)
+	PutConfig(ctx context.Context, key string, val []byte) error
+
+	Close() error
+}
+
+// Sentinel errors. The server maps each to one NFS4ERR_* value.
+var (
+	ErrNotFound     = errors.New("meta: no such entry")       // name or key missing (NFS4ERR_NOENT)
+	ErrStale        = errors.New("meta: no such inode")       // inode gone (NFS4ERR_STALE)
+	ErrExist        = errors.New("meta: entry exists")        // NFS4ERR_EXIST
+	ErrNotDir       = errors.New("meta: not a directory")     // NFS4ERR_NOTDIR
+	ErrIsDir        = errors.New("meta: is a directory")      // NFS4ERR_ISDIR
+	ErrNotEmpty     = errors.New("meta: directory not empty") // NFS4ERR_NOTEMPTY
+	ErrInval        = errors.New("meta: invalid argument")    // NFS4ERR_INVAL / BADNAME
+	ErrNameTooLong  = errors.New("meta: name too long")       // NFS4ERR_NAMETOOLONG
+	ErrNotSymlink   = errors.New("meta: not a symbolic link") // READLINK on non-link
+	ErrTooManyLinks = errors.New("meta: too many links")      // NFS4ERR_MLINK
+	ErrClosed       = errors.New("meta: engine closed")
+)
+
+// DirVerifier returns the NFS cookie verifier for a directory. Cookies are
+// per-directory sequence numbers that are never reused, so a cookie stays
+// valid for the life of the directory and the verifier never needs to change;
+// it is derived from the directory's birth time so it is non-zero and stable.
+func DirVerifier(a Attr) [8]byte {
+	var v [8]byte
+	n := uint64(a.Btime.UnixNano()) | 1
+	for i := range v {
+		v[i] = byte(n >> (56 - 8*i))
+	}
+	return v
+}

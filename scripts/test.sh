@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Shoal's full test run: installs what the tests need (Debian packages, Go
+# modules), then runs vet, the unit and integration tests with the race
+# detector, the fuzz smoke, the Go client suite against NFS-Ganesha, and the
+# Linux kernel client workload in qemu.
+#
+#   SHOAL_FUZZTIME=60s   time per fuzz target (0 to skip)
+#   SHOAL_KERNEL=0       skip the qemu kernel-client test
+#   SHOAL_GANESHA=0      skip the Ganesha peer tests
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+FUZZTIME=${SHOAL_FUZZTIME:-60s}
+export SHOAL_KERNEL=${SHOAL_KERNEL:-1}
+export SHOAL_GANESHA=${SHOAL_GANESHA:-1}
+
+step() { printf '\n==== %s ====\n' "$*"; }
+
+step "install dependencies"
+pkgs=(qemu-system-x86 busybox-static tshark nfs-ganesha nfs-ganesha-vfs fuse3 cpio gcc libc6-dev)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+go mod download
+
+step "vet"
+go vet ./...
+
+step "unit and integration tests (race detector)"
+# The kernel test runs separately below (it is long and not race-relevant).
+go test -race -count=1 -timeout 20m $(go list ./... | grep -v /test/kernel) 2>&1 | tee /tmp/shoal-test.log
+grep -q -- '^FAIL' /tmp/shoal-test.log && exit 1
+
+if [ "$FUZZTIME" != "0" ]; then
+	step "fuzz smoke ($FUZZTIME per target)"
+	# Every decoder that reads bytes from the network has a fuzz target.
+	while read -r pkg target; do
+		echo "--- $pkg $target"
+		go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg"
+	done < <(grep -rl --include='*_test.go' 'func Fuzz' . | while read -r f; do
+		d=$(dirname "$f")
+		grep -o 'func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/func //' | while read -r t; do echo "./${d#./} $t"; done
+	done | sort -u)
+fi
+
+if [ "$SHOAL_KERNEL" = "1" ]; then
+	step "Linux kernel client in qemu"
+	go test -count=1 -v -timeout 30m ./test/kernel/ 2>&1 | tee /tmp/shoal-kernel.log
+	grep -q -- '^FAIL' /tmp/shoal-kernel.log && exit 1
+fi
+
+step "summary"
+pass=$(grep -c -- '^ok ' /tmp/shoal-test.log || true)
+echo "packages ok: $pass"

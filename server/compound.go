@@ -1,0 +1,186 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+
+	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/rpc"
+	"github.com/shoalfs/shoal/internal/xdr"
+)
+
+// opReply is what an operation handler returns: the status, and the body that
+// follows the status in the operation's result. For the common
+// "switch (nfsstat4 status) { case NFS4_OK: X4resok; default: void; }" result
+// shape the body is the resok on success and nil on error; results that carry
+// data on errors too (LOCK4denied, SETATTR's attrsset) set body in both cases.
+type opReply struct {
+	status nfs4.Nfsstat4
+	body   xdr.Marshaler
+}
+
+func ok(body xdr.Marshaler) opReply                { return opReply{status: nfs4.NFS4_OK, body: body} }
+func fail(s nfs4.Nfsstat4) opReply                 { return opReply{status: s} }
+func failErr(err error) opReply                    { return opReply{status: statusOf(err)} }
+func status(s nfs4.Nfsstat4) opReply               { return opReply{status: s} }
+func okOrErr(err error) opReply                    { return opReply{status: statusOf(err)} }
+func (r opReply) withBody(b xdr.Marshaler) opReply { r.body = b; return r }
+
+// opHandler runs one operation of a COMPOUND.
+type opHandler func(c *compound, a *nfs4.NfsArgop4) opReply
+
+// opTable maps operation numbers to handlers. Each op-family file registers
+// its operations in init, so the dispatcher never needs editing.
+var opTable = map[nfs4.NfsOpnum4]opHandler{}
+
+// sessionless lists the operations allowed without a preceding SEQUENCE, as
+// the only operation of a COMPOUND (RFC 8881 §2.6.3.1.1.8, §18.x).
+var sessionless = map[nfs4.NfsOpnum4]bool{
+	nfs4.OP_EXCHANGE_ID:          true,
+	nfs4.OP_CREATE_SESSION:       true,
+	nfs4.OP_DESTROY_SESSION:      true,
+	nfs4.OP_BIND_CONN_TO_SESSION: true,
+	nfs4.OP_DESTROY_CLIENTID:     true,
+}
+
+// v40only are NFSv4.0 operations that a 4.1 server must answer with
+// NFS4ERR_NOTSUPP (RFC 8881 §18).
+var v40only = map[nfs4.NfsOpnum4]bool{
+	nfs4.OP_OPEN_CONFIRM:        true,
+	nfs4.OP_RENEW:               true,
+	nfs4.OP_SETCLIENTID:         true,
+	nfs4.OP_SETCLIENTID_CONFIRM: true,
+	nfs4.OP_RELEASE_LOCKOWNER:   true,
+}
+
+func register(op nfs4.NfsOpnum4, h opHandler) { opTable[op] = h }
+
+// maxOpnum returns the highest operation number defined in a minor version.
+func maxOpnum(minor uint32) nfs4.NfsOpnum4 {
+	if minor >= 2 {
+		return nfs4.OP_REMOVEXATTR
+	}
+	return nfs4.OP_RECLAIM_COMPLETE
+}
+
+// compound is the per-request evaluation context of one COMPOUND.
+type compound struct {
+	s     *Server
+	ctx   context.Context
+	call  *rpc.Call
+	minor uint32
+	addr  netip.Addr
+	log   *slog.Logger
+
+	// Current and saved filehandles (RFC 8881 §16.2.3.1.1).
+	cfh, sfh       fhandle
+	hasCFH, hasSFH bool
+	// Current and saved stateids (RFC 8881 §16.2.3.1.2).
+	csid, ssid       nfs4.Stateid4
+	hasCSID, hasSSID bool
+
+	seq  *seqContext // set when the COMPOUND began with SEQUENCE
+	nops int         // number of operations in the request
+	idx  int         // index of the operation being evaluated
+}
+
+// compoundRequest evaluates a COMPOUND procedure.
+func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Encoder) rpc.AcceptStat {
+	d := xdr.NewDecoder(call.Args)
+	tag := d.Opaque(0)
+	minor := d.Uint32()
+	n := d.ArrayLen(0, 4)
+	if d.Err() != nil {
+		return rpc.GarbageArgs
+	}
+	c := &compound{s: s, ctx: ctx, call: call, minor: minor, nops: n, log: s.log}
+	if ap, err := netip.ParseAddrPort(call.Conn.RemoteAddr().String()); err == nil {
+		c.addr = ap.Addr()
+	}
+
+	start := e.Mark()
+	statusPos := e.Reserve()
+	e.Opaque(tag)
+	countPos := e.Reserve()
+	if minor != 1 && minor != 2 {
+		e.PutUint32At(statusPos, uint32(nfs4.NFS4ERR_MINOR_VERS_MISMATCH))
+		return rpc.Success
+	}
+
+	st := nfs4.NFS4_OK
+	done := 0
+	for c.idx = 0; c.idx < n; c.idx++ {
+		peek := xdr.NewDecoder(d.Rest())
+		op := nfs4.NfsOpnum4(peek.Uint32())
+		if peek.Err() != nil {
+			st = nfs4.NFS4ERR_BADXDR
+			e.Uint32(uint32(nfs4.OP_ILLEGAL))
+			e.Uint32(uint32(st))
+			done++
+			break
+		}
+		if op < nfs4.OP_ACCESS || op > maxOpnum(minor) {
+			st = nfs4.NFS4ERR_OP_ILLEGAL
+			e.Uint32(uint32(nfs4.OP_ILLEGAL))
+			e.Uint32(uint32(st))
+			done++
+			break
+		}
+		var r opReply
+		var args nfs4.NfsArgop4
+		args.DecodeXDR(d)
+		switch {
+		case d.Err() != nil:
+			r = fail(nfs4.NFS4ERR_BADXDR)
+		case v40only[op]:
+			r = fail(nfs4.NFS4ERR_NOTSUPP)
+		case c.idx == 0 && op == nfs4.OP_SEQUENCE:
+			var cached []byte
+			r, cached = c.sequence(args.Opsequence)
+			if cached != nil {
+				// A retransmission: answer with the reply cached in the slot.
+				e.Truncate(start)
+				e.Append(cached)
+				return rpc.Success
+			}
+		case c.idx > 0 && op == nfs4.OP_SEQUENCE:
+			r = fail(nfs4.NFS4ERR_SEQUENCE_POS)
+		case c.idx == 0 && !sessionless[op]:
+			r = fail(nfs4.NFS4ERR_OP_NOT_IN_SESSION)
+		case c.seq == nil && n > 1 && sessionless[op]:
+			r = fail(nfs4.NFS4ERR_NOT_ONLY_OP)
+		default:
+			h := opTable[op]
+			if h == nil {
+				r = fail(nfs4.NFS4ERR_NOTSUPP)
+			} else {
+				r = h(c, &args)
+			}
+		}
+		e.Uint32(uint32(op))
+		e.Uint32(uint32(r.status))
+		if r.body != nil {
+			r.body.EncodeXDR(e)
+		}
+		done++
+		if r.status != nfs4.NFS4_OK {
+			st = r.status
+			if c.log.Enabled(ctx, slog.LevelDebug) {
+				c.log.Debug("op failed", "op", op, "status", r.status, "index", c.idx)
+			}
+			break
+		}
+	}
+	e.PutUint32At(statusPos, uint32(st))
+	e.PutUint32At(countPos, uint32(done))
+	if c.seq != nil {
+		c.seq.complete(func() []byte { return e.BytesSince(start) })
+	}
+	return rpc.Success
+}
+
+// clearFH resets the current filehandle (after operations that consume it).
+func (c *compound) setFH(h fhandle) {
+	c.cfh, c.hasCFH = h, true
+}

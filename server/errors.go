@@ -1,0 +1,56 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/meta"
+)
+
+// errTable maps internal sentinel errors to NFSv4 status codes. It is the one
+// place where such errors become wire values.
+var errTable = []struct {
+	err error
+	st  nfs4.Nfsstat4
+}{
+	{meta.ErrNotFound, nfs4.NFS4ERR_NOENT},
+	{meta.ErrStale, nfs4.NFS4ERR_STALE},
+	{meta.ErrNotSymlink, nfs4.NFS4ERR_INVAL},
+	{meta.ErrTooManyLinks, nfs4.NFS4ERR_MLINK},
+	{meta.ErrClosed, nfs4.NFS4ERR_DELAY},
+	{meta.ErrExist, nfs4.NFS4ERR_EXIST},
+	{meta.ErrNotDir, nfs4.NFS4ERR_NOTDIR},
+	{meta.ErrIsDir, nfs4.NFS4ERR_ISDIR},
+	{meta.ErrNotEmpty, nfs4.NFS4ERR_NOTEMPTY},
+	{meta.ErrInval, nfs4.NFS4ERR_INVAL},
+	{meta.ErrNameTooLong, nfs4.NFS4ERR_NAMETOOLONG},
+	{errBadHandle, nfs4.NFS4ERR_BADHANDLE},
+	{context.Canceled, nfs4.NFS4ERR_DELAY},
+	{context.DeadlineExceeded, nfs4.NFS4ERR_DELAY},
+}
+
+// statusOf maps an error to an NFSv4 status. Unknown errors are server faults.
+func statusOf(err error) nfs4.Nfsstat4 {
+	if err == nil {
+		return nfs4.NFS4_OK
+	}
+	var se statusError
+	if errors.As(err, &se) {
+		return se.st
+	}
+	for _, m := range errTable {
+		if errors.Is(err, m.err) {
+			return m.st
+		}
+	}
+	if st, ok := stateStatus(err); ok {
+		return st
+	}
+	return nfs4.NFS4ERR_SERVERFAULT
+}
+
+// statusError carries an explicit status through error-returning code.
+type statusError struct{ st nfs4.Nfsstat4 }
+
+func (e statusError) Error() string { return e.st.String() }

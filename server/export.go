@@ -1,0 +1,195 @@
+package server
+
+import (
+	"fmt"
+	"net/netip"
+	"path"
+	"sort"
+	"strings"
+
+	"github.com/shoalfs/shoal/meta"
+)
+
+// Export is one exported subtree of Shoal's namespace.
+type Export struct {
+	// ID identifies the export inside filehandles. It must stay the same
+	// across restarts for handles to stay valid; by default it is the
+	// export's position in the configuration, starting at 1.
+	ID uint16 `yaml:"id"`
+	// Path is the exported directory within Shoal's namespace, and also where
+	// it appears in the NFSv4 pseudo-root.
+	Path     string `yaml:"path"`
+	ReadOnly bool   `yaml:"ro"`
+	// Clients lists the networks allowed to use the export; empty allows all.
+	Clients    []string `yaml:"clients"`
+	RootSquash *bool    `yaml:"root_squash"` // nil means true
+	AllSquash  bool     `yaml:"all_squash"`
+	AnonUID    *uint32  `yaml:"anonuid"` // nil means 65534
+	AnonGID    *uint32  `yaml:"anongid"` // nil means 65534
+
+	nets []netip.Prefix
+	root meta.Ino
+}
+
+func (e *Export) rootSquash() bool { return e.RootSquash == nil || *e.RootSquash }
+
+func (e *Export) anon() (uint32, uint32) {
+	uid, gid := uint32(65534), uint32(65534)
+	if e.AnonUID != nil {
+		uid = *e.AnonUID
+	}
+	if e.AnonGID != nil {
+		gid = *e.AnonGID
+	}
+	return uid, gid
+}
+
+// allows reports whether a client at addr may use the export.
+func (e *Export) allows(addr netip.Addr) bool {
+	if len(e.nets) == 0 {
+		return true
+	}
+	addr = addr.Unmap()
+	for _, n := range e.nets {
+		if n.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// squash applies root and all squashing to an AUTH_SYS identity.
+func (e *Export) squash(c cred) cred {
+	auid, agid := e.anon()
+	if e.AllSquash || (e.rootSquash() && c.uid == 0) {
+		c.uid, c.gid, c.gids = auid, agid, nil
+	} else if e.rootSquash() && c.gid == 0 {
+		c.gid = agid
+	}
+	return c
+}
+
+// cred is the caller's identity after squashing.
+type cred struct {
+	uid, gid uint32
+	gids     []uint32
+}
+
+func (c cred) inGroup(g uint32) bool {
+	if c.gid == g {
+		return true
+	}
+	for _, x := range c.gids {
+		if x == g {
+			return true
+		}
+	}
+	return false
+}
+
+// pseudoNode is a directory of the NFSv4 pseudo-root: a path prefix of one
+// or more exports that is not itself exported.
+type pseudoNode struct {
+	index    uint16
+	path     string
+	parent   uint16
+	children map[string]child
+}
+
+type child struct {
+	pseudo uint16  // index of a pseudo node, when export is nil
+	export *Export // the export rooted here
+}
+
+// namespace is the pseudo-root over the exports.
+type namespace struct {
+	exports []*Export
+	byID    map[uint16]*Export
+	nodes   []*pseudoNode // index 0 is the pseudo-root, unless rootExport is set
+	// rootExport is the export of "/", which then is the pseudo-root itself.
+	rootExport *Export
+}
+
+func cleanExportPath(p string) (string, error) {
+	if !strings.HasPrefix(p, "/") {
+		return "", fmt.Errorf("export path %q must be absolute", p)
+	}
+	return path.Clean(p), nil
+}
+
+// newNamespace validates exports and builds the pseudo-root over them.
+func newNamespace(exports []*Export) (*namespace, error) {
+	if len(exports) == 0 {
+		return nil, fmt.Errorf("no exports configured")
+	}
+	ns := &namespace{byID: map[uint16]*Export{}}
+	seen := map[string]bool{}
+	for i, e := range exports {
+		p, err := cleanExportPath(e.Path)
+		if err != nil {
+			return nil, err
+		}
+		e.Path = p
+		if seen[p] {
+			return nil, fmt.Errorf("export %q listed twice", p)
+		}
+		seen[p] = true
+		if e.ID == 0 {
+			e.ID = uint16(i + 1)
+		}
+		if _, dup := ns.byID[e.ID]; dup {
+			return nil, fmt.Errorf("export id %d used twice", e.ID)
+		}
+		ns.byID[e.ID] = e
+		e.nets = e.nets[:0]
+		for _, c := range e.Clients {
+			pfx, err := netip.ParsePrefix(c)
+			if err != nil {
+				a, aerr := netip.ParseAddr(c)
+				if aerr != nil {
+					return nil, fmt.Errorf("export %q: bad client network %q: %w", p, c, err)
+				}
+				pfx = netip.PrefixFrom(a, a.BitLen())
+			}
+			e.nets = append(e.nets, pfx.Masked())
+		}
+		ns.exports = append(ns.exports, e)
+	}
+	sort.Slice(ns.exports, func(i, j int) bool { return ns.exports[i].Path < ns.exports[j].Path })
+	for _, e := range ns.exports {
+		if e.Path == "/" {
+			if len(ns.exports) > 1 {
+				return nil, fmt.Errorf("exporting / together with other exports would nest them; export only / or only subtrees")
+			}
+			ns.rootExport = e
+			return ns, nil
+		}
+	}
+	ns.nodes = []*pseudoNode{{index: 0, path: "/", children: map[string]child{}}}
+	for _, e := range ns.exports {
+		parts := strings.Split(strings.TrimPrefix(e.Path, "/"), "/")
+		cur := ns.nodes[0]
+		for i, name := range parts {
+			last := i == len(parts)-1
+			ch, ok := cur.children[name]
+			if ok && ch.export != nil {
+				return nil, fmt.Errorf("export %q is nested inside export %q", e.Path, ch.export.Path)
+			}
+			if last {
+				if ok {
+					return nil, fmt.Errorf("export %q contains other exports", e.Path)
+				}
+				cur.children[name] = child{export: e}
+				break
+			}
+			if !ok {
+				n := &pseudoNode{index: uint16(len(ns.nodes)), path: path.Join(cur.path, name), parent: cur.index, children: map[string]child{}}
+				ns.nodes = append(ns.nodes, n)
+				cur.children[name] = child{pseudo: n.index}
+				ch = cur.children[name]
+			}
+			cur = ns.nodes[ch.pseudo]
+		}
+	}
+	return ns, nil
+}

@@ -1,0 +1,171 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"time"
+
+	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/meta"
+)
+
+func init() {
+	register(nfs4.OP_GETATTR, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.getattr(a.Opgetattr) })
+	register(nfs4.OP_SETATTR, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.setattr(a.Opsetattr) })
+	register(nfs4.OP_VERIFY, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.verify(&a.Opverify.ObjAttributes, false) })
+	register(nfs4.OP_NVERIFY, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.verify(&a.Opnverify.ObjAttributes, true) })
+	register(nfs4.OP_ACCESS, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.access(a.Opaccess) })
+}
+
+func (c *compound) getattr(a *nfs4.GETATTR4args) opReply {
+	o, st := c.current()
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	return ok(marshalFunc(func(e *xdr.Encoder) { c.encodeAttrs(e, o, a.AttrRequest, nfs4.NFS4_OK) }))
+}
+
+// verify implements VERIFY (negate false) and NVERIFY (negate true): the
+// client's attribute values are compared byte for byte with Shoal's own
+// encoding of the same attributes (RFC 8881 §18.31).
+func (c *compound) verify(f *nfs4.Fattr4, negate bool) opReply {
+	o, st := c.current()
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	if bitmapHas(f.Attrmask, nfs4.FATTR4_RDATTR_ERROR) {
+		return fail(nfs4.NFS4ERR_INVAL)
+	}
+	unsupported := false
+	bitmapEach(f.Attrmask, func(n uint32) bool {
+		unsupported = !bitmapHas(supportedMask, n)
+		return !unsupported
+	})
+	if unsupported {
+		return fail(nfs4.NFS4ERR_ATTRNOTSUPP)
+	}
+	e := xdr.NewEncoder(256)
+	c.attrValues(e, o, f.Attrmask, nfs4.NFS4_OK)
+	same := bytes.Equal(e.Bytes(), f.AttrVals)
+	switch {
+	case same && negate:
+		return fail(nfs4.NFS4ERR_SAME)
+	case !same && !negate:
+		return fail(nfs4.NFS4ERR_NOT_SAME)
+	}
+	return ok(nil)
+}
+
+func (c *compound) access(a *nfs4.ACCESS4args) opReply {
+	o, st := c.current()
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	const all = nfs4.ACCESS4_READ | nfs4.ACCESS4_LOOKUP | nfs4.ACCESS4_MODIFY |
+		nfs4.ACCESS4_EXTEND | nfs4.ACCESS4_DELETE | nfs4.ACCESS4_EXECUTE
+	supported := a.Access & all
+	cr := c.cred(o.export)
+	ro := o.export == nil || o.export.ReadOnly
+	var granted uint32
+	can := func(bits uint32) bool { return allowed(&o.attr, cr, bits) }
+	if supported&nfs4.ACCESS4_READ != 0 && can(permRead) {
+		granted |= nfs4.ACCESS4_READ
+	}
+	if o.isDir() {
+		if supported&nfs4.ACCESS4_LOOKUP != 0 && can(permExec) {
+			granted |= nfs4.ACCESS4_LOOKUP
+		}
+		if !ro && can(permWrite|permExec) {
+			granted |= supported & (nfs4.ACCESS4_MODIFY | nfs4.ACCESS4_EXTEND | nfs4.ACCESS4_DELETE)
+		}
+	} else {
+		if !ro && can(permWrite) {
+			granted |= supported & (nfs4.ACCESS4_MODIFY | nfs4.ACCESS4_EXTEND)
+		}
+		if supported&nfs4.ACCESS4_EXECUTE != 0 && can(permExec) {
+			granted |= nfs4.ACCESS4_EXECUTE
+		}
+	}
+	return ok(&nfs4.ACCESS4resok{Supported: supported, Access: granted})
+}
+
+func (c *compound) setattr(a *nfs4.SETATTR4args) opReply {
+	empty := bitmapVal(nil)
+	o, st := c.current()
+	if st != nfs4.NFS4_OK {
+		return fail(st).withBody(empty)
+	}
+	if st := c.writable(o); st != nfs4.NFS4_OK {
+		return fail(st).withBody(empty)
+	}
+	sa, st := decodeSetAttrs(&a.ObjAttributes)
+	if st != nfs4.NFS4_OK {
+		return fail(st).withBody(empty)
+	}
+	if sa.sa.Mask&meta.SetSize != 0 {
+		switch o.attr.Type {
+		case meta.TypeRegular:
+		case meta.TypeDirectory:
+			return fail(nfs4.NFS4ERR_ISDIR).withBody(empty)
+		default:
+			return fail(nfs4.NFS4ERR_INVAL).withBody(empty)
+		}
+		if st := c.checkIO(&a.Stateid, o, true); st != nfs4.NFS4_OK {
+			return fail(st).withBody(empty)
+		}
+	}
+	if st := c.setattrAllowed(o, &sa.sa); st != nfs4.NFS4_OK {
+		return fail(st).withBody(empty)
+	}
+	if _, err := c.s.applySetAttr(c.ctx, o, sa.sa); err != nil {
+		return failErr(err).withBody(empty)
+	}
+	return ok(bitmapVal(sa.set))
+}
+
+// setattrAllowed applies POSIX rules for who may change what.
+func (c *compound) setattrAllowed(o *object, sa *meta.SetAttr) nfs4.Nfsstat4 {
+	cr := c.cred(o.export)
+	if cr.uid == 0 {
+		return nfs4.NFS4_OK
+	}
+	owner := cr.uid == o.attr.UID
+	if sa.Mask&meta.SetSize != 0 && !allowed(&o.attr, cr, permWrite) {
+		return nfs4.NFS4ERR_ACCESS
+	}
+	if sa.Mask&meta.SetMode != 0 && !owner {
+		return nfs4.NFS4ERR_PERM
+	}
+	if sa.Mask&meta.SetUID != 0 && sa.UID != o.attr.UID {
+		return nfs4.NFS4ERR_PERM
+	}
+	if sa.Mask&meta.SetGID != 0 && sa.GID != o.attr.GID && (!owner || !cr.inGroup(sa.GID)) {
+		return nfs4.NFS4ERR_PERM
+	}
+	if sa.Mask&(meta.SetAtime|meta.SetMtime) != 0 && !owner {
+		return nfs4.NFS4ERR_PERM
+	}
+	if sa.Mask&(meta.SetAtimeNow|meta.SetMtimeNow) != 0 && !owner && !allowed(&o.attr, cr, permWrite) {
+		return nfs4.NFS4ERR_ACCESS
+	}
+	return nfs4.NFS4_OK
+}
+
+// applySetAttr changes attributes, truncating file data when the size
+// changes. Pending write attributes are persisted first, so the result never
+// goes back in time.
+func (s *Server) applySetAttr(ctx context.Context, o *object, sa meta.SetAttr) (meta.Attr, error) {
+	if err := s.cache.flush(ctx, o.fh.ino); err != nil {
+		return meta.Attr{}, err
+	}
+	if sa.Mask&meta.SetSize != 0 {
+		if err := s.data.Truncate(uint64(o.fh.ino), sa.Size); err != nil {
+			return meta.Attr{}, err
+		}
+		if sa.Mask&(meta.SetMtime|meta.SetMtimeNow) == 0 && sa.Size != o.attr.Size {
+			sa.Mask |= meta.SetMtimeNow
+		}
+	}
+	return s.meta.SetAttr(ctx, o.fh.ino, sa, time.Now())
+}

@@ -1,0 +1,360 @@
+package server
+
+import (
+	"errors"
+	"sort"
+	"time"
+
+	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/meta"
+)
+
+func init() {
+	register(nfs4.OP_CREATE, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.create(a.Opcreate) })
+	register(nfs4.OP_REMOVE, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.remove(a.Opremove) })
+	register(nfs4.OP_RENAME, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.rename(a.Oprename) })
+	register(nfs4.OP_LINK, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.link(a.Oplink) })
+	register(nfs4.OP_READLINK, func(c *compound, _ *nfs4.NfsArgop4) opReply { return c.readlink() })
+	register(nfs4.OP_READDIR, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.readdir(a.Opreaddir) })
+}
+
+// dirForUpdate returns the current directory if the caller may add or
+// remove entries in it.
+func (c *compound) dirForUpdate() (*object, nfs4.Nfsstat4) {
+	dir, st := c.currentDir()
+	if st != nfs4.NFS4_OK {
+		return nil, st
+	}
+	if st := c.writable(dir); st != nfs4.NFS4_OK {
+		return nil, st
+	}
+	if st := c.check(dir, permWrite|permExec); st != nfs4.NFS4_OK {
+		return nil, st
+	}
+	return dir, nfs4.NFS4_OK
+}
+
+// cinfo converts the engine's change info, taken inside the operation's
+// transaction, into an atomic change_info4.
+func cinfo(ci meta.ChangeInfo) nfs4.ChangeInfo4 {
+	return nfs4.ChangeInfo4{Atomic: true, Before: ci.Before, After: ci.After}
+}
+
+// newOwner returns the owner of a new object: the caller, with the group of
+// a set-gid parent directory.
+func (c *compound) newOwner(dir *object) (uint32, uint32) {
+	cr := c.cred(dir.export)
+	gid := cr.gid
+	if dir.attr.Mode&0o2000 != 0 {
+		gid = dir.attr.GID
+	}
+	return cr.uid, gid
+}
+
+func (c *compound) create(a *nfs4.CREATE4args) opReply {
+	dir, st := c.dirForUpdate()
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	if st := checkName(a.Objname); st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	sa, st := decodeSetAttrs(&a.Createattrs)
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	uid, gid := c.newOwner(dir)
+	args := meta.CreateArgs{UID: uid, GID: gid, Mode: 0o755}
+	switch a.Objtype.Type {
+	case nfs4.NF4DIR:
+		args.Type = meta.TypeDirectory
+	case nfs4.NF4LNK:
+		args.Type = meta.TypeSymlink
+		args.Mode = 0o777
+		if a.Objtype.Linkdata == nil || len(*a.Objtype.Linkdata) == 0 {
+			return fail(nfs4.NFS4ERR_INVAL)
+		}
+		args.Target = string(*a.Objtype.Linkdata)
+	case nfs4.NF4BLK, nfs4.NF4CHR:
+		args.Type = meta.TypeBlock
+		if a.Objtype.Type == nfs4.NF4CHR {
+			args.Type = meta.TypeChar
+		}
+		if d := a.Objtype.Devdata; d != nil {
+			args.RdevMajor, args.RdevMinor = d.Specdata1, d.Specdata2
+		}
+		args.Mode = 0o644
+	case nfs4.NF4SOCK:
+		args.Type, args.Mode = meta.TypeSocket, 0o644
+	case nfs4.NF4FIFO:
+		args.Type, args.Mode = meta.TypeFIFO, 0o644
+	case nfs4.NF4REG:
+		return fail(nfs4.NFS4ERR_BADTYPE)
+	default:
+		return fail(nfs4.NFS4ERR_BADTYPE)
+	}
+	if sa.sa.Mask&meta.SetMode != 0 {
+		args.Mode = sa.sa.Mode
+	}
+	if sa.sa.Mask&meta.SetSize != 0 {
+		return fail(nfs4.NFS4ERR_INVAL)
+	}
+	nd, ci, err := c.s.meta.Create(c.ctx, dir.fh.ino, string(a.Objname), args, time.Time{})
+	if err != nil {
+		return failErr(err)
+	}
+	ino, attr := nd.Ino, nd.Attr
+	rest := sa.sa
+	rest.Mask &^= meta.SetMode
+	if rest.Mask != 0 {
+		obj := &object{fh: fhandle{kind: fhObject, export: dir.fh.export, ino: ino}, export: dir.export, attr: attr}
+		if st := c.setattrAllowed(obj, &rest); st == nfs4.NFS4_OK {
+			c.s.meta.SetAttr(c.ctx, ino, rest, time.Now())
+		}
+	}
+	c.setFH(fhandle{kind: fhObject, export: dir.fh.export, ino: ino})
+	return ok(&nfs4.CREATE4resok{Cinfo: cinfo(ci), Attrset: sa.set})
+}
+
+// stickyDenied implements the sticky-directory rule: only the owner of the
+// entry or of the directory (or root) may remove or rename it.
+func (c *compound) stickyDenied(dir *object, name string) bool {
+	if dir.attr.Mode&0o1000 == 0 {
+		return false
+	}
+	cr := c.cred(dir.export)
+	if cr.uid == 0 || cr.uid == dir.attr.UID {
+		return false
+	}
+	nd, err := c.s.meta.Lookup(c.ctx, dir.fh.ino, name)
+	return err == nil && nd.Attr.UID != cr.uid
+}
+
+// released drops the data of an inode whose last link went away.
+func (c *compound) released(ino meta.Ino, a meta.Attr) {
+	if a.Nlink == 0 && a.Type == meta.TypeRegular {
+		c.s.cache.forget(ino)
+		if err := c.s.data.Remove(uint64(ino)); err != nil {
+			c.log.Warn("remove data", "ino", ino, "err", err)
+		}
+	}
+}
+
+func (c *compound) remove(a *nfs4.REMOVE4args) opReply {
+	dir, st := c.dirForUpdate()
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	if st := checkName(a.Target); st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	if c.stickyDenied(dir, string(a.Target)) {
+		return fail(nfs4.NFS4ERR_ACCESS)
+	}
+	nd, ci, err := c.s.meta.Remove(c.ctx, dir.fh.ino, string(a.Target), time.Time{})
+	if err != nil {
+		return failErr(err)
+	}
+	c.released(nd.Ino, nd.Attr)
+	return ok(&nfs4.REMOVE4resok{Cinfo: cinfo(ci)})
+}
+
+func (c *compound) rename(a *nfs4.RENAME4args) opReply {
+	if !c.hasSFH {
+		return fail(nfs4.NFS4ERR_NOFILEHANDLE)
+	}
+	dst, st := c.dirForUpdate()
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	src, st := c.load(c.sfh)
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	if !src.isDir() {
+		return fail(nfs4.NFS4ERR_NOTDIR)
+	}
+	if src.export != dst.export || src.export == nil {
+		return fail(nfs4.NFS4ERR_XDEV)
+	}
+	if st := c.check(src, permWrite|permExec); st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	for _, n := range [][]byte{a.Oldname, a.Newname} {
+		if st := checkName(n); st != nfs4.NFS4_OK {
+			return fail(st)
+		}
+	}
+	if c.stickyDenied(src, string(a.Oldname)) || c.stickyDenied(dst, string(a.Newname)) {
+		return fail(nfs4.NFS4ERR_ACCESS)
+	}
+	rr, err := c.s.meta.Rename(c.ctx, src.fh.ino, string(a.Oldname), dst.fh.ino, string(a.Newname), time.Time{})
+	if err != nil {
+		return failErr(err)
+	}
+	if rr.Replaced.Ino != 0 {
+		c.released(rr.Replaced.Ino, rr.Replaced.Attr)
+	}
+	return ok(&nfs4.RENAME4resok{SourceCinfo: cinfo(rr.Src), TargetCinfo: cinfo(rr.Dst)})
+}
+
+func (c *compound) link(a *nfs4.LINK4args) opReply {
+	if !c.hasSFH {
+		return fail(nfs4.NFS4ERR_NOFILEHANDLE)
+	}
+	dir, st := c.dirForUpdate()
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	src, st := c.load(c.sfh)
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	if src.isDir() {
+		return fail(nfs4.NFS4ERR_ISDIR)
+	}
+	if src.export != dir.export {
+		return fail(nfs4.NFS4ERR_XDEV)
+	}
+	if st := checkName(a.Newname); st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	_, ci, err := c.s.meta.Link(c.ctx, src.fh.ino, dir.fh.ino, string(a.Newname), time.Time{})
+	if err != nil {
+		return failErr(err)
+	}
+	return ok(&nfs4.LINK4resok{Cinfo: cinfo(ci)})
+}
+
+func (c *compound) readlink() opReply {
+	o, st := c.current()
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	if o.attr.Type != meta.TypeSymlink {
+		return fail(nfs4.NFS4ERR_INVAL)
+	}
+	target, err := c.s.meta.Readlink(c.ctx, o.fh.ino)
+	if err != nil {
+		return failErr(err)
+	}
+	return ok(&nfs4.READLINK4resok{Link: []byte(target)})
+}
+
+// cookieVerf derives a directory's cookie verifier. Cookies are per-entry
+// sequence numbers that never change, so the verifier only has to tell
+// directories apart; it is stable across restarts.
+func cookieVerf(a *meta.Attr) nfs4.Verifier4 { return meta.DirVerifier(*a) }
+
+func (c *compound) readdir(a *nfs4.READDIR4args) opReply {
+	dir, st := c.currentDir()
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	if dir.export != nil {
+		if st := c.check(dir, permRead); st != nfs4.NFS4_OK {
+			return fail(st)
+		}
+	}
+	verf := cookieVerf(&dir.attr)
+	if a.Cookie != 0 && a.Cookieverf != (nfs4.Verifier4{}) && a.Cookieverf != verf {
+		return fail(nfs4.NFS4ERR_NOT_SAME)
+	}
+	if a.Cookie == 1 || a.Cookie == 2 {
+		return fail(nfs4.NFS4ERR_BAD_COOKIE)
+	}
+	entries, eof, st := c.dirEntries(dir, a.Cookie, a.Maxcount)
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	maxcount := int(a.Maxcount)
+	e := xdr.NewEncoder(min(maxcount, 64<<10))
+	e.FixedOpaque(verf[:])
+	n := 0
+	for i := range entries {
+		ent := &entries[i]
+		m := e.Mark()
+		e.Bool(true)
+		e.Uint64(ent.cookie)
+		e.String(ent.name)
+		c.encodeAttrs(e, &ent.obj, a.AttrRequest, nfs4.NFS4_OK)
+		if e.Mark()+8 > maxcount {
+			e.Truncate(m)
+			eof = false
+			break
+		}
+		n++
+	}
+	if n == 0 && len(entries) > 0 {
+		return fail(nfs4.NFS4ERR_TOOSMALL)
+	}
+	e.Bool(false)
+	e.Bool(eof)
+	return ok(rawXDR(e.Bytes()))
+}
+
+// rawXDR is a result body that is already encoded.
+type rawXDR []byte
+
+func (r rawXDR) EncodeXDR(e *xdr.Encoder) { e.Append(r) }
+
+type dirEntry struct {
+	name   string
+	cookie uint64
+	obj    object
+}
+
+// dirEntries returns up to about maxcount bytes' worth of entries after cookie.
+func (c *compound) dirEntries(dir *object, cookie uint64, maxcount uint32) ([]dirEntry, bool, nfs4.Nfsstat4) {
+	if dir.pseudo != nil {
+		var out []dirEntry
+		seq := uint64(2)
+		for _, name := range sortedKeys(dir.pseudo.children) {
+			seq++
+			if seq <= cookie {
+				continue
+			}
+			h, st := c.lookupName(dir, []byte(name))
+			if st != nfs4.NFS4_OK {
+				continue
+			}
+			o, st := c.load(h)
+			if st != nfs4.NFS4_OK {
+				continue
+			}
+			out = append(out, dirEntry{name: name, cookie: seq, obj: *o})
+		}
+		return out, true, nfs4.NFS4_OK
+	}
+	// Each entry takes at least ~32 bytes on the wire; fetch a little more
+	// than can fit so the encoder decides where to stop.
+	max := int(maxcount/32) + 1
+	if max > 1024 {
+		max = 1024
+	}
+	ents, eof, err := c.s.meta.ReadDir(c.ctx, dir.fh.ino, cookie, max)
+	if err != nil {
+		if errors.Is(err, meta.ErrNotFound) {
+			return nil, false, nfs4.NFS4ERR_BAD_COOKIE
+		}
+		return nil, false, statusOf(err)
+	}
+	out := make([]dirEntry, len(ents))
+	for i, ent := range ents {
+		a := ent.Attr
+		c.s.cache.overlay(ent.Ino, &a)
+		out[i] = dirEntry{name: ent.Name, cookie: ent.Cookie,
+			obj: object{fh: fhandle{kind: fhObject, export: dir.fh.export, ino: ent.Ino}, export: dir.export, attr: a}}
+	}
+	return out, eof, nfs4.NFS4_OK
+}
+
+func sortedKeys(m map[string]child) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

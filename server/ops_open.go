@@ -1,0 +1,294 @@
+package server
+
+import (
+	"errors"
+	"time"
+
+	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/server/state"
+)
+
+func init() {
+	register(nfs4.OP_OPEN, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.open(a.Opopen) })
+	register(nfs4.OP_OPEN_DOWNGRADE, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.openDowngrade(a.OpopenDowngrade) })
+	register(nfs4.OP_CLOSE, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.close(a.Opclose) })
+	register(nfs4.OP_DELEGRETURN, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.delegReturn(a.Opdelegreturn) })
+}
+
+// openResult is OPEN4resok with no delegation. It is encoded by hand because
+// the delegation union's "none" arm is void.
+type openResult struct {
+	sid     nfs4.Stateid4
+	cinfo   nfs4.ChangeInfo4
+	attrset nfs4.Bitmap4
+}
+
+func (r *openResult) EncodeXDR(e *xdr.Encoder) {
+	r.sid.EncodeXDR(e)
+	r.cinfo.EncodeXDR(e)
+	e.Uint32(nfs4.OPEN4_RESULT_LOCKTYPE_POSIX)
+	encodeBitmap(e, r.attrset)
+	e.Uint32(uint32(nfs4.OPEN_DELEGATE_NONE))
+}
+
+func (c *compound) open(a *nfs4.OPEN4args) opReply {
+	id, st := c.clientID()
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	access := a.ShareAccess & state.AccessBoth
+	if access == 0 || a.ShareDeny > state.DenyBoth {
+		return fail(nfs4.NFS4ERR_INVAL)
+	}
+	var (
+		file    *object
+		created bool
+		ci      nfs4.ChangeInfo4
+		attrset nfs4.Bitmap4
+		reclaim bool
+	)
+	switch a.Claim.Claim {
+	case nfs4.CLAIM_NULL:
+		if a.Claim.File == nil {
+			return fail(nfs4.NFS4ERR_BADXDR)
+		}
+		dir, st := c.currentDir()
+		if st != nfs4.NFS4_OK {
+			return fail(st)
+		}
+		if dir.pseudo != nil {
+			if a.Openhow.Opentype == nfs4.OPEN4_CREATE {
+				return fail(nfs4.NFS4ERR_ROFS)
+			}
+			return fail(nfs4.NFS4ERR_ISDIR)
+		}
+		if st := checkName(*a.Claim.File); st != nfs4.NFS4_OK {
+			return fail(st)
+		}
+		file, created, ci, attrset, st = c.openName(dir, string(*a.Claim.File), &a.Openhow)
+		if st != nfs4.NFS4_OK {
+			return fail(st)
+		}
+	case nfs4.CLAIM_FH, nfs4.CLAIM_PREVIOUS:
+		reclaim = a.Claim.Claim == nfs4.CLAIM_PREVIOUS
+		o, st := c.current()
+		if st != nfs4.NFS4_OK {
+			return fail(st)
+		}
+		file = o
+	case nfs4.CLAIM_DELEGATE_CUR, nfs4.CLAIM_DELEG_CUR_FH, nfs4.CLAIM_DELEGATE_PREV, nfs4.CLAIM_DELEG_PREV_FH:
+		// Shoal never grants delegations, so there is none to claim.
+		return fail(nfs4.NFS4ERR_RECLAIM_BAD)
+	default:
+		return fail(nfs4.NFS4ERR_INVAL)
+	}
+	switch file.attr.Type {
+	case meta.TypeRegular:
+	case meta.TypeDirectory:
+		return fail(nfs4.NFS4ERR_ISDIR)
+	case meta.TypeSymlink:
+		return fail(nfs4.NFS4ERR_SYMLINK)
+	default:
+		return fail(nfs4.NFS4ERR_WRONG_TYPE)
+	}
+	if !created {
+		if access&state.AccessWrite != 0 {
+			if st := c.writable(file); st != nfs4.NFS4_OK {
+				return fail(st)
+			}
+		}
+		var want uint32
+		if access&state.AccessRead != 0 {
+			want |= permRead
+		}
+		if access&state.AccessWrite != 0 {
+			want |= permWrite
+		}
+		if st := c.check(file, want); st != nfs4.NFS4_OK {
+			return fail(st)
+		}
+	}
+	res, err := c.s.st.m.Open(state.OpenArgs{
+		ClientID: id,
+		Owner:    a.Owner.Owner,
+		File:     state.FileID(file.fh.ino),
+		Access:   access,
+		Deny:     a.ShareDeny,
+		Reclaim:  reclaim,
+	})
+	if err != nil {
+		return failErr(err)
+	}
+	c.setFH(file.fh)
+	c.setStateid(res.Stateid)
+	return ok(&openResult{sid: fromState(res.Stateid), cinfo: ci, attrset: attrset})
+}
+
+// openName resolves (and with OPEN4_CREATE creates) name in dir.
+func (c *compound) openName(dir *object, name string, how *nfs4.Openflag4) (*object, bool, nfs4.ChangeInfo4, nfs4.Bitmap4, nfs4.Nfsstat4) {
+	var ci nfs4.ChangeInfo4
+	mkobj := func(nd meta.Node) *object {
+		return &object{fh: fhandle{kind: fhObject, export: dir.fh.export, ino: nd.Ino}, export: dir.export, attr: nd.Attr}
+	}
+	if how.Opentype != nfs4.OPEN4_CREATE {
+		if st := c.check(dir, permExec); st != nfs4.NFS4_OK {
+			return nil, false, ci, nil, st
+		}
+		nd, err := c.s.meta.Lookup(c.ctx, dir.fh.ino, name)
+		if err != nil {
+			return nil, false, ci, nil, statusOf(err)
+		}
+		o := mkobj(nd)
+		c.s.cache.overlay(nd.Ino, &o.attr)
+		ci = nfs4.ChangeInfo4{Atomic: true, Before: dir.attr.Change, After: dir.attr.Change}
+		return o, false, ci, nil, nfs4.NFS4_OK
+	}
+	if how.How == nil {
+		return nil, false, ci, nil, nfs4.NFS4ERR_BADXDR
+	}
+	if st := c.writable(dir); st != nfs4.NFS4_OK {
+		return nil, false, ci, nil, st
+	}
+	if st := c.check(dir, permWrite|permExec); st != nfs4.NFS4_OK {
+		return nil, false, ci, nil, st
+	}
+	var (
+		attrs     *nfs4.Fattr4
+		verf      [8]byte
+		exclusive bool
+	)
+	h := how.How
+	switch h.Mode {
+	case nfs4.UNCHECKED4, nfs4.GUARDED4:
+		attrs = h.Createattrs
+	case nfs4.EXCLUSIVE4:
+		exclusive = true
+		if h.Createverf != nil {
+			verf = *h.Createverf
+		}
+	case nfs4.EXCLUSIVE4_1:
+		exclusive = true
+		if h.ChCreateboth != nil {
+			verf = h.ChCreateboth.CvaVerf
+			attrs = &h.ChCreateboth.CvaAttrs
+		}
+	default:
+		return nil, false, ci, nil, nfs4.NFS4ERR_INVAL
+	}
+	var sa setAttrs
+	if attrs != nil {
+		var st nfs4.Nfsstat4
+		if sa, st = decodeSetAttrs(attrs); st != nfs4.NFS4_OK {
+			return nil, false, ci, nil, st
+		}
+	}
+	uid, gid := c.newOwner(dir)
+	args := meta.CreateArgs{Type: meta.TypeRegular, Mode: 0o644, UID: uid, GID: gid, Exclusive: exclusive, Verifier: verf}
+	if sa.sa.Mask&meta.SetMode != 0 {
+		args.Mode = sa.sa.Mode
+	}
+	nd, mci, err := c.s.meta.Create(c.ctx, dir.fh.ino, name, args, time.Time{})
+	switch {
+	case err == nil:
+		o := mkobj(nd)
+		rest := sa.sa
+		rest.Mask &^= meta.SetMode
+		if rest.Mask&meta.SetSize != 0 && rest.Size == 0 {
+			rest.Mask &^= meta.SetSize // a new file is empty already
+		}
+		if rest.Mask != 0 {
+			if st := c.setattrAllowed(o, &rest); st == nfs4.NFS4_OK {
+				if a, err := c.s.applySetAttr(c.ctx, o, rest); err == nil {
+					o.attr = a
+				}
+			}
+		}
+		return o, true, cinfo(mci), sa.set, nfs4.NFS4_OK
+	case errors.Is(err, meta.ErrExist):
+		o := mkobj(nd)
+		c.s.cache.overlay(nd.Ino, &o.attr)
+		ci = nfs4.ChangeInfo4{Atomic: true, Before: dir.attr.Change, After: dir.attr.Change}
+		switch h.Mode {
+		case nfs4.GUARDED4:
+			return nil, false, ci, nil, nfs4.NFS4ERR_EXIST
+		case nfs4.EXCLUSIVE4, nfs4.EXCLUSIVE4_1:
+			// A retransmission of our own exclusive create succeeds.
+			if nd.Attr.Verifier != verf || o.attr.Type != meta.TypeRegular {
+				return nil, false, ci, nil, nfs4.NFS4ERR_EXIST
+			}
+			return o, true, ci, sa.set, nfs4.NFS4_OK
+		}
+		// UNCHECKED4: open the existing file; a size in the attributes
+		// truncates it (O_TRUNC).
+		if sa.sa.Mask&meta.SetSize != 0 && o.attr.Type == meta.TypeRegular {
+			if st := c.check(o, permWrite); st != nfs4.NFS4_OK {
+				return nil, false, ci, nil, st
+			}
+			trunc := meta.SetAttr{Mask: meta.SetSize, Size: sa.sa.Size}
+			a, err := c.s.applySetAttr(c.ctx, o, trunc)
+			if err != nil {
+				return nil, false, ci, nil, statusOf(err)
+			}
+			o.attr = a
+			return o, false, ci, bitmapSet(nil, nfs4.FATTR4_SIZE), nfs4.NFS4_OK
+		}
+		return o, false, ci, nil, nfs4.NFS4_OK
+	default:
+		return nil, false, ci, nil, statusOf(err)
+	}
+}
+
+func (c *compound) openDowngrade(a *nfs4.OPENDOWNGRADE4args) opReply {
+	id, st := c.clientID()
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	if _, st := c.current(); st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	sid, st := c.stateid(a.OpenStateid)
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	ns, err := c.s.st.m.OpenDowngrade(id, sid, a.ShareAccess&state.AccessBoth, a.ShareDeny)
+	if err != nil {
+		return failErr(err)
+	}
+	c.setStateid(ns)
+	return ok(&nfs4.OPENDOWNGRADE4resok{OpenStateid: fromState(ns)})
+}
+
+func (c *compound) close(a *nfs4.CLOSE4args) opReply {
+	id, st := c.clientID()
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	if !c.hasCFH {
+		return fail(nfs4.NFS4ERR_NOFILEHANDLE)
+	}
+	sid, st := c.stateid(a.OpenStateid)
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	ns, err := c.s.st.m.Close(id, sid)
+	if err != nil {
+		return failErr(err)
+	}
+	// The closed stateid is invalid; RFC 8881 §18.2.4 suggests returning a
+	// special value so clients do not use it again.
+	ns = state.InvalidStateid
+	c.setStateid(ns)
+	return ok(ptr(fromState(ns)))
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func (c *compound) delegReturn(a *nfs4.DELEGRETURN4args) opReply {
+	if _, st := c.current(); st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	// No delegations are ever granted, so any delegation stateid is bad.
+	return fail(nfs4.NFS4ERR_BAD_STATEID)
+}

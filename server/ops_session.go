@@ -1,0 +1,297 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/rpc"
+	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/server/state"
+)
+
+func init() {
+	register(nfs4.OP_EXCHANGE_ID, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.exchangeID(a.OpexchangeId) })
+	register(nfs4.OP_CREATE_SESSION, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.createSession(a.OpcreateSession) })
+	register(nfs4.OP_DESTROY_SESSION, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.destroySession(a.OpdestroySession) })
+	register(nfs4.OP_BIND_CONN_TO_SESSION, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.bindConn(a.OpbindConnToSession) })
+	register(nfs4.OP_RECLAIM_COMPLETE, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.reclaimComplete(a.OpreclaimComplete) })
+	register(nfs4.OP_DESTROY_CLIENTID, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.destroyClientID(a.OpdestroyClientid) })
+	register(nfs4.OP_BACKCHANNEL_CTL, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.backchannelCtl(a.OpbackchannelCtl) })
+}
+
+// seqContext is the session state of a COMPOUND that began with SEQUENCE.
+type seqContext struct {
+	slot      *state.Slot
+	cacheThis bool
+	clientID  state.ClientID
+	session   *state.Session
+}
+
+// alwaysCache is the reply size up to which replies are cached even when
+// the client did not ask (sa_cachethis false): cheap insurance for
+// exactly-once semantics of small non-idempotent requests.
+const alwaysCache = 2048
+
+func (q *seqContext) complete(reply func() []byte) {
+	var b []byte
+	cache := q.cacheThis
+	if cache {
+		b = reply()
+	} else if r := reply; r != nil {
+		if out := r(); len(out) <= alwaysCache {
+			b, cache = out, true
+		}
+	}
+	q.slot.Complete(b, cache)
+}
+
+// principal identifies the RPC credential for client-record comparisons.
+func (c *compound) principal() string {
+	if p := c.call.Sys; p != nil {
+		return fmt.Sprintf("sys:%d", p.UID)
+	}
+	return "none"
+}
+
+// sequence evaluates SEQUENCE. A non-nil []byte is a cached reply to send
+// instead of evaluating the COMPOUND.
+func (c *compound) sequence(a *nfs4.SEQUENCE4args) (opReply, []byte) {
+	res, err := c.s.st.m.Sequence(state.SequenceArgs{
+		SessionID:     state.SessionID(a.SaSessionid),
+		SequenceID:    a.SaSequenceid,
+		SlotID:        a.SaSlotid,
+		HighestSlotID: a.SaHighestSlotid,
+		Conn:          c.call.Conn,
+	})
+	if err != nil {
+		return failErr(err), nil
+	}
+	if res.Replay != nil {
+		return opReply{}, res.Replay
+	}
+	sess, err := c.s.st.m.Session(state.SessionID(a.SaSessionid))
+	if err != nil {
+		res.Slot.Complete(nil, false)
+		return failErr(err), nil
+	}
+	c.seq = &seqContext{slot: res.Slot, cacheThis: a.SaCachethis, clientID: res.ClientID, session: sess}
+	if uint32(c.nops) > sess.ForeAttrs().MaxOperations {
+		return fail(nfs4.NFS4ERR_TOO_MANY_OPS), nil
+	}
+	var flags uint32
+	if res.CBPathDown {
+		flags |= nfs4.SEQ4_STATUS_CB_PATH_DOWN_SESSION
+	}
+	return ok(&nfs4.SEQUENCE4resok{
+		SrSessionid:           a.SaSessionid,
+		SrSequenceid:          a.SaSequenceid,
+		SrSlotid:              a.SaSlotid,
+		SrHighestSlotid:       res.HighestSlotID,
+		SrTargetHighestSlotid: res.TargetHighestSlotID,
+		SrStatusFlags:         flags,
+	}), nil
+}
+
+func (c *compound) exchangeID(a *nfs4.EXCHANGEID4args) opReply {
+	const known = nfs4.EXCHGID4_FLAG_SUPP_MOVED_REFER | nfs4.EXCHGID4_FLAG_SUPP_MOVED_MIGR |
+		nfs4.EXCHGID4_FLAG_BIND_PRINC_STATEID | nfs4.EXCHGID4_FLAG_USE_NON_PNFS |
+		nfs4.EXCHGID4_FLAG_USE_PNFS_MDS | nfs4.EXCHGID4_FLAG_USE_PNFS_DS |
+		nfs4.EXCHGID4_FLAG_UPD_CONFIRMED_REC_A | nfs4.EXCHGID4_FLAG_SUPP_FENCE_OPS
+	if a.EiaFlags&^uint32(known) != 0 {
+		return fail(nfs4.NFS4ERR_INVAL)
+	}
+	res, err := c.s.st.m.ExchangeID(c.ctx, state.ExchangeIDArgs{
+		OwnerID:   a.EiaClientowner.CoOwnerid,
+		Verifier:  a.EiaClientowner.CoVerifier,
+		Principal: c.principal(),
+		Update:    a.EiaFlags&nfs4.EXCHGID4_FLAG_UPD_CONFIRMED_REC_A != 0,
+	})
+	if err != nil {
+		return failErr(err)
+	}
+	flags := uint32(nfs4.EXCHGID4_FLAG_USE_NON_PNFS)
+	if res.Confirmed {
+		flags |= nfs4.EXCHGID4_FLAG_CONFIRMED_R
+	}
+	return ok(&nfs4.EXCHANGEID4resok{
+		EirClientid:     uint64(res.ClientID),
+		EirSequenceid:   res.SequenceID,
+		EirFlags:        flags,
+		EirStateProtect: nfs4.StateProtect4R{SprHow: nfs4.SP4_NONE},
+		EirServerOwner:  nfs4.ServerOwner4{SoMajorId: c.s.owner},
+		EirServerScope:  c.s.scope,
+		EirServerImplId: []nfs4.NfsImplId4{{
+			NiiDomain: []byte("shoal.dev"),
+			NiiName:   []byte("shoal"),
+		}},
+	})
+}
+
+func channelFrom(a *nfs4.ChannelAttrs4) state.ChannelAttrs {
+	return state.ChannelAttrs{
+		HeaderPadSize:         a.CaHeaderpadsize,
+		MaxRequestSize:        a.CaMaxrequestsize,
+		MaxResponseSize:       a.CaMaxresponsesize,
+		MaxResponseSizeCached: a.CaMaxresponsesizeCached,
+		MaxOperations:         a.CaMaxoperations,
+		MaxRequests:           a.CaMaxrequests,
+	}
+}
+
+func channelTo(a state.ChannelAttrs) nfs4.ChannelAttrs4 {
+	return nfs4.ChannelAttrs4{
+		CaHeaderpadsize:         0,
+		CaMaxrequestsize:        a.MaxRequestSize,
+		CaMaxresponsesize:       a.MaxResponseSize,
+		CaMaxresponsesizeCached: a.MaxResponseSizeCached,
+		CaMaxoperations:         a.MaxOperations,
+		CaMaxrequests:           a.MaxRequests,
+	}
+}
+
+// cbCredFrom picks the credential for callbacks from the client's list:
+// AUTH_SYS if offered, else AUTH_NONE.
+func cbCredFrom(parms []nfs4.CallbackSecParms4) (rpc.OpaqueAuth, bool) {
+	none := false
+	for _, p := range parms {
+		switch p.CbSecflavor {
+		case nfs4.AUTH_SYS:
+			if p.CbspSysCred != nil {
+				return rpc.AuthSysCred(rpc.AuthSysParams{
+					Stamp: p.CbspSysCred.Stamp, Machine: p.CbspSysCred.Machinename,
+					UID: p.CbspSysCred.Uid, GID: p.CbspSysCred.Gid, GIDs: p.CbspSysCred.Gids,
+				}), true
+			}
+		case nfs4.AUTH_NONE:
+			none = true
+		}
+	}
+	return rpc.OpaqueAuth{Flavor: rpc.AuthNone}, none
+}
+
+func (c *compound) createSession(a *nfs4.CREATESESSION4args) opReply {
+	cred, okCred := cbCredFrom(a.CsaSecParms)
+	if !okCred && len(a.CsaSecParms) > 0 {
+		return fail(nfs4.NFS4ERR_ENCR_ALG_UNSUPP)
+	}
+	res, err := c.s.st.m.CreateSession(c.ctx, state.CreateSessionArgs{
+		ClientID:     state.ClientID(a.CsaClientid),
+		Sequence:     a.CsaSequence,
+		Principal:    c.principal(),
+		Fore:         channelFrom(&a.CsaForeChanAttrs),
+		Back:         channelFrom(&a.CsaBackChanAttrs),
+		CBProgram:    a.CsaCbProgram,
+		ConnBackChan: a.CsaFlags&nfs4.CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0,
+		Conn:         c.call.Conn,
+	})
+	if err != nil {
+		return failErr(err)
+	}
+	c.s.st.mu.Lock()
+	c.s.st.cbCred[res.SessionID] = cred
+	c.s.st.mu.Unlock()
+	var flags uint32
+	if res.ConnBackChan {
+		flags |= nfs4.CREATE_SESSION4_FLAG_CONN_BACK_CHAN
+		c.call.Conn.Pin()
+		sid := res.SessionID
+		c.call.AfterReply(func() { go c.s.probeBackchannel(sid) })
+	}
+	return ok(&nfs4.CREATESESSION4resok{
+		CsrSessionid:     res.SessionID,
+		CsrSequence:      res.Sequence,
+		CsrFlags:         flags,
+		CsrForeChanAttrs: channelTo(res.Fore),
+		CsrBackChanAttrs: channelTo(res.Back),
+	})
+}
+
+func (c *compound) destroySession(a *nfs4.DESTROYSESSION4args) opReply {
+	id := state.SessionID(a.DsaSessionid)
+	if err := c.s.st.m.DestroySession(id); err != nil {
+		return failErr(err)
+	}
+	c.s.st.mu.Lock()
+	delete(c.s.st.cbCred, id)
+	c.s.st.mu.Unlock()
+	return ok(nil)
+}
+
+func (c *compound) bindConn(a *nfs4.BINDCONNTOSESSION4args) opReply {
+	var dir state.ChannelDir
+	switch a.BctsaDir {
+	case nfs4.CDFC4_FORE:
+		dir = state.ChannelFore
+	case nfs4.CDFC4_BACK:
+		dir = state.ChannelBack
+	case nfs4.CDFC4_FORE_OR_BOTH, nfs4.CDFC4_BACK_OR_BOTH:
+		dir = state.ChannelBoth
+	default:
+		return fail(nfs4.NFS4ERR_INVAL)
+	}
+	got, err := c.s.st.m.BindConnToSession(state.SessionID(a.BctsaSessid), c.call.Conn, dir)
+	if err != nil {
+		return failErr(err)
+	}
+	if got&state.ChannelBack != 0 {
+		c.call.Conn.Pin()
+	}
+	return ok(&nfs4.BINDCONNTOSESSION4resok{
+		BctsrSessid: a.BctsaSessid,
+		BctsrDir:    nfs4.ChannelDirFromServer4(got),
+	})
+}
+
+func (c *compound) reclaimComplete(a *nfs4.RECLAIMCOMPLETE4args) opReply {
+	id, st := c.clientID()
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	return okOrErr(c.s.st.m.ReclaimComplete(id, a.RcaOneFs))
+}
+
+func (c *compound) destroyClientID(a *nfs4.DESTROYCLIENTID4args) opReply {
+	return okOrErr(c.s.st.m.DestroyClientID(c.ctx, state.ClientID(a.DcaClientid)))
+}
+
+func (c *compound) backchannelCtl(a *nfs4.BACKCHANNELCTL4args) opReply {
+	if c.seq == nil {
+		return fail(nfs4.NFS4ERR_OP_NOT_IN_SESSION)
+	}
+	cred, okCred := cbCredFrom(a.BcaSecParms)
+	if !okCred && len(a.BcaSecParms) > 0 {
+		return fail(nfs4.NFS4ERR_ENCR_ALG_UNSUPP)
+	}
+	c.seq.session.SetCBProgram(a.BcaCbProgram)
+	c.s.st.mu.Lock()
+	c.s.st.cbCred[c.seq.session.ID()] = cred
+	c.s.st.mu.Unlock()
+	return ok(nil)
+}
+
+// probeBackchannel sends CB_NULL on a new session's back channel, as the
+// Linux client expects before it considers the back channel up.
+func (s *Server) probeBackchannel(id state.SessionID) {
+	sess, err := s.st.m.Session(id)
+	if err != nil {
+		return
+	}
+	conn, _ := sess.BackChannel().(*rpc.Conn)
+	if conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.st.ctx, 10*time.Second)
+	defer cancel()
+	s.st.mu.Lock()
+	cred := s.st.cbCred[id]
+	s.st.mu.Unlock()
+	if _, err := conn.Call(ctx, sess.CBProgram(), nfs4.NFS_CB, nfs4.CB_NULL, cred, noArgs{}); err != nil {
+		s.log.Debug("CB_NULL failed", "session", id.String(), "err", err)
+	}
+}
+
+type noArgs struct{}
+
+func (noArgs) EncodeXDR(*xdr.Encoder) {}

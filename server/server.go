@@ -1,0 +1,194 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/rpc"
+	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/store"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Dir holds the metadata database and file data.
+	Dir string
+	// Exports to serve. Empty means one read-write export of "/" with root
+	// squashing.
+	Exports []*Export
+	// Lease is the NFSv4 lease time (default 90 s). The grace period after
+	// a restart lasts one lease.
+	Lease time.Duration
+	// MaxRead and MaxWrite bound READ and WRITE sizes (default 1 MiB).
+	MaxRead, MaxWrite uint32
+	Logger            *slog.Logger
+}
+
+// Server is a single-node NFSv4.1/4.2 server.
+type Server struct {
+	cfg   Config
+	log   *slog.Logger
+	meta  meta.Engine
+	data  store.Backend
+	ns    *namespace
+	fh    fhCodec
+	rpc   *rpc.Server
+	cache *inodeCache
+
+	// writeVerf changes on every start, so clients detect that uncommitted
+	// UNSTABLE writes may have been lost (RFC 8881 §18.32.3).
+	writeVerf [8]byte
+	// owner and scope identify this server instance to clients (EXCHANGE_ID).
+	owner, scope []byte
+	bootTime     time.Time
+
+	st *stateGlue
+}
+
+const (
+	defaultMaxIO = 1 << 20
+)
+
+// New opens (or creates) a server's state under cfg.Dir.
+func New(cfg Config) (*Server, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("server: no data directory")
+	}
+	if cfg.Lease <= 0 {
+		cfg.Lease = 90 * time.Second
+	}
+	if cfg.MaxRead == 0 {
+		cfg.MaxRead = defaultMaxIO
+	}
+	if cfg.MaxWrite == 0 {
+		cfg.MaxWrite = defaultMaxIO
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if len(cfg.Exports) == 0 {
+		cfg.Exports = []*Export{{Path: "/"}}
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, bootTime: time.Now()}
+	ns, err := newNamespace(cfg.Exports)
+	if err != nil {
+		return nil, fmt.Errorf("server: %w", err)
+	}
+	s.ns = ns
+	m, err := meta.OpenBolt(filepath.Join(cfg.Dir, "meta.db"), meta.BoltOptions{GroupCommit: true})
+	if err != nil {
+		return nil, fmt.Errorf("server: open metadata: %w", err)
+	}
+	s.meta = m
+	ctx := context.Background()
+	if err := m.Init(ctx); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("server: init metadata: %w", err)
+	}
+	secret, err := loadFHSecret(
+		func() ([]byte, error) { return m.GetConfig(ctx, "fh-secret") },
+		func(b []byte) error { return m.PutConfig(ctx, "fh-secret", b) })
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("server: filehandle secret: %w", err)
+	}
+	s.fh = fhCodec{secret: secret}
+	s.owner = append([]byte("shoal:"), secret[:8]...)
+	s.scope = []byte("shoal")
+	rand.Read(s.writeVerf[:])
+	binary.BigEndian.PutUint32(s.writeVerf[:4], uint32(s.bootTime.Unix()))
+
+	if err := s.resolveExports(ctx); err != nil {
+		m.Close()
+		return nil, err
+	}
+	s.data, err = store.NewLocal(cfg.Dir, store.LocalOptions{})
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("server: data store: %w", err)
+	}
+	s.cache = newInodeCache(s)
+	if s.st, err = newStateGlue(s); err != nil {
+		m.Close()
+		return nil, err
+	}
+	s.rpc = &rpc.Server{Handler: s, Logger: s.log, ConnState: s.connState}
+	return s, nil
+}
+
+// resolveExports finds (creating if needed) each export's root directory.
+func (s *Server) resolveExports(ctx context.Context) error {
+	for _, e := range s.ns.exports {
+		ino := meta.RootIno
+		if e.Path != "/" {
+			for _, name := range splitPath(e.Path) {
+				nd, err := s.meta.Lookup(ctx, ino, name)
+				if errors.Is(err, meta.ErrNotFound) {
+					nd, _, err = s.meta.Create(ctx, ino, name, meta.CreateArgs{Type: meta.TypeDirectory, Mode: 0o755}, time.Time{})
+				}
+				if err != nil {
+					return fmt.Errorf("server: export %s: %w", e.Path, err)
+				}
+				ino = nd.Ino
+			}
+		}
+		e.root = ino
+	}
+	return nil
+}
+
+// Serve accepts connections on ln until Close.
+func (s *Server) Serve(ln net.Listener) error {
+	go s.st.run()
+	return s.rpc.Serve(ln)
+}
+
+// Close stops serving, flushes cached attributes and closes the stores.
+func (s *Server) Close() error {
+	err := s.rpc.Close()
+	s.st.stop()
+	if ferr := s.cache.flushAll(context.Background()); err == nil {
+		err = ferr
+	}
+	if s.data != nil {
+		s.data.Close()
+	}
+	if merr := s.meta.Close(); err == nil {
+		err = merr
+	}
+	return err
+}
+
+// ServeRPC implements rpc.Handler for the NFS program.
+func (s *Server) ServeRPC(ctx context.Context, call *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
+	if call.Prog != nfs4.NFS4_PROGRAM {
+		return rpc.ProgUnavail
+	}
+	if call.Vers != nfs4.NFS_V4 {
+		res.Uint32(nfs4.NFS_V4)
+		res.Uint32(nfs4.NFS_V4)
+		return rpc.ProgMismatch
+	}
+	switch call.Proc {
+	case nfs4.NFSPROC4_NULL:
+		return rpc.Success
+	case nfs4.NFSPROC4_COMPOUND:
+		return s.compoundRequest(ctx, call, res)
+	}
+	return rpc.ProcUnavail
+}
+
+var _ rpc.Handler = (*Server)(nil)

@@ -1,0 +1,211 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/rpc"
+	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/server/state"
+)
+
+// stateGlue connects the protocol-independent state manager to the server:
+// persistence of client records in the metadata engine, the boot epoch,
+// lease sweeping, and the per-session callback credentials.
+type stateGlue struct {
+	s      *Server
+	m      *state.Manager
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu     sync.Mutex
+	cbCred map[state.SessionID]rpc.OpaqueAuth
+}
+
+// metaClients adapts the metadata engine to state.ClientStore.
+type metaClients struct{ e meta.Engine }
+
+func (m metaClients) PutClient(ctx context.Context, key, rec []byte) error {
+	return m.e.PutClient(ctx, key, rec)
+}
+func (m metaClients) DeleteClient(ctx context.Context, key []byte) error {
+	return m.e.DeleteClient(ctx, key)
+}
+func (m metaClients) Clients(ctx context.Context, fn func(key, rec []byte) error) error {
+	recs, err := m.e.Clients(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if err := fn(r.Key, r.Rec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var _ state.ClientStore = metaClients{}
+
+// nextEpoch increments and persists the boot epoch, which the state manager
+// embeds in client IDs and stateids to recognise those of earlier boots.
+func nextEpoch(ctx context.Context, e meta.Engine) (uint32, error) {
+	var epoch uint32
+	b, err := e.GetConfig(ctx, "boot-epoch")
+	switch {
+	case err == nil && len(b) == 4:
+		epoch = binary.BigEndian.Uint32(b)
+	case err != nil && !errors.Is(err, meta.ErrNotFound):
+		return 0, err
+	}
+	epoch++
+	if epoch == 0 {
+		epoch = 1
+	}
+	if err := e.PutConfig(ctx, "boot-epoch", binary.BigEndian.AppendUint32(nil, epoch)); err != nil {
+		return 0, err
+	}
+	return epoch, nil
+}
+
+func newStateGlue(s *Server) (*stateGlue, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	epoch, err := nextEpoch(ctx, s.meta)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("server: boot epoch: %w", err)
+	}
+	g := &stateGlue{s: s, ctx: ctx, cancel: cancel, done: make(chan struct{}), cbCred: map[state.SessionID]rpc.OpaqueAuth{}}
+	fore := state.DefaultForeLimits
+	fore.MaxRequestSize = s.cfg.MaxWrite + 64<<10
+	fore.MaxResponseSize = s.cfg.MaxRead + 64<<10
+	g.m, err = state.NewManager(ctx, state.Config{
+		Epoch:      epoch,
+		LeaseTime:  s.cfg.Lease,
+		Store:      metaClients{s.meta},
+		ForeLimits: fore,
+		Logger:     s.log,
+		OnPurge: func(p state.PurgeInfo) {
+			s.log.Info("client state purged", "clientid", fmt.Sprintf("%#x", uint64(p.ClientID)), "reason", p.Reason.String(), "files", len(p.Files))
+		},
+	})
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("server: state: %w", err)
+	}
+	return g, nil
+}
+
+func (g *stateGlue) run() {
+	defer close(g.done)
+	g.m.Run(g.ctx)
+	// Flush write attributes periodically too, so that a crash loses at
+	// most a few seconds of size updates of uncommitted data.
+}
+
+func (g *stateGlue) stop() {
+	g.cancel()
+	select {
+	case <-g.done:
+	default:
+	}
+}
+
+// connState unbinds closed connections from their sessions.
+func (s *Server) connState(c *rpc.Conn, st rpc.ConnState) {
+	if st == rpc.StateClosed {
+		s.st.m.ConnClosed(c)
+	}
+}
+
+// stateErrs maps state-manager errors to statuses (see state/errors.go).
+var stateErrs = []struct {
+	err error
+	st  nfs4.Nfsstat4
+}{
+	{state.ErrStaleClientID, nfs4.NFS4ERR_STALE_CLIENTID},
+	{state.ErrClidInUse, nfs4.NFS4ERR_CLID_INUSE},
+	{state.ErrClientidBusy, nfs4.NFS4ERR_CLIENTID_BUSY},
+	{state.ErrNoEnt, nfs4.NFS4ERR_NOENT},
+	{state.ErrNotSame, nfs4.NFS4ERR_NOT_SAME},
+	{state.ErrPerm, nfs4.NFS4ERR_PERM},
+	{state.ErrBadSession, nfs4.NFS4ERR_BADSESSION},
+	{state.ErrBadSlot, nfs4.NFS4ERR_BADSLOT},
+	{state.ErrSeqMisordered, nfs4.NFS4ERR_SEQ_MISORDERED},
+	{state.ErrRetryUncachedRep, nfs4.NFS4ERR_RETRY_UNCACHED_REP},
+	{state.ErrSeqFalseRetry, nfs4.NFS4ERR_SEQ_FALSE_RETRY},
+	{state.ErrRepTooBigToCache, nfs4.NFS4ERR_REP_TOO_BIG_TO_CACHE},
+	{state.ErrDelay, nfs4.NFS4ERR_DELAY},
+	{state.ErrConnNotBound, nfs4.NFS4ERR_CONN_NOT_BOUND_TO_SESSION},
+	{state.ErrBadStateid, nfs4.NFS4ERR_BAD_STATEID},
+	{state.ErrOldStateid, nfs4.NFS4ERR_OLD_STATEID},
+	{state.ErrStaleStateid, nfs4.NFS4ERR_STALE_STATEID},
+	{state.ErrExpired, nfs4.NFS4ERR_EXPIRED},
+	{state.ErrShareDenied, nfs4.NFS4ERR_SHARE_DENIED},
+	{state.ErrLocked, nfs4.NFS4ERR_LOCKED},
+	{state.ErrDenied, nfs4.NFS4ERR_DENIED},
+	{state.ErrLocksHeld, nfs4.NFS4ERR_LOCKS_HELD},
+	{state.ErrOpenMode, nfs4.NFS4ERR_OPENMODE},
+	{state.ErrInval, nfs4.NFS4ERR_INVAL},
+	{state.ErrGrace, nfs4.NFS4ERR_GRACE},
+	{state.ErrNoGrace, nfs4.NFS4ERR_NO_GRACE},
+	{state.ErrReclaimBad, nfs4.NFS4ERR_RECLAIM_BAD},
+	{state.ErrCompleteAlready, nfs4.NFS4ERR_COMPLETE_ALREADY},
+	{state.ErrServerFault, nfs4.NFS4ERR_SERVERFAULT},
+}
+
+func stateStatus(err error) (nfs4.Nfsstat4, bool) {
+	for _, m := range stateErrs {
+		if errors.Is(err, m.err) {
+			return m.st, true
+		}
+	}
+	return 0, false
+}
+
+func toState(s nfs4.Stateid4) state.Stateid   { return state.Stateid{Seqid: s.Seqid, Other: s.Other} }
+func fromState(s state.Stateid) nfs4.Stateid4 { return nfs4.Stateid4{Seqid: s.Seqid, Other: s.Other} }
+
+// stateid resolves the "current stateid" marker (RFC 8881 §16.2.3.1.2).
+func (c *compound) stateid(s nfs4.Stateid4) (state.Stateid, nfs4.Nfsstat4) {
+	sid := toState(s)
+	if sid.IsCurrent() {
+		if !c.hasCSID {
+			return sid, nfs4.NFS4ERR_BAD_STATEID
+		}
+		return toState(c.csid), nfs4.NFS4_OK
+	}
+	return sid, nfs4.NFS4_OK
+}
+
+func (c *compound) setStateid(s state.Stateid) {
+	c.csid, c.hasCSID = fromState(s), true
+}
+
+// clientID returns the client of the COMPOUND's session.
+func (c *compound) clientID() (state.ClientID, nfs4.Nfsstat4) {
+	if c.seq == nil {
+		return 0, nfs4.NFS4ERR_OP_NOT_IN_SESSION
+	}
+	return c.seq.clientID, nfs4.NFS4_OK
+}
+
+// checkIO validates the stateid of a READ, WRITE or size change on o.
+func (c *compound) checkIO(s *nfs4.Stateid4, o *object, write bool) nfs4.Nfsstat4 {
+	id, st := c.clientID()
+	if st != nfs4.NFS4_OK {
+		return st
+	}
+	sid, st := c.stateid(*s)
+	if st != nfs4.NFS4_OK {
+		return st
+	}
+	if err := c.s.st.m.CheckIO(id, sid, state.FileID(o.fh.ino), write); err != nil {
+		return statusOf(err)
+	}
+	return nfs4.NFS4_OK
+}

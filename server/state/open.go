@@ -1,0 +1,310 @@
+package state
+
+import "fmt"
+
+// Share access and deny bits (OPEN4_SHARE_ACCESS_*, OPEN4_SHARE_DENY_*).
+const (
+	AccessRead  uint32 = 1
+	AccessWrite uint32 = 2
+	AccessBoth  uint32 = 3
+
+	DenyNone  uint32 = 0
+	DenyRead  uint32 = 1
+	DenyWrite uint32 = 2
+	DenyBoth  uint32 = 3
+)
+
+// fileState is everything known about one file: its opens (share
+// reservations) and its byte-range locks.
+type fileState struct {
+	id    FileID
+	opens map[*openState]struct{}
+	locks []*lockRange // sorted by first
+}
+
+func (m *Manager) file(id FileID) *fileState {
+	f := m.files[id]
+	if f == nil {
+		f = &fileState{id: id, opens: make(map[*openState]struct{})}
+		m.files[id] = f
+	}
+	return f
+}
+
+func (m *Manager) maybeDropFile(f *fileState) {
+	if len(f.opens) == 0 && len(f.locks) == 0 {
+		delete(m.files, f.id)
+	}
+}
+
+type openKey struct {
+	owner string
+	file  FileID
+}
+
+// openState is the state of one (client, open-owner, file).
+type openState struct {
+	sid    Stateid
+	client *client
+	owner  string
+	file   *fileState
+	access uint32
+	deny   uint32
+	locks  map[*lockState]struct{} // lock stateids derived from this open
+}
+
+// stateRef is what a stateid names: exactly one field is set.
+type stateRef struct {
+	open *openState
+	lock *lockState
+}
+
+// OpenArgs are the inputs of OPEN once the file is resolved.
+type OpenArgs struct {
+	ClientID ClientID
+	Owner    []byte // open-owner
+	File     FileID
+	Access   uint32 // AccessRead|AccessWrite, want/deleg bits masked off
+	Deny     uint32
+	// Reclaim is CLAIM_PREVIOUS: re-establish an open held before a
+	// server restart (only during grace).
+	Reclaim bool
+}
+
+// OpenResult is the state granted by OPEN.
+type OpenResult struct {
+	Stateid Stateid
+	// Access and Deny are the open's accumulated modes after this OPEN.
+	Access, Deny uint32
+}
+
+func validShare(access, deny uint32) error {
+	if access == 0 || access&^AccessBoth != 0 || deny&^DenyBoth != 0 {
+		return fmt.Errorf("%w: share access %#x deny %#x", ErrInval, access, deny)
+	}
+	return nil
+}
+
+// Open implements the state part of OPEN. A second OPEN by the same
+// open-owner of the same file upgrades the existing open: the modes are
+// OR-ed and the stateid seqid is bumped. The combined modes are checked
+// against every other open of the file, of any client (RFC 8881 section
+// 9.7): a requested access that another open denies, or a requested deny
+// of an access another open holds, yields ErrShareDenied. During grace,
+// only reclaims are allowed (ErrGrace); see also ErrNoGrace, ErrReclaimBad.
+func (m *Manager) Open(a OpenArgs) (OpenResult, error) {
+	if err := validShare(a.Access, a.Deny); err != nil {
+		return OpenResult{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, err := m.confirmedClient(a.ClientID)
+	if err != nil {
+		return OpenResult{}, err
+	}
+	if err := m.checkGraceLocked(c, a.Reclaim); err != nil {
+		return OpenResult{}, err
+	}
+	f := m.file(a.File)
+	key := openKey{owner: string(a.Owner), file: a.File}
+	o := c.opens[key]
+	access, deny := a.Access, a.Deny
+	if o != nil {
+		access |= o.access
+		deny |= o.deny
+	}
+	for other := range f.opens {
+		if other == o {
+			continue
+		}
+		if access&other.deny != 0 || deny&other.access != 0 {
+			m.maybeDropFile(f)
+			return OpenResult{}, ErrShareDenied
+		}
+	}
+	if o == nil {
+		o = &openState{
+			sid:    m.newStateid(TypeOpen),
+			client: c,
+			owner:  key.owner,
+			file:   f,
+			locks:  make(map[*lockState]struct{}),
+		}
+		c.opens[key] = o
+		f.opens[o] = struct{}{}
+		m.states[o.sid.Other] = stateRef{open: o}
+	} else {
+		o.sid.Seqid = nextSeqid(o.sid.Seqid)
+	}
+	o.access, o.deny = access, deny
+	return OpenResult{Stateid: o.sid, Access: access, Deny: deny}, nil
+}
+
+// OpenDowngrade implements OPEN_DOWNGRADE: the new modes must be a subset
+// of the current ones (else ErrInval).
+func (m *Manager) OpenDowngrade(id ClientID, sid Stateid, access, deny uint32) (Stateid, error) {
+	if err := validShare(access, deny); err != nil {
+		return Stateid{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, err := m.lookupOpen(id, sid)
+	if err != nil {
+		return Stateid{}, err
+	}
+	if access&^o.access != 0 || deny&^o.deny != 0 {
+		return Stateid{}, fmt.Errorf("%w: downgrade to %#x/%#x from %#x/%#x is not a subset", ErrInval, access, deny, o.access, o.deny)
+	}
+	o.access, o.deny = access, deny
+	o.sid.Seqid = nextSeqid(o.sid.Seqid)
+	return o.sid, nil
+}
+
+// Close implements CLOSE. If any lock stateid derived from the open still
+// holds locks, it fails with ErrLocksHeld; lock stateids without locks are
+// freed with the open. It returns the final stateid (seqid bumped).
+func (m *Manager) Close(id ClientID, sid Stateid) (Stateid, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	o, err := m.lookupOpen(id, sid)
+	if err != nil {
+		return Stateid{}, err
+	}
+	for ls := range o.locks {
+		if ls.nranges > 0 {
+			return Stateid{}, ErrLocksHeld
+		}
+	}
+	m.removeOpen(o)
+	o.sid.Seqid = nextSeqid(o.sid.Seqid)
+	return o.sid, nil
+}
+
+// removeOpen drops an open and its lock stateids. Caller holds mu.
+func (m *Manager) removeOpen(o *openState) {
+	for ls := range o.locks {
+		m.removeLockState(ls)
+	}
+	delete(o.file.opens, o)
+	delete(o.client.opens, openKey{owner: o.owner, file: o.file.id})
+	delete(m.states, o.sid.Other)
+	m.maybeDropFile(o.file)
+}
+
+// lookupState resolves a stateid sent by client id, applying the seqid
+// rules. Caller holds mu (read or write).
+func (m *Manager) lookupState(id ClientID, sid Stateid) (stateRef, error) {
+	if sid.IsSpecial() {
+		return stateRef{}, ErrBadStateid
+	}
+	if sid.Epoch() != m.epoch {
+		return stateRef{}, ErrStaleStateid
+	}
+	ref, ok := m.states[sid.Other]
+	if !ok {
+		if m.expired.has(sid.Other) {
+			return stateRef{}, ErrExpired
+		}
+		return stateRef{}, ErrBadStateid
+	}
+	var cur Stateid
+	var owner ClientID
+	if ref.open != nil {
+		cur, owner = ref.open.sid, ref.open.client.id
+	} else {
+		cur, owner = ref.lock.sid, ref.lock.owner.client.id
+	}
+	if owner != id {
+		return stateRef{}, ErrBadStateid
+	}
+	if err := checkSeqid(sid.Seqid, cur.Seqid); err != nil {
+		return stateRef{}, err
+	}
+	return ref, nil
+}
+
+func (m *Manager) lookupOpen(id ClientID, sid Stateid) (*openState, error) {
+	ref, err := m.lookupState(id, sid)
+	if err != nil {
+		return nil, err
+	}
+	if ref.open == nil {
+		return nil, fmt.Errorf("%w: %v is not an open stateid", ErrBadStateid, sid)
+	}
+	return ref.open, nil
+}
+
+// CheckIO validates the stateid of a READ (write=false) or WRITE on file.
+// Open and lock stateids must belong to the client and the file; WRITE
+// needs write access (ErrOpenMode), READ accepts read or write access.
+// Special stateids are checked against the deny modes of all opens of the
+// file: anonymous I/O conflicting with a deny yields ErrLocked, and the
+// READ bypass stateid ignores DENY_READ. Byte-range locks are advisory and
+// are not consulted. CheckIO takes only the read lock.
+func (m *Manager) CheckIO(id ClientID, sid Stateid, file FileID, write bool) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if sid.IsCurrent() {
+		return fmt.Errorf("%w: current stateid not substituted", ErrBadStateid)
+	}
+	if sid.IsAnonymous() || sid.IsReadBypass() {
+		f := m.files[file]
+		if f == nil {
+			return nil
+		}
+		bypass := sid.IsReadBypass() && !write
+		for o := range f.opens {
+			if write && o.deny&DenyWrite != 0 {
+				return ErrLocked
+			}
+			if !write && !bypass && o.deny&DenyRead != 0 {
+				return ErrLocked
+			}
+		}
+		return nil
+	}
+	ref, err := m.lookupState(id, sid)
+	if err != nil {
+		return err
+	}
+	o := ref.open
+	if o == nil {
+		o = ref.lock.open
+	}
+	if o.file.id != file {
+		return fmt.Errorf("%w: stateid is for another file", ErrBadStateid)
+	}
+	if write && o.access&AccessWrite == 0 {
+		return ErrOpenMode
+	}
+	return nil
+}
+
+// TestStateid implements TEST_STATEID: one result per stateid, nil when
+// the stateid is valid for the client.
+func (m *Manager) TestStateid(id ClientID, sids []Stateid) []error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]error, len(sids))
+	for i, sid := range sids {
+		_, out[i] = m.lookupState(id, sid)
+	}
+	return out
+}
+
+// FreeStateid implements FREE_STATEID: a lock stateid without locks is
+// released; a lock stateid with locks, or an open stateid, yields
+// ErrLocksHeld.
+func (m *Manager) FreeStateid(id ClientID, sid Stateid) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ref, err := m.lookupState(id, sid)
+	if err != nil {
+		return err
+	}
+	if ref.open != nil || ref.lock.nranges > 0 {
+		return ErrLocksHeld
+	}
+	m.removeLockState(ref.lock)
+	return nil
+}

@@ -1,0 +1,33 @@
+// Package kernel tests an NFSv4.1/4.2 server with the unmodified Linux
+// kernel NFS client, the client most deployments will use.
+//
+// # Why a VM
+//
+// The host kernel of the CI machines has no NFS client, and mounting needs
+// root in any case, so the client runs in a small qemu VM: Debian's 6.1
+// kernel (downloaded and unpacked by setup.sh, never installed) and a
+// busybox initramfs carrying the NFS modules, two static helpers (mountnfs,
+// locktest) and the workload script. There is no usable KVM on these
+// machines, so qemu runs with TCG; a boot takes about 5 s and the whole
+// workload a few tens of seconds.
+//
+// # What runs
+//
+// For each minor version (4.1, 4.2) the driver starts the server under test
+// on a free loopback port, boots the VM in phase "main" (mount, I/O of edge
+// sizes with sha256 verification, namespace and attribute operations,
+// concurrent O_APPEND, byte-range locks within one client and across two
+// clients, unmount/remount re-verification, crash-test writes), kill -9s
+// the server, restarts it on the same directory and boots phase "verify",
+// which remounts and checks what phase "main" wrote. Each PASS/FAIL line
+// the workload prints becomes a subtest, so a failure names the step.
+// The guest's traffic is captured with qemu's filter-dump and, when tshark
+// is installed, dissected as an independent check of the server's XDR (the
+// "wire" subtest).
+//
+// # Running
+//
+// The test is skipped unless SHOAL_KERNEL=1 or -kernel is given, so that
+// `go test ./...` stays fast. See README.md for the environment variables
+// that select the server (SHOAL_KERNEL_SERVER=ganesha|shoal|cmd).
+package kernel

@@ -1,0 +1,270 @@
+package kernel
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+var kernelFlag = flag.Bool("kernel", false, "run the Linux-kernel-client tests in qemu (also SHOAL_KERNEL=1)")
+
+// env returns the environment variable or a default.
+func env(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// repoRoot is the module root: tests run in test/kernel.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("repository root not found from test/kernel: %v", err)
+	}
+	return root
+}
+
+func TestKernel(t *testing.T) {
+	if !*kernelFlag && os.Getenv("SHOAL_KERNEL") != "1" {
+		t.Skip("kernel-client tests are opt-in: set SHOAL_KERNEL=1 or pass -kernel")
+	}
+	root := repoRoot(t)
+	img := setupImages(t)
+	kind := env("SHOAL_KERNEL_SERVER", "ganesha")
+	vmTimeout, err := time.ParseDuration(env("SHOAL_KERNEL_VM_TIMEOUT", "5m"))
+	if err != nil {
+		t.Fatalf("SHOAL_KERNEL_VM_TIMEOUT: %v", err)
+	}
+	var shoalBin string
+	if kind == "shoal" {
+		shoalBin = buildShoal(t, root)
+	}
+	for _, vers := range strings.Split(env("SHOAL_KERNEL_VERS", "4.1,4.2"), ",") {
+		t.Run("v"+vers, func(t *testing.T) {
+			out := artifactDir(t, vers)
+			port, err := freePort()
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := newServer(t, kind, root, shoalBin, filepath.Join(out, "server"), port)
+			ctx := context.Background()
+			if err := srv.Start(ctx); err != nil {
+				t.Fatalf("start server: %v", err)
+			}
+			t.Cleanup(func() {
+				if err := srv.Stop(); err != nil {
+					t.Errorf("stop server: %v", err)
+				}
+			})
+			t.Logf("server: %s; artifacts in %s", srv.Describe(), out)
+
+			params := map[string]string{
+				"t_host": "10.0.2.2", "t_port": strconv.Itoa(port),
+				"t_path": srv.ExportPath(), "t_vers": vers,
+			}
+			cfg := func(phase string) bootConfig {
+				p := map[string]string{"t_phase": phase}
+				for k, v := range params {
+					p[k] = v
+				}
+				return bootConfig{
+					img: img, port: port, params: p, timeout: vmTimeout, logf: t.Logf,
+					capture: filepath.Join(out, "capture-"+phase+".pcap"),
+					console: filepath.Join(out, "console-"+phase+".log"),
+				}
+			}
+
+			main := cfg("main")
+			res := boot(ctx, main)
+			report(t, "main", res)
+			var captures = []string{main.capture}
+
+			if res.crashpoint && len(res.sums) > 0 {
+				ok := t.Run("crash/kill-restart", func(t *testing.T) {
+					if err := srv.Kill(); err != nil {
+						t.Fatalf("kill -9: %v", err)
+					}
+					if err := srv.Start(ctx); err != nil {
+						t.Fatalf("restart after kill -9: %v", err)
+					}
+				})
+				if ok {
+					verify := cfg("verify")
+					var sums []string
+					for _, name := range res.sumOrder {
+						sums = append(sums, name+":"+res.sums[name])
+					}
+					verify.params["t_sums"] = strings.Join(sums, ",")
+					report(t, "verify", boot(ctx, verify))
+					captures = append(captures, verify.capture)
+				}
+			} else {
+				t.Run("crash", func(t *testing.T) {
+					t.Error("phase main did not reach CRASHPOINT; crash test not run")
+				})
+			}
+
+			t.Run("wire", func(t *testing.T) { checkWire(t, captures, port) })
+		})
+	}
+}
+
+// setupImages runs setup.sh (idempotent) and returns the boot artifacts.
+func setupImages(t *testing.T) images {
+	t.Helper()
+	start := time.Now()
+	cmd := exec.Command("bash", "setup.sh")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("setup.sh: %v\n%s", err, out)
+	}
+	img, err := parseSetup(string(out))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kernel %s, initramfs %s (setup %v)", img.kver, img.initrd, time.Since(start).Round(time.Millisecond))
+	return img
+}
+
+// artifactDir holds the server's directory, console logs and captures.
+// SHOAL_KERNEL_ARTIFACTS keeps them after the test; otherwise they live in
+// t.TempDir (the captures are a few hundred MB).
+func artifactDir(t *testing.T, vers string) string {
+	t.Helper()
+	base := os.Getenv("SHOAL_KERNEL_ARTIFACTS")
+	if base == "" {
+		return t.TempDir()
+	}
+	dir := filepath.Join(base, time.Now().UTC().Format("20060102-150405")+"-v"+vers)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// newServer builds the server under test from SHOAL_KERNEL_SERVER:
+//   - ganesha: NFS-Ganesha via scripts/ganesha.sh (export /export);
+//   - shoal:   `shoal serve --listen 127.0.0.1:PORT --dir DIR`;
+//   - cmd:     SHOAL_KERNEL_SERVER_CMD with {port} and {dir} substituted.
+//
+// SHOAL_KERNEL_EXPORT overrides the path the client mounts.
+func newServer(t *testing.T, kind, root, shoalBin, dir string, port int) server {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	switch kind {
+	case "ganesha":
+		return &ganeshaServer{script: filepath.Join(root, "scripts", "ganesha.sh"), dir: dir, port: port}
+	case "shoal":
+		return &processServer{
+			name: "shoal", dir: dir, port: port, export: env("SHOAL_KERNEL_EXPORT", "/"),
+			argv: []string{shoalBin, "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--dir", dir},
+		}
+	case "cmd":
+		tmpl := os.Getenv("SHOAL_KERNEL_SERVER_CMD")
+		if tmpl == "" {
+			t.Fatal("SHOAL_KERNEL_SERVER=cmd needs SHOAL_KERNEL_SERVER_CMD, e.g. 'mysrv -p {port} -d {dir}'")
+		}
+		return &processServer{
+			name: "server", dir: dir, port: port, export: env("SHOAL_KERNEL_EXPORT", "/"),
+			argv: expandArgs(tmpl, port, dir),
+		}
+	default:
+		t.Fatalf("SHOAL_KERNEL_SERVER=%q: want ganesha, shoal or cmd", kind)
+		return nil
+	}
+}
+
+// buildShoal compiles ./cmd/shoal into a temporary directory.
+func buildShoal(t *testing.T, root string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "shoal")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/shoal")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/shoal: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// report turns one VM run into subtests: "vm/PHASE" for the run itself
+// (exit, timeout, RESULT line) and one subtest per workload step.
+func report(t *testing.T, phase string, res runResult) {
+	t.Helper()
+	t.Run("vm/"+phase, func(t *testing.T) {
+		t.Logf("VM run took %v; %s", res.elapsed.Round(time.Millisecond), res.result)
+		if res.err != nil {
+			t.Errorf("%v; last console lines:\n%s", res.err, strings.Join(res.tail, "\n"))
+		}
+		if res.result != "" && (res.passed != countSteps(res, true) || res.failed != countSteps(res, false)) {
+			t.Errorf("%s, but the console shows %d PASS and %d FAIL lines",
+				res.result, countSteps(res, true), countSteps(res, false))
+		}
+	})
+	for _, s := range res.steps {
+		t.Run(s.name, func(t *testing.T) {
+			if s.pass {
+				t.Log(s.detail)
+				return
+			}
+			t.Errorf("%s", s.detail)
+			for _, l := range s.output {
+				t.Log(l)
+			}
+		})
+	}
+}
+
+func countSteps(res runResult, pass bool) int {
+	n := 0
+	for _, s := range res.steps {
+		if s.pass == pass {
+			n++
+		}
+	}
+	return n
+}
+
+// checkWire dissects the captures of one version's VM runs with tshark.
+func checkWire(t *testing.T, captures []string, port int) {
+	if !tsharkAvailable() {
+		t.Skip("tshark not installed")
+	}
+	for _, c := range captures {
+		rep, err := dissect(context.Background(), c, port)
+		if err != nil {
+			t.Errorf("%s: %v", c, err)
+			continue
+		}
+		t.Logf("%s: %d NFS/RPC packets, %d malformed, %d problem packets",
+			filepath.Base(c), rep.rpcPackets, rep.malformed, len(rep.problems))
+		if rep.rpcPackets == 0 {
+			t.Errorf("%s: no NFS/RPC packets decoded on port %d", c, port)
+		}
+		if rep.malformed > 0 {
+			t.Errorf("%s: %d packets with [Malformed Packet]", c, rep.malformed)
+		}
+		const show = 20
+		for i, l := range rep.problems {
+			if i == show {
+				t.Errorf("... and %d more", len(rep.problems)-show)
+				break
+			}
+			t.Errorf("%s: %s", filepath.Base(c), l)
+		}
+	}
+}

@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# setup.sh — prepare everything the kernel-client harness boots in qemu:
+# Debian's 6.1 kernel (unpacked, never installed), a busybox initramfs with
+# the virtio-net + NFS module closure, the static mountnfs/locktest helpers,
+# /init (init.sh) and the workload (workload.sh).
+#
+# Idempotent: the kernel is downloaded and unpacked once per version; the
+# initramfs is rebuilt only when one of its inputs in this directory changed.
+# Built artifacts live in the cache dir, never in the repository.
+#
+# Output (stdout, one per line, for the Go driver):
+#   KVER=6.1.0-NN-amd64
+#   KERNEL=/var/cache/shoal-kernel/6.1.0-NN-amd64/vmlinuz
+#   INITRD=/var/cache/shoal-kernel/6.1.0-NN-amd64/initramfs-<hash>.gz
+#
+# Environment: SHOAL_KERNEL_CACHE (default /var/cache/shoal-kernel),
+# SHOAL_KERNEL_VERSION (e.g. 6.1.0-56-amd64; default: what linux-image-amd64
+# depends on).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+cache=${SHOAL_KERNEL_CACHE:-/var/cache/shoal-kernel}
+log() { echo "setup: $*" >&2; }
+
+# Host tools. apt-get only runs when something is missing.
+need=()
+command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
+dpkg -s busybox-static >/dev/null 2>&1 || need+=(busybox-static)
+command -v tshark >/dev/null || need+=(tshark)
+command -v gcc >/dev/null || need+=(gcc libc6-dev)
+command -v depmod >/dev/null || need+=(kmod)
+command -v cpio >/dev/null || need+=(cpio)
+if [ ${#need[@]} -gt 0 ]; then
+	log "installing ${need[*]}"
+	# tshark asks whether non-root users may capture; answer no, quietly.
+	echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections 2>/dev/null || true
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >&2 ||
+		{ apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >&2; }
+fi
+
+# Kernel version: the 6.1 image that linux-image-amd64 depends on.
+kver=${SHOAL_KERNEL_VERSION:-}
+if [ -z "$kver" ]; then
+	kver=$(apt-cache depends linux-image-amd64 2>/dev/null |
+		sed -n 's/^ *Depends: linux-image-\(6\.1\.[^ ]*-amd64\)$/\1/p' | head -1)
+	if [ -z "$kver" ]; then
+		# Fall back to any cached version so offline reruns still work.
+		kver=$(ls -1 "$cache" 2>/dev/null | grep -E '^6\.1\..*-amd64$' | sort -V | tail -1 || true)
+	fi
+	[ -n "$kver" ] || { log "cannot resolve linux-image-6.1.*-amd64 (apt-get update?)"; exit 1; }
+fi
+work=$cache/$kver
+tree=$work/tree
+mkdir -p "$work"
+
+if [ ! -f "$tree/.done" ]; then
+	log "fetching linux-image-$kver"
+	rm -rf "$tree" "$work/deb"
+	mkdir -p "$work/deb"
+	(cd "$work/deb" && apt-get download "linux-image-$kver" >&2)
+	dpkg -x "$work"/deb/linux-image-*.deb "$tree"
+	depmod -b "$tree" "$kver"
+	rm -rf "$work/deb"
+	touch "$tree/.done"
+fi
+cp -f "$tree/boot/vmlinuz-$kver" "$work/vmlinuz"
+
+# The initramfs is keyed by a hash of its inputs.
+hash=$( (cat "$here/setup.sh" "$here/init.sh" "$here/workload.sh" "$here"/c/*.c; echo "$kver") |
+	sha256sum | cut -c1-16)
+initrd=$work/initramfs-$hash.gz
+if [ ! -f "$initrd" ]; then
+	log "building $initrd"
+	root=$(mktemp -d "$work/root.XXXXXX")
+	trap 'rm -rf "$root"' EXIT
+	mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,etc,proc,sys,dev,tmp,mnt,root,lib/modules/$kver}
+	cp /bin/busybox "$root/bin/busybox"
+	ln -s busybox "$root/bin/sh"
+	ln -s ../bin/busybox "$root/sbin/modprobe"
+
+	gcc -static -O2 -Wall -Wextra -o "$root/bin/mountnfs" "$here/c/mountnfs.c"
+	gcc -static -O2 -Wall -Wextra -o "$root/bin/locktest" "$here/c/locktest.c"
+
+	# Module closure in dependency (load) order; duplicates dropped.
+	mods="virtio_pci virtio_net nfsv4 nfs_layout_nfsv41_files nfs_layout_flexfiles nfsv3"
+	: >"$root/modules.order"
+	for m in $mods; do
+		modprobe -d "$tree" -S "$kver" --show-depends "$m"
+	done | awk '$1 == "insmod" && !seen[$2]++ { print $2 }' | while read -r ko; do
+		rel=${ko#"$tree/lib/modules/$kver/"}
+		mkdir -p "$root/lib/modules/$kver/$(dirname "$rel")"
+		case "$rel" in
+		*.xz) xz -dc "$ko" >"$root/lib/modules/$kver/${rel%.xz}"; rel=${rel%.xz} ;;
+		*.zst) zstd -qdc "$ko" >"$root/lib/modules/$kver/${rel%.zst}"; rel=${rel%.zst} ;;
+		*) cp "$ko" "$root/lib/modules/$kver/$rel" ;;
+		esac
+		echo "$rel" >>"$root/modules.order"
+	done
+	cp "$tree/lib/modules/$kver/modules.builtin" "$tree/lib/modules/$kver/modules.order" \
+		"$root/lib/modules/$kver/" 2>/dev/null || true
+	[ -f "$tree/lib/modules/$kver/modules.builtin.modinfo" ] &&
+		cp "$tree/lib/modules/$kver/modules.builtin.modinfo" "$root/lib/modules/$kver/"
+	# A trimmed modules.dep lets the kernel's on-demand modprobe (for
+	# example nfs-layouttype4-1) work with busybox as /sbin/modprobe.
+	depmod -b "$root" "$kver"
+
+	cp "$here/init.sh" "$root/init"
+	cp "$here/workload.sh" "$root/workload.sh"
+	chmod 755 "$root/init" "$root/workload.sh"
+	echo "$kver" >"$root/kver"
+
+	(cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) |
+		gzip -6 >"$initrd.tmp"
+	mv "$initrd.tmp" "$initrd"
+	# Keep only the newest few images.
+	ls -1t "$work"/initramfs-*.gz | tail -n +4 | xargs -r rm -f
+fi
+
+echo "KVER=$kver"
+echo "KERNEL=$work/vmlinuz"
+echo "INITRD=$initrd"

@@ -1,0 +1,405 @@
+#!/bin/sh
+# workload.sh — the POSIX workload run by the Linux NFS client inside the
+# harness VM (busybox ash). init.sh runs it with the t_* settings exported.
+#
+# Each step runs in its own process under a hard timeout and reports one
+# line on the console, which the Go driver (kernel_test.go) turns into a
+# subtest:
+#   PASS name [detail]
+#   FAIL name reason
+# and, at the end, "RESULT n passed, m failed".
+#
+# Phase "main": mount, I/O of edge-case sizes, namespace and attribute
+# operations, concurrent O_APPEND, byte-range locks, unmount/remount with
+# re-verification, then the first half of the crash test: it writes files,
+# syncs, prints "SUM name sha256" for each and "CRASHPOINT". The driver then
+# kill -9s the server, restarts it and boots phase "verify", which mounts
+# and checks those sums (given as t_sums=name:sum,...).
+#
+# Step state is kept in files under /tmp (tmpfs), since steps run in
+# separate processes.
+
+: "${t_host:=10.0.2.2}" "${t_port:=2049}" "${t_path:=/export}" "${t_vers:=4.1}" "${t_phase:=main}"
+: "${t_step_timeout:=240}"
+M=/mnt/nfs
+W=$M/w$t_vers          # per-version work dir on the export
+C=$M/crash$t_vers      # crash-test dir on the export
+S=/tmp/src             # reference copies in tmpfs
+SIZES="0 1 4095 4096 4097 1048576 67108864"
+
+# ---- helpers --------------------------------------------------------------
+
+die() { echo "$*"; exit 1; }
+uptime_cs() { read -r u _ </proc/uptime; echo "${u%.*}${u#*.}"; }
+sum() { sha256sum "$1" | cut -d' ' -f1; }
+drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+fsize() { stat -c %s "$1"; }
+expect() { # expect WHAT GOT WANT
+	[ "$2" = "$3" ] || die "$1: got '$2', want '$3'"
+}
+size_name() {
+	case "$1" in
+	1048576) echo 1M ;;
+	67108864) echo 64M ;;
+	*) echo "$1" ;;
+	esac
+}
+
+do_mount() {
+	mkdir -p $M
+	mountnfs "$t_host:$t_path" $M \
+		"vers=$t_vers,proto=tcp,port=$t_port,addr=$t_host,clientaddr=${t_ip:-10.0.2.15},hard,timeo=600,retrans=2" ||
+		return 1
+}
+
+# ---- steps (each runs as: sh /workload.sh step NAME ARGS) -------------------
+
+step_mount() {
+	do_mount || die "mount failed"
+	opts=$(awk -v m=$M '$2 == m { print $4 }' /proc/mounts)
+	case ",$opts," in
+	*",vers=$t_vers,"*) ;;
+	*) die "mounted with '$opts', want vers=$t_vers" ;;
+	esac
+	rm -rf "$W" || die "cannot clear $W"
+	mkdir -p "$W" || die "mkdir $W"
+	echo "opts=$opts"
+}
+
+step_io() { # step_io SIZE
+	n=$1
+	f=$S/io.$n
+	mkdir -p $S
+	if [ "$n" -gt 0 ]; then
+		# dd with bs=1M for large sizes; exact byte counts for small ones.
+		if [ "$n" -ge 1048576 ]; then
+			dd if=/dev/urandom of=$f bs=1048576 count=$((n / 1048576)) 2>/dev/null
+		else
+			head -c "$n" /dev/urandom >$f
+		fi
+	else
+		: >$f
+	fi
+	expect "source size" "$(fsize $f)" "$n"
+	want=$(sum $f)
+	echo "$want" >$f.sum
+	t0=$(uptime_cs)
+	cp $f "$W/io.$n" || die "cp to NFS failed"
+	sync
+	t1=$(uptime_cs)
+	drop_caches
+	expect "size on NFS" "$(fsize "$W/io.$n")" "$n"
+	got=$(sum "$W/io.$n")
+	t2=$(uptime_cs)
+	expect "sha256 after read-back" "$got" "$want"
+	echo "write $((t1 - t0))0ms read $((t2 - t1))0ms"
+}
+
+step_tree() {
+	d=$W/tree
+	p=$d
+	i=1
+	while [ $i -le 20 ]; do p=$p/level$i; i=$((i + 1)); done
+	mkdir -p "$p" || die "mkdir -p 20 levels failed"
+	echo deep >"$p/leaf" || die "write leaf"
+	drop_caches
+	expect "leaf content" "$(cat "$p/leaf")" deep
+	expect "dirs in tree" "$(find $d -type d | wc -l)" 21
+	ls -l "$d" >/tmp/ls.out || die "ls -l failed"
+	grep -q ' level1$' /tmp/ls.out || die "ls -l does not list level1: $(cat /tmp/ls.out)"
+	ls -lR "$d" >/dev/null || die "ls -lR failed"
+	echo "20 levels"
+}
+
+step_rename() {
+	mkdir -p "$W/ra" "$W/rb" || die mkdir
+	echo one >"$W/ra/f" || die write
+	mv "$W/ra/f" "$W/rb/g" || die "rename file across dirs failed"
+	[ ! -e "$W/ra/f" ] || die "source still exists after rename"
+	expect "renamed file content" "$(cat "$W/rb/g")" one
+	mkdir -p "$W/ra/sub/inner" && echo two >"$W/ra/sub/inner/x" || die "mkdir sub"
+	mv "$W/ra/sub" "$W/rb/sub2" || die "rename dir across dirs failed"
+	[ ! -e "$W/ra/sub" ] || die "source dir still exists after rename"
+	drop_caches
+	expect "file in renamed dir" "$(cat "$W/rb/sub2/inner/x")" two
+	# Rename over an existing file replaces it.
+	echo three >"$W/ra/h"
+	mv "$W/ra/h" "$W/rb/g" || die "rename over existing failed"
+	expect "replaced content" "$(cat "$W/rb/g")" three
+	expect "entries left in ra" "$(ls -A "$W/ra" | wc -l)" 0
+}
+
+step_hardlink() {
+	echo data >"$W/hl" || die write
+	ln "$W/hl" "$W/hl2" || die "ln failed"
+	mkdir -p "$W/hldir" && ln "$W/hl" "$W/hldir/hl3" || die "ln into subdir failed"
+	drop_caches
+	expect "nlink" "$(stat -c %h "$W/hl")" 3
+	expect "same inode" "$(stat -c %i "$W/hl2")" "$(stat -c %i "$W/hl")"
+	echo more >>"$W/hl2"
+	expect "content via other link" "$(cat "$W/hldir/hl3")" "$(printf 'data\nmore')"
+	rm "$W/hl2" "$W/hldir/hl3" || die "rm link"
+	drop_caches
+	expect "nlink after unlink" "$(stat -c %h "$W/hl")" 1
+}
+
+step_symlink() {
+	echo target >"$W/st" || die write
+	ln -s st "$W/sl" || die "ln -s failed"
+	ln -s ../nowhere/at/all "$W/dangling" || die "ln -s dangling failed"
+	drop_caches
+	expect "readlink" "$(readlink "$W/sl")" st
+	expect "readlink dangling" "$(readlink "$W/dangling")" ../nowhere/at/all
+	expect "read through symlink" "$(cat "$W/sl")" target
+	[ -L "$W/sl" ] || die "not a symlink"
+	[ ! -e "$W/dangling" ] || die "dangling symlink resolves"
+}
+
+step_chmod() {
+	echo x >"$W/mode" || die write
+	chmod 640 "$W/mode" || die "chmod failed"
+	drop_caches
+	expect "mode" "$(stat -c %a "$W/mode")" 640
+	chmod 4755 "$W/mode" || die "chmod 4755 failed"
+	expect "mode" "$(stat -c %a "$W/mode")" 4755
+	chmod 600 "$W/mode"
+	drop_caches
+	expect "mode" "$(stat -c %a "$W/mode")" 600
+}
+
+step_chown() {
+	echo x >"$W/own" || die write
+	chown 1234:5678 "$W/own" || die "chown failed"
+	drop_caches
+	expect "owner" "$(stat -c %u:%g "$W/own")" 1234:5678
+	chown 0:0 "$W/own" || die "chown back failed"
+	expect "owner" "$(stat -c %u:%g "$W/own")" 0:0
+}
+
+step_touch() {
+	echo x >"$W/times" || die write
+	touch -d "2001-02-03 04:05:06" "$W/times" || die "touch -d failed"
+	drop_caches
+	expect "mtime" "$(stat -c %Y "$W/times")" 981173106
+	echo y >>"$W/times"
+	now=$(date +%s)
+	m=$(stat -c %Y "$W/times")
+	[ "$m" -gt 981173106 ] || die "mtime not updated by write: $m (now $now)"
+}
+
+step_truncate() {
+	f=$W/trunc
+	head -c 10000 /dev/urandom >/tmp/trunc.src
+	cp /tmp/trunc.src "$f" || die "cp"
+	truncate -s 20000 "$f" || die "truncate up failed"
+	drop_caches
+	expect "size after grow" "$(fsize "$f")" 20000
+	expect "head after grow" "$(head -c 10000 "$f" | sha256sum)" "$(sha256sum </tmp/trunc.src)"
+	expect "nonzero bytes in grown tail" "$(tail -c 10000 "$f" | tr -d '\000' | wc -c)" 0
+	truncate -s 3000 "$f" || die "truncate down failed"
+	drop_caches
+	expect "size after shrink" "$(fsize "$f")" 3000
+	expect "content after shrink" "$(sha256sum <"$f")" "$(head -c 3000 /tmp/trunc.src | sha256sum)"
+	truncate -s 0 "$f" || die "truncate to 0 failed"
+	expect "size after truncate 0" "$(fsize "$f")" 0
+}
+
+step_rm() {
+	rm -r "$W/tree" "$W/ra" "$W/rb" "$W/hldir" || die "rm -r failed"
+	drop_caches
+	for x in tree ra rb hldir; do
+		[ ! -e "$W/$x" ] || die "$x still exists after rm -r"
+	done
+	mkdir "$W/tree" || die "mkdir after rm -r failed"
+	rmdir "$W/tree" || die "rmdir failed"
+}
+
+step_append() { # two writers, O_APPEND via >>, N lines each
+	n=${1:-200}
+	f=$W/append
+	: >"$f" || die "create"
+	pad=xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx
+	( i=1; while [ $i -le $n ]; do echo "A $i $pad" >>"$f"; i=$((i + 1)); done ) &
+	a=$!
+	( i=1; while [ $i -le $n ]; do echo "B $i $pad" >>"$f"; i=$((i + 1)); done ) &
+	b=$!
+	wait $a; wait $b
+	drop_caches
+	expect "line count" "$(wc -l <"$f")" $((2 * n))
+	bad=$(awk -v pad=$pad -v n=$n '
+		!($1 == "A" || $1 == "B") || $3 != pad || NF != 3 || $2 < 1 || $2 > n { bad++; next }
+		seen[$1 " " $2]++ { dup++ }
+		END { print bad + dup + 0 }' "$f")
+	expect "torn or duplicate lines" "$bad" 0
+	expect "distinct lines" "$(sort -u "$f" | wc -l)" $((2 * n))
+	echo "$((2 * n)) lines"
+}
+
+step_lock() {
+	f=$W/lockfile
+	rm -f /tmp/lk.ready /tmp/lk.release
+	locktest hold "$f" /tmp/lk.ready /tmp/lk.release >/tmp/lk.hold &
+	h=$!
+	i=0
+	while [ ! -s /tmp/lk.ready ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+	[ -s /tmp/lk.ready ] || { kill $h; die "holder did not take the lock: $(cat /tmp/lk.hold)"; }
+	out=$(locktest conflict "$f" $h) || { touch /tmp/lk.release; wait $h; die "$out"; }
+	touch /tmp/lk.release
+	wait $h || die "holder: $(cat /tmp/lk.hold)"
+	out2=$(locktest free "$f") || die "$out2"
+	echo "$out"
+}
+
+# step_lock_cross: the holder locks through a second mount with the other
+# minor version, which the kernel keeps as a separate nfs_client (its own
+# client ID at the server), so the conflict must be found by the server
+# (LOCK -> NFS4ERR_DENIED, LOCKT) rather than by the local lock table.
+step_lock_cross() {
+	other=4.2
+	[ "$t_vers" = 4.2 ] && other=4.1
+	M2=/mnt/nfs2
+	mkdir -p $M2
+	mountnfs "$t_host:$t_path" $M2 \
+		"vers=$other,proto=tcp,port=$t_port,addr=$t_host,clientaddr=${t_ip:-10.0.2.15},hard,timeo=600,retrans=2" ||
+		die "second mount with vers=$other failed"
+	f=$W/lockfile2
+	: >"$f"
+	rm -f /tmp/lk2.ready /tmp/lk2.release
+	locktest hold "$M2/w$t_vers/lockfile2" /tmp/lk2.ready /tmp/lk2.release >/tmp/lk2.hold &
+	h=$!
+	i=0
+	while [ ! -s /tmp/lk2.ready ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+	[ -s /tmp/lk2.ready ] || { kill $h; mountnfs -u $M2; die "holder did not take the lock: $(cat /tmp/lk2.hold)"; }
+	out=$(locktest conflict "$f" 0) || { touch /tmp/lk2.release; wait $h; mountnfs -u $M2; die "$out"; }
+	touch /tmp/lk2.release
+	wait $h || { mountnfs -u $M2; die "holder: $(cat /tmp/lk2.hold)"; }
+	out2=$(locktest free "$f") || { mountnfs -u $M2; die "$out2"; }
+	mountnfs -u $M2 || die "umount of second mount failed"
+	echo "holder via vers=$other; $out"
+}
+
+step_remount() {
+	sync
+	mountnfs -u $M || die "umount failed"
+	grep -q " $M " /proc/mounts && die "still mounted after umount"
+	do_mount || die "remount failed"
+	for n in $SIZES; do
+		want=$(cat $S/io.$n.sum 2>/dev/null) || die "no reference sum for $n (io step failed?)"
+		got=$(sum "$W/io.$n")
+		expect "sha256 of io.$n after remount" "$got" "$want"
+	done
+	expect "mode after remount" "$(stat -c %a "$W/mode")" 600
+	expect "mtime after remount" "$(stat -c %Y "$W/times")" "$(cat /tmp/times.mtime)"
+	expect "readlink after remount" "$(readlink "$W/sl")" st
+	expect "nlink after remount" "$(stat -c %h "$W/hl")" 1
+}
+
+step_mount_only() {
+	do_mount || die "mount failed"
+}
+
+step_crash_write() {
+	rm -rf "$C" && mkdir -p "$C" || die "mkdir $C"
+	for spec in small:4097 medium:1048576 large:8388608; do
+		name=${spec%%:*}
+		n=${spec#*:}
+		if [ "$n" -ge 1048576 ]; then
+			dd if=/dev/urandom of=/tmp/crash.$name bs=1048576 count=$((n / 1048576)) 2>/dev/null
+		else
+			head -c "$n" /dev/urandom >/tmp/crash.$name
+		fi
+		cp /tmp/crash.$name "$C/$name" || die "cp $name"
+	done
+	mkdir -p "$C/dir/sub" && echo meta >"$C/dir/sub/file" || die "mkdir"
+	sync
+	for name in small medium large; do
+		echo "SUM $name $(sum /tmp/crash.$name)"
+	done
+}
+
+step_crash_verify() {
+	[ -n "${t_sums:-}" ] || die "no t_sums on the kernel command line"
+	for kv in $(echo "$t_sums" | tr , ' '); do
+		name=${kv%%:*}
+		want=${kv#*:}
+		[ -f "$C/$name" ] || die "$name missing after server restart"
+		expect "sha256 of $name after server restart" "$(sum "$C/$name")" "$want"
+	done
+	expect "dir/sub/file after restart" "$(cat "$C/dir/sub/file")" meta
+	rm -rf "$C" || die "cleanup"
+}
+
+# ---- driver -----------------------------------------------------------------
+
+PASSED=0
+FAILED=0
+
+# run NAME STEP [ARGS...]: run one step in a child with a hard timeout.
+run() {
+	name=$1
+	shift
+	t0=$(uptime_cs)
+	timeout -s KILL "$t_step_timeout" sh /workload.sh step "$@" >/tmp/step.out 2>&1
+	rc=$?
+	t1=$(uptime_cs)
+	dt="$(((t1 - t0) / 100)).$(printf %02d $(((t1 - t0) % 100)))s"
+	grep '^SUM ' /tmp/step.out
+	last=$(grep -v '^SUM ' /tmp/step.out | tail -n 1)
+	if [ $rc -eq 0 ]; then
+		PASSED=$((PASSED + 1))
+		echo "PASS $name $dt${last:+ $last}"
+	else
+		FAILED=$((FAILED + 1))
+		grep -v '^SUM ' /tmp/step.out | sed 's/^/  | /'
+		[ $rc -eq 137 ] && last="timed out after ${t_step_timeout}s"
+		echo "FAIL $name ${last:-exit status $rc}"
+	fi
+	return $rc
+}
+
+if [ "${1:-}" = step ]; then
+	shift
+	s=$1
+	shift
+	set -e
+	"step_$s" "$@"
+	exit 0
+fi
+
+mkdir -p $S
+case "$t_phase" in
+main)
+	if run mount mount; then
+		for n in $SIZES; do run "io/$(size_name $n)" io "$n"; done
+		run tree tree
+		run rename rename
+		run hardlink hardlink
+		run symlink symlink
+		run chmod chmod
+		run chown chown
+		run touch touch && stat -c %Y "$W/times" >/tmp/times.mtime
+		run truncate truncate
+		run rm rm
+		run append append 200
+		run lock lock
+		run lock/cross-client lock_cross
+		run remount remount
+		if run crash/write crash_write; then
+			mountnfs -u $M || echo "umount before crash failed"
+			echo CRASHPOINT
+		fi
+		grep -q " $M " /proc/mounts && mountnfs -u $M
+	fi
+	;;
+verify)
+	if run remount-after-crash mount_only; then
+		run crash/verify crash_verify
+		mountnfs -u $M || echo "umount failed"
+	fi
+	;;
+*)
+	FAILED=1
+	echo "FAIL phase unknown phase '$t_phase'"
+	;;
+esac
+echo "RESULT $PASSED passed, $FAILED failed"
