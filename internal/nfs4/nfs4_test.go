@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"strconv"
 	"testing"
 
 	"github.com/shoalfs/shoal/internal/xdr"
@@ -99,7 +100,9 @@ func TestFileHandleBound(t *testing.T) {
 }
 
 func FuzzCompoundArgs(f *testing.F) {
-	f.Add(xdr.Marshal(sampleCompound()))
+	small := sampleCompound()
+	small.Argarray[2].Opwrite.Data = []byte("data")
+	f.Add(xdr.Marshal(small))
 	f.Add(xdr.Marshal(&COMPOUND4args{}))
 	f.Add([]byte{0, 0, 0, 0, 0, 0, 0, 2, 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -113,4 +116,39 @@ func FuzzCompoundArgs(f *testing.F) {
 			t.Fatalf("re-decoding own encoding: %v", err)
 		}
 	})
+}
+
+// TestLargeReaddirReply checks that a ~1 MB READDIR reply with 10,000 entries
+// (a linked list in XDR) encodes and decodes without deep recursion.
+func TestLargeReaddirReply(t *testing.T) {
+	const n = 10000
+	attrs := make([]byte, 80)
+	var head *Entry4
+	for i := n - 1; i >= 0; i-- {
+		head = &Entry4{
+			Cookie:    NfsCookie4(i + 3),
+			Name:      []byte("entry-name-" + strconv.Itoa(i)),
+			Attrs:     Fattr4{Attrmask: Bitmap4{1 << FATTR4_SIZE}, AttrVals: attrs},
+			Nextentry: head,
+		}
+	}
+	in := &READDIR4res{Status: NFS4_OK, Resok4: &READDIR4resok{Reply: Dirlist4{Entries: head, Eof: true}}}
+	wire := xdr.Marshal(in)
+	if len(wire) < 1<<20 {
+		t.Fatalf("reply is only %d bytes", len(wire))
+	}
+	var out READDIR4res
+	if err := xdr.Unmarshal(wire, &out); err != nil {
+		t.Fatal(err)
+	}
+	count := 0
+	for e := out.Resok4.Reply.Entries; e != nil && count <= n; e = e.Nextentry {
+		if want := "entry-name-" + strconv.Itoa(count); string(e.Name) != want {
+			t.Fatalf("entry %d is %q, want %q", count, e.Name, want)
+		}
+		count++
+	}
+	if count != n || !out.Resok4.Reply.Eof {
+		t.Fatalf("decoded %d entries (eof %v), want %d", count, out.Resok4.Reply.Eof, n)
+	}
 }

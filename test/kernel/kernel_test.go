@@ -87,7 +87,33 @@ func TestKernel(t *testing.T) {
 			}
 
 			main := cfg("main")
+			// Live crash: at KILLPOINT the guest holds an open file with
+			// unwritten data and a byte-range lock; kill -9 and restart the
+			// server under it, then let the guest continue.
+			var liveErr error
+			live := env("SHOAL_KERNEL_LIVE_CRASH", "1") == "1"
+			if live {
+				main.params["t_live"] = "1"
+				main.hook = func(line string) string {
+					if line != "KILLPOINT" {
+						return ""
+					}
+					if err := srv.Kill(); err != nil {
+						liveErr = fmt.Errorf("kill -9: %w", err)
+					} else if err := srv.Start(ctx); err != nil {
+						liveErr = fmt.Errorf("restart after kill -9: %w", err)
+					}
+					return "GO"
+				}
+			}
 			res := boot(ctx, main)
+			if live {
+				t.Run("crash/live-kill-restart", func(t *testing.T) {
+					if liveErr != nil {
+						t.Fatal(liveErr)
+					}
+				})
+			}
 			report(t, "main", res)
 			var captures = []string{main.capture}
 

@@ -51,6 +51,9 @@ type bootConfig struct {
 	console string            // copy of the serial console
 	timeout time.Duration     // hard limit for the whole VM run
 	logf    func(format string, args ...any)
+	// hook, if set, sees every console line; a non-empty return value is
+	// typed into the guest's console (the workload reads it with `read`).
+	hook func(line string) (reply string)
 }
 
 // qemuArgs is the qemu command line that was seen to work on these
@@ -156,7 +159,6 @@ func boot(ctx context.Context, c bootConfig) runResult {
 	secs := int(c.timeout / time.Second)
 	args := append([]string{"--kill-after=10", strconv.Itoa(secs), "qemu-system-x86_64"}, qemuArgs(c)...)
 	cmd := exec.CommandContext(ctx, "timeout", args...)
-	cmd.Stdin = nil
 	var p parser
 	con, err := os.Create(c.console)
 	if err != nil {
@@ -167,6 +169,11 @@ func boot(ctx context.Context, c bootConfig) runResult {
 	fmt.Fprintf(con, "# timeout %s\n", strings.Join(args, " "))
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		p.res.err = fmt.Errorf("qemu stdin: %w", err)
+		return p.res
+	}
 	if err := cmd.Start(); err != nil {
 		p.res.err = fmt.Errorf("start qemu: %w", err)
 		return p.res
@@ -181,10 +188,19 @@ func boot(ctx context.Context, c bootConfig) runResult {
 			fmt.Fprintln(con, l)
 			c.logf("vm: %s", l)
 			p.line(l)
+			if c.hook != nil {
+				if reply := c.hook(strings.TrimRight(l, "\r")); reply != "" {
+					c.logf("driver -> vm: %s", reply)
+					if _, err := io.WriteString(stdin, reply+"\n"); err != nil {
+						c.logf("write to VM console: %v", err)
+					}
+				}
+			}
 		}
 		_, _ = io.Copy(io.Discard, pr)
 	}()
 	werr := cmd.Wait()
+	stdin.Close()
 	pw.Close()
 	<-done
 	p.res.elapsed = time.Since(start)

@@ -317,6 +317,59 @@ step_crash_write() {
 	done
 }
 
+# Live crash: state the client holds while the server is killed and
+# restarted under it. live_start runs in the main shell (its background
+# holders must outlive a step), prints KILLPOINT and the driver answers
+# with a line on the console once the server is back.
+live_start() {
+	rm -f /tmp/live.* /tmp/ll.*
+	(
+		exec 3>"$C/live.txt" || exit 1
+		echo before >&3
+		: >/tmp/live.ready
+		i=0
+		while [ ! -e /tmp/live.go ] && [ $i -lt 3000 ]; do sleep 0.1; i=$((i + 1)); done
+		echo after >&3 && : >/tmp/live.wrote
+		exec 3>&- && : >/tmp/live.closed
+		: >/tmp/live.done
+	) &
+	locktest hold "$C/livelock" /tmp/ll.ready /tmp/ll.release >/tmp/ll.hold 2>&1 &
+	echo $! >/tmp/ll.pid
+	i=0
+	while { [ ! -e /tmp/live.ready ] || [ ! -s /tmp/ll.ready ]; } && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+	[ -e /tmp/live.ready ] && [ -s /tmp/ll.ready ]
+}
+
+step_live_check() {
+	touch /tmp/live.go
+	i=0
+	while [ ! -e /tmp/live.done ] && [ $i -lt 1800 ]; do sleep 0.1; i=$((i + 1)); done
+	[ -e /tmp/live.done ] || die "writer with an fd opened before the crash did not finish"
+	[ -e /tmp/live.wrote ] || die "write through an fd opened before the crash failed"
+	[ -e /tmp/live.closed ] || die "close of an fd opened before the crash failed"
+	drop_caches
+	expect "content written across the crash" "$(cat "$C/live.txt" | tr '\n' ' ')" "before after "
+	# The lock taken before the crash must have been reclaimed: another
+	# client (the other minor version) must still conflict with it.
+	other=4.2
+	[ "$t_vers" = 4.2 ] && other=4.1
+	M2=/mnt/nfs2
+	mkdir -p $M2
+	mountnfs "$t_host:$t_path" $M2 \
+		"vers=$other,proto=tcp,port=$t_port,addr=$t_host,clientaddr=${t_ip:-10.0.2.15},hard,timeo=600,retrans=2" ||
+		die "second mount with vers=$other failed"
+	out=$(locktest conflict "$M2/crash$t_vers/livelock" 0) ||
+		{ touch /tmp/ll.release; mountnfs -u $M2; die "lock after server restart: $out"; }
+	touch /tmp/ll.release
+	h=$(cat /tmp/ll.pid)
+	i=0
+	while kill -0 "$h" 2>/dev/null && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+	grep -q released /tmp/ll.hold || { mountnfs -u $M2; die "holder: $(cat /tmp/ll.hold)"; }
+	out2=$(locktest free "$M2/crash$t_vers/livelock") || { mountnfs -u $M2; die "$out2"; }
+	mountnfs -u $M2 || die "umount of second mount failed"
+	echo "fd and lock survived the restart"
+}
+
 step_crash_verify() {
 	[ -n "${t_sums:-}" ] || die "no t_sums on the kernel command line"
 	for kv in $(echo "$t_sums" | tr , ' '); do
@@ -385,6 +438,21 @@ main)
 		run lock/cross-client lock_cross
 		run remount remount
 		if run crash/write crash_write; then
+			if [ "${t_live:-0}" = 1 ]; then
+				if live_start; then
+					echo KILLPOINT
+					# The driver kills and restarts the server, then types a line.
+					if read -t 300 reply; then
+						run crash/live live_check
+					else
+						FAILED=$((FAILED + 1))
+						echo "FAIL crash/live no reply from the driver after KILLPOINT"
+					fi
+				else
+					FAILED=$((FAILED + 1))
+					echo "FAIL crash/live could not set up open file and lock before the crash"
+				fi
+			fi
 			mountnfs -u $M || echo "umount before crash failed"
 			echo CRASHPOINT
 		fi

@@ -1,0 +1,751 @@
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/rpc"
+	"github.com/shoalfs/shoal/internal/xdr"
+)
+
+// Options configures Dial. The zero value is usable: it connects as uid 0
+// with NFSv4.2 and 64 session slots.
+type Options struct {
+	// UID, GID and GIDs are sent in every AUTH_SYS credential.
+	UID, GID uint32
+	GIDs     []uint32
+	// MachineName goes into AUTH_SYS credentials. Default: the host name.
+	MachineName string
+	// OwnerID is the client owner presented in EXCHANGE_ID. Two Clients
+	// with the same OwnerID are the same client to the server, so the
+	// default is the host name plus a random suffix chosen per Client.
+	OwnerID string
+	// MinorVersion is the NFSv4 minor version to speak. Default 2; if the
+	// server answers NFS4ERR_MINOR_VERS_MISMATCH the client falls back to 1.
+	MinorVersion uint32
+	// MaxInFlight is the number of fore-channel session slots asked for,
+	// i.e. how many COMPOUNDs may be outstanding at once. Default 64.
+	MaxInFlight int
+	// Root is the directory of the server's pseudo file system that paths
+	// are relative to, like a mount's remote path ("/export"). Default "/".
+	Root string
+	// Logger receives diagnostics. Default: discard.
+	Logger *slog.Logger
+	// DialTimeout bounds the TCP connect and session setup. Default 15s.
+	DialTimeout time.Duration
+}
+
+// Client is one NFSv4.1+ client: one client ID, one session, one TCP
+// connection carrying both the fore channel and the backchannel. It is safe
+// for concurrent use.
+type Client struct {
+	addr  string
+	opts  Options
+	log   *slog.Logger
+	cred  rpc.OpaqueAuth
+	minor uint32
+	owner nfs4.ClientOwner4
+	root  []string // Options.Root split into components
+
+	maxRead, maxWrite uint32
+	maxOps            int
+	lease             time.Duration
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	recMu sync.Mutex // serializes reconnects and session recovery
+
+	mu     sync.Mutex
+	conn   *rpc.Conn
+	sess   *session
+	files  map[*File]struct{} // open files, reclaimed after a server restart
+	closed bool
+
+	lastUse  atomic.Int64 // unix nanos of the last COMPOUND sent
+	ownerSeq atomic.Uint64
+}
+
+// session is one NFSv4.1 session. A server restart replaces it as a whole.
+type session struct {
+	id       nfs4.Sessionid4
+	clientID nfs4.Clientid4
+	slots    *slotTable
+	gen      uint64
+}
+
+var errSessionGone = errors.New("nfs: session replaced")
+
+const (
+	defaultMaxInFlight = 64
+	// maxRecord is the largest RPC record the client accepts; READ replies
+	// must fit, so it bounds the negotiated response size.
+	maxRecord = 4<<20 + 64<<10
+	// ioOverhead is what a COMPOUND around a READ or WRITE payload needs
+	// besides the data: RPC header, SEQUENCE, PUTFH, the op itself.
+	ioOverhead = 4 << 10
+	// maxRetries bounds NFS4ERR_DELAY and NFS4ERR_GRACE retries.
+	maxDelayRetries = 30
+	maxGraceRetries = 180
+)
+
+// Dial connects to the NFSv4.1+ server at addr ("host:port"), sets up a
+// client ID and a session and reads the file system limits.
+func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = defaultMaxInFlight
+	}
+	if opts.MinorVersion == 0 {
+		opts.MinorVersion = 2
+	}
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 15 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "localhost"
+	}
+	if opts.MachineName == "" {
+		opts.MachineName = host
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	if opts.OwnerID == "" {
+		opts.OwnerID = host + "/shoal-client/" + hex.EncodeToString(rnd[:])
+	}
+	c := &Client{
+		addr:  addr,
+		opts:  opts,
+		log:   opts.Logger.With("server", addr),
+		minor: opts.MinorVersion,
+		cred: rpc.AuthSysCred(rpc.AuthSysParams{
+			Stamp: uint32(time.Now().Unix()), Machine: opts.MachineName,
+			UID: opts.UID, GID: opts.GID, GIDs: opts.GIDs,
+		}),
+		root:  splitPath(opts.Root),
+		files: make(map[*File]struct{}),
+	}
+	c.owner.CoOwnerid = []byte(opts.OwnerID)
+	copy(c.owner.CoVerifier[:], rnd[:])
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+
+	dctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
+	defer cancel()
+	conn, err := c.dial(dctx)
+	if err != nil {
+		c.cancel()
+		return nil, err
+	}
+	c.conn = conn
+	if err := c.newSession(dctx, nil); err != nil {
+		conn.Close()
+		c.cancel()
+		return nil, err
+	}
+	if err := c.readFSInfo(dctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.wg.Add(1)
+	go c.renewLoop()
+	return c, nil
+}
+
+func (c *Client) dial(ctx context.Context) (*rpc.Conn, error) {
+	return rpc.Dial(ctx, "tcp", c.addr, rpc.HandlerFunc(c.serveCallback),
+		rpc.WithConfig(rpc.ConnConfig{MaxRecord: maxRecord, Logger: c.log}))
+}
+
+// MaxRead is the largest READ the server accepts; larger reads are split.
+func (c *Client) MaxRead() uint32 { return c.maxRead }
+
+// MaxWrite is the largest WRITE the server accepts; larger writes are split.
+func (c *Client) MaxWrite() uint32 { return c.maxWrite }
+
+// MinorVersion is the NFSv4 minor version in use.
+func (c *Client) MinorVersion() uint32 { return c.minor }
+
+// Close destroys the session and the client ID (best effort) and closes
+// the connection. Open Files are not closed on the server; their state goes
+// with the client ID.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	conn, sess := c.conn, c.sess
+	c.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if sess != nil && conn != nil {
+		_, _ = c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_DESTROY_SESSION,
+			OpdestroySession: &nfs4.DESTROYSESSION4args{DsaSessionid: sess.id}}})
+		_, _ = c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_DESTROY_CLIENTID,
+			OpdestroyClientid: &nfs4.DESTROYCLIENTID4args{DcaClientid: sess.clientID}}})
+		sess.slots.kill()
+	}
+	c.cancel()
+	var err error
+	if conn != nil {
+		err = conn.Close()
+		if errors.Is(err, rpc.ErrConnClosed) {
+			err = nil
+		}
+	}
+	c.wg.Wait()
+	return err
+}
+
+// TestingCloseConn closes the client's TCP connection abruptly, as a
+// network failure would. It exists for tests of the reconnect path: the
+// next operation, or any in flight, redials and replays.
+func (c *Client) TestingCloseConn() {
+	c.mu.Lock()
+	conn := c.conn
+	c.mu.Unlock()
+	if conn != nil {
+		conn.Close()
+	}
+}
+
+// plain sends a COMPOUND without SEQUENCE (EXCHANGE_ID, CREATE_SESSION,
+// BIND_CONN_TO_SESSION, DESTROY_*), which must be alone in their compound.
+func (c *Client) plain(ctx context.Context, conn *rpc.Conn, ops []nfs4.NfsArgop4) (*nfs4.COMPOUND4res, error) {
+	args := &nfs4.COMPOUND4args{Minorversion: c.minor, Argarray: ops}
+	raw, err := conn.Call(ctx, nfs4.NFS4_PROGRAM, nfs4.NFS_V4, nfs4.NFSPROC4_COMPOUND, c.cred, args)
+	if err != nil {
+		return nil, err
+	}
+	res := new(nfs4.COMPOUND4res)
+	if err := xdr.Unmarshal(raw, res); err != nil {
+		return nil, fmt.Errorf("nfs: decoding COMPOUND reply: %w", err)
+	}
+	if res.Status != nfs4.NFS4_OK {
+		op := ops[0].Argop
+		if n := len(res.Resarray); n > 0 {
+			op = res.Resarray[n-1].Resop
+		}
+		return res, statusErr(op, res.Status)
+	}
+	if len(res.Resarray) != len(ops) {
+		return nil, fmt.Errorf("nfs: server answered %d of %d operations", len(res.Resarray), len(ops))
+	}
+	return res, nil
+}
+
+// newSession runs EXCHANGE_ID, CREATE_SESSION and RECLAIM_COMPLETE on the
+// current connection and installs the session. With old set, it replaces a
+// session the server lost and reclaims open files and locks first.
+func (c *Client) newSession(ctx context.Context, old *session) error {
+	c.mu.Lock()
+	conn := c.conn
+	c.mu.Unlock()
+
+	var eir *nfs4.EXCHANGEID4resok
+	for {
+		res, err := c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_EXCHANGE_ID, OpexchangeId: &nfs4.EXCHANGEID4args{
+			EiaClientowner:  c.owner,
+			EiaStateProtect: nfs4.StateProtect4A{SpaHow: nfs4.SP4_NONE},
+		}}})
+		var se *StatusError
+		if errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_MINOR_VERS_MISMATCH && c.minor > 1 {
+			c.log.Debug("server refuses minor version, falling back", "minor", c.minor)
+			c.minor--
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("nfs: EXCHANGE_ID: %w", err)
+		}
+		eir = res.Resarray[0].OpexchangeId.EirResok4
+		break
+	}
+	if eir == nil {
+		return errors.New("nfs: EXCHANGE_ID: empty reply")
+	}
+
+	fore := nfs4.ChannelAttrs4{
+		CaMaxrequestsize:        maxRecord,
+		CaMaxresponsesize:       maxRecord,
+		CaMaxresponsesizeCached: 64 << 10,
+		CaMaxoperations:         64,
+		CaMaxrequests:           uint32(c.opts.MaxInFlight),
+	}
+	back := nfs4.ChannelAttrs4{
+		CaMaxrequestsize:        16 << 10,
+		CaMaxresponsesize:       16 << 10,
+		CaMaxresponsesizeCached: 0,
+		CaMaxoperations:         8,
+		CaMaxrequests:           1,
+	}
+	res, err := c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_CREATE_SESSION, OpcreateSession: &nfs4.CREATESESSION4args{
+		CsaClientid:      eir.EirClientid,
+		CsaSequence:      eir.EirSequenceid,
+		CsaFlags:         nfs4.CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+		CsaForeChanAttrs: fore,
+		CsaBackChanAttrs: back,
+		CsaCbProgram:     nfs4.NFS4_CALLBACK,
+		CsaSecParms: []nfs4.CallbackSecParms4{{CbSecflavor: rpc.AuthSys, CbspSysCred: &nfs4.AuthsysParms{
+			Stamp: uint32(time.Now().Unix()), Machinename: c.opts.MachineName, Uid: c.opts.UID, Gid: c.opts.GID,
+		}}},
+	}}})
+	if err != nil {
+		return fmt.Errorf("nfs: CREATE_SESSION: %w", err)
+	}
+	csr := res.Resarray[0].OpcreateSession.CsrResok4
+	if csr == nil {
+		return errors.New("nfs: CREATE_SESSION: empty reply")
+	}
+	slots := int(csr.CsrForeChanAttrs.CaMaxrequests)
+	if slots > c.opts.MaxInFlight {
+		slots = c.opts.MaxInFlight
+	}
+	gen := uint64(1)
+	if old != nil {
+		gen = old.gen + 1
+	}
+	s := &session{id: csr.CsrSessionid, clientID: eir.EirClientid, slots: newSlotTable(slots), gen: gen}
+	c.maxOps = int(csr.CsrForeChanAttrs.CaMaxoperations)
+	if c.maxRead == 0 || c.maxRead > csr.CsrForeChanAttrs.CaMaxresponsesize-ioOverhead {
+		// Provisional until readFSInfo; always bounded by the channel.
+		c.maxRead = csr.CsrForeChanAttrs.CaMaxresponsesize - ioOverhead
+	}
+	if c.maxWrite == 0 || c.maxWrite > csr.CsrForeChanAttrs.CaMaxrequestsize-ioOverhead {
+		c.maxWrite = csr.CsrForeChanAttrs.CaMaxrequestsize - ioOverhead
+	}
+	c.mu.Lock()
+	c.sess = s
+	c.mu.Unlock()
+	c.log.Debug("session created", "clientid", eir.EirClientid, "slots", slots, "minor", c.minor)
+
+	if old != nil {
+		c.reclaim(ctx, s)
+	}
+	_, err = c.exec(ctx, s, false, []nfs4.NfsArgop4{{Argop: nfs4.OP_RECLAIM_COMPLETE,
+		OpreclaimComplete: &nfs4.RECLAIMCOMPLETE4args{RcaOneFs: false}}})
+	var se *StatusError
+	if err != nil && !(errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_COMPLETE_ALREADY) {
+		return fmt.Errorf("nfs: RECLAIM_COMPLETE: %w", err)
+	}
+	return nil
+}
+
+func (c *Client) readFSInfo(ctx context.Context) error {
+	ops := c.walk(nil)
+	ops = append(ops, nfs4.NfsArgop4{Argop: nfs4.OP_GETATTR, Opgetattr: &nfs4.GETATTR4args{AttrRequest: fsInfoBits}})
+	res, err := c.call(ctx, func() []nfs4.NfsArgop4 { return ops })
+	if err != nil {
+		return fmt.Errorf("nfs: reading file system limits of %q: %w", "/"+strings.Join(c.root, "/"), err)
+	}
+	var fi fsInfo
+	if err := decodeFattr(&res[len(res)-1].Opgetattr.Resok4.ObjAttributes, nil, &fi); err != nil {
+		return err
+	}
+	if fi.maxRead > 0 && fi.maxRead < uint64(c.maxRead) {
+		c.maxRead = uint32(fi.maxRead)
+	}
+	if fi.maxWrite > 0 && fi.maxWrite < uint64(c.maxWrite) {
+		c.maxWrite = uint32(fi.maxWrite)
+	}
+	c.lease = time.Duration(fi.lease) * time.Second
+	if c.lease <= 0 {
+		c.lease = 90 * time.Second
+	}
+	return nil
+}
+
+// renewLoop keeps the lease alive with a SEQUENCE-only COMPOUND when the
+// client has been idle for a third of the lease.
+func (c *Client) renewLoop() {
+	defer c.wg.Done()
+	period := c.lease / 3
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if time.Since(time.Unix(0, c.lastUse.Load())) < period {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, c.lease)
+		if _, err := c.call(ctx, func() []nfs4.NfsArgop4 { return nil }); err != nil && c.ctx.Err() == nil {
+			c.log.Warn("lease renewal failed", "err", err)
+		}
+		cancel()
+	}
+}
+
+func (c *Client) current() (*rpc.Conn, *session, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, nil, ErrClosed
+	}
+	return c.conn, c.sess, nil
+}
+
+// call runs ops in a COMPOUND behind SEQUENCE and returns the results of ops
+// (without SEQUENCE's). build is called for every attempt, so ops that
+// carry state (stateids) pick up state renewed by recovery. It retries
+// NFS4ERR_DELAY and NFS4ERR_GRACE with bounded backoff and recovers from
+// connection loss and server restarts. On an operation error the results
+// so far are returned together with a *StatusError.
+func (c *Client) call(ctx context.Context, build func() []nfs4.NfsArgop4) ([]nfs4.NfsResop4, error) {
+	delay := 10 * time.Millisecond
+	delays, graces, recoveries := 0, 0, 0
+	for {
+		_, sess, err := c.current()
+		if err != nil {
+			return nil, err
+		}
+		ops := build()
+		res, err := c.exec(ctx, sess, true, ops)
+		var se *StatusError
+		if err == nil || !errors.As(err, &se) {
+			if errors.Is(err, errSessionGone) && recoveries < 5 {
+				recoveries++
+				continue
+			}
+			return res, err
+		}
+		switch se.NFSStatus {
+		case nfs4.NFS4ERR_BADSESSION, nfs4.NFS4ERR_DEADSESSION, nfs4.NFS4ERR_STALE_CLIENTID:
+			if recoveries >= 5 {
+				return res, err
+			}
+			recoveries++
+			if rerr := c.recover(ctx, sess); rerr != nil {
+				return res, rerr
+			}
+			continue
+		case nfs4.NFS4ERR_BAD_STATEID, nfs4.NFS4ERR_STALE_STATEID:
+			// Stateids built before a recovery are stale; rebuild once.
+			if _, now, _ := c.current(); now != nil && now != sess && recoveries < 5 {
+				recoveries++
+				continue
+			}
+			return res, err
+		case nfs4.NFS4ERR_DELAY:
+			if delays >= maxDelayRetries {
+				return res, err
+			}
+			delays++
+			if werr := sleep(ctx, delay); werr != nil {
+				return res, werr
+			}
+			delay = min(2*delay, time.Second)
+			continue
+		case nfs4.NFS4ERR_GRACE:
+			if graces >= maxGraceRetries {
+				return res, err
+			}
+			graces++
+			if werr := sleep(ctx, time.Second); werr != nil {
+				return res, werr
+			}
+			continue
+		}
+		return res, err
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// exec sends one COMPOUND on sess using a session slot. When the
+// connection breaks it reconnects (if allowed) and replays the request with
+// the same slot and sequence id, so the server answers from its reply cache
+// if it had already executed it. The round trip runs on its own goroutine so
+// that an abandoned call (ctx cancelled) still completes and frees its slot
+// with a known sequence id.
+func (c *Client) exec(ctx context.Context, sess *session, reconnect bool, ops []nfs4.NfsArgop4) ([]nfs4.NfsResop4, error) {
+	slot, seq, highest, err := sess.slots.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	args := &nfs4.COMPOUND4args{Minorversion: c.minor, Argarray: make([]nfs4.NfsArgop4, 0, 1+len(ops))}
+	args.Argarray = append(args.Argarray, nfs4.NfsArgop4{Argop: nfs4.OP_SEQUENCE, Opsequence: &nfs4.SEQUENCE4args{
+		SaSessionid: sess.id, SaSequenceid: seq, SaSlotid: uint32(slot), SaHighestSlotid: uint32(highest),
+	}})
+	args.Argarray = append(args.Argarray, ops...)
+	c.lastUse.Store(time.Now().UnixNano())
+
+	type result struct {
+		res *nfs4.COMPOUND4res
+		err error
+	}
+	run := func() result {
+		res, err := c.roundTrip(sess, reconnect, args)
+		advance, target := false, -1
+		if res != nil && len(res.Resarray) > 0 && res.Resarray[0].Resop == nfs4.OP_SEQUENCE {
+			if sr := res.Resarray[0].Opsequence; sr != nil && sr.SrStatus == nfs4.NFS4_OK && sr.SrResok4 != nil {
+				advance = true
+				target = int(sr.SrResok4.SrTargetHighestSlotid)
+			}
+		}
+		sess.slots.release(slot, advance, target)
+		return result{res, err}
+	}
+	var r result
+	if ctx.Done() == nil {
+		r = run()
+	} else {
+		ch := make(chan result, 1)
+		go func() { ch <- run() }()
+		select {
+		case r = <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	res := r.res
+	if res.Status == nfs4.NFS4_OK && len(res.Resarray) != len(args.Argarray) {
+		return nil, fmt.Errorf("nfs: server answered %d of %d operations", len(res.Resarray), len(args.Argarray))
+	}
+	if len(res.Resarray) == 0 {
+		return nil, statusErr(nfs4.OP_SEQUENCE, res.Status)
+	}
+	out := res.Resarray[1:]
+	if res.Status != nfs4.NFS4_OK {
+		return out, statusErr(res.Resarray[len(res.Resarray)-1].Resop, res.Status)
+	}
+	return out, nil
+}
+
+// roundTrip sends args and decodes the reply, reconnecting and replaying
+// while the connection keeps failing (bounded by the reconnect logic).
+func (c *Client) roundTrip(sess *session, reconnect bool, args *nfs4.COMPOUND4args) (*nfs4.COMPOUND4res, error) {
+	for attempt := 0; ; attempt++ {
+		conn, cur, err := c.current()
+		if err != nil {
+			return nil, err
+		}
+		if cur != sess {
+			return nil, errSessionGone
+		}
+		raw, err := conn.Call(c.ctx, nfs4.NFS4_PROGRAM, nfs4.NFS_V4, nfs4.NFSPROC4_COMPOUND, c.cred, args)
+		if err != nil {
+			if !errors.Is(err, rpc.ErrConnClosed) || !reconnect || c.ctx.Err() != nil || attempt >= 10 {
+				return nil, err
+			}
+			if rerr := c.reconnect(conn); rerr != nil {
+				return nil, rerr
+			}
+			continue
+		}
+		res := new(nfs4.COMPOUND4res)
+		if err := xdr.Unmarshal(raw, res); err != nil {
+			return nil, fmt.Errorf("nfs: decoding COMPOUND reply: %w", err)
+		}
+		return res, nil
+	}
+}
+
+// reconnect replaces a broken connection: it redials (with backoff, for a
+// server that is restarting) and binds the new connection to the session.
+// If the server no longer knows the session, the session is recovered.
+// Callers that raced on the same broken connection share one reconnect.
+func (c *Client) reconnect(broken *rpc.Conn) error {
+	c.recMu.Lock()
+	defer c.recMu.Unlock()
+	c.mu.Lock()
+	if c.conn != broken || c.closed {
+		closed := c.closed
+		c.mu.Unlock()
+		if closed {
+			return ErrClosed
+		}
+		return nil
+	}
+	sess := c.sess
+	c.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(c.ctx, 3*time.Minute)
+	defer cancel()
+	delay := 50 * time.Millisecond
+	var conn *rpc.Conn
+	for {
+		var err error
+		dctx, dcancel := context.WithTimeout(ctx, c.opts.DialTimeout)
+		conn, err = c.dial(dctx)
+		dcancel()
+		if err == nil {
+			break
+		}
+		c.log.Debug("redial failed", "err", err)
+		if werr := sleep(ctx, delay); werr != nil {
+			return fmt.Errorf("nfs: reconnecting to %s: %w", c.addr, err)
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+	c.mu.Lock()
+	c.conn = conn
+	c.mu.Unlock()
+	c.log.Info("reconnected", "local", conn.LocalAddr().String())
+
+	_, err := c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_BIND_CONN_TO_SESSION,
+		OpbindConnToSession: &nfs4.BINDCONNTOSESSION4args{BctsaSessid: sess.id, BctsaDir: nfs4.CDFC4_FORE_OR_BOTH}}})
+	var se *StatusError
+	if errors.As(err, &se) && (se.NFSStatus == nfs4.NFS4ERR_BADSESSION || se.NFSStatus == nfs4.NFS4ERR_DEADSESSION ||
+		se.NFSStatus == nfs4.NFS4ERR_STALE_CLIENTID) {
+		return c.recoverLocked(ctx, sess)
+	}
+	if err != nil {
+		return fmt.Errorf("nfs: BIND_CONN_TO_SESSION: %w", err)
+	}
+	return nil
+}
+
+// recover replaces a session the server has lost (it restarted or expired
+// our lease).
+func (c *Client) recover(ctx context.Context, lost *session) error {
+	c.recMu.Lock()
+	defer c.recMu.Unlock()
+	return c.recoverLocked(ctx, lost)
+}
+
+func (c *Client) recoverLocked(ctx context.Context, lost *session) error {
+	c.mu.Lock()
+	cur, closed := c.sess, c.closed
+	c.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if cur != lost {
+		return nil // someone else already recovered
+	}
+	c.log.Info("server lost our session; establishing a new one and reclaiming state")
+	lost.slots.kill()
+	if err := c.newSession(ctx, lost); err != nil {
+		return fmt.Errorf("nfs: session recovery: %w", err)
+	}
+	return nil
+}
+
+// reclaim re-establishes the opens and locks of all open files on a new
+// session, with CLAIM_PREVIOUS and reclaim locks during the server's grace
+// period, or as new opens and locks when the server has no grace period
+// (NFS4ERR_NO_GRACE). Failures are logged and leave the file unusable.
+func (c *Client) reclaim(ctx context.Context, s *session) {
+	c.mu.Lock()
+	files := make([]*File, 0, len(c.files))
+	for f := range c.files {
+		files = append(files, f)
+	}
+	c.mu.Unlock()
+	for _, f := range files {
+		if err := f.reclaim(ctx, s); err != nil {
+			c.log.Warn("reclaiming open file failed", "path", f.path, "err", err)
+		}
+	}
+}
+
+// serveCallback serves the backchannel: CB_NULL and CB_COMPOUND with
+// CB_SEQUENCE, CB_RECALL and CB_LAYOUTRECALL.
+func (c *Client) serveCallback(ctx context.Context, call *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
+	if call.Prog != nfs4.NFS4_CALLBACK {
+		return rpc.ProgUnavail
+	}
+	switch call.Proc {
+	case nfs4.CB_NULL:
+		return rpc.Success
+	case nfs4.CB_COMPOUND:
+	default:
+		return rpc.ProcUnavail
+	}
+	var args nfs4.CBCOMPOUND4args
+	if err := xdr.Unmarshal(call.Args, &args); err != nil {
+		return rpc.GarbageArgs
+	}
+	out := nfs4.CBCOMPOUND4res{Tag: args.Tag}
+	for i, op := range args.Argarray {
+		r := nfs4.NfsCbResop4{Resop: op.Argop}
+		var st nfs4.Nfsstat4
+		switch op.Argop {
+		case nfs4.OP_CB_SEQUENCE:
+			a := op.Opcbsequence
+			if i != 0 || a == nil {
+				st = nfs4.NFS4ERR_SEQUENCE_POS
+				r.Opcbsequence = &nfs4.CBSEQUENCE4res{CsrStatus: st}
+				break
+			}
+			r.Opcbsequence = &nfs4.CBSEQUENCE4res{CsrResok4: &nfs4.CBSEQUENCE4resok{
+				CsrSessionid: a.CsaSessionid, CsrSequenceid: a.CsaSequenceid, CsrSlotid: a.CsaSlotid,
+			}}
+		case nfs4.OP_CB_RECALL:
+			a := op.Opcbrecall
+			if a == nil {
+				st = nfs4.NFS4ERR_BADXDR
+			} else {
+				fh := append([]byte(nil), a.Fh...)
+				sid := a.Stateid
+				c.wg.Add(1)
+				go func() {
+					defer c.wg.Done()
+					c.returnDelegation(fh, sid)
+				}()
+			}
+			r.Opcbrecall = &nfs4.CBRECALL4res{Status: st}
+		case nfs4.OP_CB_LAYOUTRECALL:
+			st = nfs4.NFS4ERR_NOMATCHING_LAYOUT
+			r.Opcblayoutrecall = &nfs4.CBLAYOUTRECALL4res{ClorrStatus: st}
+		default:
+			st = nfs4.NFS4ERR_NOTSUPP
+			r = nfs4.NfsCbResop4{Resop: nfs4.OP_CB_ILLEGAL, Opcbillegal: &nfs4.CBILLEGAL4res{Status: st}}
+		}
+		out.Resarray = append(out.Resarray, r)
+		out.Status = st
+		if st != nfs4.NFS4_OK {
+			break
+		}
+	}
+	out.EncodeXDR(res)
+	return rpc.Success
+}
+
+// returnDelegation answers a CB_RECALL. The client never asks for
+// delegations, but a server may hand one out anyway.
+func (c *Client) returnDelegation(fh []byte, sid nfs4.Stateid4) {
+	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
+	defer cancel()
+	_, err := c.call(ctx, func() []nfs4.NfsArgop4 {
+		return []nfs4.NfsArgop4{putfh(fh), {Argop: nfs4.OP_DELEGRETURN, Opdelegreturn: &nfs4.DELEGRETURN4args{DelegStateid: sid}}}
+	})
+	if err != nil && c.ctx.Err() == nil {
+		c.log.Warn("DELEGRETURN failed", "err", err)
+	}
+}
+
+func (c *Client) newOwner(kind string) []byte {
+	return fmt.Appendf(nil, "%s-%s-%d", c.opts.OwnerID, kind, c.ownerSeq.Add(1))
+}

@@ -1,0 +1,321 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"syscall"
+
+	"github.com/shoalfs/shoal/internal/nfs4"
+)
+
+// splitPath turns a slash-separated path into components, resolving "."
+// and ".." lexically (".." never climbs above the root).
+func splitPath(p string) []string {
+	var out []string
+	for _, c := range strings.Split(p, "/") {
+		switch c {
+		case "", ".":
+		case "..":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+		default:
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// splitParent returns the parent's components and the final name of p.
+func splitParent(p string) ([]string, string) {
+	comps := splitPath(p)
+	if len(comps) == 0 {
+		return nil, ""
+	}
+	return comps[:len(comps)-1], comps[len(comps)-1]
+}
+
+func putfh(fh []byte) nfs4.NfsArgop4 {
+	return nfs4.NfsArgop4{Argop: nfs4.OP_PUTFH, Opputfh: &nfs4.PUTFH4args{Object: fh}}
+}
+
+func getattr(bm nfs4.Bitmap4) nfs4.NfsArgop4 {
+	return nfs4.NfsArgop4{Argop: nfs4.OP_GETATTR, Opgetattr: &nfs4.GETATTR4args{AttrRequest: bm}}
+}
+
+var getfh = nfs4.NfsArgop4{Argop: nfs4.OP_GETFH}
+
+// walk returns PUTROOTFH and a LOOKUP for every component of Options.Root
+// and then of comps. LOOKUP does not follow symbolic links: a symlink in
+// the middle of a path fails with NFS4ERR_SYMLINK, and a final one is
+// returned as itself.
+func (c *Client) walk(comps []string) []nfs4.NfsArgop4 {
+	ops := make([]nfs4.NfsArgop4, 0, 1+len(c.root)+len(comps)+3)
+	ops = append(ops, nfs4.NfsArgop4{Argop: nfs4.OP_PUTROOTFH})
+	for _, list := range [][]string{c.root, comps} {
+		for _, name := range list {
+			ops = append(ops, nfs4.NfsArgop4{Argop: nfs4.OP_LOOKUP, Oplookup: &nfs4.LOOKUP4args{Objname: []byte(name)}})
+		}
+	}
+	return ops
+}
+
+func fixed(ops []nfs4.NfsArgop4) func() []nfs4.NfsArgop4 {
+	return func() []nfs4.NfsArgop4 { return ops }
+}
+
+func lastAttr(res []nfs4.NfsResop4) (Attr, error) {
+	var a Attr
+	r := res[len(res)-1].Opgetattr
+	if r == nil || r.Resok4 == nil {
+		return a, errors.New("nfs: GETATTR result missing")
+	}
+	return a, decodeFattr(&r.Resok4.ObjAttributes, &a, nil)
+}
+
+// Stat returns the attributes of the object at path. Like lstat(2), it
+// does not follow a final symbolic link.
+func (c *Client) Stat(ctx context.Context, path string) (Attr, error) {
+	ops := append(c.walk(splitPath(path)), getattr(statBits))
+	res, err := c.call(ctx, fixed(ops))
+	if err != nil {
+		return Attr{}, pathErr("stat", path, err)
+	}
+	a, err := lastAttr(res)
+	return a, pathErr("stat", path, err)
+}
+
+// Lstat is Stat; it exists for readers who look for the name.
+func (c *Client) Lstat(ctx context.Context, path string) (Attr, error) { return c.Stat(ctx, path) }
+
+// Lookup returns the file handle and attributes of path.
+func (c *Client) Lookup(ctx context.Context, path string) ([]byte, Attr, error) {
+	ops := append(c.walk(splitPath(path)), getfh, getattr(statBits))
+	res, err := c.call(ctx, fixed(ops))
+	if err != nil {
+		return nil, Attr{}, pathErr("lookup", path, err)
+	}
+	fh := append([]byte(nil), res[len(res)-2].Opgetfh.Resok4.Object...)
+	a, err := lastAttr(res)
+	return fh, a, pathErr("lookup", path, err)
+}
+
+func (c *Client) create(ctx context.Context, op, path string, ct nfs4.Createtype4, attrs nfs4.Fattr4) error {
+	parent, name := splitParent(path)
+	if name == "" {
+		return pathErr(op, path, syscall.EEXIST)
+	}
+	ops := append(c.walk(parent), nfs4.NfsArgop4{Argop: nfs4.OP_CREATE, Opcreate: &nfs4.CREATE4args{
+		Objtype: ct, Objname: []byte(name), Createattrs: attrs,
+	}})
+	_, err := c.call(ctx, fixed(ops))
+	return pathErr(op, path, err)
+}
+
+// Mkdir creates a directory with permission bits mode.
+func (c *Client) Mkdir(ctx context.Context, path string, mode uint32) error {
+	return c.create(ctx, "mkdir", path, nfs4.Createtype4{Type: nfs4.NF4DIR}, modeAttr(mode))
+}
+
+// MkdirAll creates path and any missing parents, like os.MkdirAll.
+func (c *Client) MkdirAll(ctx context.Context, path string, mode uint32) error {
+	comps := splitPath(path)
+	for i := range comps {
+		p := "/" + strings.Join(comps[:i+1], "/")
+		a, err := c.Stat(ctx, p)
+		if err == nil {
+			if a.Type != TypeDir {
+				return pathErr("mkdir", p, syscall.ENOTDIR)
+			}
+			continue
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if err := c.Mkdir(ctx, p, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Symlink creates a symbolic link at path pointing to target.
+func (c *Client) Symlink(ctx context.Context, target, path string) error {
+	t := []byte(target)
+	return c.create(ctx, "symlink", path, nfs4.Createtype4{Type: nfs4.NF4LNK, Linkdata: &t}, modeAttr(0o777))
+}
+
+// Readlink returns the target of the symbolic link at path.
+func (c *Client) Readlink(ctx context.Context, path string) (string, error) {
+	ops := append(c.walk(splitPath(path)), nfs4.NfsArgop4{Argop: nfs4.OP_READLINK})
+	res, err := c.call(ctx, fixed(ops))
+	if err != nil {
+		return "", pathErr("readlink", path, err)
+	}
+	return string(res[len(res)-1].Opreadlink.Resok4.Link), nil
+}
+
+// Remove removes a file or an empty directory.
+func (c *Client) Remove(ctx context.Context, path string) error {
+	parent, name := splitParent(path)
+	if name == "" {
+		return pathErr("remove", path, syscall.EBUSY)
+	}
+	ops := append(c.walk(parent), nfs4.NfsArgop4{Argop: nfs4.OP_REMOVE, Opremove: &nfs4.REMOVE4args{Target: []byte(name)}})
+	_, err := c.call(ctx, fixed(ops))
+	return pathErr("remove", path, err)
+}
+
+// RemoveAll removes path and everything below it. A missing path is not an
+// error.
+func (c *Client) RemoveAll(ctx context.Context, path string) error {
+	return c.removeAll(ctx, path, 0)
+}
+
+func (c *Client) removeAll(ctx context.Context, path string, depth int) error {
+	if depth > 256 {
+		return pathErr("remove", path, syscall.ELOOP)
+	}
+	a, err := c.Stat(ctx, path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if a.Type == TypeDir {
+		ents, err := c.ReadDir(ctx, path)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		for _, e := range ents {
+			if err := c.removeAll(ctx, strings.TrimSuffix(path, "/")+"/"+e.Name, depth+1); err != nil {
+				return err
+			}
+		}
+	}
+	if len(splitPath(path)) == 0 {
+		return nil // the root itself stays
+	}
+	if err := c.Remove(ctx, path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// Rename moves from to to, replacing to if it exists and the types allow.
+func (c *Client) Rename(ctx context.Context, from, to string) error {
+	fp, fname := splitParent(from)
+	tp, tname := splitParent(to)
+	if fname == "" || tname == "" {
+		return &fs.LinkError{Op: "rename", Old: from, New: to, Err: syscall.EBUSY}
+	}
+	ops := append(c.walk(fp), nfs4.NfsArgop4{Argop: nfs4.OP_SAVEFH})
+	ops = append(ops, c.walk(tp)...)
+	ops = append(ops, nfs4.NfsArgop4{Argop: nfs4.OP_RENAME, Oprename: &nfs4.RENAME4args{
+		Oldname: []byte(fname), Newname: []byte(tname),
+	}})
+	if _, err := c.call(ctx, fixed(ops)); err != nil {
+		return &fs.LinkError{Op: "rename", Old: from, New: to, Err: err}
+	}
+	return nil
+}
+
+// Link creates newpath as a hard link to oldpath.
+func (c *Client) Link(ctx context.Context, oldpath, newpath string) error {
+	np, nname := splitParent(newpath)
+	if nname == "" {
+		return &fs.LinkError{Op: "link", Old: oldpath, New: newpath, Err: syscall.EEXIST}
+	}
+	ops := append(c.walk(splitPath(oldpath)), nfs4.NfsArgop4{Argop: nfs4.OP_SAVEFH})
+	ops = append(ops, c.walk(np)...)
+	ops = append(ops, nfs4.NfsArgop4{Argop: nfs4.OP_LINK, Oplink: &nfs4.LINK4args{Newname: []byte(nname)}})
+	if _, err := c.call(ctx, fixed(ops)); err != nil {
+		return &fs.LinkError{Op: "link", Old: oldpath, New: newpath, Err: err}
+	}
+	return nil
+}
+
+// SetAttr changes the attributes of path that are set in sa. Changing the
+// size of a file this way uses the anonymous stateid; File.Truncate uses the
+// open's.
+func (c *Client) SetAttr(ctx context.Context, path string, sa SetAttr) error {
+	if sa.empty() {
+		return nil
+	}
+	ops := append(c.walk(splitPath(path)), setattrOp(nfs4.Stateid4{}, sa.encode()))
+	_, err := c.call(ctx, fixed(ops))
+	return pathErr("setattr", path, err)
+}
+
+func setattrOp(sid nfs4.Stateid4, attrs nfs4.Fattr4) nfs4.NfsArgop4 {
+	return nfs4.NfsArgop4{Argop: nfs4.OP_SETATTR, Opsetattr: &nfs4.SETATTR4args{Stateid: sid, ObjAttributes: attrs}}
+}
+
+// DirEntry is one entry of a directory listing.
+type DirEntry struct {
+	Name string
+	Attr Attr
+}
+
+// readdir paging limits: dircount bounds the names and cookies, maxcount
+// the whole reply.
+const (
+	readdirDircount = 16 << 10
+	readdirMaxcount = 64 << 10
+	// maxReaddirPages bounds a listing (and a server that never says EOF).
+	maxReaddirPages = 1 << 16
+)
+
+// ReadDir lists the directory at path, following READDIR cookies until the
+// server reports the end. "." and ".." are not included. The listing is not
+// a snapshot: entries added or removed meanwhile may or may not appear.
+func (c *Client) ReadDir(ctx context.Context, path string) ([]DirEntry, error) {
+	fh, a, err := c.Lookup(ctx, path)
+	if err != nil {
+		return nil, pathErr("readdir", path, errors.Unwrap(err))
+	}
+	if a.Type != TypeDir {
+		return nil, pathErr("readdir", path, syscall.ENOTDIR)
+	}
+	var (
+		out    []DirEntry
+		cookie uint64
+		verf   nfs4.Verifier4
+	)
+	for page := 0; page < maxReaddirPages; page++ {
+		ops := []nfs4.NfsArgop4{putfh(fh), {Argop: nfs4.OP_READDIR, Opreaddir: &nfs4.READDIR4args{
+			Cookie: cookie, Cookieverf: verf, Dircount: readdirDircount, Maxcount: readdirMaxcount, AttrRequest: statBits,
+		}}}
+		res, err := c.call(ctx, fixed(ops))
+		if err != nil {
+			return out, pathErr("readdir", path, err)
+		}
+		ok := res[1].Opreaddir.Resok4
+		verf = ok.Cookieverf
+		n := 0
+		for e := ok.Reply.Entries; e != nil; e = e.Nextentry {
+			n++
+			cookie = e.Cookie
+			name := string(e.Name)
+			if name == "." || name == ".." {
+				continue
+			}
+			d := DirEntry{Name: name}
+			if err := decodeFattr(&e.Attrs, &d.Attr, nil); err != nil {
+				return out, pathErr("readdir", path, err)
+			}
+			out = append(out, d)
+		}
+		if ok.Reply.Eof {
+			return out, nil
+		}
+		if n == 0 {
+			return out, pathErr("readdir", path, fmt.Errorf("nfs: server returned an empty READDIR page without EOF"))
+		}
+	}
+	return out, pathErr("readdir", path, errors.New("nfs: directory listing did not end"))
+}
