@@ -95,6 +95,9 @@ const (
 	// ioOverhead is what a COMPOUND around a READ or WRITE payload needs
 	// besides the data: RPC header, SEQUENCE, PUTFH, the op itself.
 	ioOverhead = 4 << 10
+	// maxIOSize caps one READ or WRITE even when the server allows more:
+	// several 1 MiB requests in flight keep the pipe fuller than one big one.
+	maxIOSize = 1 << 20
 	// maxRetries bounds NFS4ERR_DELAY and NFS4ERR_GRACE retries.
 	maxDelayRetries = 30
 	maxGraceRetries = 180
@@ -363,6 +366,8 @@ func (c *Client) readFSInfo(ctx context.Context) error {
 	if fi.maxWrite > 0 && fi.maxWrite < uint64(c.maxWrite) {
 		c.maxWrite = uint32(fi.maxWrite)
 	}
+	c.maxRead = min(c.maxRead, maxIOSize)
+	c.maxWrite = min(c.maxWrite, maxIOSize)
 	c.lease = time.Duration(fi.lease) * time.Second
 	if c.lease <= 0 {
 		c.lease = 90 * time.Second

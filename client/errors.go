@@ -14,7 +14,7 @@ import (
 // *fs.PathError, so both errors.Is(err, fs.ErrNotExist) and
 // errors.As(err, &statusErr) work.
 type StatusError struct {
-	Op        string         // the failing operation, such as "LOOKUP"
+	Op        string        // the failing operation, such as "LOOKUP"
 	NFSStatus nfs4.Nfsstat4 // the server's nfsstat4
 }
 

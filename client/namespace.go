@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"strings"
 	"syscall"
 
@@ -211,7 +212,7 @@ func (c *Client) Rename(ctx context.Context, from, to string) error {
 	fp, fname := splitParent(from)
 	tp, tname := splitParent(to)
 	if fname == "" || tname == "" {
-		return &fs.LinkError{Op: "rename", Old: from, New: to, Err: syscall.EBUSY}
+		return &os.LinkError{Op: "rename", Old: from, New: to, Err: syscall.EBUSY}
 	}
 	ops := append(c.walk(fp), nfs4.NfsArgop4{Argop: nfs4.OP_SAVEFH})
 	ops = append(ops, c.walk(tp)...)
@@ -219,7 +220,7 @@ func (c *Client) Rename(ctx context.Context, from, to string) error {
 		Oldname: []byte(fname), Newname: []byte(tname),
 	}})
 	if _, err := c.call(ctx, fixed(ops)); err != nil {
-		return &fs.LinkError{Op: "rename", Old: from, New: to, Err: err}
+		return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
 	}
 	return nil
 }
@@ -228,13 +229,13 @@ func (c *Client) Rename(ctx context.Context, from, to string) error {
 func (c *Client) Link(ctx context.Context, oldpath, newpath string) error {
 	np, nname := splitParent(newpath)
 	if nname == "" {
-		return &fs.LinkError{Op: "link", Old: oldpath, New: newpath, Err: syscall.EEXIST}
+		return &os.LinkError{Op: "link", Old: oldpath, New: newpath, Err: syscall.EEXIST}
 	}
 	ops := append(c.walk(splitPath(oldpath)), nfs4.NfsArgop4{Argop: nfs4.OP_SAVEFH})
 	ops = append(ops, c.walk(np)...)
 	ops = append(ops, nfs4.NfsArgop4{Argop: nfs4.OP_LINK, Oplink: &nfs4.LINK4args{Newname: []byte(nname)}})
 	if _, err := c.call(ctx, fixed(ops)); err != nil {
-		return &fs.LinkError{Op: "link", Old: oldpath, New: newpath, Err: err}
+		return &os.LinkError{Op: "link", Old: oldpath, New: newpath, Err: err}
 	}
 	return nil
 }
@@ -264,8 +265,8 @@ type DirEntry struct {
 // readdir paging limits: dircount bounds the names and cookies, maxcount
 // the whole reply.
 const (
-	readdirDircount = 16 << 10
-	readdirMaxcount = 64 << 10
+	readdirDircount = 8 << 10
+	readdirMaxcount = 32 << 10
 	// maxReaddirPages bounds a listing (and a server that never says EOF).
 	maxReaddirPages = 1 << 16
 )

@@ -16,7 +16,10 @@
 # other instances may run on the same machine.
 #
 # Environment: GANESHA_BIND (default 127.0.0.1), GANESHA_LEASE (default 20),
-# GANESHA_START_TIMEOUT seconds (default 30).
+# GANESHA_START_TIMEOUT seconds (default 30), GANESHA_GRACE: unset (the
+# default) runs graceless, so OPEN works at once after a start but clients
+# cannot reclaim state after a restart; a number N enables an N-second
+# grace period with reclaim (locks survive a server restart).
 set -euo pipefail
 
 usage() {
@@ -45,6 +48,10 @@ cmd_start() {
 	bind=${GANESHA_BIND:-127.0.0.1}
 	lease=${GANESHA_LEASE:-20}
 	timeout=${GANESHA_START_TIMEOUT:-30}
+	local grace="Graceless = true;"
+	if [ -n "${GANESHA_GRACE:-}" ]; then
+		grace="Graceless = false; Grace_Period = $GANESHA_GRACE;"
+	fi
 	command -v ganesha.nfsd >/dev/null ||
 		{ echo "ganesha.nfsd not found: apt-get install nfs-ganesha nfs-ganesha-vfs" >&2; exit 1; }
 
@@ -71,7 +78,7 @@ NFS_CORE_PARAM {
 }
 NFSV4 {
 	Minor_Versions = 1, 2;
-	Graceless = true;
+	$grace
 	Lease_Lifetime = $lease;
 	RecoveryBackend = fs;
 	RecoveryRoot = $dir/recov;

@@ -27,14 +27,16 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 go mod download
+go install gotest.tools/gotestsum@v1.12.3
+export PATH="$(go env GOPATH)/bin:$PATH"
 
 step "vet"
 go vet ./...
 
 step "unit and integration tests (race detector)"
 # The kernel test runs separately below (it is long and not race-relevant).
-go test -race -count=1 -timeout 20m $(go list ./... | grep -v /test/kernel) 2>&1 | tee /tmp/shoal-test.log
-grep -q -- '^FAIL' /tmp/shoal-test.log && exit 1
+gotestsum --format pkgname-and-test-fails --jsonfile /tmp/shoal-test.json -- \
+	-race -count=1 -timeout 20m $(go list ./... | grep -v /test/kernel)
 
 if [ "$FUZZTIME" != "0" ]; then
 	step "fuzz smoke ($FUZZTIME per target)"
@@ -50,10 +52,22 @@ fi
 
 if [ "$SHOAL_KERNEL" = "1" ]; then
 	step "Linux kernel client in qemu"
-	go test -count=1 -v -timeout 30m ./test/kernel/ 2>&1 | tee /tmp/shoal-kernel.log
-	grep -q -- '^FAIL' /tmp/shoal-kernel.log && exit 1
+	gotestsum --format standard-verbose --jsonfile /tmp/shoal-kernel.json -- -count=1 -timeout 30m ./test/kernel/
 fi
 
 step "summary"
-pass=$(grep -c -- '^ok ' /tmp/shoal-test.log || true)
-echo "packages ok: $pass"
+# One closing line over every test event of the run (unit, integration, kernel).
+cat /tmp/shoal-test.json /tmp/shoal-kernel.json 2>/dev/null | python3 -c '
+import json, sys
+p = f = s = 0
+for line in sys.stdin:
+    try:
+        ev = json.loads(line)
+    except ValueError:
+        continue
+    if not ev.get("Test"):
+        continue
+    a = ev.get("Action")
+    p += a == "pass"; f += a == "fail"; s += a == "skip"
+print(f"{p} passed, {f} failed, {s} skipped")
+'

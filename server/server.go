@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
@@ -52,7 +53,8 @@ type Server struct {
 	owner, scope []byte
 	bootTime     time.Time
 
-	st *stateGlue
+	st        *stateGlue
+	startOnce sync.Once
 }
 
 const (
@@ -152,13 +154,14 @@ func (s *Server) resolveExports(ctx context.Context) error {
 
 // Serve accepts connections on ln until Close.
 func (s *Server) Serve(ln net.Listener) error {
-	go s.st.run()
+	s.startOnce.Do(func() { go s.st.run() })
 	return s.rpc.Serve(ln)
 }
 
 // Close stops serving, flushes cached attributes and closes the stores.
 func (s *Server) Close() error {
 	err := s.rpc.Close()
+	s.startOnce.Do(func() { close(s.st.done) }) // never started
 	s.st.stop()
 	if ferr := s.cache.flushAll(context.Background()); err == nil {
 		err = ferr

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/rpc"
@@ -100,19 +101,29 @@ func newStateGlue(s *Server) (*stateGlue, error) {
 	return g, nil
 }
 
+// run sweeps expired leases and periodically persists write attributes, so
+// that a crash loses at most a few seconds of size updates of data that was
+// never committed, until stop.
 func (g *stateGlue) run() {
 	defer close(g.done)
-	g.m.Run(g.ctx)
-	// Flush write attributes periodically too, so that a crash loses at
-	// most a few seconds of size updates of uncommitted data.
+	go g.m.Run(g.ctx)
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-t.C:
+			if err := g.s.cache.flushAll(g.ctx); err != nil && g.ctx.Err() == nil {
+				g.s.log.Warn("flush write attributes", "err", err)
+			}
+		}
+	}
 }
 
 func (g *stateGlue) stop() {
 	g.cancel()
-	select {
-	case <-g.done:
-	default:
-	}
+	<-g.done
 }
 
 // connState unbinds closed connections from their sessions.

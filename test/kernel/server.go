@@ -49,6 +49,15 @@ type ganeshaServer struct {
 
 func (g *ganeshaServer) run(ctx context.Context, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, "bash", append([]string{g.script}, args...)...)
+	// Ganesha's graceless mode answers lock reclaims after a restart with
+	// NFS4ERR_NO_GRACE, so the client silently loses its locks and the
+	// crash/live step fails. A short grace period keeps reclaim working;
+	// Ganesha lifts it early once all known clients sent RECLAIM_COMPLETE,
+	// and at once on a fresh start with no clients to wait for.
+	cmd.Env = os.Environ()
+	if os.Getenv("GANESHA_GRACE") == "" {
+		cmd.Env = append(cmd.Env, "GANESHA_GRACE=15")
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("ganesha.sh %s: %w: %s", strings.Join(args, " "), err, out)

@@ -38,6 +38,9 @@ type Client struct {
 	SessionID nfs4.Sessionid4
 	// CSSeq is the csa_sequence the next CREATE_SESSION uses.
 	CSSeq uint32
+	// Minor is the minor version of Compound and Sessionless requests
+	// (default 2, so NFSv4.2 operations are available).
+	Minor uint32
 
 	mu  sync.Mutex // serializes slot 0
 	seq uint32     // last sequence ID used on slot 0
@@ -55,7 +58,7 @@ func Cred(uid, gid uint32) rpc.OpaqueAuth {
 // Dial connects to addr. The connection serves back channel calls, which
 // the client records (see Callbacks) and answers.
 func Dial(ctx context.Context, addr string) (*Client, error) {
-	c := &Client{Cred: Cred(0, 0), cbWake: make(chan struct{}, 1)}
+	c := &Client{Cred: Cred(0, 0), Minor: 2, cbWake: make(chan struct{}, 1)}
 	conn, err := rpc.Dial(ctx, "tcp", addr, rpc.HandlerFunc(c.serveCB))
 	if err != nil {
 		return nil, err
@@ -147,7 +150,7 @@ func (c *Client) Send(ctx context.Context, args *nfs4.COMPOUND4args) (*nfs4.COMP
 
 // Sessionless sends ops as a minor version 1 COMPOUND without SEQUENCE.
 func (c *Client) Sessionless(ctx context.Context, ops ...nfs4.NfsArgop4) (*nfs4.COMPOUND4res, error) {
-	res, _, err := c.Send(ctx, &nfs4.COMPOUND4args{Minorversion: 1, Argarray: ops})
+	res, _, err := c.Send(ctx, &nfs4.COMPOUND4args{Minorversion: c.Minor, Argarray: ops})
 	return res, err
 }
 
@@ -262,7 +265,7 @@ func (c *Client) compound(ctx context.Context, cacheThis bool, ops []nfs4.NfsArg
 	defer c.mu.Unlock()
 	seq := c.seq + 1
 	all := append([]nfs4.NfsArgop4{Seq(c.SessionID, 0, seq, cacheThis)}, ops...)
-	res, raw, err := c.Send(ctx, &nfs4.COMPOUND4args{Minorversion: 1, Argarray: all})
+	res, raw, err := c.Send(ctx, &nfs4.COMPOUND4args{Minorversion: c.Minor, Argarray: all})
 	if err != nil {
 		return nil, raw, err
 	}

@@ -172,8 +172,8 @@ func TestHugeLengthPrefix(t *testing.T) {
 		b []byte
 		v xdr.Unmarshaler
 	}{
-		"array count": {append(xdr.Marshal(&Result{C: NEGATIVE}), 0xff, 0xff, 0xff, 0xff), new(Holder)},
-		"opaque length": {append(append([]byte{1, 2, 3, 4, 5, 0, 0, 0}, 0, 0, 0, 0), 0xff, 0xff, 0xff, 0xff), new(Arrays)},
+		"array count":             {append(xdr.Marshal(&Result{C: NEGATIVE}), 0xff, 0xff, 0xff, 0xff), new(Holder)},
+		"opaque length":           {append(append([]byte{1, 2, 3, 4, 5, 0, 0, 0}, 0, 0, 0, 0), 0xff, 0xff, 0xff, 0xff), new(Arrays)},
 		"union arm opaque length": {[]byte{0, 0, 0, 99, 0x7f, 0xff, 0xff, 0xff}, new(Intunion)},
 	}
 	for name, m := range msgs {

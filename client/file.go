@@ -1,0 +1,700 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/shoalfs/shoal/internal/nfs4"
+)
+
+// File is an open regular file: an NFSv4 open stateid plus a file offset
+// for the io.Reader/io.Writer/io.Seeker methods. ReadAt and WriteAt may be
+// called concurrently; Read, Write and Seek share the offset and should
+// not be.
+type File struct {
+	c         *Client
+	path      string
+	fh        []byte
+	flag      int
+	access    uint32
+	openOwner []byte
+	lockOwner []byte
+
+	mu          sync.Mutex
+	stateid     nfs4.Stateid4
+	lockStateid *nfs4.Stateid4
+	locks       []lockRange
+	off         int64
+	verf        nfs4.Verifier4
+	haveVerf    bool
+	verfChanged bool
+	dirty       bool // UNSTABLE data not yet committed
+	closed      bool
+}
+
+type lockRange struct {
+	off, length uint64
+	write       bool
+}
+
+var (
+	_ io.ReaderAt        = (*File)(nil)
+	_ io.WriterAt        = (*File)(nil)
+	_ io.ReadWriteSeeker = (*File)(nil)
+	_ io.Closer          = (*File)(nil)
+)
+
+// maxIOInFlight bounds the RPCs one ReadAt or WriteAt keeps outstanding.
+const maxIOInFlight = 16
+
+// Open opens path with os.O_* flags. O_CREATE creates the file with
+// permission bits perm (GUARDED4 with O_EXCL, so an existing file fails
+// with fs.ErrExist; UNCHECKED4 otherwise). O_TRUNC truncates it, O_APPEND
+// makes Write append (the size is read before each Write, so appends from
+// several clients may overlap). O_SYNC makes every WRITE FILE_SYNC instead
+// of UNSTABLE plus COMMIT at Sync/Close.
+func (c *Client) Open(ctx context.Context, path string, flag int, perm uint32) (*File, error) {
+	parent, name := splitParent(path)
+	if name == "" {
+		return nil, pathErr("open", path, syscall.EISDIR)
+	}
+	f := &File{c: c, path: path, flag: flag, openOwner: c.newOwner("open"), lockOwner: c.newOwner("lock")}
+	switch flag & (os.O_RDONLY | os.O_WRONLY | os.O_RDWR) {
+	case os.O_WRONLY:
+		f.access = nfs4.OPEN4_SHARE_ACCESS_WRITE
+	case os.O_RDWR:
+		f.access = nfs4.OPEN4_SHARE_ACCESS_BOTH
+	default:
+		f.access = nfs4.OPEN4_SHARE_ACCESS_READ
+	}
+	how := nfs4.Openflag4{Opentype: nfs4.OPEN4_NOCREATE}
+	if flag&os.O_CREATE != 0 {
+		attrs := modeAttr(perm)
+		mode := nfs4.UNCHECKED4
+		if flag&os.O_EXCL != 0 {
+			mode = nfs4.GUARDED4
+		}
+		how = nfs4.Openflag4{Opentype: nfs4.OPEN4_CREATE, How: &nfs4.Createhow4{Mode: mode, Createattrs: &attrs}}
+	}
+	file := []byte(name)
+	res, err := c.call(ctx, func() []nfs4.NfsArgop4 {
+		_, s, _ := c.current()
+		var cid nfs4.Clientid4
+		if s != nil {
+			cid = s.clientID
+		}
+		ops := c.walk(parent)
+		ops = append(ops, nfs4.NfsArgop4{Argop: nfs4.OP_OPEN, Opopen: &nfs4.OPEN4args{
+			ShareAccess: f.access | nfs4.OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+			ShareDeny:   nfs4.OPEN4_SHARE_DENY_NONE,
+			Owner:       nfs4.OpenOwner4{Clientid: cid, Owner: f.openOwner},
+			Openhow:     how,
+			Claim:       nfs4.OpenClaim4{Claim: nfs4.CLAIM_NULL, File: &file},
+		}}, getfh, getattr(statBits))
+		return ops
+	})
+	if err != nil {
+		return nil, pathErr("open", path, err)
+	}
+	n := len(res)
+	ok := res[n-3].Opopen.Resok4
+	f.stateid = ok.Stateid
+	f.fh = append([]byte(nil), res[n-2].Opgetfh.Resok4.Object...)
+	c.dropDelegation(f.fh, &ok.Delegation)
+	a, err := lastAttr(res)
+	if err != nil {
+		return nil, pathErr("open", path, err)
+	}
+	c.mu.Lock()
+	c.files[f] = struct{}{}
+	c.mu.Unlock()
+	if flag&os.O_TRUNC != 0 && f.access&nfs4.OPEN4_SHARE_ACCESS_WRITE != 0 && a.Size != 0 {
+		if err := f.truncate(ctx, 0); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// dropDelegation returns a delegation the server granted although we asked
+// for none.
+func (c *Client) dropDelegation(fh []byte, d *nfs4.OpenDelegation4) {
+	var sid *nfs4.Stateid4
+	switch {
+	case d.Read != nil:
+		sid = &d.Read.Stateid
+	case d.Write != nil:
+		sid = &d.Write.Stateid
+	}
+	if sid == nil {
+		return
+	}
+	s := *sid
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.returnDelegation(fh, s)
+	}()
+}
+
+// Name returns the path the file was opened with.
+func (f *File) Name() string { return f.path }
+
+// Handle returns the file's NFS file handle.
+func (f *File) Handle() []byte { return f.fh }
+
+func (f *File) ioStateid() (nfs4.Stateid4, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nfs4.Stateid4{}, ErrClosed
+	}
+	sid := f.stateid
+	sid.Seqid = 0 // "the current one": immune to seqid races with LOCK/OPEN
+	return sid, nil
+}
+
+// ReadAt implements io.ReaderAt. Reads larger than Client.MaxRead are split
+// into several READs that are in flight at once.
+func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	return f.ReadAtContext(context.Background(), p, off)
+}
+
+// ReadAtContext is ReadAt with a context.
+func (f *File) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, pathErr("read", f.path, syscall.EINVAL)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	chunk := int(f.c.maxRead)
+	n, err := f.parallel(ctx, len(p), chunk, func(i, lo, hi int) (int, bool, error) {
+		return f.readChunk(ctx, p[lo:hi], off+int64(lo))
+	})
+	if err != nil {
+		return n, pathErr("read", f.path, err)
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// readChunk fills b from off with READs until b is full or the server
+// reports EOF.
+func (f *File) readChunk(ctx context.Context, b []byte, off int64) (int, bool, error) {
+	n := 0
+	for n < len(b) {
+		sid, err := f.ioStateid()
+		if err != nil {
+			return n, false, err
+		}
+		want := uint32(len(b) - n)
+		res, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_READ, Opread: &nfs4.READ4args{
+			Stateid: sid, Offset: uint64(off) + uint64(n), Count: want,
+		}}}))
+		if err != nil {
+			return n, false, err
+		}
+		ok := res[1].Opread.Resok4
+		got := copy(b[n:], ok.Data)
+		n += got
+		if ok.Eof {
+			return n, true, nil
+		}
+		if got == 0 {
+			return n, true, nil // no progress and no EOF: treat as EOF rather than spin
+		}
+	}
+	return n, false, nil
+}
+
+// parallel splits [0,total) into chunks of size chunk and runs do on them
+// with at most maxIOInFlight at once. It returns the number of bytes done
+// contiguously from the start and the first error within them. do returns
+// (bytes done, short-by-design, error); a chunk done short ends the run.
+func (f *File) parallel(ctx context.Context, total, chunk int, do func(i, lo, hi int) (int, bool, error)) (int, error) {
+	if chunk <= 0 {
+		chunk = 1 << 20
+	}
+	nchunks := (total + chunk - 1) / chunk
+	if nchunks == 1 {
+		n, _, err := do(0, 0, total)
+		return n, err
+	}
+	type result struct {
+		n   int
+		err error
+	}
+	results := make([]result, nchunks)
+	sem := make(chan struct{}, maxIOInFlight)
+	var wg sync.WaitGroup
+	for i := range nchunks {
+		lo := i * chunk
+		hi := min(lo+chunk, total)
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			n, _, err := do(i, lo, hi)
+			results[i] = result{n, err}
+		}()
+	}
+	wg.Wait()
+	done := 0
+	for i, r := range results {
+		if r.err != nil {
+			return done + r.n, r.err
+		}
+		done += r.n
+		if lo, hi := i*chunk, min((i+1)*chunk, total); r.n < hi-lo {
+			break
+		}
+	}
+	return done, nil
+}
+
+// WriteAt implements io.WriterAt. Writes larger than Client.MaxWrite are
+// split into several WRITEs in flight at once. p is sent without copying
+// and is not retained after WriteAt returns. Data is written UNSTABLE
+// (unless the file was opened O_SYNC) and made durable by Sync or Close.
+func (f *File) WriteAt(p []byte, off int64) (int, error) {
+	return f.WriteAtContext(context.Background(), p, off)
+}
+
+// WriteAtContext is WriteAt with a context. If ctx ends while WRITEs are
+// in flight, they complete in the background and may still read p until
+// they do; keep p unchanged until the File is closed in that case.
+func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, pathErr("write", f.path, syscall.EINVAL)
+	}
+	if f.access&nfs4.OPEN4_SHARE_ACCESS_WRITE == 0 {
+		return 0, pathErr("write", f.path, syscall.EBADF)
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, err := f.parallel(ctx, len(p), int(f.c.maxWrite), func(i, lo, hi int) (int, bool, error) {
+		return f.writeChunk(ctx, p[lo:hi], off+int64(lo))
+	})
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	return n, pathErr("write", f.path, err)
+}
+
+func (f *File) writeChunk(ctx context.Context, b []byte, off int64) (int, bool, error) {
+	stable := nfs4.UNSTABLE4
+	if f.flag&os.O_SYNC != 0 {
+		stable = nfs4.FILE_SYNC4
+	}
+	n := 0
+	for n < len(b) {
+		sid, err := f.ioStateid()
+		if err != nil {
+			return n, false, err
+		}
+		res, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_WRITE, Opwrite: &nfs4.WRITE4args{
+			Stateid: sid, Offset: uint64(off) + uint64(n), Stable: stable, Data: b[n:],
+		}}}))
+		if err != nil {
+			return n, false, err
+		}
+		ok := res[1].Opwrite.Resok4
+		f.noteWrite(ok.Writeverf, ok.Committed)
+		if ok.Count == 0 {
+			return n, false, io.ErrShortWrite
+		}
+		n += int(min(ok.Count, uint32(len(b)-n)))
+	}
+	return n, false, nil
+}
+
+func (f *File) noteWrite(v nfs4.Verifier4, committed nfs4.StableHow4) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if committed != nfs4.FILE_SYNC4 {
+		f.dirty = true
+	}
+	if !f.haveVerf {
+		f.verf, f.haveVerf = v, true
+	} else if v != f.verf {
+		f.verfChanged = f.dirty
+		f.verf = v
+	}
+}
+
+// Read implements io.Reader at the file offset.
+func (f *File) Read(p []byte) (int, error) {
+	f.mu.Lock()
+	off := f.off
+	f.mu.Unlock()
+	n, err := f.ReadAt(p, off)
+	f.mu.Lock()
+	f.off = off + int64(n)
+	f.mu.Unlock()
+	if err == io.EOF && n > 0 {
+		err = nil
+	}
+	return n, err
+}
+
+// Write implements io.Writer at the file offset (or at the end with
+// O_APPEND).
+func (f *File) Write(p []byte) (int, error) {
+	f.mu.Lock()
+	off := f.off
+	f.mu.Unlock()
+	if f.flag&os.O_APPEND != 0 {
+		a, err := f.Stat(context.Background())
+		if err != nil {
+			return 0, err
+		}
+		off = int64(a.Size)
+	}
+	n, err := f.WriteAt(p, off)
+	f.mu.Lock()
+	f.off = off + int64(n)
+	f.mu.Unlock()
+	return n, err
+}
+
+// Seek implements io.Seeker. io.SeekEnd asks the server for the size.
+func (f *File) Seek(offset int64, whence int) (int64, error) {
+	var base int64
+	switch whence {
+	case io.SeekStart:
+	case io.SeekCurrent:
+		f.mu.Lock()
+		base = f.off
+		f.mu.Unlock()
+	case io.SeekEnd:
+		a, err := f.Stat(context.Background())
+		if err != nil {
+			return 0, err
+		}
+		base = int64(a.Size)
+	default:
+		return 0, pathErr("seek", f.path, syscall.EINVAL)
+	}
+	if base+offset < 0 {
+		return 0, pathErr("seek", f.path, syscall.EINVAL)
+	}
+	f.mu.Lock()
+	f.off = base + offset
+	f.mu.Unlock()
+	return base + offset, nil
+}
+
+// Stat returns the file's current attributes.
+func (f *File) Stat(ctx context.Context) (Attr, error) {
+	res, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), getattr(statBits)}))
+	if err != nil {
+		return Attr{}, pathErr("stat", f.path, err)
+	}
+	a, err := lastAttr(res)
+	return a, pathErr("stat", f.path, err)
+}
+
+// Truncate changes the file's size.
+func (f *File) Truncate(ctx context.Context, size uint64) error { return f.truncate(ctx, size) }
+
+func (f *File) truncate(ctx context.Context, size uint64) error {
+	_, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
+		sid, _ := f.ioStateid()
+		return []nfs4.NfsArgop4{putfh(f.fh), setattrOp(sid, (&SetAttr{Size: &size}).encode())}
+	})
+	return pathErr("truncate", f.path, err)
+}
+
+// Sync commits UNSTABLE writes to stable storage with COMMIT. It returns
+// ErrVerifierChanged if the server's write verifier changed since the data
+// was written, meaning the server restarted and may have lost it.
+func (f *File) Sync() error { return f.SyncContext(context.Background()) }
+
+// SyncContext is Sync with a context.
+func (f *File) SyncContext(ctx context.Context) error {
+	f.mu.Lock()
+	dirty := f.dirty
+	f.mu.Unlock()
+	if !dirty {
+		return nil
+	}
+	res, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_COMMIT, Opcommit: &nfs4.COMMIT4args{}}}))
+	if err != nil {
+		return pathErr("sync", f.path, err)
+	}
+	v := res[1].Opcommit.Resok4.Writeverf
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	changed := f.verfChanged || (f.haveVerf && v != f.verf)
+	f.dirty, f.verfChanged, f.verf = false, false, v
+	if changed {
+		return pathErr("sync", f.path, ErrVerifierChanged)
+	}
+	return nil
+}
+
+// Close commits unstable data, releases the file's locks and closes the
+// open. It returns the first error, including ErrVerifierChanged from the
+// commit.
+func (f *File) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return pathErr("close", f.path, ErrClosed)
+	}
+	f.mu.Unlock()
+	var errs []error
+	if f.access&nfs4.OPEN4_SHARE_ACCESS_WRITE != 0 {
+		errs = append(errs, f.SyncContext(ctx))
+	}
+	f.mu.Lock()
+	locks := append([]lockRange(nil), f.locks...)
+	f.mu.Unlock()
+	for _, l := range locks {
+		errs = append(errs, f.Unlock(ctx, l.off, l.length))
+	}
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	f.c.mu.Lock()
+	delete(f.c.files, f)
+	f.c.mu.Unlock()
+	_, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
+		f.mu.Lock()
+		sid := f.stateid
+		f.mu.Unlock()
+		return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_CLOSE, Opclose: &nfs4.CLOSE4args{OpenStateid: sid}}}
+	})
+	errs = append(errs, pathErr("close", f.path, err))
+	return errors.Join(errs...)
+}
+
+// LockConflict describes a lock that blocks a requested one (LOCKT's and
+// LOCK's LOCK4denied).
+type LockConflict struct {
+	Offset, Length uint64
+	Write          bool
+	ClientID       uint64
+	Owner          []byte
+}
+
+func (l *LockConflict) String() string {
+	kind := "read"
+	if l.Write {
+		kind = "write"
+	}
+	return fmt.Sprintf("%s lock [%d,+%d) held by client %#x owner %q", kind, l.Offset, l.Length, l.ClientID, l.Owner)
+}
+
+func lockType(write, wait bool) nfs4.NfsLockType4 {
+	switch {
+	case write && wait:
+		return nfs4.WRITEW_LT
+	case write:
+		return nfs4.WRITE_LT
+	case wait:
+		return nfs4.READW_LT
+	}
+	return nfs4.READ_LT
+}
+
+func lockLen(length uint64) uint64 {
+	if length == 0 {
+		return nfs4.NFS4_UINT64_MAX // to the end of the file, whatever its size
+	}
+	return length
+}
+
+// Lock takes a byte-range lock on [off, off+length); length 0 means to the
+// end of the file. Locks belong to the File (one lock owner per open), so
+// two Files conflict even within one Client. If the range is held by
+// someone else, Lock fails with an error matching syscall.EAGAIN unless
+// wait is set, in which case it polls until it gets the lock or ctx ends.
+func (f *File) Lock(ctx context.Context, off, length uint64, write, wait bool) error {
+	length = lockLen(length)
+	delay := 50 * time.Millisecond
+	for {
+		err := f.lockOnce(ctx, off, length, write, wait, false)
+		var se *StatusError
+		if !wait || !errors.As(err, &se) || se.NFSStatus != nfs4.NFS4ERR_DENIED {
+			return pathErr("lock", f.path, err)
+		}
+		if werr := sleep(ctx, delay); werr != nil {
+			return pathErr("lock", f.path, werr)
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+func (f *File) lockOnce(ctx context.Context, off, length uint64, write, wait, reclaim bool) error {
+	res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
+		_, s, _ := f.c.current()
+		var cid nfs4.Clientid4
+		if s != nil {
+			cid = s.clientID
+		}
+		return []nfs4.NfsArgop4{putfh(f.fh), f.lockOp(cid, off, length, write, wait, reclaim)}
+	})
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	sid := res[1].Oplock.Resok4.LockStateid
+	f.lockStateid = &sid
+	if !reclaim {
+		f.locks = append(f.locks, lockRange{off, length, write})
+	}
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *File) lockOp(cid nfs4.Clientid4, off, length uint64, write, wait, reclaim bool) nfs4.NfsArgop4 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var locker nfs4.Locker4
+	if f.lockStateid == nil {
+		locker = nfs4.Locker4{NewLockOwner: true, OpenOwner: &nfs4.OpenToLockOwner4{
+			OpenStateid: f.stateid,
+			LockOwner:   nfs4.LockOwner4{Clientid: cid, Owner: f.lockOwner},
+		}}
+	} else {
+		locker = nfs4.Locker4{LockOwner: &nfs4.ExistLockOwner4{LockStateid: *f.lockStateid}}
+	}
+	return nfs4.NfsArgop4{Argop: nfs4.OP_LOCK, Oplock: &nfs4.LOCK4args{
+		Locktype: lockType(write, wait), Reclaim: reclaim, Offset: off, Length: length, Locker: locker,
+	}}
+}
+
+// Unlock releases [off, off+length) (length 0: to the end of the file).
+func (f *File) Unlock(ctx context.Context, off, length uint64) error {
+	length = lockLen(length)
+	f.mu.Lock()
+	if f.lockStateid == nil {
+		f.mu.Unlock()
+		return nil
+	}
+	f.mu.Unlock()
+	res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_LOCKU, Oplocku: &nfs4.LOCKU4args{
+			Locktype: nfs4.WRITE_LT, LockStateid: *f.lockStateid, Offset: off, Length: length,
+		}}}
+	})
+	if err != nil {
+		return pathErr("unlock", f.path, err)
+	}
+	f.mu.Lock()
+	if sid := res[1].Oplocku.LockStateid; sid != nil {
+		f.lockStateid = sid
+	}
+	kept := f.locks[:0]
+	for _, l := range f.locks {
+		if l.off < off || (length != nfs4.NFS4_UINT64_MAX && l.off+l.length > off+length) {
+			kept = append(kept, l)
+		}
+	}
+	f.locks = kept
+	f.mu.Unlock()
+	return nil
+}
+
+// TestLock reports the lock that would block Lock(off, length, write), or
+// nil if there is none. The File's own locks never conflict.
+func (f *File) TestLock(ctx context.Context, off, length uint64, write bool) (*LockConflict, error) {
+	length = lockLen(length)
+	res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
+		_, s, _ := f.c.current()
+		var cid nfs4.Clientid4
+		if s != nil {
+			cid = s.clientID
+		}
+		return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_LOCKT, Oplockt: &nfs4.LOCKT4args{
+			Locktype: lockType(write, false), Offset: off, Length: length,
+			Owner: nfs4.LockOwner4{Clientid: cid, Owner: f.lockOwner},
+		}}}
+	})
+	var se *StatusError
+	if errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_DENIED && len(res) > 1 && res[1].Oplockt != nil && res[1].Oplockt.Denied != nil {
+		d := res[1].Oplockt.Denied
+		return &LockConflict{
+			Offset: d.Offset, Length: d.Length,
+			Write:    d.Locktype == nfs4.WRITE_LT || d.Locktype == nfs4.WRITEW_LT,
+			ClientID: uint64(d.Owner.Clientid), Owner: append([]byte(nil), d.Owner.Owner...),
+		}, nil
+	}
+	if err != nil {
+		return nil, pathErr("testlock", f.path, err)
+	}
+	return nil, nil
+}
+
+// reclaim re-opens the file and re-takes its locks on a new session after a
+// server restart.
+func (f *File) reclaim(ctx context.Context, s *session) error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
+	locks := append([]lockRange(nil), f.locks...)
+	f.lockStateid = nil
+	f.mu.Unlock()
+
+	open := func(claim nfs4.OpenClaim4) ([]nfs4.NfsResop4, error) {
+		return f.c.exec(ctx, s, false, []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_OPEN, Opopen: &nfs4.OPEN4args{
+			ShareAccess: f.access | nfs4.OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+			ShareDeny:   nfs4.OPEN4_SHARE_DENY_NONE,
+			Owner:       nfs4.OpenOwner4{Clientid: s.clientID, Owner: f.openOwner},
+			Openhow:     nfs4.Openflag4{Opentype: nfs4.OPEN4_NOCREATE},
+			Claim:       claim,
+		}}})
+	}
+	none := nfs4.OPEN_DELEGATE_NONE
+	res, err := open(nfs4.OpenClaim4{Claim: nfs4.CLAIM_PREVIOUS, DelegateType: &none})
+	grace := true
+	var se *StatusError
+	if errors.As(err, &se) && (se.NFSStatus == nfs4.NFS4ERR_NO_GRACE || se.NFSStatus == nfs4.NFS4ERR_RECLAIM_BAD ||
+		se.NFSStatus == nfs4.NFS4ERR_NOTSUPP) {
+		grace = false
+		res, err = open(nfs4.OpenClaim4{Claim: nfs4.CLAIM_FH})
+	}
+	if err != nil {
+		return err
+	}
+	ok := res[1].Opopen.Resok4
+	f.mu.Lock()
+	f.stateid = ok.Stateid
+	f.mu.Unlock()
+	f.c.dropDelegation(f.fh, &ok.Delegation)
+	for _, l := range locks {
+		lres, err := f.c.exec(ctx, s, false, []nfs4.NfsArgop4{putfh(f.fh), f.lockOp(s.clientID, l.off, l.length, l.write, false, grace)})
+		if errors.As(err, &se) && grace && se.NFSStatus == nfs4.NFS4ERR_NO_GRACE {
+			grace = false
+			lres, err = f.c.exec(ctx, s, false, []nfs4.NfsArgop4{putfh(f.fh), f.lockOp(s.clientID, l.off, l.length, l.write, false, false)})
+		}
+		if err != nil {
+			return fmt.Errorf("reclaiming lock [%d,+%d): %w", l.off, l.length, err)
+		}
+		sid := lres[1].Oplock.Resok4.LockStateid
+		f.mu.Lock()
+		f.lockStateid = &sid
+		f.mu.Unlock()
+	}
+	return nil
+}

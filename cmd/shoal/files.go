@@ -1,0 +1,442 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"net/url"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shoalfs/shoal/client"
+)
+
+// File commands work on nfs://host[:port]/path URLs. Each opens its own
+// client session, so they suit scripts and smoke tests rather than bulk
+// transfers of many small files.
+
+const defaultNFSPort = "2049"
+
+// copyBufSize is the chunk size of put/get/cat: big enough that one chunk
+// spans several pipelined READs or WRITEs.
+const copyBufSize = 4 << 20
+
+type fileFlags struct {
+	uid, gid uint32
+}
+
+func (ff *fileFlags) register(cmd *cobra.Command) {
+	cmd.Flags().Uint32Var(&ff.uid, "uid", uint32(os.Getuid()), "user id sent in AUTH_SYS credentials")
+	cmd.Flags().Uint32Var(&ff.gid, "gid", uint32(os.Getgid()), "group id sent in AUTH_SYS credentials")
+}
+
+// nfsURL is a parsed nfs://host:port/path.
+type nfsURL struct {
+	addr string // host:port
+	path string // absolute, slash-separated
+	raw  string
+}
+
+func parseNFSURL(s string) (nfsURL, error) {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "nfs" || u.Host == "" {
+		return nfsURL{}, fmt.Errorf("%q is not an nfs://host[:port]/path URL", s)
+	}
+	host, port := u.Hostname(), u.Port()
+	if port == "" {
+		port = defaultNFSPort
+	}
+	p := u.Path
+	if p == "" {
+		p = "/"
+	}
+	return nfsURL{addr: net.JoinHostPort(host, port), path: p, raw: s}, nil
+}
+
+// connect dials the server of u.
+func (ff *fileFlags) connect(ctx context.Context, u nfsURL) (*client.Client, error) {
+	groups, _ := os.Getgroups()
+	gids := make([]uint32, 0, len(groups))
+	for _, g := range groups {
+		gids = append(gids, uint32(g))
+	}
+	if ff.gid != uint32(os.Getgid()) {
+		gids = nil // an explicit --gid should not come with the caller's groups
+	}
+	return client.Dial(ctx, u.addr, client.Options{UID: ff.uid, GID: ff.gid, GIDs: gids, DialTimeout: 10 * time.Second})
+}
+
+// fileErr turns a client error into "op URL: reason" with a reason in
+// words ("no such file or directory"), leaving dial errors to describe.
+func fileErr(op, target string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Op == "dial" {
+		return err
+	}
+	return fmt.Errorf("%s %s: %s", op, target, reason(err))
+}
+
+func reason(err error) string {
+	var se *client.StatusError
+	if errors.As(err, &se) {
+		if errno := se.Errno(); errno != 0 {
+			return errno.Error()
+		}
+		return strings.ToLower(strings.TrimPrefix(se.NFSStatus.String(), "NFS4ERR_"))
+	}
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return reason(pe.Err)
+	}
+	var le *os.LinkError
+	if errors.As(err, &le) {
+		return reason(le.Err)
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timed out"
+	case errors.Is(err, client.ErrVerifierChanged):
+		return "server restarted during the transfer; data may be lost"
+	}
+	return err.Error()
+}
+
+// withClient parses urls (which must all name one server), connects, and
+// runs fn.
+func (ff *fileFlags) withClient(cmd *cobra.Command, urls []string, fn func(ctx context.Context, c *client.Client, us []nfsURL) error) error {
+	us := make([]nfsURL, len(urls))
+	for i, s := range urls {
+		u, err := parseNFSURL(s)
+		if err != nil {
+			return err
+		}
+		if i > 0 && u.addr != us[0].addr {
+			return fmt.Errorf("%s and %s are on different servers", us[0].raw, s)
+		}
+		us[i] = u
+	}
+	ctx := cmd.Context()
+	c, err := ff.connect(ctx, us[0])
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(ctx, c, us)
+}
+
+func addFileCmds(root *cobra.Command) {
+	root.AddCommand(newLsCmd(), newStatCmd(), newCatCmd(), newPutCmd(), newGetCmd(),
+		newMkdirCmd(), newRmCmd(), newMvCmd())
+}
+
+func newLsCmd() *cobra.Command {
+	var ff fileFlags
+	var long bool
+	cmd := &cobra.Command{
+		Use:     "ls [-l] URL...",
+		Short:   "List a directory on an NFS server",
+		Example: "  shoal ls -l nfs://127.0.0.1:2049/",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return ff.withClient(cmd, args, func(ctx context.Context, c *client.Client, us []nfsURL) error {
+				out := cmd.OutOrStdout()
+				for i, u := range us {
+					a, err := c.Stat(ctx, u.path)
+					if err != nil {
+						return fileErr("ls", u.raw, err)
+					}
+					if a.Type != client.TypeDir {
+						printEntry(ctx, out, c, u.path, path.Base(u.path), a, long)
+						continue
+					}
+					if len(us) > 1 {
+						if i > 0 {
+							fmt.Fprintln(out)
+						}
+						fmt.Fprintf(out, "%s:\n", u.raw)
+					}
+					ents, err := c.ReadDir(ctx, u.path)
+					if err != nil {
+						return fileErr("ls", u.raw, err)
+					}
+					slices.SortFunc(ents, func(a, b client.DirEntry) int { return strings.Compare(a.Name, b.Name) })
+					for _, e := range ents {
+						printEntry(ctx, out, c, path.Join(u.path, e.Name), e.Name, e.Attr, long)
+					}
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVarP(&long, "long", "l", false, "long listing: mode, links, owner, group, size, mtime")
+	ff.register(cmd)
+	return cmd
+}
+
+func printEntry(ctx context.Context, out io.Writer, c *client.Client, p, name string, a client.Attr, long bool) {
+	if !long {
+		fmt.Fprintln(out, name)
+		return
+	}
+	if a.Type == client.TypeSymlink {
+		if target, err := c.Readlink(ctx, p); err == nil {
+			name += " -> " + target
+		}
+	}
+	fmt.Fprintf(out, "%s %3d %5d %5d %10d %s %s\n", a.FileMode(), a.Nlink, a.UID, a.GID, a.Size,
+		a.Mtime.Local().Format("2006-01-02 15:04"), name)
+}
+
+func newStatCmd() *cobra.Command {
+	var ff fileFlags
+	cmd := &cobra.Command{
+		Use:   "stat URL...",
+		Short: "Show the attributes of files on an NFS server",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return ff.withClient(cmd, args, func(ctx context.Context, c *client.Client, us []nfsURL) error {
+				out := cmd.OutOrStdout()
+				for _, u := range us {
+					a, err := c.Stat(ctx, u.path)
+					if err != nil {
+						return fileErr("stat", u.raw, err)
+					}
+					fmt.Fprintf(out, "  File: %s\n  Type: %s\n  Size: %d\tUsed: %d\tLinks: %d\n", u.path, a.Type, a.Size, a.Used, a.Nlink)
+					fmt.Fprintf(out, "  Mode: %04o (%s)\tUid: %d\tGid: %d\n", a.Mode, a.FileMode(), a.UID, a.GID)
+					fmt.Fprintf(out, "Fileid: %d\tChange: %d\n", a.Fileid, a.Change)
+					if a.Type == client.TypeBlock || a.Type == client.TypeChar {
+						fmt.Fprintf(out, "Device: %d,%d\n", a.RdevMajor, a.RdevMinor)
+					}
+					for _, t := range []struct {
+						name string
+						t    time.Time
+					}{{"Access", a.Atime}, {"Modify", a.Mtime}, {"Change", a.Ctime}} {
+						fmt.Fprintf(out, "%s: %s\n", t.name, t.t.Local().Format("2006-01-02 15:04:05.000000000 -0700"))
+					}
+				}
+				return nil
+			})
+		},
+	}
+	ff.register(cmd)
+	return cmd
+}
+
+// readerOnly hides WriterTo/ReaderFrom so io.CopyBuffer uses our buffer
+// size, which decides how many READs or WRITEs go out at once.
+type readerOnly struct{ io.Reader }
+type writerOnly struct{ io.Writer }
+
+func newCatCmd() *cobra.Command {
+	var ff fileFlags
+	cmd := &cobra.Command{
+		Use:   "cat URL...",
+		Short: "Print files from an NFS server",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return ff.withClient(cmd, args, func(ctx context.Context, c *client.Client, us []nfsURL) error {
+				buf := make([]byte, copyBufSize)
+				for _, u := range us {
+					f, err := c.Open(ctx, u.path, os.O_RDONLY, 0)
+					if err != nil {
+						return fileErr("cat", u.raw, err)
+					}
+					_, err = io.CopyBuffer(writerOnly{cmd.OutOrStdout()}, readerOnly{f}, buf)
+					f.Close()
+					if err != nil {
+						return fileErr("cat", u.raw, err)
+					}
+				}
+				return nil
+			})
+		},
+	}
+	ff.register(cmd)
+	return cmd
+}
+
+func newPutCmd() *cobra.Command {
+	var ff fileFlags
+	cmd := &cobra.Command{
+		Use:     "put LOCAL URL",
+		Short:   "Copy a local file to an NFS server",
+		Example: "  shoal put ./data.bin nfs://127.0.0.1:2049/dir/",
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			local := args[0]
+			src, err := os.Open(local)
+			if err != nil {
+				return fmt.Errorf("put: %s", reason(err))
+			}
+			defer src.Close()
+			st, err := src.Stat()
+			if err != nil {
+				return fmt.Errorf("put: %s", reason(err))
+			}
+			if st.IsDir() {
+				return fmt.Errorf("put %s: is a directory", local)
+			}
+			return ff.withClient(cmd, args[1:], func(ctx context.Context, c *client.Client, us []nfsURL) error {
+				u := us[0]
+				dst := u.path
+				if strings.HasSuffix(dst, "/") {
+					dst = path.Join(dst, filepath.Base(local))
+				} else if a, err := c.Stat(ctx, dst); err == nil && a.Type == client.TypeDir {
+					dst = path.Join(dst, filepath.Base(local))
+				}
+				f, err := c.Open(ctx, dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, uint32(st.Mode().Perm()))
+				if err != nil {
+					return fileErr("put", u.raw, err)
+				}
+				_, err = io.CopyBuffer(writerOnly{f}, readerOnly{src}, make([]byte, copyBufSize))
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+				return fileErr("put", u.raw, err)
+			})
+		},
+	}
+	ff.register(cmd)
+	return cmd
+}
+
+func newGetCmd() *cobra.Command {
+	var ff fileFlags
+	cmd := &cobra.Command{
+		Use:     "get URL LOCAL",
+		Short:   "Copy a file from an NFS server to a local file",
+		Example: "  shoal get nfs://127.0.0.1:2049/dir/data.bin .",
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return ff.withClient(cmd, args[:1], func(ctx context.Context, c *client.Client, us []nfsURL) error {
+				u := us[0]
+				local := args[1]
+				if st, err := os.Stat(local); err == nil && st.IsDir() {
+					local = filepath.Join(local, path.Base(u.path))
+				}
+				f, err := c.Open(ctx, u.path, os.O_RDONLY, 0)
+				if err != nil {
+					return fileErr("get", u.raw, err)
+				}
+				defer f.Close()
+				a, err := f.Stat(ctx)
+				if err != nil {
+					return fileErr("get", u.raw, err)
+				}
+				dst, err := os.OpenFile(local, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, fs.FileMode(a.Mode&0o777))
+				if err != nil {
+					return fmt.Errorf("get: %s", reason(err))
+				}
+				_, err = io.CopyBuffer(writerOnly{dst}, readerOnly{f}, make([]byte, copyBufSize))
+				if cerr := dst.Close(); err == nil && cerr != nil {
+					return fmt.Errorf("get: %s", reason(cerr))
+				}
+				return fileErr("get", u.raw, err)
+			})
+		},
+	}
+	ff.register(cmd)
+	return cmd
+}
+
+func newMkdirCmd() *cobra.Command {
+	var ff fileFlags
+	var parents bool
+	var mode string
+	cmd := &cobra.Command{
+		Use:   "mkdir [-p] URL...",
+		Short: "Create directories on an NFS server",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			m, err := strconv.ParseUint(mode, 8, 32)
+			if err != nil || m > 0o7777 {
+				return fmt.Errorf("bad --mode %q: want octal permission bits such as 755", mode)
+			}
+			return ff.withClient(cmd, args, func(ctx context.Context, c *client.Client, us []nfsURL) error {
+				for _, u := range us {
+					var err error
+					if parents {
+						err = c.MkdirAll(ctx, u.path, uint32(m))
+					} else {
+						err = c.Mkdir(ctx, u.path, uint32(m))
+					}
+					if err != nil {
+						return fileErr("mkdir", u.raw, err)
+					}
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVarP(&parents, "parents", "p", false, "create missing parents; no error if the directory exists")
+	cmd.Flags().StringVarP(&mode, "mode", "m", "755", "permission bits, in octal")
+	ff.register(cmd)
+	return cmd
+}
+
+func newRmCmd() *cobra.Command {
+	var ff fileFlags
+	var recursive bool
+	cmd := &cobra.Command{
+		Use:   "rm [-r] URL...",
+		Short: "Remove files (or, with -r, directory trees) on an NFS server",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return ff.withClient(cmd, args, func(ctx context.Context, c *client.Client, us []nfsURL) error {
+				for _, u := range us {
+					var err error
+					if recursive {
+						if _, serr := c.Stat(ctx, u.path); serr != nil {
+							err = serr
+						} else {
+							err = c.RemoveAll(ctx, u.path)
+						}
+					} else {
+						err = c.Remove(ctx, u.path)
+					}
+					if err != nil {
+						return fileErr("rm", u.raw, err)
+					}
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "remove directories and their contents")
+	ff.register(cmd)
+	return cmd
+}
+
+func newMvCmd() *cobra.Command {
+	var ff fileFlags
+	cmd := &cobra.Command{
+		Use:   "mv FROM-URL TO-URL",
+		Short: "Rename a file or directory on an NFS server",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return ff.withClient(cmd, args, func(ctx context.Context, c *client.Client, us []nfsURL) error {
+				from, to := us[0], us[1]
+				dst := to.path
+				if a, err := c.Stat(ctx, dst); err == nil && a.Type == client.TypeDir {
+					dst = path.Join(dst, path.Base(from.path))
+				}
+				return fileErr("mv", from.raw, c.Rename(ctx, from.path, dst))
+			})
+		},
+	}
+	ff.register(cmd)
+	return cmd
+}

@@ -1,0 +1,60 @@
+// Package server is Shoal's NFSv4.1/4.2 server (RFC 8881, RFC 7862): the
+// single-node "NFSv4" mode that every pNFS benchmark is compared against, and
+// the base the metadata server builds on.
+//
+// # Structure
+//
+// A [Server] owns four parts, each behind a small interface:
+//
+//   - internal/rpc carries ONC RPC over TCP, one goroutine per call, and the
+//     NFSv4.1 backchannel on the same connections;
+//   - state (server/state) holds client records, sessions and their reply
+//     caches, stateids, share reservations, byte-range locks, leases and the
+//     grace period, with no knowledge of XDR;
+//   - meta.Engine stores the namespace and attributes transactionally (bbolt
+//     by default);
+//   - store.Backend stores file data in local files.
+//
+// The COMPOUND evaluator (compound.go) decodes one operation at a time, so an
+// undecodable or unknown operation fails at its own position with
+// NFS4ERR_BADXDR or NFS4ERR_OP_ILLEGAL, and a retransmitted request is
+// answered from the session slot's reply cache before anything else runs.
+// Each op family lives in its own file (ops_session.go, ops_fh.go,
+// ops_attr.go, ops_ns.go, ops_open.go, ops_io.go, ops_lock.go, ops_42.go) and
+// registers its handlers in init, so the dispatcher never changes when an
+// operation is added.
+//
+// # Errors
+//
+// Handlers return an opReply: a status and the result body that follows it.
+// Internal errors (meta, state, store) are mapped to NFS4ERR_* values in one
+// place, statusOf in errors.go; handlers never invent codes for errors that
+// come from below.
+//
+// # Filehandles and exports
+//
+// Filehandles are 28 opaque bytes carrying the export id and inode number,
+// authenticated with an HMAC under a secret kept in the metadata store (fh.go):
+// stable across restarts, and not forgeable into another export. Exports are
+// subtrees of one namespace, shown to clients through an NFSv4 pseudo-root
+// (export.go); each has its own read-only flag, allowed client networks and
+// root/all squashing.
+//
+// # Data path
+//
+// WRITE payloads arrive as slices of the RPC record buffer and go to pwrite
+// without a copy; READ replies are spliced into the reply with writev. Size,
+// mtime and change caused by WRITE are kept in an in-memory overlay
+// (inode.go) and persisted when the data is made stable (COMMIT, FILE_SYNC),
+// so the metadata store is not on the per-WRITE path.
+//
+// # Durability and restart
+//
+// Metadata operations are durable when answered. Data is durable after
+// COMMIT or a FILE_SYNC/DATA_SYNC WRITE; the write verifier changes on every
+// start so clients resend UNSTABLE data the server may have lost. Confirmed
+// client records are persisted, and after a restart the server is in grace
+// for one lease: clients reclaim opens (CLAIM_PREVIOUS) and locks, and new
+// state is refused with NFS4ERR_GRACE until every old client sent
+// RECLAIM_COMPLETE or the lease ran out.
+package server
