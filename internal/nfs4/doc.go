@@ -17,4 +17,4 @@
 // that buffer must copy it.
 package nfs4
 
-//go:generate go run ../../tools/xdrgen -pkg nfs4 -o nfs4_xdr.go ../../spec/nfs4.x
+//go:generate go run ../../tools/xdrgen -pkg nfs4 -o nfs4_xdr.go ../../spec/nfs4.x ../../spec/flexfiles.x

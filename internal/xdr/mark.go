@@ -4,7 +4,6 @@ package xdr
 // Truncate.
 func (e *Encoder) Mark() int { return e.Len() }
 
-
 // BytesSince returns a copy of everything encoded after mark.
 func (e *Encoder) BytesSince(mark int) []byte {
 	out := make([]byte, 0, e.Len()-mark)
