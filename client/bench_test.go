@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -37,67 +38,59 @@ func benchTargets(b *testing.B) map[string]func(b *testing.B) *client.Client {
 	}
 }
 
-func BenchmarkSeqWrite1MiB(b *testing.B) {
-	for name, connect := range benchTargets(b) {
+// Sequential I/O in blocks of 1 MiB (one RPC per call) and 8 MiB (eight
+// pipelined RPCs per call).
+func BenchmarkSeqWrite1MiB(b *testing.B) { benchSeq(b, true, 1<<20) }
+func BenchmarkSeqRead1MiB(b *testing.B)  { benchSeq(b, false, 1<<20) }
+func BenchmarkSeqWrite8MiB(b *testing.B) { benchSeq(b, true, 8<<20) }
+func BenchmarkSeqRead8MiB(b *testing.B)  { benchSeq(b, false, 8<<20) }
+
+func benchSeq(b *testing.B, write bool, block int) {
+	const readSize = 64 << 20
+	for _, name := range []string{"ganesha", "shoal"} {
+		connect := benchTargets(b)[name]
 		b.Run(name, func(b *testing.B) {
 			c := connect(b)
 			ctx := b.Context()
-			f, err := c.Open(ctx, "/bench-write", os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+			p := fmt.Sprintf("/bench-%d", block)
+			f, err := c.Open(ctx, p, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
 			if err != nil {
 				b.Fatal(err)
 			}
-			defer c.Remove(context.Background(), "/bench-write")
-			buf := make([]byte, 1<<20)
+			defer c.Remove(context.Background(), p)
+			buf := make([]byte, block)
 			for i := range buf {
-				buf[i] = byte(i)
+				buf[i] = byte(i >> 12)
 			}
-			b.SetBytes(int64(len(buf)))
-			b.ResetTimer()
-			var off int64
-			for b.Loop() {
-				if _, err := f.WriteAt(buf, off); err != nil {
+			size := int64(benchFileSize)
+			if !write {
+				size = readSize
+				for off := int64(0); off < size; off += int64(len(buf)) {
+					if _, err := f.WriteAt(buf, off); err != nil {
+						b.Fatal(err)
+					}
+				}
+				if err := f.Sync(); err != nil {
 					b.Fatal(err)
 				}
-				off = (off + int64(len(buf))) % benchFileSize
 			}
-			if err := f.Close(); err != nil {
-				b.Fatal(err)
-			}
-		})
-	}
-}
-
-func BenchmarkSeqRead1MiB(b *testing.B) {
-	const size = 64 << 20
-	for name, connect := range benchTargets(b) {
-		b.Run(name, func(b *testing.B) {
-			c := connect(b)
-			ctx := b.Context()
-			f, err := c.Open(ctx, "/bench-read", os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Remove(context.Background(), "/bench-read")
-			defer f.Close()
-			data := make([]byte, size)
-			for i := range data {
-				data[i] = byte(i >> 12)
-			}
-			if _, err := f.WriteAt(data, 0); err != nil {
-				b.Fatal(err)
-			}
-			if err := f.Sync(); err != nil {
-				b.Fatal(err)
-			}
-			buf := make([]byte, 1<<20)
-			b.SetBytes(int64(len(buf)))
+			b.SetBytes(int64(block))
 			b.ResetTimer()
 			var off int64
 			for b.Loop() {
-				if n, err := f.ReadAt(buf, off); n != len(buf) {
+				var n int
+				if write {
+					n, err = f.WriteAt(buf, off)
+				} else {
+					n, err = f.ReadAt(buf, off)
+				}
+				if n != len(buf) {
 					b.Fatal(n, err)
 				}
 				off = (off + int64(len(buf))) % size
+			}
+			if err := f.Close(); err != nil {
+				b.Fatal(err)
 			}
 		})
 	}

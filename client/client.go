@@ -75,6 +75,23 @@ type Client struct {
 
 	lastUse  atomic.Int64 // unix nanos of the last COMPOUND sent
 	ownerSeq atomic.Uint64
+	stats    struct{ reconnects, recoveries, retries atomic.Uint64 }
+}
+
+// Stats counts the client's recovery events since Dial.
+type Stats struct {
+	Reconnects uint64 // connections re-established after a failure
+	Recoveries uint64 // sessions re-created because the server lost them
+	Retries    uint64 // COMPOUNDs resent after NFS4ERR_DELAY or NFS4ERR_GRACE
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() Stats {
+	return Stats{
+		Reconnects: c.stats.reconnects.Load(),
+		Recoveries: c.stats.recoveries.Load(),
+		Retries:    c.stats.retries.Load(),
+	}
 }
 
 // session is one NFSv4.1 session. A server restart replaces it as a whole.
@@ -449,11 +466,15 @@ func (c *Client) call(ctx context.Context, build func() []nfs4.NfsArgop4) ([]nfs
 				continue
 			}
 			return res, err
-		case nfs4.NFS4ERR_DELAY:
+		case nfs4.NFS4ERR_DELAY, nfs4.NFS4ERR_RETRY_UNCACHED_REP:
+			// RETRY_UNCACHED_REP: a replayed request whose reply the server
+			// did not cache; only idempotent requests go uncached, so
+			// sending it again under a new sequence id is safe.
 			if delays >= maxDelayRetries {
 				return res, err
 			}
 			delays++
+			c.stats.retries.Add(1)
 			if werr := sleep(ctx, delay); werr != nil {
 				return res, werr
 			}
@@ -464,6 +485,7 @@ func (c *Client) call(ctx context.Context, build func() []nfs4.NfsArgop4) ([]nfs
 				return res, err
 			}
 			graces++
+			c.stats.retries.Add(1)
 			if werr := sleep(ctx, time.Second); werr != nil {
 				return res, werr
 			}
@@ -471,6 +493,22 @@ func (c *Client) call(ctx context.Context, build func() []nfs4.NfsArgop4) ([]nfs
 		}
 		return res, err
 	}
+}
+
+// needsCache reports whether a COMPOUND must be answered from the reply
+// cache if it is retransmitted (sa_cachethis): everything that changes
+// state except WRITE, whose re-execution is harmless, and COMMIT.
+func needsCache(ops []nfs4.NfsArgop4) bool {
+	for _, op := range ops {
+		switch op.Argop {
+		case nfs4.OP_PUTFH, nfs4.OP_PUTROOTFH, nfs4.OP_LOOKUP, nfs4.OP_GETFH, nfs4.OP_GETATTR,
+			nfs4.OP_SAVEFH, nfs4.OP_RESTOREFH, nfs4.OP_READ, nfs4.OP_READDIR, nfs4.OP_READLINK,
+			nfs4.OP_ACCESS, nfs4.OP_LOCKT, nfs4.OP_WRITE, nfs4.OP_COMMIT, nfs4.OP_SECINFO_NO_NAME:
+		default:
+			return true
+		}
+	}
+	return false
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -498,6 +536,7 @@ func (c *Client) exec(ctx context.Context, sess *session, reconnect bool, ops []
 	args := &nfs4.COMPOUND4args{Minorversion: c.minor, Argarray: make([]nfs4.NfsArgop4, 0, 1+len(ops))}
 	args.Argarray = append(args.Argarray, nfs4.NfsArgop4{Argop: nfs4.OP_SEQUENCE, Opsequence: &nfs4.SEQUENCE4args{
 		SaSessionid: sess.id, SaSequenceid: seq, SaSlotid: uint32(slot), SaHighestSlotid: uint32(highest),
+		SaCachethis: needsCache(ops),
 	}})
 	args.Argarray = append(args.Argarray, ops...)
 	c.lastUse.Store(time.Now().UnixNano())
@@ -513,6 +552,8 @@ func (c *Client) exec(ctx context.Context, sess *session, reconnect bool, ops []
 			if sr := res.Resarray[0].Opsequence; sr != nil && sr.SrStatus == nfs4.NFS4_OK && sr.SrResok4 != nil {
 				advance = true
 				target = int(sr.SrResok4.SrTargetHighestSlotid)
+			} else if sr != nil && sr.SrStatus == nfs4.NFS4ERR_RETRY_UNCACHED_REP {
+				advance = true // the server did execute our sequence id
 			}
 		}
 		sess.slots.release(slot, advance, target)
@@ -613,21 +654,30 @@ func (c *Client) reconnect(broken *rpc.Conn) error {
 		}
 		delay = min(2*delay, 2*time.Second)
 	}
-	c.mu.Lock()
-	c.conn = conn
-	c.mu.Unlock()
+	c.stats.reconnects.Add(1)
 	c.log.Info("reconnected", "local", conn.LocalAddr().String())
-
+	publish := func() {
+		c.mu.Lock()
+		if c.closed {
+			conn.Close() // Close ran meanwhile and will not see this one
+		} else {
+			c.conn = conn
+		}
+		c.mu.Unlock()
+	}
 	_, err := c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_BIND_CONN_TO_SESSION,
 		OpbindConnToSession: &nfs4.BINDCONNTOSESSION4args{BctsaSessid: sess.id, BctsaDir: nfs4.CDFC4_FORE_OR_BOTH}}})
 	var se *StatusError
 	if errors.As(err, &se) && (se.NFSStatus == nfs4.NFS4ERR_BADSESSION || se.NFSStatus == nfs4.NFS4ERR_DEADSESSION ||
 		se.NFSStatus == nfs4.NFS4ERR_STALE_CLIENTID) {
+		publish()
 		return c.recoverLocked(ctx, sess)
 	}
 	if err != nil {
+		conn.Close()
 		return fmt.Errorf("nfs: BIND_CONN_TO_SESSION: %w", err)
 	}
+	publish()
 	return nil
 }
 
@@ -651,6 +701,7 @@ func (c *Client) recoverLocked(ctx context.Context, lost *session) error {
 	}
 	c.log.Info("server lost our session; establishing a new one and reclaiming state")
 	lost.slots.kill()
+	c.stats.recoveries.Add(1)
 	if err := c.newSession(ctx, lost); err != nil {
 		return fmt.Errorf("nfs: session recovery: %w", err)
 	}

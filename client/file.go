@@ -194,14 +194,16 @@ func (f *File) ReadAtContext(ctx context.Context, p []byte, off int64) (int, err
 func (f *File) readChunk(ctx context.Context, b []byte, off int64) (int, bool, error) {
 	n := 0
 	for n < len(b) {
-		sid, err := f.ioStateid()
-		if err != nil {
+		if _, err := f.ioStateid(); err != nil {
 			return n, false, err
 		}
 		want := uint32(len(b) - n)
-		res, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_READ, Opread: &nfs4.READ4args{
-			Stateid: sid, Offset: uint64(off) + uint64(n), Count: want,
-		}}}))
+		res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
+			sid, _ := f.ioStateid()
+			return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_READ, Opread: &nfs4.READ4args{
+				Stateid: sid, Offset: uint64(off) + uint64(n), Count: want,
+			}}}
+		})
 		if err != nil {
 			return n, false, err
 		}
@@ -301,13 +303,15 @@ func (f *File) writeChunk(ctx context.Context, b []byte, off int64) (int, bool, 
 	}
 	n := 0
 	for n < len(b) {
-		sid, err := f.ioStateid()
-		if err != nil {
+		if _, err := f.ioStateid(); err != nil {
 			return n, false, err
 		}
-		res, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_WRITE, Opwrite: &nfs4.WRITE4args{
-			Stateid: sid, Offset: uint64(off) + uint64(n), Stable: stable, Data: b[n:],
-		}}}))
+		res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
+			sid, _ := f.ioStateid()
+			return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_WRITE, Opwrite: &nfs4.WRITE4args{
+				Stateid: sid, Offset: uint64(off) + uint64(n), Stable: stable, Data: b[n:],
+			}}}
+		})
 		if err != nil {
 			return n, false, err
 		}
@@ -324,13 +328,18 @@ func (f *File) writeChunk(ctx context.Context, b []byte, off int64) (int, bool, 
 func (f *File) noteWrite(v nfs4.Verifier4, committed nfs4.StableHow4) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	wasDirty := f.dirty
 	if committed != nfs4.FILE_SYNC4 {
 		f.dirty = true
 	}
-	if !f.haveVerf {
+	switch {
+	case !f.haveVerf || !wasDirty:
+		// Nothing uncommitted is at stake: adopt the server's verifier.
 		f.verf, f.haveVerf = v, true
-	} else if v != f.verf {
-		f.verfChanged = f.dirty
+	case v != f.verf:
+		// Earlier UNSTABLE data was written under another verifier: the
+		// server restarted in between and may have dropped it.
+		f.verfChanged = true
 		f.verf = v
 	}
 }
@@ -592,8 +601,12 @@ func (f *File) Unlock(ctx context.Context, off, length uint64) error {
 	res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
 		f.mu.Lock()
 		defer f.mu.Unlock()
+		var sid nfs4.Stateid4 // lost in a failed reclaim: the server will say BAD_STATEID
+		if f.lockStateid != nil {
+			sid = *f.lockStateid
+		}
 		return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_LOCKU, Oplocku: &nfs4.LOCKU4args{
-			Locktype: nfs4.WRITE_LT, LockStateid: *f.lockStateid, Offset: off, Length: length,
+			Locktype: nfs4.WRITE_LT, LockStateid: sid, Offset: off, Length: length,
 		}}}
 	})
 	if err != nil {

@@ -1,7 +1,6 @@
 package client_test
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"runtime"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/client/clienttest"
@@ -94,18 +92,42 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func dialGanesha(t *testing.T) *client.Client {
-	t.Helper()
+func TestGanesha(t *testing.T) {
 	addr := ganeshaAddr(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	c, err := client.Dial(ctx, addr, client.Options{Root: "/export"})
-	if err != nil {
-		t.Fatalf("dial ganesha: %v", err)
+	for _, minor := range []uint32{2, 1} {
+		t.Run(fmt.Sprintf("v4.%d", minor), func(t *testing.T) {
+			clienttest.Run(t, dialer(addr, client.Options{Root: "/export", MinorVersion: minor}))
+		})
 	}
-	return c
 }
 
-func TestGanesha(t *testing.T) {
-	clienttest.Run(t, dialGanesha)
+// TestGaneshaRestart restarts a private Ganesha (Graceless, so the client
+// takes the NFS4ERR_NO_GRACE path and re-opens with CLAIM_FH).
+func TestGaneshaRestart(t *testing.T) {
+	if os.Getenv("SHOAL_GANESHA") != "1" {
+		t.Skip("set SHOAL_GANESHA=1 to run against NFS-Ganesha")
+	}
+	dir := t.TempDir()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := filepath.Join(repoRoot(), "scripts", "ganesha.sh")
+	ganeshaCmd := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command(script, args...).CombinedOutput(); err != nil {
+			t.Fatalf("ganesha.sh %v: %v: %s", args, err, out)
+		}
+	}
+	ganeshaCmd("start", dir, fmt.Sprint(port))
+	t.Cleanup(func() { exec.Command(script, "stop", dir).Run() })
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	clienttest.RunRestart(t, dialer(addr, client.Options{Root: "/export"}), func(t *testing.T) {
+		ganeshaCmd("stop", dir)
+		ganeshaCmd("start", dir, fmt.Sprint(port))
+	})
+}
+
+func TestGaneshaReplay(t *testing.T) {
+	clienttest.RunReplay(t, ganeshaAddr(t), client.Options{Root: "/export"})
 }

@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 FUZZTIME=${SHOAL_FUZZTIME:-60s}
 export SHOAL_KERNEL=${SHOAL_KERNEL:-1}
 export SHOAL_GANESHA=${SHOAL_GANESHA:-1}
+export SHOAL_KERNEL_SERVER=${SHOAL_KERNEL_SERVER:-shoal}
 
 step() { printf '\n==== %s ====\n' "$*"; }
 

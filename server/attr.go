@@ -43,6 +43,9 @@ var writableAttrs = []uint32{
 var (
 	supportedMask = makeBitmap(supportedAttrs)
 	writableMask  = makeBitmap(writableAttrs)
+	// modeOnly is the attrset of a create whose other attributes could
+	// not be applied: the mode is set by the create itself.
+	modeOnly = makeBitmap([]uint32{nfs4.FATTR4_MODE})
 )
 
 func makeBitmap(attrs []uint32) nfs4.Bitmap4 {

@@ -158,6 +158,11 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 				r = h(c, &args)
 			}
 		}
+		if r.body == nil && op == nfs4.OP_SETATTR {
+			// SETATTR4res carries attrsset whatever the status, also when
+			// the dispatcher fails the operation before its handler runs.
+			r.body = bitmapVal(nil)
+		}
 		e.Uint32(uint32(op))
 		e.Uint32(uint32(r.status))
 		if r.body != nil {

@@ -54,7 +54,7 @@ func (h panicWatch) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h panicWatch) WithGroup(string) slog.Handler      { return h }
 
 type testServer struct {
-	t    *testing.T
+	t    testing.TB
 	cfg  Config
 	srv  *Server
 	addr string
@@ -73,7 +73,7 @@ func defaultExports() []*Export {
 
 // startServer starts a server in a fresh temporary directory. cfg.Dir and
 // cfg.Logger are filled in; nil Exports means defaultExports.
-func startServer(t *testing.T, cfg Config) *testServer {
+func startServer(t testing.TB, cfg Config) *testServer {
 	t.Helper()
 	if cfg.Dir == "" {
 		cfg.Dir = t.TempDir()
@@ -140,7 +140,7 @@ func (ts *testServer) restart() {
 	ts.start()
 }
 
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return ctx
@@ -332,8 +332,10 @@ func summary(res *nfs4.COMPOUND4res) string {
 	return statName(res.Status) + ": " + strings.Join(parts, ", ")
 }
 
-func opName(op nfs4.NfsOpnum4) string  { return strings.TrimPrefix(op.String(), "OP_") }
-func statName(s nfs4.Nfsstat4) string { return strings.TrimPrefix(strings.TrimPrefix(s.String(), "NFS4ERR_"), "NFS4_") }
+func opName(op nfs4.NfsOpnum4) string { return strings.TrimPrefix(op.String(), "OP_") }
+func statName(s nfs4.Nfsstat4) string {
+	return strings.TrimPrefix(strings.TrimPrefix(s.String(), "NFS4ERR_"), "NFS4_")
+}
 
 // must returns a function that fails the test unless the COMPOUND it is
 // given succeeded: must(t)(c.Compound(...)).
@@ -533,4 +535,3 @@ func pollUntil(n int, pause time.Duration, cond func() bool) bool {
 	}
 	return false
 }
-

@@ -476,3 +476,48 @@ func TestSparseFile(t *testing.T) {
 		t.Errorf("DEALLOCATE: %s", summary(res))
 	}
 }
+
+// TestCreateAttrset: attributes the server did not set must not be
+// reported in CREATE's and OPEN's attrset.
+func TestCreateAttrset(t *testing.T) {
+	ts := startServer(t, Config{})
+	root := ts.client()
+	must(t)(root.Compound(opPutRoot(), opSetattr(anonStateid, fattr(aMode(0o777)))))
+	c := ts.dial()
+	c.Cred = wiretest.Cred(1000, 1000)
+	if _, err := c.ExchangeID(testCtx(t), []byte("attrset"), nfs4.Verifier4{1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateSession(testCtx(t), false); err != nil {
+		t.Fatal(err)
+	}
+	// A non-root user cannot give a new directory to root.
+	res, err := c.Compound(opPutRoot(), opCreate("d", nfs4.Createtype4{Type: nfs4.NF4DIR}, fattr(aMode(0o700), aOwner("0"))),
+		opGetattr(nfs4.FATTR4_OWNER, nfs4.FATTR4_MODE))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status == nfs4.NFS4_OK {
+		a := attrsOf(t, res)
+		set := find(t, res, nfs4.OP_CREATE).Opcreate.Resok4.Attrset
+		if bitmapHas(set, nfs4.FATTR4_OWNER) && a[nfs4.FATTR4_OWNER] != "0" {
+			t.Errorf("CREATE reports owner set, but owner is %v", a[nfs4.FATTR4_OWNER])
+		}
+	} else if res.Status != nfs4.NFS4ERR_PERM {
+		t.Errorf("CREATE with foreign owner: %s", summary(res))
+	}
+	res, err = c.Compound(opPutRoot(), opOpen(c.ClientID, openArgs{name: "f", access: nfs4.OPEN4_SHARE_ACCESS_BOTH, create: true,
+		mode: nfs4.GUARDED4, attrs: fattr(aMode(0o600), aOwner("0"))}), opGetattr(nfs4.FATTR4_OWNER))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status == nfs4.NFS4_OK {
+		a := attrsOf(t, res)
+		set := find(t, res, nfs4.OP_OPEN).Opopen.Resok4.Attrset
+		if bitmapHas(set, nfs4.FATTR4_OWNER) && a[nfs4.FATTR4_OWNER] != "0" {
+			t.Errorf("OPEN reports owner set, but owner is %v", a[nfs4.FATTR4_OWNER])
+		}
+	} else if res.Status != nfs4.NFS4ERR_PERM {
+		t.Errorf("OPEN with foreign owner: %s", summary(res))
+	}
+}

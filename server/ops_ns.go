@@ -107,14 +107,21 @@ func (c *compound) create(a *nfs4.CREATE4args) opReply {
 	ino, attr := nd.Ino, nd.Attr
 	rest := sa.sa
 	rest.Mask &^= meta.SetMode
+	attrset := sa.set
 	if rest.Mask != 0 {
 		obj := &object{fh: fhandle{kind: fhObject, export: dir.fh.export, ino: ino}, export: dir.export, attr: attr}
+		applied := false
 		if st := c.setattrAllowed(obj, &rest); st == nfs4.NFS4_OK {
-			c.s.meta.SetAttr(c.ctx, ino, rest, time.Now())
+			_, err := c.s.meta.SetAttr(c.ctx, ino, rest, time.Now())
+			applied = err == nil
+		}
+		if !applied {
+			// Report only what was set (RFC 8881 §18.4.4 attrset).
+			attrset = bitmapAnd(sa.set, modeOnly)
 		}
 	}
 	c.setFH(fhandle{kind: fhObject, export: dir.fh.export, ino: ino})
-	return ok(&nfs4.CREATE4resok{Cinfo: cinfo(ci), Attrset: sa.set})
+	return ok(&nfs4.CREATE4resok{Cinfo: cinfo(ci), Attrset: attrset})
 }
 
 // stickyDenied implements the sticky-directory rule: only the owner of the

@@ -67,6 +67,11 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 		if st := checkName(*a.Claim.File); st != nfs4.NFS4_OK {
 			return fail(st)
 		}
+		// The state manager refuses non-reclaim opens during grace; ask
+		// first so a refused OPEN4_CREATE does not leave a file behind.
+		if c.s.st.m.InGrace() {
+			return fail(nfs4.NFS4ERR_GRACE)
+		}
 		file, created, ci, attrset, st = c.openName(dir, string(*a.Claim.File), &a.Openhow)
 		if st != nfs4.NFS4_OK {
 			return fail(st)
@@ -120,6 +125,15 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 	})
 	if err != nil {
 		return failErr(err)
+	}
+	if !created && bitmapHas(attrset, nfs4.FATTR4_SIZE) {
+		// UNCHECKED4 on an existing file with a size (O_TRUNC): truncate
+		// only now, so an OPEN refused for a share conflict or grace
+		// leaves the file alone.
+		sa, _ := decodeSetAttrs(a.Openhow.How.Createattrs)
+		if _, err := c.s.applySetAttr(c.ctx, file, meta.SetAttr{Mask: meta.SetSize, Size: sa.sa.Size}); err != nil {
+			return failErr(err)
+		}
 	}
 	c.setFH(file.fh)
 	c.setStateid(res.Stateid)
@@ -198,14 +212,23 @@ func (c *compound) openName(dir *object, name string, how *nfs4.Openflag4) (*obj
 		if rest.Mask&meta.SetSize != 0 && rest.Size == 0 {
 			rest.Mask &^= meta.SetSize // a new file is empty already
 		}
+		attrset := sa.set
 		if rest.Mask != 0 {
+			applied := false
 			if st := c.setattrAllowed(o, &rest); st == nfs4.NFS4_OK {
 				if a, err := c.s.applySetAttr(c.ctx, o, rest); err == nil {
-					o.attr = a
+					o.attr, applied = a, true
+				}
+			}
+			if !applied {
+				// Report only what was set (RFC 8881 §18.16.4 attrset).
+				attrset = bitmapAnd(sa.set, modeOnly)
+				if sa.sa.Mask&meta.SetSize != 0 && sa.sa.Size == 0 {
+					attrset = bitmapSet(attrset, nfs4.FATTR4_SIZE)
 				}
 			}
 		}
-		return o, true, cinfo(mci), sa.set, nfs4.NFS4_OK
+		return o, true, cinfo(mci), attrset, nfs4.NFS4_OK
 	case errors.Is(err, meta.ErrExist):
 		o := mkobj(nd)
 		c.s.cache.overlay(nd.Ino, &o.attr)
@@ -226,12 +249,7 @@ func (c *compound) openName(dir *object, name string, how *nfs4.Openflag4) (*obj
 			if st := c.check(o, permWrite); st != nfs4.NFS4_OK {
 				return nil, false, ci, nil, st
 			}
-			trunc := meta.SetAttr{Mask: meta.SetSize, Size: sa.sa.Size}
-			a, err := c.s.applySetAttr(c.ctx, o, trunc)
-			if err != nil {
-				return nil, false, ci, nil, statusOf(err)
-			}
-			o.attr = a
+			// The caller truncates once the share reservation is granted.
 			return o, false, ci, bitmapSet(nil, nfs4.FATTR4_SIZE), nfs4.NFS4_OK
 		}
 		return o, false, ci, nil, nfs4.NFS4_OK

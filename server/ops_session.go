@@ -58,6 +58,12 @@ func (c *compound) principal() string {
 // sequence evaluates SEQUENCE. A non-nil []byte is a cached reply to send
 // instead of evaluating the COMPOUND.
 func (c *compound) sequence(a *nfs4.SEQUENCE4args) (opReply, []byte) {
+	// Check the request against the session's limits before the slot is
+	// touched: a failed SEQUENCE must leave the slot unchanged (RFC 8881
+	// §18.46.3), or the client's next request would get this error replayed.
+	if sess, err := c.s.st.m.Session(state.SessionID(a.SaSessionid)); err == nil && uint32(c.nops) > sess.ForeAttrs().MaxOperations {
+		return fail(nfs4.NFS4ERR_TOO_MANY_OPS), nil
+	}
 	res, err := c.s.st.m.Sequence(state.SequenceArgs{
 		SessionID:     state.SessionID(a.SaSessionid),
 		SequenceID:    a.SaSequenceid,
@@ -77,9 +83,6 @@ func (c *compound) sequence(a *nfs4.SEQUENCE4args) (opReply, []byte) {
 		return failErr(err), nil
 	}
 	c.seq = &seqContext{slot: res.Slot, cacheThis: a.SaCachethis, clientID: res.ClientID, session: sess}
-	if uint32(c.nops) > sess.ForeAttrs().MaxOperations {
-		return fail(nfs4.NFS4ERR_TOO_MANY_OPS), nil
-	}
 	var flags uint32
 	if res.CBPathDown {
 		flags |= nfs4.SEQ4_STATUS_CB_PATH_DOWN_SESSION

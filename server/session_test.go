@@ -3,8 +3,10 @@ package server
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/server/internal/wiretest"
 )
 
@@ -227,4 +229,135 @@ func readdirNames(t *testing.T, res *nfs4.COMPOUND4res) []string {
 		names = append(names, string(e.Name))
 	}
 	return names
+}
+
+func TestCreateSessionReplayAndMisorder(t *testing.T) {
+	ts := startServer(t, Config{})
+	c := ts.dial()
+	ctx := testCtx(t)
+	if _, err := c.ExchangeID(ctx, []byte("cs-replay"), nfs4.Verifier4{1}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := c.CreateSession(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Same csa_sequence again: the cached result, same session.
+	c.CSSeq--
+	again, err := c.CreateSession(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.CsrSessionid != first.CsrSessionid {
+		t.Error("CREATE_SESSION replay created another session")
+	}
+	c.CSSeq += 5
+	if _, err := c.CreateSession(ctx, false); wiretest.StatusOf(err) != nfs4.NFS4ERR_SEQ_MISORDERED {
+		t.Errorf("CREATE_SESSION with a sequence from the future: %v", err)
+	}
+	// Another principal may not create sessions for this client.
+	c.CSSeq -= 5
+	c.Cred = wiretest.Cred(1000, 1000)
+	if _, err := c.CreateSession(ctx, false); wiretest.StatusOf(err) != nfs4.NFS4ERR_CLID_INUSE {
+		t.Errorf("CREATE_SESSION by another principal: %v", err)
+	}
+}
+
+// TestSessionSurvivesConnection: with SP4_NONE, a session outlives its
+// connection; a new connection is bound by its first SEQUENCE and
+// continues the slot's sequence.
+func TestSessionSurvivesConnection(t *testing.T) {
+	ts := startServer(t, Config{})
+	c := ts.client()
+	must(t)(c.Compound(opPutRoot(), opMkdir("before")))
+	c.Close()
+	c2 := ts.dial()
+	c2.SessionID, c2.ClientID = c.SessionID, c.ClientID
+	res, _, err := c2.Send(testCtx(t), &nfs4.COMPOUND4args{Minorversion: 2, Argarray: []nfs4.NfsArgop4{
+		wiretest.Seq(c.SessionID, 0, c.SlotSeq()+1, false), opPutRoot(), opLookup("before")}})
+	must(t)(res, err)
+	// (That the back channel is then reported down is checked, with
+	// polling, in TestBackchannelBinding.)
+}
+
+func TestBackchannelBinding(t *testing.T) {
+	ts := startServer(t, Config{})
+	ctx := testCtx(t)
+	c := ts.dial()
+	if _, err := c.ExchangeID(ctx, []byte("bc"), nfs4.Verifier4{1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateSession(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	flags := func(c *wiretest.Client) uint32 {
+		t.Helper()
+		res := must(t)(c.Compound(opPutRoot()))
+		return res.Resarray[0].Opsequence.SrResok4.SrStatusFlags
+	}
+	if flags(c)&nfs4.SEQ4_STATUS_CB_PATH_DOWN_SESSION == 0 {
+		t.Error("session without back channel: CB_PATH_DOWN_SESSION not set")
+	}
+	cb := ts.dial()
+	res := must(t)(cb.Sessionless(ctx, nfs4.NfsArgop4{Argop: nfs4.OP_BIND_CONN_TO_SESSION,
+		OpbindConnToSession: &nfs4.BINDCONNTOSESSION4args{BctsaSessid: c.SessionID, BctsaDir: nfs4.CDFC4_BACK}}))
+	if d := res.Resarray[0].OpbindConnToSession.BctsrResok4.BctsrDir; d != nfs4.CDFS4_BACK {
+		t.Errorf("bound direction %v", d)
+	}
+	if flags(c)&nfs4.SEQ4_STATUS_CB_PATH_DOWN_SESSION != 0 {
+		t.Error("back channel bound but CB_PATH_DOWN_SESSION still set")
+	}
+	cb.Close()
+	// Unbinding happens when the server notices the close; poll, bounded.
+	if !pollUntil(100, 20*time.Millisecond, func() bool { return flags(c)&nfs4.SEQ4_STATUS_CB_PATH_DOWN_SESSION != 0 }) {
+		t.Error("back channel connection closed, CB_PATH_DOWN_SESSION never set")
+	}
+}
+
+// TestDestroySessionInSession: DESTROY_SESSION of the session the
+// COMPOUND runs in is allowed as its last operation.
+func TestDestroySessionInSession(t *testing.T) {
+	ts := startServer(t, Config{})
+	c := ts.client()
+	must(t)(c.Compound(opPutRoot(), nfs4.NfsArgop4{Argop: nfs4.OP_DESTROY_SESSION,
+		OpdestroySession: &nfs4.DESTROYSESSION4args{DsaSessionid: c.SessionID}}))
+	want(t, nfs4.NFS4ERR_BADSESSION)(c.Compound(opPutRoot()))
+}
+
+func TestRPCProgramAndVersion(t *testing.T) {
+	ts := startServer(t, Config{})
+	r, err := wiretest.DialRaw(ts.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	body := wiretest.CallBody(1, 0, wiretest.Cred(0, 0), nil)
+	// Patch program (offset 12) and version (offset 16).
+	wrongProg := bytes.Clone(body)
+	copy(wrongProg[12:16], []byte{0, 1, 0x86, 0xa5}) // mountd
+	wrongVers := bytes.Clone(body)
+	wrongVers[19] = 3
+	wrongProc := wiretest.CallBody(3, 7, wiretest.Cred(0, 0), nil)
+	for _, tc := range []struct {
+		rec  []byte
+		want rpc.AcceptStat
+	}{
+		{wrongProg, rpc.ProgUnavail},
+		{wrongVers, rpc.ProgMismatch},
+		{wrongProc, rpc.ProcUnavail},
+	} {
+		if err := r.Raw(wiretest.Record(tc.rec)); err != nil {
+			t.Fatal(err)
+		}
+		rp, err := r.ReadReply()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rp.Accepted || rp.AcceptStat != tc.want {
+			t.Errorf("got %+v, want %v", rp, tc.want)
+		}
+		if tc.want == rpc.ProgMismatch && !bytes.Equal(rp.Body, []byte{0, 0, 0, 4, 0, 0, 0, 4}) {
+			t.Errorf("PROG_MISMATCH range %x, want 4-4", rp.Body)
+		}
+	}
 }

@@ -143,3 +143,30 @@ func TestLeaseExpiryFreesLocks(t *testing.T) {
 		t.Errorf("expired client's SEQUENCE: %s", summary(res))
 	}
 }
+
+// TestOpenTruncateRespectsShareDeny: an UNCHECKED4 create with size 0 on
+// an existing file (O_TRUNC) that is refused for a share conflict must not
+// truncate the file.
+func TestOpenTruncateRespectsShareDeny(t *testing.T) {
+	ts := startServer(t, Config{})
+	c1, c2 := ts.client(), ts.client()
+	sid, fh := openFile(t, c1, "f", nfs4.OPEN4_SHARE_ACCESS_BOTH, nfs4.OPEN4_SHARE_DENY_WRITE, "o1")
+	must(t)(c1.Compound(opPutFH(fh), opWrite(sid, 0, nfs4.FILE_SYNC4, []byte("precious"))))
+	want(t, nfs4.NFS4ERR_SHARE_DENIED)(c2.Compound(opPutRoot(), opOpen(c2.ClientID, openArgs{name: "f", owner: "o2",
+		access: nfs4.OPEN4_SHARE_ACCESS_WRITE, create: true, mode: nfs4.UNCHECKED4, attrs: fattr(aSize(0))})))
+	res := must(t)(c1.Compound(opPutFH(fh), opGetattr(nfs4.FATTR4_SIZE)))
+	if got := attrsOf(t, res)[nfs4.FATTR4_SIZE]; got != uint64(8) {
+		t.Errorf("size after refused O_TRUNC open = %v, want 8", got)
+	}
+	// Once c1 closes, the truncating open goes through.
+	must(t)(c1.Compound(opPutFH(fh), opClose(sid)))
+	res = must(t)(c2.Compound(opPutRoot(), opOpen(c2.ClientID, openArgs{name: "f", owner: "o2",
+		access: nfs4.OPEN4_SHARE_ACCESS_WRITE, create: true, mode: nfs4.UNCHECKED4, attrs: fattr(aSize(0))}),
+		opGetattr(nfs4.FATTR4_SIZE)))
+	if got := attrsOf(t, res)[nfs4.FATTR4_SIZE]; got != uint64(0) {
+		t.Errorf("size after O_TRUNC open = %v, want 0", got)
+	}
+	if set := find(t, res, nfs4.OP_OPEN).Opopen.Resok4.Attrset; !bitmapHas(set, nfs4.FATTR4_SIZE) {
+		t.Errorf("attrset %v lacks size", set)
+	}
+}

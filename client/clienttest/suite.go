@@ -75,6 +75,9 @@ func newEnv(t *testing.T, dial Dialer) *env {
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	e := &env{dial: dial, c: c, ctx: ctx, dir: "/clienttest-" + hex.EncodeToString(rnd[:])}
+	if c.MaxRead() == 0 || c.MaxWrite() == 0 {
+		t.Fatalf("client reports maxread %d, maxwrite %d", c.MaxRead(), c.MaxWrite())
+	}
 	if err := c.Mkdir(ctx, e.dir, 0o755); err != nil {
 		t.Fatalf("mkdir scratch dir: %v", err)
 	}
@@ -556,6 +559,31 @@ func testReconnect(t *testing.T, e *env) {
 	if !bytes.Equal(got, want) {
 		t.Fatal("data differs after reconnects")
 	}
+	if st := e.c.Stats(); st.Reconnects == 0 {
+		t.Fatalf("connection was closed %d times but the client never reconnected: %+v", 5, st)
+	}
+
+	// Non-idempotent operations cut off mid-flight are replayed from the
+	// server's reply cache, not executed twice: every step must succeed.
+	for i := range 20 {
+		d := e.path(fmt.Sprintf("d%d", i))
+		cut := make(chan struct{})
+		go func() {
+			defer close(cut)
+			e.c.TestingCloseConn()
+		}()
+		if err := e.c.Mkdir(e.ctx, d, 0o755); err != nil {
+			t.Fatalf("mkdir %d across reconnect: %v", i, err)
+		}
+		if err := e.c.Rename(e.ctx, d, d+"-renamed"); err != nil {
+			t.Fatalf("rename %d across reconnect: %v", i, err)
+		}
+		<-cut
+		if err := e.c.Remove(e.ctx, d+"-renamed"); err != nil {
+			t.Fatalf("remove %d across reconnect: %v", i, err)
+		}
+	}
+
 	// State survived: our lock still blocks another client.
 	other := e.dial(t)
 	defer other.Close()
@@ -566,5 +594,112 @@ func testReconnect(t *testing.T, e *env) {
 	defer g.Close()
 	if err := g.Lock(e.ctx, 0, 1, true, false); !errors.Is(err, syscall.EAGAIN) {
 		t.Fatalf("lock held across reconnect was lost: %v", err)
+	}
+}
+
+// RunRestart checks recovery from a server restart: restart must stop the
+// server and start it again on the same address and storage. Afterwards
+// the client must notice the lost session, establish a new one, reclaim its
+// open file and lock, and carry on; data synced before the restart must
+// still be there.
+func RunRestart(t *testing.T, dial Dialer, restart func(t *testing.T)) {
+	e := newEnv(t, dial)
+	p := e.path("restart")
+	f, err := e.c.Open(e.ctx, p, os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	before := pattern(2<<20, 3)
+	if _, err := f.WriteAt(before, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Lock(e.ctx, 0, 10, true, false); err != nil {
+		t.Fatal(err)
+	}
+	// UNSTABLE data that is not committed before the restart must be
+	// reported by Sync, since the server may have dropped it.
+	h, err := e.c.Open(e.ctx, e.path("unsynced"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if _, err := h.WriteAt(pattern(100<<10, 5), 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// Writes keep going while the server restarts; they must all complete.
+	w, err := e.c.Open(e.ctx, e.path("busy"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	busy := make(chan error, 1)
+	stop := make(chan struct{})
+	go func() {
+		chunk := pattern(256<<10, 6)
+		for i := 0; i < 100_000; i++ { // until stopped; bounded all the same
+			if _, err := w.WriteAt(chunk, int64(i%16)*int64(len(chunk))); err != nil {
+				busy <- err
+				return
+			}
+			select {
+			case <-stop:
+				busy <- nil
+				return
+			default:
+			}
+		}
+		busy <- nil
+	}()
+
+	restart(t)
+
+	close(stop)
+	if err := <-busy; err != nil {
+		t.Fatalf("write during the restart: %v", err)
+	}
+	if err := w.Sync(); err != nil && !errors.Is(err, client.ErrVerifierChanged) {
+		t.Fatalf("sync of the busy file: %v", err)
+	}
+	if err := h.Sync(); !errors.Is(err, client.ErrVerifierChanged) {
+		t.Errorf("sync of data written before the restart: %v, want ErrVerifierChanged", err)
+	}
+
+	if a, err := e.c.Stat(e.ctx, p); err != nil || a.Size != uint64(len(before)) {
+		t.Fatalf("stat after restart: size %d, %v", a.Size, err)
+	}
+	got := make([]byte, len(before))
+	if n, err := f.ReadAt(got, 0); n != len(got) || (err != nil && err != io.EOF) {
+		t.Fatalf("read through the reclaimed open: %d, %v", n, err)
+	}
+	if !bytes.Equal(got, before) {
+		t.Fatal("synced data changed across the restart")
+	}
+	after := pattern(1<<20, 4)
+	if _, err := f.WriteAt(after, 0); err != nil {
+		t.Fatalf("write through the reclaimed open: %v", err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("sync after restart: %v", err)
+	}
+	other := e.dial(t)
+	defer other.Close()
+	g, err := other.Open(e.ctx, p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := g.Lock(e.ctx, 0, 10, true, false); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("lock not reclaimed after restart: other client's lock: %v", err)
+	}
+	if err := f.Unlock(e.ctx, 0, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Lock(e.ctx, 0, 10, true, false); err != nil {
+		t.Fatalf("lock after unlock: %v", err)
 	}
 }

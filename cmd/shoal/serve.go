@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -46,6 +47,7 @@ func loadServeConfig(path string) (*serveConfig, error) {
 func newServeCmd() *cobra.Command {
 	var (
 		listen, dir, config string
+		cpuprofile          string
 		lease               time.Duration
 		noRootSquash        bool
 	)
@@ -80,6 +82,13 @@ func newServeCmd() *cobra.Command {
 					e.RootSquash = &f
 				}
 			}
+			if cpuprofile != "" {
+				stop, err := startCPUProfile(cpuprofile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			return runServer(cmd.Context(), cfg)
 		},
 	}
@@ -88,6 +97,10 @@ func newServeCmd() *cobra.Command {
 	cmd.Flags().StringVar(&config, "config", "", "YAML configuration file")
 	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time; the grace period after restart lasts as long")
 	cmd.Flags().BoolVar(&noRootSquash, "no-root-squash", false, "do not map root to the anonymous user (for tests and trusted clients)")
+	// --cpuprofile is for `shoal bench --cpuprofile`: the profile covers the
+	// server's whole life and is written when it shuts down (SIGINT/SIGTERM).
+	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the server to this file")
+	_ = cmd.Flags().MarkHidden("cpuprofile")
 	return cmd
 }
 
@@ -120,4 +133,23 @@ func runServer(ctx context.Context, cfg *serveConfig) error {
 		srv.Close()
 		return err
 	}
+}
+
+// startCPUProfile starts a CPU profile into path and returns the function
+// that stops it and closes the file.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			slog.Error("cpu profile", "err", err)
+		}
+	}, nil
 }

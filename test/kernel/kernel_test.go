@@ -198,7 +198,9 @@ func newServer(t *testing.T, kind, root, shoalBin, dir string, port int) server 
 	case "shoal":
 		return &processServer{
 			name: "shoal", dir: dir, port: port, export: env("SHOAL_KERNEL_EXPORT", "/"),
-			argv: []string{shoalBin, "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--dir", dir},
+			// The workload runs as root and chowns files, so root is not squashed;
+			// a short lease keeps the post-crash grace period short.
+			argv: []string{shoalBin, "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--dir", dir, "--no-root-squash", "--lease", "15s"},
 		}
 	case "cmd":
 		tmpl := os.Getenv("SHOAL_KERNEL_SERVER_CMD")

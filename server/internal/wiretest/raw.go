@@ -34,6 +34,14 @@ func DialRaw(addr string) (*RawConn, error) {
 // Close closes the connection.
 func (r *RawConn) Close() error { return r.nc.Close() }
 
+// CloseWrite half-closes the connection: the server sees end of stream.
+func (r *RawConn) CloseWrite() error {
+	if tc, ok := r.nc.(*net.TCPConn); ok {
+		return tc.CloseWrite()
+	}
+	return errors.New("wiretest: not a TCP connection")
+}
+
 // Raw writes b as is: it must include record marks if it is to be parsed.
 func (r *RawConn) Raw(b []byte) error {
 	_, err := r.nc.Write(b)

@@ -283,6 +283,14 @@ func (c *Client) SlotSeq() uint32 {
 	return c.seq
 }
 
+// AdvanceSlot records that a request sent outside Compound (with Send or
+// CallRaw, using sequence ID SlotSeq()+1 on slot 0) passed SEQUENCE.
+func (c *Client) AdvanceSlot() {
+	c.mu.Lock()
+	c.seq++
+	c.mu.Unlock()
+}
+
 // ErrStatus is returned by Check for a failed COMPOUND.
 type ErrStatus struct {
 	Status nfs4.Nfsstat4

@@ -1,0 +1,251 @@
+package bench_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoalfs/shoal/bench"
+)
+
+// repoRoot is the checkout this test file lives in, for scripts/ganesha.sh.
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Dir(filepath.Dir(file))
+}
+
+// TestQuick runs the --quick benchmark against an in-process Shoal server
+// (and NFS-Ganesha with SHOAL_GANESHA=1) and checks only that every
+// workload completed with a positive rate: timing is not asserted.
+func TestQuick(t *testing.T) {
+	cfg := bench.QuickConfig()
+	cfg.Timeout = 5 * time.Minute
+	if testing.Short() {
+		cfg.Size, cfg.Files = 8<<20, 20
+	}
+	var progress bytes.Buffer
+	cfg.Progress = &progress
+	targets := []bench.Target{{Name: "shoal", Starter: &bench.ShoalInProcess{Dir: t.TempDir()}}}
+	if os.Getenv("SHOAL_GANESHA") == "1" {
+		targets = append(targets, bench.Target{Name: "ganesha", Starter: &bench.Ganesha{
+			Script: filepath.Join(repoRoot(), "scripts", "ganesha.sh"),
+			Dir:    t.TempDir(),
+		}})
+	}
+	rep, err := bench.Run(t.Context(), cfg, targets)
+	if err != nil {
+		t.Fatalf("run: %v\nprogress:\n%s", err, progress.String())
+	}
+	if len(rep.Targets) != len(targets) {
+		t.Fatalf("%d target reports, want %d", len(rep.Targets), len(targets))
+	}
+	for _, tr := range rep.Targets {
+		if tr.Skipped != "" {
+			t.Logf("%s skipped: %s", tr.Name, tr.Skipped)
+			continue
+		}
+		if tr.Error != "" {
+			t.Errorf("%s: %s", tr.Name, tr.Error)
+		}
+		if len(tr.Results) != 5 {
+			t.Fatalf("%s: %d results, want 5: %+v", tr.Name, len(tr.Results), tr.Results)
+		}
+		for _, r := range tr.Results {
+			if len(r.Samples) != cfg.Reps || r.Median <= 0 || r.Min <= 0 || r.Max < r.Min {
+				t.Errorf("%s %s: implausible result %+v", tr.Name, r.Workload, r)
+			}
+		}
+	}
+
+	var table, js bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"seq-write", "seq-read", "create", "stat", "remove", "page cache is warm"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back bench.Report
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatalf("report JSON does not parse: %v", err)
+	}
+	if back.Machine.NumCPU <= 0 || len(back.Targets) != len(rep.Targets) {
+		t.Errorf("JSON round trip lost data: %+v", back)
+	}
+	t.Logf("\n%s", table.String())
+}
+
+// TestUnavailableIsSkipped checks that a target that cannot run here is a
+// note in the report and not a failure of the run.
+func TestUnavailableIsSkipped(t *testing.T) {
+	cfg := bench.QuickConfig()
+	cfg.Timeout = time.Minute
+	rep, err := bench.Run(t.Context(), cfg, []bench.Target{{
+		Name:    "ganesha",
+		Starter: &bench.Ganesha{Script: "", Dir: t.TempDir()},
+	}})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if got := rep.Targets[0].Skipped; got == "" {
+		t.Fatalf("target not marked skipped: %+v", rep.Targets[0])
+	}
+	var table bytes.Buffer
+	rep.WriteTable(&table)
+	if !strings.Contains(table.String(), "skipped") {
+		t.Errorf("table does not say skipped:\n%s", table.String())
+	}
+}
+
+// TestExistingRefused checks that --addr pointing at nothing fails the
+// target with an error rather than hanging or panicking.
+func TestExistingRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cfg := bench.QuickConfig()
+	rep, err := bench.Run(ctx, cfg, []bench.Target{{Name: "nothing", Starter: bench.Existing{Addr: "127.0.0.1:1"}}})
+	if err == nil {
+		t.Fatal("run against a closed port succeeded")
+	}
+	if rep == nil || rep.Targets[0].Error == "" {
+		t.Fatalf("report does not carry the error: %+v", rep)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    int64
+		wantErr bool
+	}{
+		{"1GiB", 1 << 30, false},
+		{"1MiB", 1 << 20, false},
+		{"64MiB", 64 << 20, false},
+		{"512k", 512 << 10, false},
+		{"4096", 4096, false},
+		{"10MB", 10_000_000, false},
+		{" 2 G ", 2 << 30, false},
+		{"100b", 100, false},
+		{"", 0, true},
+		{"-1MiB", 0, true},
+		{"1.5GiB", 0, true},
+		{"lots", 0, true},
+		{"99999999999TiB", 0, true},
+	}
+	for _, tc := range tests {
+		got, err := bench.ParseSize(tc.in)
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d, error %v", tc.in, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func TestFormatSizeRoundTrip(t *testing.T) {
+	for _, n := range []int64{1 << 30, 1536 << 20, 64 << 20, 4096, 1000, 1} {
+		s := bench.FormatSize(n)
+		back, err := bench.ParseSize(s)
+		if err != nil || back != n {
+			t.Errorf("FormatSize(%d) = %q, parses back as %d, %v", n, s, back, err)
+		}
+	}
+}
+
+func TestSummarize(t *testing.T) {
+	tests := []struct {
+		in   []float64
+		want bench.Summary
+	}{
+		{nil, bench.Summary{}},
+		{[]float64{5}, bench.Summary{Median: 5, Min: 5, Max: 5}},
+		{[]float64{3, 1, 2}, bench.Summary{Median: 2, Min: 1, Max: 3}},
+		{[]float64{4, 1, 3, 2}, bench.Summary{Median: 2.5, Min: 1, Max: 4}},
+	}
+	for _, tc := range tests {
+		if got := bench.Summarize(tc.in); got != tc.want {
+			t.Errorf("Summarize(%v) = %+v, want %+v", tc.in, got, tc.want)
+		}
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	ok := bench.DefaultConfig()
+	tests := []struct {
+		name   string
+		mutate func(c *bench.Config)
+		valid  bool
+	}{
+		{"default", func(c *bench.Config) {}, true},
+		{"zero size", func(c *bench.Config) { c.Size = 0 }, false},
+		{"tiny block", func(c *bench.Config) { c.Block = 8 }, false},
+		{"zero depth", func(c *bench.Config) { c.Depth = 0 }, false},
+		{"zero files", func(c *bench.Config) { c.Files = 0 }, false},
+		{"zero reps", func(c *bench.Config) { c.Reps = 0 }, false},
+		{"size not a block multiple", func(c *bench.Config) { c.Size = 3<<20 + 17 }, true},
+		{"seq only", func(c *bench.Config) { c.Groups = []string{bench.GroupSeq} }, true},
+		{"unknown group", func(c *bench.Config) { c.Groups = []string{"fsync"} }, false},
+	}
+	for _, tc := range tests {
+		c := ok
+		tc.mutate(&c)
+		if err := c.Validate(); (err == nil) != tc.valid {
+			t.Errorf("%s: Validate() = %v, want valid %v", tc.name, err, tc.valid)
+		}
+	}
+}
+
+func TestMachineInfo(t *testing.T) {
+	m := bench.MachineInfo()
+	if m.NumCPU <= 0 || m.Go == "" {
+		t.Errorf("MachineInfo() = %+v", m)
+	}
+}
+
+// TestOddSizes runs a file whose size is not a multiple of the block, with
+// a last block shorter than the offset stamp, and an even number of reps.
+func TestOddSizes(t *testing.T) {
+	cfg := bench.Config{Size: 3<<20 + 5, Block: 64<<10 + 1, Depth: 3, Files: 3, Reps: 2, Timeout: 2 * time.Minute}
+	rep, err := bench.Run(t.Context(), cfg, []bench.Target{{Name: "shoal", Starter: &bench.ShoalInProcess{Dir: t.TempDir()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Targets[0].Results {
+		if len(r.Samples) != 2 || r.Median <= 0 {
+			t.Errorf("%s: %+v", r.Workload, r)
+		}
+	}
+}
+
+// TestGroups checks that Config.Groups runs only the selected workloads.
+func TestGroups(t *testing.T) {
+	tests := []struct {
+		groups []string
+		want   []string
+	}{
+		{[]string{bench.GroupSeq}, []string{bench.SeqWrite, bench.SeqRead}},
+		{[]string{bench.GroupSmall}, []string{bench.Create, bench.Stat, bench.Remove}},
+	}
+	for _, tc := range tests {
+		cfg := bench.Config{Size: 1 << 20, Block: 256 << 10, Depth: 2, Files: 2, Reps: 1, Groups: tc.groups, Timeout: time.Minute}
+		rep, err := bench.Run(t.Context(), cfg, []bench.Target{{Name: "shoal", Starter: &bench.ShoalInProcess{Dir: t.TempDir()}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, r := range rep.Targets[0].Results {
+			got = append(got, strings.Fields(r.Workload)[0])
+		}
+		if strings.Join(got, ",") != strings.Join(tc.want, ",") {
+			t.Errorf("groups %v ran %v, want %v", tc.groups, got, tc.want)
+		}
+	}
+}

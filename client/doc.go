@@ -1,0 +1,102 @@
+// Package client is Shoal's NFSv4.1/4.2 client library: a Go API over the
+// wire protocol, with no kernel mount involved. Shoal's CLI, benchmarks and
+// tests use it, and it speaks to any NFSv4.1+ server (it is tested against
+// NFS-Ganesha as well as Shoal's own server).
+//
+// # Connection model
+//
+// A [Client] owns one TCP connection, one client ID and one session. The
+// connection is full-duplex: COMPOUNDs go out and replies come back matched
+// by xid, and the server's callbacks (CB_COMPOUND on the NFSv4.1
+// backchannel) arrive on the same socket, bound at CREATE_SESSION with
+// CREATE_SESSION4_FLAG_CONN_BACK_CHAN. The client serves CB_NULL,
+// CB_SEQUENCE, CB_RECALL (it returns the delegation with DELEGRETURN; it
+// asks for none with OPEN4_SHARE_ACCESS_WANT_NO_DELEG, but servers may
+// grant one anyway) and CB_LAYOUTRECALL (answered NFS4ERR_NOMATCHING_LAYOUT:
+// the client does no pNFS I/O yet).
+//
+// Dial runs EXCHANGE_ID (SP4_NONE), CREATE_SESSION and RECLAIM_COMPLETE,
+// then reads the lease time and maxread/maxwrite of the root. It speaks
+// minor version 2 unless told otherwise and falls back to 1 when the server
+// answers NFS4ERR_MINOR_VERS_MISMATCH. A background goroutine renews the
+// lease with a SEQUENCE-only COMPOUND when the client has been idle for a
+// third of the lease.
+//
+// Paths are slash-separated and relative to the server's pseudo-root, or
+// to [Options].Root when set (like the remote path of a mount). Each call
+// resolves its path afresh in the same COMPOUND as the operation itself
+// (PUTROOTFH, one LOOKUP per component, then the operation), so there is no
+// client-side name cache to go stale. LOOKUP never follows symbolic links:
+// a symlink in the middle of a path fails (syscall.ELOOP), and a final one
+// is acted on itself, so [Client.Stat] has lstat semantics.
+//
+// # Sessions and slots
+//
+// Every COMPOUND starts with SEQUENCE on a slot of the session's slot
+// table. The table has as many slots as [Options].MaxInFlight asked for and
+// the server granted; that is how many COMPOUNDs may be outstanding at
+// once, from any number of goroutines. The client honours the server's
+// sr_target_highest_slotid, shrinking or growing the usable part of the
+// table. A slot's sequence id advances only when the server has processed
+// the request; a request abandoned by its caller (context cancelled) keeps
+// its slot until the reply arrives, so sequence ids never go out of step.
+//
+// NFS4ERR_DELAY is retried with exponential backoff (up to 30 times), and
+// NFS4ERR_GRACE once a second (up to 3 minutes), so callers see neither.
+//
+// # Failures and recovery
+//
+// When the connection breaks, the calls in flight redial (with backoff, for
+// up to three minutes), bind the new connection to the session with
+// BIND_CONN_TO_SESSION (CDFC4_FORE_OR_BOTH), and resend their requests with
+// the same slot and sequence id; a request the server had already executed
+// is answered from its reply cache, so non-idempotent operations (RENAME,
+// REMOVE, exclusive OPEN) are not executed twice.
+//
+// When the server has lost the session (NFS4ERR_BADSESSION,
+// NFS4ERR_DEADSESSION, NFS4ERR_STALE_CLIENTID: it restarted), the client
+// creates a new client ID and session under the same client owner, then
+// reclaims the opens of every open [File] with CLAIM_PREVIOUS and their
+// byte-range locks with reclaim=true, and sends RECLAIM_COMPLETE. A server
+// without a grace period (NFS4ERR_NO_GRACE) gets ordinary opens (CLAIM_FH)
+// and locks instead, which may fail if another client got there first; such
+// a File then returns errors. Calls that were waiting meanwhile are rebuilt
+// with the new stateids and retried.
+//
+// # Consistency and durability
+//
+// The client caches nothing: every Stat goes to the server, every ReadAt
+// reads from it. Close-to-open consistency therefore holds trivially, and
+// so does stronger: a read sees every write the server acknowledged.
+//
+// Writes are UNSTABLE by default: the server may keep them in memory until
+// [File.Sync] or [File.Close] sends COMMIT. The client does not keep copies
+// of written data, so if the server restarts between a WRITE and its
+// COMMIT (its write verifier changes) the client cannot resend the data;
+// Sync and Close then return [ErrVerifierChanged] and the caller must write
+// again whatever it wrote since the last successful Sync. Open with
+// os.O_SYNC to make every WRITE FILE_SYNC instead, at a cost in throughput.
+//
+// Reads and writes larger than the server's maxread/maxwrite (capped at
+// 1 MiB) are split into several READs or WRITEs that are in flight at once,
+// up to 16 per call. WRITE payloads are spliced into the outgoing record
+// without copying.
+//
+// # Locks
+//
+// Each File has its own open owner and lock owner, so two Files conflict
+// with each other even in one process, like Linux OFD locks and unlike
+// POSIX process locks. Waiting locks poll with backoff; the client does not
+// rely on CB_NOTIFY_LOCK.
+//
+// # Errors
+//
+// Server statuses come back as [*StatusError] (the operation and the
+// nfsstat4), wrapped in *fs.PathError or *os.LinkError naming the path.
+// StatusError.Is maps statuses to the standard sentinels and errnos, so
+// errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTEMPTY) and
+// errors.Is(err, syscall.EAGAIN) (a lock conflict) work as they do with the
+// os package. Transport failures that outlast the reconnect logic wrap the
+// rpc package's connection errors; operations on a closed Client or File
+// return [ErrClosed].
+package client
