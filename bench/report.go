@@ -193,7 +193,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "config: size %s, block %s, depth %d, files %d, reps %d; median [min-max]\n",
 		FormatSize(c.Size), FormatSize(int64(c.Block)), c.Depth, c.Files, c.Reps)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "target\tworkload\tmedian\t[min-max]\tunit\tserver CPU\t")
+	if r.measured() {
+		fmt.Fprintln(tw, "target\tworkload\tmedian\t[min-max]\tunit\tserver CPU\t")
+	}
 	for _, t := range r.Targets {
 		for _, res := range t.Results {
 			if len(res.Samples) == 0 {
@@ -237,6 +239,18 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 	return nil
+}
+
+// measured reports whether any workload produced a sample.
+func (r *Report) measured() bool {
+	for _, t := range r.Targets {
+		for _, res := range t.Results {
+			if len(res.Samples) > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // num prints a rate with three significant digits or more.

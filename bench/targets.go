@@ -212,6 +212,9 @@ func (g *Ganesha) stop(ctx context.Context) error {
 type Existing struct {
 	Addr string
 	Root string // default "/"
+	// PID, if the server runs on this machine, lets the report include
+	// its CPU time.
+	PID int
 }
 
 // Start implements Starter: it only checks that the address accepts TCP.
@@ -226,7 +229,7 @@ func (e Existing) Start(ctx context.Context) (*Endpoint, error) {
 	if root == "" {
 		root = "/"
 	}
-	return &Endpoint{Addr: e.Addr, Root: root}, nil
+	return &Endpoint{Addr: e.Addr, Root: root, PID: e.PID}, nil
 }
 
 // ShoalInProcess runs a Shoal server inside the calling process, on a free

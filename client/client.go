@@ -30,8 +30,9 @@ type Options struct {
 	// with the same OwnerID are the same client to the server, so the
 	// default is the host name plus a random suffix chosen per Client.
 	OwnerID string
-	// MinorVersion is the NFSv4 minor version to speak. Default 2; if the
-	// server answers NFS4ERR_MINOR_VERS_MISMATCH the client falls back to 1.
+	// MinorVersion is the NFSv4 minor version to speak. Default 2; while
+	// the server answers NFS4ERR_MINOR_VERS_MISMATCH the client steps down,
+	// to 1 at the lowest.
 	MinorVersion uint32
 	// MaxInFlight is the number of fore-channel session slots asked for,
 	// i.e. how many COMPOUNDs may be outstanding at once. Default 64.
@@ -53,7 +54,7 @@ type Client struct {
 	opts  Options
 	log   *slog.Logger
 	cred  rpc.OpaqueAuth
-	minor uint32
+	minor atomic.Uint32 // may drop to 1 at EXCHANGE_ID
 	owner nfs4.ClientOwner4
 	root  []string // Options.Root split into components
 
@@ -148,10 +149,9 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 		opts.OwnerID = host + "/shoal-client/" + hex.EncodeToString(rnd[:])
 	}
 	c := &Client{
-		addr:  addr,
-		opts:  opts,
-		log:   opts.Logger.With("server", addr),
-		minor: opts.MinorVersion,
+		addr: addr,
+		opts: opts,
+		log:  opts.Logger.With("server", addr),
 		cred: rpc.AuthSysCred(rpc.AuthSysParams{
 			Stamp: uint32(time.Now().Unix()), Machine: opts.MachineName,
 			UID: opts.UID, GID: opts.GID, GIDs: opts.GIDs,
@@ -159,6 +159,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 		root:  splitPath(opts.Root),
 		files: make(map[*File]struct{}),
 	}
+	c.minor.Store(opts.MinorVersion)
 	c.owner.CoOwnerid = []byte(opts.OwnerID)
 	copy(c.owner.CoVerifier[:], rnd[:])
 	c.ctx, c.cancel = context.WithCancel(context.Background())
@@ -197,7 +198,7 @@ func (c *Client) MaxRead() uint32 { return c.maxRead }
 func (c *Client) MaxWrite() uint32 { return c.maxWrite }
 
 // MinorVersion is the NFSv4 minor version in use.
-func (c *Client) MinorVersion() uint32 { return c.minor }
+func (c *Client) MinorVersion() uint32 { return c.minor.Load() }
 
 // Close destroys the session and the client ID (best effort) and closes
 // the connection. Open Files are not closed on the server; their state goes
@@ -248,7 +249,7 @@ func (c *Client) TestingCloseConn() {
 // plain sends a COMPOUND without SEQUENCE (EXCHANGE_ID, CREATE_SESSION,
 // BIND_CONN_TO_SESSION, DESTROY_*), which must be alone in their compound.
 func (c *Client) plain(ctx context.Context, conn *rpc.Conn, ops []nfs4.NfsArgop4) (*nfs4.COMPOUND4res, error) {
-	args := &nfs4.COMPOUND4args{Minorversion: c.minor, Argarray: ops}
+	args := &nfs4.COMPOUND4args{Minorversion: c.minor.Load(), Argarray: ops}
 	raw, err := conn.Call(ctx, nfs4.NFS4_PROGRAM, nfs4.NFS_V4, nfs4.NFSPROC4_COMPOUND, c.cred, args)
 	if err != nil {
 		return nil, err
@@ -285,9 +286,9 @@ func (c *Client) newSession(ctx context.Context, old *session) error {
 			EiaStateProtect: nfs4.StateProtect4A{SpaHow: nfs4.SP4_NONE},
 		}}})
 		var se *StatusError
-		if errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_MINOR_VERS_MISMATCH && c.minor > 1 {
-			c.log.Debug("server refuses minor version, falling back", "minor", c.minor)
-			c.minor--
+		if errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_MINOR_VERS_MISMATCH && c.minor.Load() > 1 {
+			c.log.Debug("server refuses minor version, falling back", "minor", c.minor.Load())
+			c.minor.Add(^uint32(0))
 			continue
 		}
 		if err != nil {
@@ -352,7 +353,7 @@ func (c *Client) newSession(ctx context.Context, old *session) error {
 	c.mu.Lock()
 	c.sess = s
 	c.mu.Unlock()
-	c.log.Debug("session created", "clientid", eir.EirClientid, "slots", slots, "minor", c.minor)
+	c.log.Debug("session created", "clientid", eir.EirClientid, "slots", slots, "minor", c.minor.Load())
 
 	if old != nil {
 		c.reclaim(ctx, s)
@@ -533,7 +534,7 @@ func (c *Client) exec(ctx context.Context, sess *session, reconnect bool, ops []
 	if err != nil {
 		return nil, err
 	}
-	args := &nfs4.COMPOUND4args{Minorversion: c.minor, Argarray: make([]nfs4.NfsArgop4, 0, 1+len(ops))}
+	args := &nfs4.COMPOUND4args{Minorversion: c.minor.Load(), Argarray: make([]nfs4.NfsArgop4, 0, 1+len(ops))}
 	args.Argarray = append(args.Argarray, nfs4.NfsArgop4{Argop: nfs4.OP_SEQUENCE, Opsequence: &nfs4.SEQUENCE4args{
 		SaSessionid: sess.id, SaSequenceid: seq, SaSlotid: uint32(slot), SaHighestSlotid: uint32(highest),
 		SaCachethis: needsCache(ops),

@@ -17,8 +17,9 @@
 //
 // Dial runs EXCHANGE_ID (SP4_NONE), CREATE_SESSION and RECLAIM_COMPLETE,
 // then reads the lease time and maxread/maxwrite of the root. It speaks
-// minor version 2 unless told otherwise and falls back to 1 when the server
-// answers NFS4ERR_MINOR_VERS_MISMATCH. A background goroutine renews the
+// minor version 2 unless told otherwise and steps down one minor version at
+// a time, to 1 at the lowest, while the server answers
+// NFS4ERR_MINOR_VERS_MISMATCH. A background goroutine renews the
 // lease with a SEQUENCE-only COMPOUND when the client has been idle for a
 // third of the lease.
 //

@@ -150,3 +150,28 @@ func TestShoalLeaseRenewal(t *testing.T) {
 func TestShoalReplay(t *testing.T) {
 	clienttest.RunReplay(t, startShoal(t), client.Options{})
 }
+
+// TestMinorVersionFallback asks for NFSv4.3, which no server speaks: the
+// client must step down on NFS4ERR_MINOR_VERS_MISMATCH.
+func TestMinorVersionFallback(t *testing.T) {
+	targets := map[string]func(t *testing.T) (string, client.Options){
+		"shoal": func(t *testing.T) (string, client.Options) { return startShoal(t), client.Options{} },
+		"ganesha": func(t *testing.T) (string, client.Options) {
+			return ganeshaAddr(t), client.Options{Root: "/export"}
+		},
+	}
+	for name, target := range targets {
+		t.Run(name, func(t *testing.T) {
+			addr, opts := target(t)
+			opts.MinorVersion = 3
+			c := dialer(addr, opts)(t)
+			defer c.Close()
+			if v := c.MinorVersion(); v != 2 {
+				t.Fatalf("negotiated minor version %d, want 2", v)
+			}
+			if _, err := c.Stat(t.Context(), "/"); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

@@ -46,7 +46,14 @@ var (
 	// modeOnly is the attrset of a create whose other attributes could
 	// not be applied: the mode is set by the create itself.
 	modeOnly = makeBitmap([]uint32{nfs4.FATTR4_MODE})
+	// writeOnlyMask holds the attributes that can be set but never read
+	// (RFC 8881 §5.7); asking GETATTR, READDIR or VERIFY for them is INVAL.
+	writeOnlyMask = makeBitmap([]uint32{nfs4.FATTR4_TIME_ACCESS_SET, nfs4.FATTR4_TIME_MODIFY_SET})
 )
+
+// readsWriteOnly reports whether a request bitmap asks for a write-only
+// attribute.
+func readsWriteOnly(req nfs4.Bitmap4) bool { return len(bitmapAnd(req, writeOnlyMask)) > 0 }
 
 func makeBitmap(attrs []uint32) nfs4.Bitmap4 {
 	var bm nfs4.Bitmap4
@@ -134,6 +141,15 @@ func nfsTime(e *xdr.Encoder, t time.Time) {
 // (bitmap of what was returned, then the attribute values).
 func (c *compound) encodeAttrs(e *xdr.Encoder, o *object, req nfs4.Bitmap4, rdErr nfs4.Nfsstat4) {
 	bm := bitmapAnd(req, supportedMask)
+	if readsWriteOnly(bm) {
+		// Never claim a value that is not encoded (callers reject such
+		// requests first; this keeps the fattr4 well-formed regardless).
+		for i := range bm {
+			if i < len(writeOnlyMask) {
+				bm[i] &^= writeOnlyMask[i]
+			}
+		}
+	}
 	encodeBitmap(e, bm)
 	lenPos := e.Reserve()
 	start := e.Mark()

@@ -105,3 +105,53 @@ func slotWorker(t *testing.T, c *wiretest.Client, dir []byte, slot uint32, round
 	}
 	return nil
 }
+
+// TestConcurrentWritesKeepSize: parallel WRITEs to one file, some
+// FILE_SYNC (which persists the size) and some UNSTABLE, must leave the
+// size at the highest end written. Nothing here depends on timing; the
+// test can only fail if an interleaving loses a size update.
+func TestConcurrentWritesKeepSize(t *testing.T) {
+	ts := startServer(t, Config{})
+	c := ts.client()
+	ctx := testCtx(t)
+	const (
+		files   = 40
+		writers = 4
+	)
+	seq := make([]uint32, writers+1)
+	for f := range files {
+		sid, fh := openFile(t, c, fmt.Sprintf("f%d", f), nfs4.OPEN4_SHARE_ACCESS_BOTH, 0, "o")
+		var wg sync.WaitGroup
+		errs := make(chan error, writers)
+		for w := 1; w <= writers; w++ {
+			seq[w]++
+			s := seq[w]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				stable := nfs4.UNSTABLE4
+				if w%2 == 0 {
+					stable = nfs4.FILE_SYNC4
+				}
+				res, _, err := c.Send(ctx, &nfs4.COMPOUND4args{Minorversion: 2, Argarray: []nfs4.NfsArgop4{
+					wiretest.Seq(c.SessionID, uint32(w), s, false), opPutFH(fh),
+					opWrite(sid, uint64(w-1)*1000, stable, bytes.Repeat([]byte{byte(w)}, 1000))}})
+				if err == nil && res.Status != nfs4.NFS4_OK {
+					err = fmt.Errorf("%s", summary(res))
+				}
+				errs <- err
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		res := must(t)(c.Compound(opPutFH(fh), opCommit(), opGetattr(nfs4.FATTR4_SIZE)))
+		if got := attrsOf(t, res)[nfs4.FATTR4_SIZE]; got != uint64(writers*1000) {
+			t.Fatalf("file %d: size %v after parallel writes, want %d", f, got, writers*1000)
+		}
+	}
+}

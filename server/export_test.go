@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/server/internal/wiretest"
 )
 
@@ -68,6 +69,9 @@ func TestClientRestriction(t *testing.T) {
 	want(t, nfs4.NFS4ERR_ACCESS)(c2.Compound(opPutRoot(), opMkdir("x")))
 }
 
+// authNone in TestSquash's uid column means: use AUTH_NONE.
+const authNone = 1<<32 - 1
+
 func TestSquash(t *testing.T) {
 	anon := uint32(4242)
 	tests := []struct {
@@ -81,6 +85,7 @@ func TestSquash(t *testing.T) {
 		{"no root squash", Export{Path: "/", RootSquash: &noSquash}, 0, "0"},
 		{"all squash", Export{Path: "/", AllSquash: true}, 1000, "65534"},
 		{"all squash anonuid", Export{Path: "/", AllSquash: true, AnonUID: &anon}, 1000, "4242"},
+		{"AUTH_NONE is anonymous", Export{Path: "/", RootSquash: &noSquash, AnonUID: &anon}, authNone, "4242"},
 	}
 	// Make the root directory world-writable first, then restart with the
 	// export under test.
@@ -94,6 +99,9 @@ func TestSquash(t *testing.T) {
 			ts.restart()
 			c := ts.dial()
 			c.Cred = wiretest.Cred(tc.uid, tc.uid)
+			if tc.uid == authNone {
+				c.Cred = rpc.OpaqueAuth{Flavor: rpc.AuthNone}
+			}
 			if _, err := c.ExchangeID(testCtx(t), []byte(tc.name), nfs4.Verifier4{1}); err != nil {
 				t.Fatal(err)
 			}

@@ -51,6 +51,13 @@ func (ic *inodeCache) wrote(ino meta.Ino, base meta.Attr, end uint64, now time.T
 	defer ic.mu.Unlock()
 	p := ic.dirty[ino]
 	if p == nil {
+		// base was read before the write, and a concurrent flush may
+		// have persisted a larger size and change since then. A flush
+		// drops its entry only after the engine has committed, and only
+		// under ic.mu, so reading the engine here cannot miss it.
+		if cur, err := ic.s.meta.GetAttr(context.Background(), ino); err == nil {
+			base.Size, base.Change = cur.Size, cur.Change
+		}
 		p = &pendingAttr{size: base.Size, change: base.Change}
 		ic.dirty[ino] = p
 	}

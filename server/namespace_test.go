@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/server/internal/wiretest"
 )
 
@@ -520,4 +521,68 @@ func TestCreateAttrset(t *testing.T) {
 	} else if res.Status != nfs4.NFS4ERR_PERM {
 		t.Errorf("OPEN with foreign owner: %s", summary(res))
 	}
+}
+
+// TestAllAttributes fetches every supported attribute of every kind of
+// object (pseudo-root, export root, file, directory entry), decodes them
+// with the test's own decoder, and feeds the values back through VERIFY.
+func TestAllAttributes(t *testing.T) {
+	ts := startServer(t, Config{Exports: []*Export{{Path: "/e", RootSquash: &noSquash}}})
+	c := ts.client()
+	sid, fh := openFile2(t, c, "e", "f")
+	must(t)(c.Compound(opPutFH(fh), opWrite(sid, 0, nfs4.FILE_SYNC4, []byte("abc"))))
+	stable := []uint32{nfs4.FATTR4_TYPE, nfs4.FATTR4_SIZE, nfs4.FATTR4_MODE, nfs4.FATTR4_FILEID,
+		nfs4.FATTR4_OWNER, nfs4.FATTR4_NUMLINKS, nfs4.FATTR4_FSID, nfs4.FATTR4_FILEHANDLE, nfs4.FATTR4_CHANGE}
+	for _, tc := range []struct {
+		name string
+		ops  []nfs4.NfsArgop4
+	}{
+		{"pseudo-root", []nfs4.NfsArgop4{opPutRoot()}},
+		{"export root", []nfs4.NfsArgop4{opPutRoot(), opLookup("e")}},
+		{"file", []nfs4.NfsArgop4{opPutFH(fh)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res := must(t)(c.Compound(append(tc.ops, opGetattr(supportedAttrs...))...))
+			a := attrsOf(t, res)
+			for _, n := range supportedAttrs {
+				if _, ok := a[n]; !ok && n != nfs4.FATTR4_RDATTR_ERROR {
+					t.Errorf("supported attribute %d not returned", n)
+				}
+			}
+			got := find(t, res, nfs4.OP_GETATTR).Opgetattr.Resok4.ObjAttributes
+			if !bytes.Equal(xdrBitmap(got.Attrmask), xdrBitmap(bitmapAnd(got.Attrmask, supportedMask))) {
+				t.Errorf("returned bitmap %v has unsupported bits", got.Attrmask)
+			}
+			res = must(t)(c.Compound(append(tc.ops, opGetattr(stable...))...))
+			f := find(t, res, nfs4.OP_GETATTR).Opgetattr.Resok4.ObjAttributes
+			must(t)(c.Compound(append(tc.ops, opVerify(f))...))
+			want(t, nfs4.NFS4ERR_SAME)(c.Compound(append(tc.ops, opNVerify(f))...))
+		})
+	}
+	for _, dir := range [][]nfs4.NfsArgop4{{opPutRoot()}, {opPutRoot(), opLookup("e")}} {
+		res := must(t)(c.Compound(append(dir, opReaddir(0, nfs4.Verifier4{}, 1<<16, supportedAttrs...))...))
+		for e := find(t, res, nfs4.OP_READDIR).Opreaddir.Resok4.Reply.Entries; e != nil; e = e.Nextentry {
+			a, err := decodeAttrs(&e.Attrs)
+			if err != nil {
+				t.Errorf("READDIR entry %s: %v", e.Name, err)
+				continue
+			}
+			if a[nfs4.FATTR4_RDATTR_ERROR] != uint32(0) {
+				t.Errorf("READDIR entry %s: rdattr_error %v", e.Name, a[nfs4.FATTR4_RDATTR_ERROR])
+			}
+		}
+	}
+}
+
+func openFile2(t *testing.T, c *wiretest.Client, dir, name string) (nfs4.Stateid4, []byte) {
+	t.Helper()
+	res := must(t)(c.Compound(opPutRoot(), opLookup(dir), opOpen(c.ClientID, openArgs{name: name, owner: "o",
+		access: nfs4.OPEN4_SHARE_ACCESS_BOTH, create: true, mode: nfs4.UNCHECKED4}), opGetFH()))
+	return openSid(t, res), fhOf(t, res)
+}
+
+func xdrBitmap(bm nfs4.Bitmap4) []byte {
+	e := xdr.NewEncoder(16)
+	encodeBitmap(e, bm)
+	return e.Bytes()
 }

@@ -23,6 +23,9 @@ func (c *compound) getattr(a *nfs4.GETATTR4args) opReply {
 	if st != nfs4.NFS4_OK {
 		return fail(st)
 	}
+	if readsWriteOnly(a.AttrRequest) {
+		return fail(nfs4.NFS4ERR_INVAL)
+	}
 	return ok(marshalFunc(func(e *xdr.Encoder) { c.encodeAttrs(e, o, a.AttrRequest, nfs4.NFS4_OK) }))
 }
 
@@ -34,7 +37,7 @@ func (c *compound) verify(f *nfs4.Fattr4, negate bool) opReply {
 	if st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	if bitmapHas(f.Attrmask, nfs4.FATTR4_RDATTR_ERROR) {
+	if bitmapHas(f.Attrmask, nfs4.FATTR4_RDATTR_ERROR) || readsWriteOnly(f.Attrmask) {
 		return fail(nfs4.NFS4ERR_INVAL)
 	}
 	unsupported := false

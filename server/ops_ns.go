@@ -259,6 +259,9 @@ func (c *compound) readdir(a *nfs4.READDIR4args) opReply {
 	if st != nfs4.NFS4_OK {
 		return fail(st)
 	}
+	if readsWriteOnly(a.AttrRequest) {
+		return fail(nfs4.NFS4ERR_INVAL)
+	}
 	if dir.export != nil {
 		if st := c.check(dir, permRead); st != nfs4.NFS4_OK {
 			return fail(st)

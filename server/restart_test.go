@@ -72,6 +72,11 @@ func TestRestart(t *testing.T) {
 		create: true, mode: nfs4.GUARDED4})))
 	res = must(t)(c2.Compound(opPutFH(fh), opOpen(c2.ClientID, openArgs{owner: "o1", access: rw, claim: nfs4.CLAIM_PREVIOUS})))
 	rsid := openSid(t, res)
+	// Locks likewise: only reclaims during grace.
+	want(t, nfs4.NFS4ERR_GRACE)(c2.Compound(opPutFH(fh), opLockNew(nfs4.WRITE_LT, 0, 10, rsid, c2.ClientID, "lo")))
+	reclaimLock := opLockNew(nfs4.WRITE_LT, 0, 10, rsid, c2.ClientID, "lo")
+	reclaimLock.Oplock.Reclaim = true
+	must(t)(c2.Compound(opPutFH(fh), reclaimLock))
 
 	// A client the server never knew has nothing to reclaim.
 	stranger := ts.client()

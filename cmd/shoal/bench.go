@@ -19,7 +19,7 @@ func newBenchCmd() *cobra.Command {
 	var (
 		targets, size, block, addr, root, jsonOut, profDir, script string
 		groups                                                     []string
-		depth, files, reps                                         int
+		depth, files, reps, serverPID                              int
 		timeout                                                    time.Duration
 		quick, keep                                                bool
 	)
@@ -68,7 +68,7 @@ minimum and maximum. With --addr it benchmarks a running server instead.`,
 			return runBench(cmd.Context(), cmd, cfg, benchSetup{
 				targets: targets, addr: addr, root: root, jsonOut: jsonOut,
 				profDir: profDir, script: script, keep: keep,
-				targetsSet: f.Changed("targets"),
+				targetsSet: f.Changed("targets"), serverPID: serverPID,
 			})
 		},
 	}
@@ -76,6 +76,7 @@ minimum and maximum. With --addr it benchmarks a running server instead.`,
 	fl.StringVar(&targets, "targets", "shoal,ganesha", "comma-separated servers to start and benchmark: shoal, ganesha")
 	fl.StringVar(&addr, "addr", "", "benchmark the already running server at host:port instead of starting any")
 	fl.StringVar(&root, "root", "/", "with --addr: directory of the server's pseudo file system to work in (Ganesha: /export)")
+	fl.IntVar(&serverPID, "server-pid", 0, "with --addr: pid of the server if it runs on this machine, to report its CPU time")
 	fl.StringVar(&size, "size", "1GiB", "size of the sequentially written and read file")
 	fl.StringVar(&block, "block", "1MiB", "size of each READ and WRITE request")
 	fl.IntVar(&depth, "depth", 16, "sequential READ/WRITE requests in flight at once")
@@ -94,6 +95,7 @@ minimum and maximum. With --addr it benchmarks a running server instead.`,
 type benchSetup struct {
 	targets, addr, root, jsonOut, profDir, script string
 	keep, targetsSet                              bool
+	serverPID                                     int
 }
 
 func runBench(ctx context.Context, cmd *cobra.Command, cfg bench.Config, s benchSetup) error {
@@ -132,7 +134,7 @@ func runBench(ctx context.Context, cmd *cobra.Command, cfg bench.Config, s bench
 
 	var targets []bench.Target
 	if s.addr != "" {
-		targets = append(targets, bench.Target{Name: s.addr, Starter: bench.Existing{Addr: s.addr, Root: s.root}})
+		targets = append(targets, bench.Target{Name: s.addr, Starter: bench.Existing{Addr: s.addr, Root: s.root, PID: s.serverPID}})
 	} else {
 		seen := map[string]bool{}
 		for _, name := range strings.Split(s.targets, ",") {

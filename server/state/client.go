@@ -26,6 +26,7 @@ type client struct {
 	sessions   map[SessionID]*Session
 	opens      map[openKey]*openState
 	lockOwners map[string]*lockOwner
+	layouts    map[FileID]*layoutState
 
 	reclaimable bool // existed before the restart: may reclaim in grace
 	reclaimDone bool // sent a global RECLAIM_COMPLETE
@@ -339,8 +340,15 @@ func (m *Manager) Sweep(ctx context.Context) int {
 		}
 		clear(m.reclaim)
 	}
+	revoked := m.revokeOverdueLayoutsLocked(now)
 	m.mu.Unlock()
 	m.notify(purged)
+	if m.onRevoke != nil {
+		for _, id := range revoked {
+			m.log.Info("nfs4 state: layout recall not answered within the lease; layouts revoked", "clientid", fmt.Sprintf("%#x", uint64(id)))
+			m.onRevoke(id)
+		}
+	}
 	return len(victims)
 }
 
@@ -393,6 +401,10 @@ func (m *Manager) purgeClient(ctx context.Context, c *client, why PurgeReason, d
 			m.removeLockState(ls)
 		}
 	}
+	for f := range c.layouts {
+		files[f] = struct{}{}
+	}
+	m.dropClientLayoutsLocked(c)
 	for f := range files {
 		info.Files = append(info.Files, f)
 	}

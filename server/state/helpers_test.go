@@ -38,8 +38,9 @@ type harness struct {
 	clock  *fakeClock
 	store  *MemStore
 	m      *Manager
-	purged []PurgeInfo
-	mu     sync.Mutex
+	purged  []PurgeInfo
+	revoked []ClientID
+	mu      sync.Mutex
 }
 
 func newHarness(t *testing.T) *harness {
@@ -58,6 +59,11 @@ func (h *harness) restart(epoch uint32) {
 		Clock:     h.clock,
 		Store:     h.store,
 		Logger:    slog.New(slog.DiscardHandler),
+		OnRevokeLayout: func(id ClientID) {
+			h.mu.Lock()
+			h.revoked = append(h.revoked, id)
+			h.mu.Unlock()
+		},
 		OnPurge: func(p PurgeInfo) {
 			h.mu.Lock()
 			h.purged = append(h.purged, p)

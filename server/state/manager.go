@@ -76,6 +76,10 @@ type Config struct {
 	// OnPurge is called, without Manager locks held, after a client's
 	// state has been discarded.
 	OnPurge func(PurgeInfo)
+	// OnRevokeLayout is called, without Manager locks held, for each client
+	// whose layouts were revoked because it did not answer a recall within
+	// the lease; the server fences it at the data servers.
+	OnRevokeLayout func(ClientID)
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -102,15 +106,16 @@ var DefaultBackLimits = ChannelAttrs{
 
 // Manager owns all NFSv4.1 server state. It is safe for concurrent use.
 type Manager struct {
-	epoch   uint32
-	lease   time.Duration
-	clock   Clock
-	store   ClientStore
-	fore    ChannelAttrs
-	back    ChannelAttrs
-	onPurge func(PurgeInfo)
-	log     *slog.Logger
-	salt    [3]byte
+	epoch    uint32
+	lease    time.Duration
+	clock    Clock
+	store    ClientStore
+	fore     ChannelAttrs
+	back     ChannelAttrs
+	onPurge  func(PurgeInfo)
+	onRevoke func(ClientID)
+	log      *slog.Logger
+	salt     [3]byte
 
 	// mu guards everything below and the state reachable from it, except
 	// slot tables (Session.mu) and lease timestamps (atomic).
@@ -124,6 +129,8 @@ type Manager struct {
 	states     map[[12]byte]stateRef
 	files      map[FileID]*fileState
 	expired    expiredSet
+	layouts    map[FileID]map[*layoutState]struct{}
+	layoutIDs  map[[12]byte]*layoutState
 
 	// Grace period after restart (RFC 8881 section 8.4.2).
 	grace        bool
@@ -155,6 +162,7 @@ func NewManager(ctx context.Context, cfg Config) (*Manager, error) {
 		fore:     fillLimits(cfg.ForeLimits, DefaultForeLimits),
 		back:     fillLimits(cfg.BackLimits, DefaultBackLimits),
 		onPurge:  cfg.OnPurge,
+		onRevoke: cfg.OnRevokeLayout,
 		log:      cfg.Logger,
 		clients:  make(map[ClientID]*client),
 		owners:   make(map[string]*ownerEntry),

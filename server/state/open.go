@@ -287,6 +287,15 @@ func (m *Manager) TestStateid(id ClientID, sids []Stateid) []error {
 	defer m.mu.RUnlock()
 	out := make([]error, len(sids))
 	for i, sid := range sids {
+		if l := m.layoutIDs[sid.Other]; l != nil && sid.Type() == TypeLayout {
+			switch {
+			case l.client.id != id:
+				out[i] = ErrBadStateid
+			default:
+				out[i] = checkSeqid(sid.Seqid, l.sid.Seqid)
+			}
+			continue
+		}
 		_, out[i] = m.lookupState(id, sid)
 	}
 	return out

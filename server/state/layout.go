@@ -1,0 +1,307 @@
+package state
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Layout state (RFC 8881 §12.5). A client holds at most one layout stateid
+// per file; Shoal grants whole-file layouts, so a layout is just the
+// (client, file) pair with the highest iomode granted. Layout stateids live
+// in their own table: they are never valid for I/O, OPEN or LOCK.
+//
+// Recalls: when an operation conflicts with outstanding layouts (a
+// truncate, removing the last link, a data server leaving), the server calls
+// BeginRecall, sends CB_LAYOUTRECALL to each holder, and retries the
+// operation (answering NFS4ERR_DELAY meanwhile) until Recalled reports the
+// layouts gone. While a file is being recalled, LAYOUTGET answers
+// NFS4ERR_RECALLCONFLICT to the recalled client and NFS4ERR_LAYOUTTRYLATER
+// to others. Holders that do not return within one lease are revoked by
+// Sweep (reported through Config.OnRevokeLayout so the server can fence them
+// at the data servers).
+
+// Layout iomodes (layoutiomode4).
+const (
+	IOModeRead = 1
+	IOModeRW   = 2
+	IOModeAny  = 3
+)
+
+var (
+	// ErrRecallConflict is NFS4ERR_RECALLCONFLICT (10061).
+	ErrRecallConflict = errors.New("nfs4 state: layout is being recalled from this client")
+	// ErrLayoutTryLater is NFS4ERR_LAYOUTTRYLATER (10058).
+	ErrLayoutTryLater = errors.New("nfs4 state: layouts of this file are being recalled")
+	// ErrNoMatchingLayout is NFS4ERR_NOMATCHING_LAYOUT (10060).
+	ErrNoMatchingLayout = errors.New("nfs4 state: no matching layout")
+)
+
+type layoutState struct {
+	sid       Stateid
+	client    *client
+	file      FileID
+	iomode    uint32
+	recalling bool
+	deadline  time.Time // recall must be answered by then
+}
+
+// LayoutHolder describes a layout to recall.
+type LayoutHolder struct {
+	ClientID ClientID
+	Stateid  Stateid
+	// Sessions of the client, for sending CB_LAYOUTRECALL.
+	Sessions []SessionID
+}
+
+func (m *Manager) layoutsOf(f FileID) map[*layoutState]struct{} {
+	if m.layouts == nil {
+		m.layouts = make(map[FileID]map[*layoutState]struct{})
+		m.layoutIDs = make(map[[12]byte]*layoutState)
+	}
+	s := m.layouts[f]
+	if s == nil {
+		s = make(map[*layoutState]struct{})
+		m.layouts[f] = s
+	}
+	return s
+}
+
+func (m *Manager) dropLayout(l *layoutState) {
+	delete(m.layoutIDs, l.sid.Other)
+	if s := m.layouts[l.file]; s != nil {
+		delete(s, l)
+		if len(s) == 0 {
+			delete(m.layouts, l.file)
+		}
+	}
+	delete(l.client.layouts, l.file)
+}
+
+// LayoutGet implements the state part of LAYOUTGET. sid is either an
+// open, lock (or delegation) stateid of the client for file — the first
+// LAYOUTGET — or the client's layout stateid for the file. It returns the
+// layout stateid with its seqid bumped (1 for a new layout).
+func (m *Manager) LayoutGet(id ClientID, sid Stateid, file FileID, iomode uint32) (Stateid, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, err := m.confirmedClient(id)
+	if err != nil {
+		return Stateid{}, err
+	}
+	var cur *layoutState
+	if sid.Type() == TypeLayout && !sid.IsSpecial() {
+		if sid.Epoch() != m.epoch {
+			return Stateid{}, ErrStaleStateid
+		}
+		l := m.layoutIDs[sid.Other]
+		if l == nil || l.client != c || l.file != file {
+			return Stateid{}, fmt.Errorf("%w: unknown layout stateid", ErrBadStateid)
+		}
+		if err := checkSeqid(sid.Seqid, l.sid.Seqid); err != nil {
+			return Stateid{}, err
+		}
+		cur = l
+	} else {
+		ref, err := m.lookupState(id, sid)
+		if err != nil {
+			return Stateid{}, err
+		}
+		o := ref.open
+		if o == nil {
+			o = ref.lock.open
+		}
+		if o.file.id != file {
+			return Stateid{}, fmt.Errorf("%w: stateid is for another file", ErrBadStateid)
+		}
+		if iomode == IOModeRW && o.access&AccessWrite == 0 {
+			iomode = IOModeRead
+		}
+		cur = c.layouts[file]
+	}
+	for l := range m.layouts[file] {
+		if l.recalling {
+			if l.client == c {
+				return Stateid{}, ErrRecallConflict
+			}
+			return Stateid{}, ErrLayoutTryLater
+		}
+	}
+	if cur == nil {
+		cur = &layoutState{sid: m.newStateid(TypeLayout), client: c, file: file, iomode: iomode}
+		m.layoutsOf(file)[cur] = struct{}{}
+		m.layoutIDs[cur.sid.Other] = cur
+		if c.layouts == nil {
+			c.layouts = make(map[FileID]*layoutState)
+		}
+		c.layouts[file] = cur
+		return cur.sid, nil
+	}
+	cur.sid.Seqid = nextSeqid(cur.sid.Seqid)
+	if iomode > cur.iomode && iomode != IOModeAny {
+		cur.iomode = iomode
+	}
+	return cur.sid, nil
+}
+
+// LayoutReturnFile implements LAYOUTRETURN of type FILE for a whole-file
+// range. It returns the layout stateid to report (seqid bumped), and
+// present=false when the client holds no layout for the file any more.
+func (m *Manager) LayoutReturnFile(id ClientID, sid Stateid, file FileID) (Stateid, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, err := m.confirmedClient(id)
+	if err != nil {
+		return Stateid{}, false, err
+	}
+	l := c.layouts[file]
+	if l == nil {
+		// Nothing to return is not an error (RFC 8881 §18.44.3).
+		return Stateid{}, false, nil
+	}
+	if sid.Type() == TypeLayout && !sid.IsSpecial() {
+		if sid.Other != l.sid.Other {
+			return Stateid{}, false, fmt.Errorf("%w: layout stateid of another file", ErrBadStateid)
+		}
+		if err := checkSeqid(sid.Seqid, l.sid.Seqid); err != nil {
+			return Stateid{}, false, err
+		}
+	}
+	m.dropLayout(l)
+	return Stateid{}, false, nil
+}
+
+// LayoutReturnAll implements LAYOUTRETURN of type ALL and FSID (Shoal
+// exports one file system).
+func (m *Manager) LayoutReturnAll(id ClientID) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, err := m.confirmedClient(id)
+	if err != nil {
+		return err
+	}
+	for _, l := range c.layouts {
+		m.dropLayout(l)
+	}
+	return nil
+}
+
+// BeginRecall marks every layout of file as being recalled (deadline: one
+// lease from now) and returns the holders that need a CB_LAYOUTRECALL. A
+// holder already being recalled is returned again, so callers may resend.
+func (m *Manager) BeginRecall(file FileID) []LayoutHolder {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []LayoutHolder
+	now := m.clock.Now()
+	for l := range m.layouts[file] {
+		if !l.recalling {
+			l.recalling = true
+			l.deadline = now.Add(m.lease)
+			// A recall changes the layout's state: the CB_LAYOUTRECALL
+			// carries the next seqid (RFC 8881 §12.5.5.2.1).
+			l.sid.Seqid = nextSeqid(l.sid.Seqid)
+		}
+		h := LayoutHolder{ClientID: l.client.id, Stateid: l.sid}
+		for sid := range l.client.sessions {
+			h.Sessions = append(h.Sessions, sid)
+		}
+		out = append(out, h)
+	}
+	return out
+}
+
+// BeginRecallAll marks every layout of every file as being recalled, for a
+// data server leaving the cluster.
+func (m *Manager) BeginRecallAll() []LayoutHolder {
+	m.mu.RLock()
+	files := make([]FileID, 0, len(m.layouts))
+	for f := range m.layouts {
+		files = append(files, f)
+	}
+	m.mu.RUnlock()
+	var out []LayoutHolder
+	for _, f := range files {
+		out = append(out, m.BeginRecall(f)...)
+	}
+	return out
+}
+
+// Recalled reports whether no layouts of file remain outstanding.
+func (m *Manager) Recalled(file FileID) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.layouts[file]) == 0
+}
+
+// HasLayouts reports whether any client holds a layout of file.
+func (m *Manager) HasLayouts(file FileID) bool { return !m.Recalled(file) }
+
+// RecallNoMatch records a client's NFS4ERR_NOMATCHING_LAYOUT answer to a
+// recall: it holds no layout of file, so its state is dropped.
+func (m *Manager) RecallNoMatch(id ClientID, file FileID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if c := m.clients[id]; c != nil {
+		if l := c.layouts[file]; l != nil {
+			m.dropLayout(l)
+		}
+	}
+}
+
+// revokeOverdueLayoutsLocked revokes layouts whose recall deadline passed
+// and returns their clients (deduplicated).
+func (m *Manager) revokeOverdueLayoutsLocked(now time.Time) []ClientID {
+	seen := map[ClientID]bool{}
+	var out []ClientID
+	for _, set := range m.layouts {
+		for l := range set {
+			if l.recalling && now.After(l.deadline) {
+				m.dropLayout(l)
+				if !seen[l.client.id] {
+					seen[l.client.id] = true
+					out = append(out, l.client.id)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// dropClientLayoutsLocked forgets a purged client's layouts.
+func (m *Manager) dropClientLayoutsLocked(c *client) {
+	for _, l := range c.layouts {
+		m.dropLayout(l)
+	}
+}
+
+// CheckIOAny validates an open or lock stateid for I/O on file without
+// knowing the client, as a data server asks it through the metadata
+// server. It returns the owning client.
+func (m *Manager) CheckIOAny(sid Stateid, file FileID, write bool) (ClientID, error) {
+	if sid.IsSpecial() {
+		// Data servers only accept I/O under state the MDS granted.
+		return 0, ErrBadStateid
+	}
+	m.mu.RLock()
+	ref, ok := m.states[sid.Other]
+	var owner ClientID
+	var err error
+	switch {
+	case ok && ref.open != nil:
+		owner = ref.open.client.id
+	case ok:
+		owner = ref.lock.owner.client.id
+	case sid.Epoch() != m.epoch:
+		err = ErrStaleStateid
+	case m.expired.has(sid.Other):
+		err = ErrExpired
+	default:
+		err = ErrBadStateid
+	}
+	m.mu.RUnlock()
+	if err != nil {
+		return 0, err
+	}
+	return owner, m.CheckIO(owner, sid, file, write)
+}
