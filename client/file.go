@@ -522,6 +522,28 @@ func lockType(write, wait bool) nfs4.NfsLockType4 {
 	return nfs4.READ_LT
 }
 
+// forgetCovered drops the held ranges an unlock of [off,+length) covers
+// entirely. Partly covered ones are kept whole: after a server restart they
+// are reclaimed as they were taken, which errs on the side of holding too
+// much.
+func forgetCovered(locks []lockRange, off, length uint64) []lockRange {
+	kept := locks[:0]
+	for _, l := range locks {
+		if l.off < off || rangeEnd(l.off, l.length) > rangeEnd(off, length) {
+			kept = append(kept, l)
+		}
+	}
+	return kept
+}
+
+// rangeEnd is off+length, saturating at the largest offset.
+func rangeEnd(off, length uint64) uint64 {
+	if length > nfs4.NFS4_UINT64_MAX-off {
+		return nfs4.NFS4_UINT64_MAX
+	}
+	return off + length
+}
+
 func lockLen(length uint64) uint64 {
 	if length == 0 {
 		return nfs4.NFS4_UINT64_MAX // to the end of the file, whatever its size
@@ -616,13 +638,7 @@ func (f *File) Unlock(ctx context.Context, off, length uint64) error {
 	if sid := res[1].Oplocku.LockStateid; sid != nil {
 		f.lockStateid = sid
 	}
-	kept := f.locks[:0]
-	for _, l := range f.locks {
-		if l.off < off || (length != nfs4.NFS4_UINT64_MAX && l.off+l.length > off+length) {
-			kept = append(kept, l)
-		}
-	}
-	f.locks = kept
+	f.locks = forgetCovered(f.locks, off, length)
 	f.mu.Unlock()
 	return nil
 }

@@ -197,3 +197,26 @@ func TestDialRefused(t *testing.T) {
 		t.Fatalf("dial of a closed port: %v", err)
 	}
 }
+
+func TestUnlockForgetsCoveredRanges(t *testing.T) {
+	tests := []struct {
+		held         []lockRange
+		off, length  uint64
+		wantKeptOffs []uint64
+	}{
+		{[]lockRange{{0, 10, true}, {20, 10, true}}, 0, 10, []uint64{20}},
+		{[]lockRange{{0, 10, true}, {20, 10, true}}, 0, lockLen(0), nil},
+		{[]lockRange{{5, lockLen(0), true}}, 0, 100, []uint64{5}}, // to-EOF lock only partly covered
+		{[]lockRange{{5, lockLen(0), true}}, 5, lockLen(0), nil},
+		{[]lockRange{{0, 10, false}}, 2, 4, []uint64{0}},
+	}
+	for i, tc := range tests {
+		var kept []uint64
+		for _, l := range forgetCovered(tc.held, tc.off, tc.length) {
+			kept = append(kept, l.off)
+		}
+		if !slices.Equal(kept, tc.wantKeptOffs) {
+			t.Errorf("case %d: kept %v, want %v", i, kept, tc.wantKeptOffs)
+		}
+	}
+}

@@ -1,7 +1,6 @@
 package client_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -47,19 +46,6 @@ func startShoal(tb testing.TB) string {
 		}
 	})
 	return ln.Addr().String()
-}
-
-func dialer(addr string, opts client.Options) clienttest.Dialer {
-	return func(t *testing.T) *client.Client {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		c, err := client.Dial(ctx, addr, opts)
-		if err != nil {
-			t.Fatalf("dial %s: %v", addr, err)
-		}
-		return c
-	}
 }
 
 func TestShoal(t *testing.T) {

@@ -31,7 +31,7 @@ var supportedAttrs = []uint32{
 	nfs4.FATTR4_TIME_DELTA, nfs4.FATTR4_TIME_METADATA, nfs4.FATTR4_TIME_MODIFY,
 	nfs4.FATTR4_TIME_MODIFY_SET, nfs4.FATTR4_MOUNTED_ON_FILEID,
 	nfs4.FATTR4_FS_LAYOUT_TYPES, nfs4.FATTR4_SUPPATTR_EXCLCREAT,
-	nfs4.FATTR4_CHANGE_ATTR_TYPE,
+	nfs4.FATTR4_CHANGE_ATTR_TYPE, nfs4.FATTR4_LAYOUT_BLKSIZE,
 }
 
 // writableAttrs lists the attributes SETATTR and create attributes accept.
@@ -247,7 +247,19 @@ func (c *compound) attrValues(e *xdr.Encoder, o *object, bm nfs4.Bitmap4, rdErr 
 		case nfs4.FATTR4_TIME_MODIFY:
 			nfsTime(e, a.Mtime)
 		case nfs4.FATTR4_FS_LAYOUT_TYPES:
-			e.Uint32(0) // no layout types until pNFS is enabled
+			if s.pnfs != nil {
+				e.Uint32(1)
+				e.Uint32(uint32(nfs4.LAYOUT4_NFSV4_1_FILES))
+			} else {
+				e.Uint32(0)
+			}
+		case nfs4.FATTR4_LAYOUT_BLKSIZE:
+			blk := s.cfg.MaxWrite
+			if s.pnfs != nil {
+				_, unit, _ := s.pnfs.ds.Layout(uint64(o.fh.ino))
+				blk = uint32(unit)
+			}
+			e.Uint32(blk)
 		case nfs4.FATTR4_SUPPATTR_EXCLCREAT:
 			encodeBitmap(e, writableMask)
 		case nfs4.FATTR4_CHANGE_ATTR_TYPE:
@@ -386,6 +398,9 @@ func (s *Server) statFS(ctx context.Context) *fsStat {
 	}
 	fs.filesTotal = 1 << 40
 	fs.filesFree = fs.filesTotal
+	if s.meta == nil {
+		return &fs
+	}
 	if st, err := s.meta.StatFS(ctx); err == nil {
 		fs.filesFree = fs.filesTotal - st.Files
 	}

@@ -152,7 +152,7 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 			r = fail(nfs4.NFS4ERR_NOT_ONLY_OP)
 		default:
 			h := opTable[op]
-			if h == nil {
+			if h == nil || (s.ds != nil && !dsOps[op]) {
 				r = fail(nfs4.NFS4ERR_NOTSUPP)
 			} else {
 				r = h(c, &args)

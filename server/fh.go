@@ -28,6 +28,7 @@ const (
 	fhVersion = 1
 	fhObject  = 1
 	fhPseudo  = 2
+	fhData    = 3 // a file's data on the data servers (pNFS)
 	fhLen     = 28
 	fhMACLen  = 16
 )
@@ -75,7 +76,7 @@ func (c *fhCodec) encode(h fhandle) []byte {
 }
 
 func (c *fhCodec) decode(b []byte) (fhandle, error) {
-	if len(b) != fhLen || b[0] != fhVersion || (b[1] != fhObject && b[1] != fhPseudo) {
+	if len(b) != fhLen || b[0] != fhVersion || b[1] < fhObject || b[1] > fhData {
 		return fhandle{}, errBadHandle
 	}
 	if !hmac.Equal(b[12:], c.mac(b[:12])) {

@@ -26,7 +26,7 @@ func fuzzSeeds() [][]nfs4.NfsArgop4 {
 	rw := uint32(nfs4.OPEN4_SHARE_ACCESS_BOTH)
 	link := nfs4.Linktext4("t")
 	return [][]nfs4.NfsArgop4{
-		{opPutRoot(), opGetFH(), opGetattr(supportedAttrs...)},
+		{opPutRoot(), opGetFH(), opGetattr(readableAttrs()...), opGetattr(supportedAttrs...)},
 		{opPutRoot(), opMkdir("d"), opGetattr(nfs4.FATTR4_TYPE), opLookupP(), opReaddir(0, nfs4.Verifier4{}, 4096, nfs4.FATTR4_FILEID)},
 		{opPutRoot(), opOpen(0, openArgs{name: "f", access: rw, create: true, mode: nfs4.UNCHECKED4, attrs: fattr(aMode(0o644), aSize(0))}),
 			opSaveFH(), opWrite(currentSid, 0, nfs4.UNSTABLE4, []byte("hello")), opRead(currentSid, 0, 100), opCommit(),
@@ -98,6 +98,22 @@ func FuzzCompound(f *testing.F) {
 			t.Fatalf("server sent an undecodable COMPOUND reply (%v): %x", err, out)
 		}
 		t.Logf("%s", summary(&res))
+		// Attribute values are opaque to XDR; check them too.
+		for i := range res.Resarray {
+			r := &res.Resarray[i]
+			switch {
+			case r.Resop == nfs4.OP_GETATTR && r.Opgetattr.Status == nfs4.NFS4_OK:
+				if _, err := decodeAttrs(&r.Opgetattr.Resok4.ObjAttributes); err != nil {
+					t.Fatalf("GETATTR result %d: %v", i, err)
+				}
+			case r.Resop == nfs4.OP_READDIR && r.Opreaddir.Status == nfs4.NFS4_OK:
+				for e := r.Opreaddir.Resok4.Reply.Entries; e != nil; e = e.Nextentry {
+					if _, err := decodeAttrs(&e.Attrs); err != nil {
+						t.Fatalf("READDIR entry %q: %v", e.Name, err)
+					}
+				}
+			}
+		}
 		if !substituted || len(res.Resarray) == 0 || res.Resarray[0].Resop != nfs4.OP_SEQUENCE {
 			return
 		}

@@ -531,6 +531,13 @@ func TestAllAttributes(t *testing.T) {
 	c := ts.client()
 	sid, fh := openFile2(t, c, "e", "f")
 	must(t)(c.Compound(opPutFH(fh), opWrite(sid, 0, nfs4.FILE_SYNC4, []byte("abc"))))
+	readable := readableAttrs()
+	// Write-only attributes cannot be read (RFC 8881 §5.7).
+	for _, n := range []uint32{nfs4.FATTR4_TIME_ACCESS_SET, nfs4.FATTR4_TIME_MODIFY_SET} {
+		want(t, nfs4.NFS4ERR_INVAL)(c.Compound(opPutFH(fh), opGetattr(nfs4.FATTR4_SIZE, n)))
+		want(t, nfs4.NFS4ERR_INVAL)(c.Compound(opPutRoot(), opReaddir(0, nfs4.Verifier4{}, 4096, n)))
+		want(t, nfs4.NFS4ERR_INVAL)(c.Compound(opPutFH(fh), opVerify(fattr(aMtime(time.Unix(1, 0)), aAtime(time.Unix(1, 0))))))
+	}
 	stable := []uint32{nfs4.FATTR4_TYPE, nfs4.FATTR4_SIZE, nfs4.FATTR4_MODE, nfs4.FATTR4_FILEID,
 		nfs4.FATTR4_OWNER, nfs4.FATTR4_NUMLINKS, nfs4.FATTR4_FSID, nfs4.FATTR4_FILEHANDLE, nfs4.FATTR4_CHANGE}
 	for _, tc := range []struct {
@@ -542,9 +549,9 @@ func TestAllAttributes(t *testing.T) {
 		{"file", []nfs4.NfsArgop4{opPutFH(fh)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res := must(t)(c.Compound(append(tc.ops, opGetattr(supportedAttrs...))...))
+			res := must(t)(c.Compound(append(tc.ops, opGetattr(readable...))...))
 			a := attrsOf(t, res)
-			for _, n := range supportedAttrs {
+			for _, n := range readable {
 				if _, ok := a[n]; !ok && n != nfs4.FATTR4_RDATTR_ERROR {
 					t.Errorf("supported attribute %d not returned", n)
 				}
@@ -560,7 +567,7 @@ func TestAllAttributes(t *testing.T) {
 		})
 	}
 	for _, dir := range [][]nfs4.NfsArgop4{{opPutRoot()}, {opPutRoot(), opLookup("e")}} {
-		res := must(t)(c.Compound(append(dir, opReaddir(0, nfs4.Verifier4{}, 1<<16, supportedAttrs...))...))
+		res := must(t)(c.Compound(append(dir, opReaddir(0, nfs4.Verifier4{}, 1<<16, readable...))...))
 		for e := find(t, res, nfs4.OP_READDIR).Opreaddir.Resok4.Reply.Entries; e != nil; e = e.Nextentry {
 			a, err := decodeAttrs(&e.Attrs)
 			if err != nil {
@@ -585,4 +592,15 @@ func xdrBitmap(bm nfs4.Bitmap4) []byte {
 	e := xdr.NewEncoder(16)
 	encodeBitmap(e, bm)
 	return e.Bytes()
+}
+
+// readableAttrs is supportedAttrs without the write-only attributes.
+func readableAttrs() []uint32 {
+	var out []uint32
+	for _, n := range supportedAttrs {
+		if !bitmapHas(writeOnlyMask, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }

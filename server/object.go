@@ -33,12 +33,18 @@ func (s *Server) rootFH() fhandle {
 // export or pseudo node is bad.
 func (c *compound) load(h fhandle) (*object, nfs4.Nfsstat4) {
 	s := c.s
+	if s.ds != nil {
+		return c.dsLoad(h)
+	}
 	if h.kind == fhPseudo {
 		if int(h.export) >= len(s.ns.nodes) {
 			return nil, nfs4.NFS4ERR_STALE
 		}
 		n := s.ns.nodes[h.export]
 		return &object{fh: h, pseudo: n, attr: s.pseudoAttr(n)}, nfs4.NFS4_OK
+	}
+	if h.kind == fhData {
+		return nil, nfs4.NFS4ERR_BADHANDLE
 	}
 	e := s.ns.byID[h.export]
 	if e == nil {
@@ -114,6 +120,9 @@ func (c *compound) currentFile() (*object, nfs4.Nfsstat4) {
 
 // writable reports an error if o cannot be modified through its export.
 func (c *compound) writable(o *object) nfs4.Nfsstat4 {
+	if c.s.ds != nil {
+		return nfs4.NFS4_OK
+	}
 	if o.export == nil || o.export.ReadOnly {
 		return nfs4.NFS4ERR_ROFS
 	}

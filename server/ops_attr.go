@@ -117,6 +117,11 @@ func (c *compound) setattr(a *nfs4.SETATTR4args) opReply {
 		if st := c.checkIO(&a.Stateid, o, true); st != nfs4.NFS4_OK {
 			return fail(st).withBody(empty)
 		}
+		// Layouts must be recalled before the data servers' objects are
+		// truncated under the clients' feet.
+		if !c.s.recallFile(uint64(o.fh.ino), c.s.fh.encode(o.fh)) {
+			return fail(nfs4.NFS4ERR_DELAY).withBody(empty)
+		}
 	}
 	if st := c.setattrAllowed(o, &sa.sa); st != nfs4.NFS4_OK {
 		return fail(st).withBody(empty)

@@ -35,6 +35,13 @@ func (c *compound) read(a *nfs4.READ4args) opReply {
 		return fail(st)
 	}
 	size := o.attr.Size
+	if c.s.ds != nil {
+		// A data server does not know the file's size (the MDS does), and
+		// with sparse packing its local file has holes and a short tail:
+		// unwritten ranges read as zeros, and EOF is for the client to
+		// decide from the size it got from the MDS.
+		size = a.Offset + uint64(min(a.Count, c.s.cfg.MaxRead))
+	}
 	if a.Offset >= size || a.Count == 0 {
 		return ok(&nfs4.READ4resok{Eof: a.Offset >= size, Data: nil})
 	}
@@ -58,7 +65,7 @@ func (c *compound) read(a *nfs4.READ4args) opReply {
 	// Bytes past the data file's end but inside the file size read as zeros
 	// (sparse tail after a size extension).
 	got = int(n)
-	return ok(&nfs4.READ4resok{Eof: a.Offset+uint64(got) >= size, Data: buf[:got]})
+	return ok(&nfs4.READ4resok{Eof: c.s.ds == nil && a.Offset+uint64(got) >= size, Data: buf[:got]})
 }
 
 func (c *compound) write(a *nfs4.WRITE4args) opReply {
@@ -87,14 +94,18 @@ func (c *compound) write(a *nfs4.WRITE4args) opReply {
 	if _, err := f.WriteAt(a.Data, int64(a.Offset)); err != nil {
 		return failErr(err)
 	}
-	c.s.cache.wrote(o.fh.ino, o.attr, end, time.Now())
+	if c.s.ds == nil {
+		c.s.cache.wrote(o.fh.ino, o.attr, end, time.Now())
+	}
 	committed := nfs4.UNSTABLE4
 	if a.Stable != nfs4.UNSTABLE4 {
 		if err := f.Sync(); err != nil {
 			return failErr(err)
 		}
-		if err := c.s.cache.flush(c.ctx, o.fh.ino); err != nil {
-			return failErr(err)
+		if c.s.ds == nil {
+			if err := c.s.cache.flush(c.ctx, o.fh.ino); err != nil {
+				return failErr(err)
+			}
 		}
 		committed = nfs4.FILE_SYNC4
 	}
@@ -109,8 +120,10 @@ func (c *compound) commit(a *nfs4.COMMIT4args) opReply {
 	if err := c.s.data.Sync(uint64(o.fh.ino)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return failErr(err)
 	}
-	if err := c.s.cache.flush(c.ctx, o.fh.ino); err != nil {
-		return failErr(err)
+	if c.s.ds == nil {
+		if err := c.s.cache.flush(c.ctx, o.fh.ino); err != nil {
+			return failErr(err)
+		}
 	}
 	return ok(&nfs4.COMMIT4resok{Writeverf: c.s.writeVerf})
 }

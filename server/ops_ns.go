@@ -159,6 +159,17 @@ func (c *compound) remove(a *nfs4.REMOVE4args) opReply {
 	if c.stickyDenied(dir, string(a.Target)) {
 		return fail(nfs4.NFS4ERR_ACCESS)
 	}
+	if c.s.pnfs != nil {
+		// Removing the last link of a file whose layouts clients hold
+		// recalls them first (RFC 8881 §12.5.5.1).
+		if nd, err := c.s.meta.Lookup(c.ctx, dir.fh.ino, string(a.Target)); err == nil &&
+			nd.Attr.Type == meta.TypeRegular && nd.Attr.Nlink == 1 {
+			h := fhandle{kind: fhObject, export: dir.fh.export, ino: nd.Ino}
+			if !c.s.recallFile(uint64(nd.Ino), c.s.fh.encode(h)) {
+				return fail(nfs4.NFS4ERR_DELAY)
+			}
+		}
+	}
 	nd, ci, err := c.s.meta.Remove(c.ctx, dir.fh.ino, string(a.Target), time.Time{})
 	if err != nil {
 		return failErr(err)

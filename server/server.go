@@ -33,6 +33,9 @@ type Config struct {
 	// MaxRead and MaxWrite bound READ and WRITE sizes (default 1 MiB).
 	MaxRead, MaxWrite uint32
 	Logger            *slog.Logger
+	// PNFS, if set, makes the server a pNFS metadata server whose file data
+	// lives on data servers.
+	PNFS *PNFSConfig
 }
 
 // Server is a single-node NFSv4.1/4.2 server.
@@ -55,6 +58,8 @@ type Server struct {
 
 	st        *stateGlue
 	startOnce sync.Once
+	pnfs      *pnfsState        // nil unless a pNFS metadata server
+	ds        *DataServerConfig // nil unless a pNFS data server
 }
 
 const (
@@ -110,15 +115,15 @@ func New(cfg Config) (*Server, error) {
 	s.fh = fhCodec{secret: secret}
 	s.owner = append([]byte("shoal:"), secret[:8]...)
 	s.scope = []byte("shoal")
-	rand.Read(s.writeVerf[:])
-	binary.BigEndian.PutUint32(s.writeVerf[:4], uint32(s.bootTime.Unix()))
+	fillWriteVerf(s)
 
 	if err := s.resolveExports(ctx); err != nil {
 		m.Close()
 		return nil, err
 	}
-	s.data, err = store.NewLocal(cfg.Dir, store.LocalOptions{})
-	if err != nil {
+	if cfg.PNFS != nil {
+		s.data = cfg.PNFS.Backend
+	} else if s.data, err = store.NewLocal(cfg.Dir, store.LocalOptions{}); err != nil {
 		m.Close()
 		return nil, fmt.Errorf("server: data store: %w", err)
 	}
@@ -126,6 +131,9 @@ func New(cfg Config) (*Server, error) {
 	if s.st, err = newStateGlue(s); err != nil {
 		m.Close()
 		return nil, err
+	}
+	if cfg.PNFS != nil {
+		s.pnfs = newPNFS(s, cfg.PNFS)
 	}
 	s.rpc = &rpc.Server{Handler: s, Logger: s.log, ConnState: s.connState}
 	return s, nil
@@ -169,8 +177,10 @@ func (s *Server) Close() error {
 	if s.data != nil {
 		s.data.Close()
 	}
-	if merr := s.meta.Close(); err == nil {
-		err = merr
+	if s.meta != nil {
+		if merr := s.meta.Close(); err == nil {
+			err = merr
+		}
 	}
 	return err
 }
@@ -195,3 +205,11 @@ func (s *Server) ServeRPC(ctx context.Context, call *rpc.Call, res *xdr.Encoder)
 }
 
 var _ rpc.Handler = (*Server)(nil)
+
+// fillWriteVerf sets a write verifier unique to this start.
+func fillWriteVerf(s *Server) {
+	randRead(s.writeVerf[:])
+	binary.BigEndian.PutUint32(s.writeVerf[:4], uint32(s.bootTime.Unix()))
+}
+
+var randRead = rand.Read

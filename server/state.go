@@ -75,21 +75,32 @@ func nextEpoch(ctx context.Context, e meta.Engine) (uint32, error) {
 
 func newStateGlue(s *Server) (*stateGlue, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	epoch, err := nextEpoch(ctx, s.meta)
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("server: boot epoch: %w", err)
+	var epoch uint32
+	var store state.ClientStore
+	if s.meta != nil {
+		var err error
+		if epoch, err = nextEpoch(ctx, s.meta); err != nil {
+			cancel()
+			return nil, fmt.Errorf("server: boot epoch: %w", err)
+		}
+		store = metaClients{s.meta}
 	}
 	g := &stateGlue{s: s, ctx: ctx, cancel: cancel, done: make(chan struct{}), cbCred: map[state.SessionID]rpc.OpaqueAuth{}}
 	fore := state.DefaultForeLimits
 	fore.MaxRequestSize = s.cfg.MaxWrite + 64<<10
 	fore.MaxResponseSize = s.cfg.MaxRead + 64<<10
+	var err error
 	g.m, err = state.NewManager(ctx, state.Config{
 		Epoch:      epoch,
 		LeaseTime:  s.cfg.Lease,
-		Store:      metaClients{s.meta},
+		Store:      store,
 		ForeLimits: fore,
 		Logger:     s.log,
+		OnRevokeLayout: func(id state.ClientID) {
+			if s.pnfs != nil {
+				s.fence(id)
+			}
+		},
 		OnPurge: func(p state.PurgeInfo) {
 			s.log.Info("client state purged", "clientid", fmt.Sprintf("%#x", uint64(p.ClientID)), "reason", p.Reason.String(), "files", len(p.Files))
 		},
@@ -214,6 +225,9 @@ func (c *compound) checkIO(s *nfs4.Stateid4, o *object, write bool) nfs4.Nfsstat
 	sid, st := c.stateid(*s)
 	if st != nfs4.NFS4_OK {
 		return st
+	}
+	if c.s.ds != nil {
+		return c.dsCheckIO(s, o, write)
 	}
 	if err := c.s.st.m.CheckIO(id, sid, state.FileID(o.fh.ino), write); err != nil {
 		return statusOf(err)

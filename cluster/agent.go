@@ -1,0 +1,612 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shoalfs/shoal/internal/ctlproto"
+	"github.com/shoalfs/shoal/internal/rpc"
+	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/store"
+)
+
+// AgentConfig configures the DS side of the control protocol.
+type AgentConfig struct {
+	MDS   string   // host:port of the MDS control listener
+	ID    string   // stable identity of this DS (keeps its stripe index)
+	Addrs []string // advertised host:port of this DS's NFS listener
+	// Store holds this DS's objects; the DS's NFS server must use the same
+	// one so that MDS-through and direct I/O see the same bytes.
+	Store store.Backend
+	// Capacity reports space for REGISTER and HEARTBEAT; nil uses
+	// Store.StatFS.
+	Capacity func() (total, free uint64)
+	// JoinToken is presented in REGISTER (RegistryConfig.JoinToken).
+	JoinToken []byte
+	// Index, if HasIndex, is the stripe index this DS held before (for
+	// example saved from Agent.Index across a DS restart). A fresh MDS
+	// honours it if no other DS claimed it, so stripe placement survives
+	// MDS and DS restarts. The agent keeps its index across reconnects by
+	// itself.
+	Index    int
+	HasIndex bool
+	Logger   *slog.Logger
+}
+
+// AgentStats counts the MDS-through object operations a DS served.
+type AgentStats struct {
+	ReadOps, ReadBytes   uint64
+	WriteOps, WriteBytes uint64
+	CommitOps            uint64
+	TruncateOps          uint64
+	RemoveOps            uint64
+	GetSizeOps           uint64
+	// StateidChecks counts Agent.CheckStateid calls; StateidCacheHits those
+	// answered from the cache without asking the MDS.
+	StateidChecks, StateidCacheHits uint64
+	Registrations                   uint64
+}
+
+// stateidTTL is how long a positive CHECK_STATEID answer is reused.
+const stateidTTL = 2 * time.Second
+
+// maxCache bounds the stateid cache.
+const maxCache = 1 << 16
+
+// Reconnect backoff bounds.
+const (
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = 2 * time.Second
+)
+
+// maxIO bounds the data of one OBJ_READ or OBJ_WRITE so that a call always
+// fits in an RPC record (rpc.DefaultMaxRecord).
+const maxIO = 1 << 20
+
+type cacheKey struct {
+	other [12]byte
+	ino   uint64
+	write bool
+}
+
+type cacheEntry struct {
+	client  uint64
+	expires time.Time
+}
+
+// Agent is the DS side of the control protocol: it keeps the DS registered
+// with the MDS, serves the MDS's object calls from the local store, and
+// validates stateids for the DS's NFS server.
+type Agent struct {
+	cfg      AgentConfig
+	log      *slog.Logger
+	verifier [8]byte       // boot verifier, returned by OBJ_WRITE and OBJ_COMMIT
+	ttl      time.Duration // of positive stateid answers; stateidTTL
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu        sync.Mutex
+	conn      *rpc.Conn // registered connection, nil while reconnecting
+	secret    []byte
+	index     int
+	interval  time.Duration
+	reg       uint64
+	err       error // terminal error (drained, version, auth)
+	fenced    map[uint64]struct{}
+	cache     map[cacheKey]cacheEntry
+	drained   bool
+	drainedCh chan struct{}
+
+	stats struct {
+		readOps, readBytes, writeOps, writeBytes       atomic.Uint64
+		commitOps, truncateOps, removeOps, getSizeOps  atomic.Uint64
+		stateidChecks, stateidCacheHits, registrations atomic.Uint64
+	}
+}
+
+// StartAgent connects to the MDS and registers, retrying with bounded
+// backoff until it succeeds, ctx is done, or the MDS refuses the DS for
+// good (ErrVersion, ErrAuth, ErrDrained). Afterwards the agent heartbeats,
+// serves the MDS's calls, and reconnects and re-registers whenever the
+// connection drops, until Close.
+func StartAgent(ctx context.Context, cfg AgentConfig) (*Agent, error) {
+	if cfg.MDS == "" || cfg.ID == "" || cfg.Store == nil {
+		return nil, errors.New("cluster: AgentConfig needs MDS, ID and Store")
+	}
+	if len(cfg.ID) > ctlproto.CTL_MAX_ID || len(cfg.Addrs) > ctlproto.CTL_MAX_ADDRS {
+		return nil, errors.New("cluster: AgentConfig ID or Addrs too long")
+	}
+	a := &Agent{
+		cfg:       cfg,
+		log:       cfg.Logger,
+		index:     -1,
+		ttl:       stateidTTL,
+		fenced:    map[uint64]struct{}{},
+		cache:     map[cacheKey]cacheEntry{},
+		done:      make(chan struct{}),
+		drainedCh: make(chan struct{}),
+	}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	a.log = a.log.With("ds", cfg.ID)
+	if cfg.HasIndex && cfg.Index >= 0 {
+		a.index = cfg.Index
+	}
+	if _, err := io.ReadFull(rand.Reader, a.verifier[:]); err != nil {
+		return nil, fmt.Errorf("cluster: boot verifier: %w", err)
+	}
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	if err := a.connectRetry(ctx); err != nil {
+		a.cancel()
+		return nil, err
+	}
+	go a.run()
+	return a, nil
+}
+
+// Secret returns the cluster secret from the last REGISTER.
+func (a *Agent) Secret() []byte {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.secret)
+}
+
+// Index returns this DS's stripe index.
+func (a *Agent) Index() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.index
+}
+
+// Verifier returns the DS's boot verifier, the write verifier OBJ_WRITE and
+// OBJ_COMMIT report; a DS server may use it as its NFS write verifier.
+func (a *Agent) Verifier() [8]byte { return a.verifier }
+
+// Drained is closed when the MDS drains this DS.
+func (a *Agent) Drained() <-chan struct{} { return a.drainedCh }
+
+// Err returns why the agent stopped trying to register (ErrDrained,
+// ErrVersion, ErrAuth), or nil while it is working.
+func (a *Agent) Err() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
+}
+
+// Stats returns counters of the object calls served so far.
+func (a *Agent) Stats() AgentStats {
+	s := &a.stats
+	return AgentStats{
+		ReadOps: s.readOps.Load(), ReadBytes: s.readBytes.Load(),
+		WriteOps: s.writeOps.Load(), WriteBytes: s.writeBytes.Load(),
+		CommitOps: s.commitOps.Load(), TruncateOps: s.truncateOps.Load(),
+		RemoveOps: s.removeOps.Load(), GetSizeOps: s.getSizeOps.Load(),
+		StateidChecks: s.stateidChecks.Load(), StateidCacheHits: s.stateidCacheHits.Load(),
+		Registrations: s.registrations.Load(),
+	}
+}
+
+// Close stops the agent and closes its connection. The store is not
+// closed.
+func (a *Agent) Close() error {
+	a.cancel()
+	<-a.done
+	return nil
+}
+
+// CheckStateid reports whether stateid allows I/O (write or read) on ino.
+// Positive answers from the MDS are cached for two seconds per
+// (stateid.other, ino, write); fenced clients get ErrFenced; the MDS's
+// refusals come back as ErrBadStateid, ErrOldStateid, ErrStaleStateid,
+// ErrExpired, ErrOpenMode; ErrUnavailable means the MDS could not answer.
+func (a *Agent) CheckStateid(ctx context.Context, ino uint64, stateid [16]byte, write bool) error {
+	a.stats.stateidChecks.Add(1)
+	key := cacheKey{ino: ino, write: write}
+	copy(key.other[:], stateid[4:])
+	now := time.Now()
+	a.mu.Lock()
+	if e, ok := a.cache[key]; ok {
+		if now.Before(e.expires) {
+			a.mu.Unlock()
+			a.stats.stateidCacheHits.Add(1)
+			return nil
+		}
+		delete(a.cache, key)
+	}
+	conn := a.conn
+	a.mu.Unlock()
+	if conn == nil {
+		return fmt.Errorf("%w: not connected to the MDS", ErrUnavailable)
+	}
+	var res ctlproto.CtlCheckStateidRes
+	if err := call(ctx, conn, ctlproto.CTLPROC_CHECK_STATEID,
+		&ctlproto.CtlCheckStateidArgs{Ino: ino, Stateid: stateid, Write: write}, &res); err != nil {
+		return err
+	}
+	if err := errOf(res.Status); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	// A FENCE that arrived while the question was in flight wins.
+	if _, f := a.fenced[res.Clientid]; f {
+		return ErrFenced
+	}
+	if len(a.cache) >= maxCache {
+		for k, e := range a.cache {
+			if !now.Before(e.expires) {
+				delete(a.cache, k)
+			}
+		}
+		if len(a.cache) >= maxCache {
+			clear(a.cache)
+		}
+	}
+	a.cache[key] = cacheEntry{client: res.Clientid, expires: now.Add(a.ttl)}
+	return nil
+}
+
+// connectRetry registers, retrying transient failures with backoff.
+func (a *Agent) connectRetry(ctx context.Context) error {
+	backoff := minBackoff
+	for {
+		err := a.connect(ctx)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, ErrDrained) || errors.Is(err, ErrVersion) || errors.Is(err, ErrAuth) {
+			a.mu.Lock()
+			a.err = err
+			a.mu.Unlock()
+			return err
+		}
+		a.log.Warn("cluster: cannot register with the MDS; retrying", "mds", a.cfg.MDS, "err", err, "backoff", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("cluster: registering with %s: %w (last error: %w)", a.cfg.MDS, ctx.Err(), err)
+		case <-a.ctx.Done():
+			t.Stop()
+			return fmt.Errorf("cluster: agent closed: %w", ErrUnavailable)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, maxBackoff)
+	}
+}
+
+// connect dials the MDS and registers once.
+func (a *Agent) connect(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	conn, err := rpc.Dial(ctx, "tcp", a.cfg.MDS, rpc.HandlerFunc(a.serveRPC), rpc.WithLogger(a.log))
+	if err != nil {
+		return fmt.Errorf("cluster: dial %s: %w", a.cfg.MDS, err)
+	}
+	total, free := a.space()
+	a.mu.Lock()
+	args := &ctlproto.CtlRegisterArgs{
+		Revision:       ctlproto.CTL_VERSION,
+		Token:          a.cfg.JoinToken,
+		DsId:           a.cfg.ID,
+		Addrs:          a.cfg.Addrs,
+		Capacity:       total,
+		Free:           free,
+		PreferredIndex: ctlproto.CTL_NO_INDEX,
+		BootVerifier:   a.verifier,
+	}
+	if a.index >= 0 && a.index < maxIndex {
+		args.PreferredIndex = int32(a.index)
+	}
+	a.mu.Unlock()
+	var res ctlproto.CtlRegisterRes
+	if err := call(ctx, conn, ctlproto.CTLPROC_REGISTER, args, &res); err != nil {
+		conn.Close()
+		return fmt.Errorf("cluster: REGISTER: %w", err)
+	}
+	if err := errOf(res.Status); err != nil {
+		conn.Close()
+		if v := res.Versions; v != nil {
+			return fmt.Errorf("cluster: REGISTER: %w (MDS speaks %d..%d, we speak %d)", err, v.Low, v.High, ctlproto.CTL_VERSION)
+		}
+		return fmt.Errorf("cluster: REGISTER: %w", err)
+	}
+	ok := res.Ok
+	a.mu.Lock()
+	if a.index >= 0 && a.index != int(ok.Index) {
+		a.log.Warn("cluster: stripe index changed at registration; data placed under the old index is misplaced",
+			"old", a.index, "new", ok.Index)
+	}
+	a.conn = conn
+	a.secret = slices.Clone(ok.Secret)
+	a.index = int(ok.Index)
+	a.reg = ok.Registration
+	a.interval = time.Duration(ok.HeartbeatMs) * time.Millisecond
+	if a.interval <= 0 {
+		a.interval = time.Second
+	}
+	// The MDS's fence list is authoritative; cached answers predate it.
+	clear(a.fenced)
+	for _, id := range ok.Fenced {
+		a.fenced[id] = struct{}{}
+	}
+	clear(a.cache)
+	a.mu.Unlock()
+	a.stats.registrations.Add(1)
+	a.log.Info("cluster: registered with the MDS", "mds", a.cfg.MDS, "index", ok.Index)
+	return nil
+}
+
+func (a *Agent) space() (total, free uint64) {
+	if a.cfg.Capacity != nil {
+		return a.cfg.Capacity()
+	}
+	t, f, _, err := a.cfg.Store.StatFS()
+	if err != nil {
+		return 0, 0
+	}
+	return t, f
+}
+
+// run heartbeats over the registered connection and reconnects when it
+// fails, until Close or a terminal refusal.
+func (a *Agent) run() {
+	defer close(a.done)
+	for {
+		a.mu.Lock()
+		conn, interval, reg := a.conn, a.interval, a.reg
+		a.mu.Unlock()
+		a.heartbeatLoop(conn, interval, reg)
+		conn.Close()
+		a.mu.Lock()
+		if a.conn == conn {
+			a.conn = nil
+		}
+		clear(a.cache)
+		a.mu.Unlock()
+		if a.ctx.Err() != nil {
+			return
+		}
+		a.log.Info("cluster: connection to the MDS lost; reconnecting", "mds", a.cfg.MDS)
+		if err := a.connectRetry(a.ctx); err != nil {
+			if a.ctx.Err() == nil {
+				a.log.Error("cluster: giving up registering with the MDS", "err", err)
+				<-a.ctx.Done()
+			}
+			return
+		}
+	}
+}
+
+// heartbeatLoop returns when conn closes, a heartbeat is refused or fails,
+// or the agent closes.
+func (a *Agent) heartbeatLoop(conn *rpc.Conn, interval time.Duration, reg uint64) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.ctx.Done():
+			return
+		case <-conn.Done():
+			return
+		case <-t.C:
+		}
+		total, free := a.space()
+		ctx, cancel := context.WithTimeout(a.ctx, 2*interval)
+		var res ctlproto.CtlStatusRes
+		err := call(ctx, conn, ctlproto.CTLPROC_HEARTBEAT,
+			&ctlproto.CtlHeartbeatArgs{Registration: reg, Capacity: total, Free: free}, &res)
+		cancel()
+		if err == nil {
+			err = errOf(res.Status)
+		}
+		if err != nil {
+			a.log.Warn("cluster: heartbeat failed", "err", err)
+			return
+		}
+	}
+}
+
+func (a *Agent) serveRPC(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
+	if st, ok := checkProgram(c, res); !ok {
+		return st
+	}
+	switch c.Proc {
+	case ctlproto.CTLPROC_NULL:
+		return rpc.Success
+	case ctlproto.CTLPROC_OBJ_READ:
+		var args ctlproto.CtlReadArgs
+		if !decodeArgs(c, &args) {
+			return rpc.GarbageArgs
+		}
+		a.objRead(c, &args, res)
+	case ctlproto.CTLPROC_OBJ_WRITE:
+		var args ctlproto.CtlWriteArgs
+		if !decodeArgs(c, &args) {
+			return rpc.GarbageArgs
+		}
+		out := a.objWrite(&args)
+		out.EncodeXDR(res)
+	case ctlproto.CTLPROC_OBJ_COMMIT:
+		var args ctlproto.CtlInoArgs
+		if !decodeArgs(c, &args) {
+			return rpc.GarbageArgs
+		}
+		a.stats.commitOps.Add(1)
+		out := ctlproto.CtlCommitRes{Status: ctlproto.CTL_OK, Verifier: &a.verifier}
+		if err := a.cfg.Store.Sync(args.Ino); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			out = ctlproto.CtlCommitRes{Status: a.storeStatus("commit", args.Ino, err)}
+		}
+		out.EncodeXDR(res)
+	case ctlproto.CTLPROC_OBJ_TRUNCATE:
+		var args ctlproto.CtlTruncateArgs
+		if !decodeArgs(c, &args) {
+			return rpc.GarbageArgs
+		}
+		a.stats.truncateOps.Add(1)
+		out := ctlproto.CtlStatusRes{Status: ctlproto.CTL_OK}
+		if args.Size > 1<<63-1 {
+			out.Status = ctlproto.CTL_ERR_FBIG
+		} else if err := a.cfg.Store.Truncate(args.Ino, args.Size); err != nil {
+			out.Status = a.storeStatus("truncate", args.Ino, err)
+		}
+		out.EncodeXDR(res)
+	case ctlproto.CTLPROC_OBJ_REMOVE:
+		var args ctlproto.CtlInoArgs
+		if !decodeArgs(c, &args) {
+			return rpc.GarbageArgs
+		}
+		a.stats.removeOps.Add(1)
+		out := ctlproto.CtlStatusRes{Status: ctlproto.CTL_OK}
+		if err := a.cfg.Store.Remove(args.Ino); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			out.Status = a.storeStatus("remove", args.Ino, err)
+		}
+		out.EncodeXDR(res)
+	case ctlproto.CTLPROC_OBJ_GETSIZE:
+		var args ctlproto.CtlInoArgs
+		if !decodeArgs(c, &args) {
+			return rpc.GarbageArgs
+		}
+		a.stats.getSizeOps.Add(1)
+		out := a.objSize(args.Ino)
+		out.EncodeXDR(res)
+	case ctlproto.CTLPROC_FENCE, ctlproto.CTLPROC_UNFENCE:
+		var args ctlproto.CtlClientArgs
+		if !decodeArgs(c, &args) {
+			return rpc.GarbageArgs
+		}
+		a.setFenced(args.Clientid, c.Proc == ctlproto.CTLPROC_FENCE)
+		out := ctlproto.CtlStatusRes{Status: ctlproto.CTL_OK}
+		out.EncodeXDR(res)
+	case ctlproto.CTLPROC_DRAIN:
+		if len(c.Args) != 0 {
+			return rpc.GarbageArgs
+		}
+		a.mu.Lock()
+		if !a.drained {
+			a.drained = true
+			close(a.drainedCh)
+		}
+		a.mu.Unlock()
+		a.log.Warn("cluster: drained by the MDS")
+		out := ctlproto.CtlStatusRes{Status: ctlproto.CTL_OK}
+		out.EncodeXDR(res)
+	default:
+		return rpc.ProcUnavail
+	}
+	return rpc.Success
+}
+
+func (a *Agent) setFenced(client uint64, fenced bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !fenced {
+		delete(a.fenced, client)
+		return
+	}
+	a.fenced[client] = struct{}{}
+	for k, e := range a.cache {
+		if e.client == client {
+			delete(a.cache, k)
+		}
+	}
+}
+
+// storeStatus logs a local storage failure and maps it to a status.
+func (a *Agent) storeStatus(op string, ino uint64, err error) ctlproto.CtlStatus {
+	st := statusOf(err)
+	if st == ctlproto.CTL_ERR_IO {
+		a.log.Error("cluster: object "+op+" failed", "ino", ino, "err", err)
+	}
+	return st
+}
+
+var readBufs = sync.Pool{New: func() any { b := make([]byte, maxIO); return &b }}
+
+func (a *Agent) objRead(c *rpc.Call, args *ctlproto.CtlReadArgs, res *xdr.Encoder) {
+	a.stats.readOps.Add(1)
+	fail := func(st ctlproto.CtlStatus) { (&ctlproto.CtlReadRes{Status: st}).EncodeXDR(res) }
+	if args.Offset > 1<<63-1 {
+		fail(ctlproto.CTL_ERR_INVAL)
+		return
+	}
+	f, err := a.cfg.Store.Open(args.Ino, false)
+	if err != nil {
+		fail(a.storeStatus("read", args.Ino, err))
+		return
+	}
+	defer f.Close()
+	bp := readBufs.Get().(*[]byte)
+	buf := (*bp)[:min(int(args.Count), maxIO)]
+	n, err := f.ReadAt(buf, int64(args.Offset))
+	if err != nil && !errors.Is(err, io.EOF) {
+		readBufs.Put(bp)
+		fail(a.storeStatus("read", args.Ino, err))
+		return
+	}
+	size, err := f.Size()
+	if err != nil {
+		readBufs.Put(bp)
+		fail(a.storeStatus("read", args.Ino, err))
+		return
+	}
+	a.stats.readBytes.Add(uint64(n))
+	c.AfterReply(func() { readBufs.Put(bp) })
+	out := ctlproto.CtlReadRes{Status: ctlproto.CTL_OK, Ok: &ctlproto.CtlReadOk{
+		Eof:  args.Offset+uint64(n) >= uint64(size),
+		Size: uint64(size),
+		Data: buf[:n],
+	}}
+	out.EncodeXDR(res)
+}
+
+func (a *Agent) objWrite(args *ctlproto.CtlWriteArgs) ctlproto.CtlWriteRes {
+	a.stats.writeOps.Add(1)
+	end := args.Offset + uint64(len(args.Data))
+	if end < args.Offset || end > 1<<63-1 {
+		return ctlproto.CtlWriteRes{Status: ctlproto.CTL_ERR_FBIG}
+	}
+	f, err := a.cfg.Store.Open(args.Ino, true)
+	if err != nil {
+		return ctlproto.CtlWriteRes{Status: a.storeStatus("write", args.Ino, err)}
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(args.Data, int64(args.Offset)); err != nil {
+		return ctlproto.CtlWriteRes{Status: a.storeStatus("write", args.Ino, err)}
+	}
+	if args.Stable {
+		if err := f.Sync(); err != nil {
+			return ctlproto.CtlWriteRes{Status: a.storeStatus("write", args.Ino, err)}
+		}
+	}
+	a.stats.writeBytes.Add(uint64(len(args.Data)))
+	return ctlproto.CtlWriteRes{Status: ctlproto.CTL_OK, Ok: &ctlproto.CtlWriteOk{
+		Count: uint32(len(args.Data)), Committed: args.Stable, Verifier: a.verifier,
+	}}
+}
+
+func (a *Agent) objSize(ino uint64) ctlproto.CtlGetsizeRes {
+	f, err := a.cfg.Store.Open(ino, false)
+	if err != nil {
+		return ctlproto.CtlGetsizeRes{Status: a.storeStatus("getsize", ino, err)}
+	}
+	defer f.Close()
+	n, err := f.Size()
+	if err != nil {
+		return ctlproto.CtlGetsizeRes{Status: a.storeStatus("getsize", ino, err)}
+	}
+	size := uint64(n)
+	return ctlproto.CtlGetsizeRes{Status: ctlproto.CTL_OK, Size: &size}
+}

@@ -1,0 +1,97 @@
+// Package cluster ties Shoal's pNFS metadata server (MDS) to its data
+// servers (DS): it implements both ends of the SHOAL_CONTROL protocol
+// (spec/control.x), keeps the MDS's registry of data servers, and provides
+// Striped, the MDS's store.Backend that keeps file data on the data servers.
+//
+// # Roles
+//
+// On the MDS, a [Registry] serves the calls DSes make (REGISTER, HEARTBEAT,
+// CHECK_STATEID) and tracks which DSes are in service; [Striped] reads and
+// writes file data on them with OBJ_* calls. On each DS, an [Agent] keeps
+// the DS registered, serves the MDS's OBJ_*, FENCE, UNFENCE and DRAIN calls
+// from the DS's local store, and answers the DS's NFS server when it asks
+// whether a client's stateid allows I/O ([Agent.CheckStateid]).
+//
+// # One connection per DS
+//
+// A DS dials the MDS once and the MDS calls it back over the same TCP
+// connection (internal/rpc connections are full duplex). That means:
+//
+//   - the MDS needs no address book or dialer for DSes and works through
+//     NAT and firewalls that only let DSes reach the MDS;
+//   - "registered" and "connected" are the same fact: a registration is
+//     bound to the connection it arrived on, so a dead connection takes the
+//     DS out of service at once, and a stale DS cannot act for a newer
+//     registration of the same ID (its HEARTBEATs get CTL_ERR_STALE_GEN);
+//   - ordering between the two directions is that of one TCP stream, so a
+//     FENCE sent before an answer is seen before it.
+//
+// # Protocol
+//
+//	proc           dir       args → result
+//	REGISTER       DS→MDS    revision, join token, id, addrs, space, preferred index, boot verifier
+//	                         → secret, stripe index, heartbeat interval, registration no., fenced client ids
+//	HEARTBEAT      DS→MDS    registration no., space → status
+//	CHECK_STATEID  DS→MDS    ino, stateid[16], write → status, client id
+//	OBJ_READ       MDS→DS    ino, offset, count → eof, object size, data
+//	OBJ_WRITE      MDS→DS    ino, offset, stable, data → count, committed, boot verifier
+//	OBJ_COMMIT     MDS→DS    ino → boot verifier
+//	OBJ_TRUNCATE   MDS→DS    ino, size → status
+//	OBJ_REMOVE     MDS→DS    ino → status
+//	OBJ_GETSIZE    MDS→DS    ino → object size
+//	FENCE/UNFENCE  MDS→DS    client id → status
+//	DRAIN          MDS→DS    void → status
+//
+// Objects are named by inode number and use sparse packing: file offset X is
+// object offset X on whichever DS holds that stripe unit, so the MDS, the
+// kernel client and Shoal's client address DSes with plain file offsets.
+// OBJ_WRITE data is spliced into the outgoing record without copying and
+// OBJ_READ data is sent from a pooled buffer released after the reply is
+// written; each call carries at most 1 MiB so it always fits one record.
+//
+// # Versioning
+//
+// Incompatible wire changes get a new RPC program version; the current one
+// is 1 and other versions are answered PROG_MISMATCH. Within version 1,
+// REGISTER carries the DS's protocol revision and the MDS answers a revision
+// it does not speak with CTL_ERR_VERSION and the range it does; the agent
+// then stops (ErrVersion) rather than retrying forever.
+//
+// # Stripe indexes
+//
+// Stripe unit k of inode ino lives on stripe index (k + ino) mod n. The
+// registry gives each DS ID a stripe index for its lifetime; a DS that loses
+// its connection keeps its index, and a DS re-registering after an MDS
+// restart asks for its old index back (REGISTER's preferred index), so
+// placement survives both. DSes without an index are appended, never put in
+// a hole that may belong to a DS yet to come back. n counts every index
+// ever claimed, so a DS being down makes its stripe units unavailable
+// (ErrUnavailable) instead of silently remapping all files.
+//
+// # Failure handling
+//
+// A DS heartbeats every interval (from REGISTER, default 1 s); the MDS closes
+// the connection of a DS that missed 3 intervals, and a closed connection
+// takes the DS out of service (a Left event, a new Generation). The agent
+// reconnects with capped exponential backoff and re-registers, getting the
+// current fence list in the REGISTER reply. Striped surfaces a down or
+// failing DS as an error wrapping ErrUnavailable (or the DS's storage
+// error); it never substitutes zeros for a DS it could not reach. Striped
+// compares the boot verifiers in OBJ_WRITE and OBJ_COMMIT replies and
+// reports ErrDataLost from Sync when a DS restarted with uncommitted writes.
+//
+// # Stateids and fencing
+//
+// The DS asks the MDS whether (stateid, ino, write) allows I/O and caches a
+// positive answer for 2 s keyed by the stateid's "other" field, ino and
+// write. FENCE drops the cached answers of a client and refuses its I/O with
+// ErrFenced until UNFENCE; a fence that arrives while a check is in flight
+// wins over the check's positive answer.
+//
+// # Trust
+//
+// The control protocol uses AUTH_NONE. The MDS hands the cluster secret to
+// any peer that registers, so either the control port must only be
+// reachable from the cluster network or RegistryConfig.JoinToken must be
+// set. CHECK_STATEID is answered only on registered connections.
+package cluster

@@ -1,0 +1,150 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"syscall"
+
+	"github.com/shoalfs/shoal/internal/ctlproto"
+	"github.com/shoalfs/shoal/internal/rpc"
+	"github.com/shoalfs/shoal/internal/xdr"
+)
+
+// Stateid verdicts. The MDS's RegistryConfig.CheckStateid returns them
+// (wrapped or not) and Agent.CheckStateid returns them to the DS server,
+// which maps them to the NFS4ERR_* of the same name.
+var (
+	ErrBadStateid   = errors.New("cluster: bad stateid")
+	ErrOldStateid   = errors.New("cluster: old stateid")
+	ErrStaleStateid = errors.New("cluster: stale stateid")
+	ErrExpired      = errors.New("cluster: client lease expired")
+	ErrOpenMode     = errors.New("cluster: stateid does not allow this access")
+	// ErrFenced: the stateid belongs to a client the MDS has fenced.
+	ErrFenced = errors.New("cluster: client fenced")
+	// ErrUnavailable: the peer (MDS, or a data server) cannot be reached
+	// or asked the caller to retry; callers map it to NFS4ERR_DELAY.
+	ErrUnavailable = errors.New("cluster: unavailable")
+)
+
+// Errors about cluster membership.
+var (
+	// ErrNoDataServers is returned by Striped when no data server ever
+	// registered.
+	ErrNoDataServers = errors.New("cluster: no data servers")
+	// ErrDrained is returned by StartAgent (and reported by Agent.Err) when
+	// the MDS has taken this data server out of service for good.
+	ErrDrained = errors.New("cluster: data server drained")
+	// ErrVersion: MDS and DS speak no common protocol revision.
+	ErrVersion = errors.New("cluster: protocol version not supported")
+	// ErrAuth: the MDS refused the agent's join token.
+	ErrAuth = errors.New("cluster: join token refused")
+	// ErrUnknownDataServer is returned by Registry.Drain for an unknown id.
+	ErrUnknownDataServer = errors.New("cluster: unknown data server")
+	// ErrDataLost is returned by Striped's Sync when a data server's boot
+	// verifier changed since data was written to it without being
+	// committed: the server must change its own write verifier so that
+	// clients resend their uncommitted writes.
+	ErrDataLost = errors.New("cluster: data server restarted, uncommitted data may be lost")
+)
+
+// statusOf maps a verdict or storage error to the status sent on the wire.
+func statusOf(err error) ctlproto.CtlStatus {
+	switch {
+	case err == nil:
+		return ctlproto.CTL_OK
+	case errors.Is(err, ErrBadStateid):
+		return ctlproto.CTL_ERR_BAD_STATEID
+	case errors.Is(err, ErrOldStateid):
+		return ctlproto.CTL_ERR_OLD_STATEID
+	case errors.Is(err, ErrStaleStateid):
+		return ctlproto.CTL_ERR_STALE_STATEID
+	case errors.Is(err, ErrExpired):
+		return ctlproto.CTL_ERR_EXPIRED
+	case errors.Is(err, ErrOpenMode):
+		return ctlproto.CTL_ERR_OPENMODE
+	case errors.Is(err, ErrFenced):
+		return ctlproto.CTL_ERR_FENCED
+	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return ctlproto.CTL_ERR_DELAY
+	case errors.Is(err, fs.ErrNotExist):
+		return ctlproto.CTL_ERR_NOENT
+	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
+		return ctlproto.CTL_ERR_NOSPC
+	case errors.Is(err, syscall.EFBIG):
+		return ctlproto.CTL_ERR_FBIG
+	case errors.Is(err, syscall.EINVAL):
+		return ctlproto.CTL_ERR_INVAL
+	}
+	return ctlproto.CTL_ERR_IO
+}
+
+// errOf maps a wire status back to an error; nil for CTL_OK.
+func errOf(st ctlproto.CtlStatus) error {
+	switch st {
+	case ctlproto.CTL_OK:
+		return nil
+	case ctlproto.CTL_ERR_BAD_STATEID:
+		return ErrBadStateid
+	case ctlproto.CTL_ERR_OLD_STATEID:
+		return ErrOldStateid
+	case ctlproto.CTL_ERR_STALE_STATEID:
+		return ErrStaleStateid
+	case ctlproto.CTL_ERR_EXPIRED:
+		return ErrExpired
+	case ctlproto.CTL_ERR_OPENMODE:
+		return ErrOpenMode
+	case ctlproto.CTL_ERR_FENCED:
+		return ErrFenced
+	case ctlproto.CTL_ERR_DELAY, ctlproto.CTL_ERR_STALE_GEN, ctlproto.CTL_ERR_NOTREG:
+		return fmt.Errorf("%w (%v)", ErrUnavailable, st)
+	case ctlproto.CTL_ERR_NOENT:
+		return fs.ErrNotExist
+	case ctlproto.CTL_ERR_NOSPC:
+		return syscall.ENOSPC
+	case ctlproto.CTL_ERR_FBIG:
+		return syscall.EFBIG
+	case ctlproto.CTL_ERR_INVAL:
+		return syscall.EINVAL
+	case ctlproto.CTL_ERR_VERSION:
+		return ErrVersion
+	case ctlproto.CTL_ERR_AUTH:
+		return ErrAuth
+	case ctlproto.CTL_ERR_DRAINED:
+		return ErrDrained
+	}
+	return fmt.Errorf("cluster: %v: %w", st, syscall.EIO)
+}
+
+// call sends one SHOAL_CONTROL call on c and decodes its result. Transport
+// failures are wrapped in ErrUnavailable as well as kept in the chain.
+func call(ctx context.Context, c *rpc.Conn, proc uint32, args xdr.Marshaler, res xdr.Unmarshaler) error {
+	b, err := c.Call(ctx, ctlproto.SHOAL_CONTROL, ctlproto.SHOAL_CONTROL_V1, proc, rpc.OpaqueAuth{}, args)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if err := xdr.Unmarshal(b, res); err != nil {
+		return fmt.Errorf("cluster: proc %d: %w: %w", proc, rpc.ErrBadReply, err)
+	}
+	return nil
+}
+
+// decodeArgs decodes a call's arguments, requiring that all are consumed.
+func decodeArgs(c *rpc.Call, v xdr.Unmarshaler) bool {
+	return xdr.Unmarshal(c.Args, v) == nil
+}
+
+// checkProgram answers calls to other programs or versions. It returns
+// false when the call must not be served.
+func checkProgram(c *rpc.Call, res *xdr.Encoder) (rpc.AcceptStat, bool) {
+	if c.Prog != ctlproto.SHOAL_CONTROL {
+		return rpc.ProgUnavail, false
+	}
+	if c.Vers != ctlproto.SHOAL_CONTROL_V1 {
+		res.Uint32(ctlproto.SHOAL_CONTROL_V1)
+		res.Uint32(ctlproto.SHOAL_CONTROL_V1)
+		return rpc.ProgMismatch, false
+	}
+	return rpc.Success, true
+}

@@ -1,0 +1,233 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/server/state"
+	"github.com/shoalfs/shoal/store"
+)
+
+// DataServers is what a metadata server needs from its cluster of data
+// servers (package cluster implements it).
+type DataServers interface {
+	// Devices returns the advertised addresses ("host:port") of every data
+	// server slot by stripe index, and a generation that changes whenever
+	// the set changes. Slots of data servers that are down keep their
+	// index, so a file's striping never moves.
+	Devices() (gen uint64, addrs [][]string)
+	// Layout returns the striping of file ino: the stripe index of its
+	// first stripe unit, the stripe unit and the stripe count.
+	Layout(ino uint64) (first uint32, unit uint64, count uint32)
+	// Fence makes every data server refuse I/O under the state of an MDS
+	// client; Unfence undoes it.
+	Fence(ctx context.Context, clientID uint64) error
+	Unfence(ctx context.Context, clientID uint64) error
+	// OnChange registers fn to run after a data server joins or leaves.
+	OnChange(fn func()) (cancel func())
+}
+
+// PNFSConfig turns a Server into a pNFS metadata server.
+type PNFSConfig struct {
+	DataServers DataServers
+	// Backend stores file data on the data servers, for I/O that clients
+	// send to the MDS (clients without pNFS, or falling back).
+	Backend store.Backend
+}
+
+// pnfsState is the metadata server's pNFS machinery.
+type pnfsState struct {
+	ds DataServers
+
+	mu       sync.Mutex
+	fenced   map[state.ClientID]bool
+	recalls  map[state.FileID]time.Time // last CB_LAYOUTRECALL sent, to pace resends
+	cancelOn func()
+}
+
+func newPNFS(s *Server, cfg *PNFSConfig) *pnfsState {
+	p := &pnfsState{ds: cfg.DataServers, fenced: map[state.ClientID]bool{}, recalls: map[state.FileID]time.Time{}}
+	p.cancelOn = cfg.DataServers.OnChange(func() { go s.recallAll() })
+	return p
+}
+
+// deviceID encodes the data-server set generation: a new generation means
+// new addresses, so clients must fetch the device again.
+func deviceID(gen uint64) nfs4.Deviceid4 {
+	var d nfs4.Deviceid4
+	copy(d[:8], "shoalds1")
+	binary.BigEndian.PutUint64(d[8:], gen)
+	return d
+}
+
+// uaddr formats host:port as an RFC 5665 universal address.
+func uaddr(hostport string) (netid, addr string, err error) {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return "", "", err
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return "", "", fmt.Errorf("bad port in %q", hostport)
+	}
+	ip := net.ParseIP(host)
+	netid = "tcp"
+	if ip != nil && ip.To4() == nil {
+		netid = "tcp6"
+	}
+	return netid, fmt.Sprintf("%s.%d.%d", host, p>>8, p&0xff), nil
+}
+
+// fence makes the data servers refuse a client whose layouts were revoked.
+func (s *Server) fence(id state.ClientID) {
+	p := s.pnfs
+	p.mu.Lock()
+	already := p.fenced[id]
+	p.fenced[id] = true
+	p.mu.Unlock()
+	if already {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.ds.Fence(ctx, uint64(id)); err != nil {
+		s.log.Warn("fence client at data servers", "clientid", fmt.Sprintf("%#x", uint64(id)), "err", err)
+	}
+}
+
+// unfence lets a fenced client use the data servers again, once it asks for
+// a new layout.
+func (s *Server) unfence(id state.ClientID) {
+	p := s.pnfs
+	p.mu.Lock()
+	was := p.fenced[id]
+	delete(p.fenced, id)
+	p.mu.Unlock()
+	if !was {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.ds.Unfence(ctx, uint64(id)); err != nil {
+		s.log.Warn("unfence client at data servers", "clientid", fmt.Sprintf("%#x", uint64(id)), "err", err)
+	}
+}
+
+// CheckDataIO answers a data server's question whether an open or lock
+// stateid allows I/O on a file, and which MDS client owns it.
+func (s *Server) CheckDataIO(ctx context.Context, ino uint64, sid [16]byte, write bool) (uint64, error) {
+	st := state.Stateid{Seqid: binary.BigEndian.Uint32(sid[:4])}
+	copy(st.Other[:], sid[4:])
+	id, err := s.st.m.CheckIOAny(st, state.FileID(ino), write)
+	if err != nil {
+		return 0, err
+	}
+	s.pnfs.mu.Lock()
+	fenced := s.pnfs.fenced[id]
+	s.pnfs.mu.Unlock()
+	if fenced {
+		return uint64(id), ErrFenced
+	}
+	return uint64(id), nil
+}
+
+// ErrFenced reports I/O by a client whose layouts were revoked.
+var ErrFenced = fmt.Errorf("server: client fenced after layout revocation")
+
+// ClusterSecret is the key that authenticates filehandles; data servers
+// get it at registration to verify data filehandles.
+func (s *Server) ClusterSecret() []byte { return s.fh.secret }
+
+// recallFile sends CB_LAYOUTRECALL for file to every holder and reports
+// whether the layouts are gone. Callers of conflicting operations answer
+// NFS4ERR_DELAY while it returns false; clients that do not return their
+// layouts within a lease are revoked and fenced by the state manager.
+func (s *Server) recallFile(ino uint64, fh []byte) bool {
+	if s.pnfs == nil {
+		return true
+	}
+	file := state.FileID(ino)
+	if s.st.m.Recalled(file) {
+		return true
+	}
+	p := s.pnfs
+	p.mu.Lock()
+	last, seen := p.recalls[file]
+	resend := !seen || time.Since(last) > time.Second
+	if resend {
+		p.recalls[file] = time.Now()
+	}
+	p.mu.Unlock()
+	holders := s.st.m.BeginRecall(file)
+	if resend {
+		for _, h := range holders {
+			go s.sendLayoutRecall(h, file, fh)
+		}
+	}
+	return false
+}
+
+func (s *Server) sendLayoutRecall(h state.LayoutHolder, file state.FileID, fh []byte) {
+	ctx, cancel := context.WithTimeout(s.st.ctx, 15*time.Second)
+	defer cancel()
+	op := nfs4.NfsCbArgop4{
+		Argop: nfs4.OP_CB_LAYOUTRECALL,
+		Opcblayoutrecall: &nfs4.CBLAYOUTRECALL4args{
+			CloraType:    nfs4.LAYOUT4_NFSV4_1_FILES,
+			CloraIomode:  nfs4.LAYOUTIOMODE4_ANY,
+			CloraChanged: true,
+			CloraRecall: nfs4.Layoutrecall4{
+				LorRecalltype: nfs4.LAYOUTRECALL4_FILE,
+				LorLayout: &nfs4.LayoutrecallFile4{
+					LorFh:      fh,
+					LorOffset:  0,
+					LorLength:  ^uint64(0),
+					LorStateid: fromState(h.Stateid),
+				},
+			},
+		},
+	}
+	for _, sid := range h.Sessions {
+		res, err := s.callback(ctx, sid, op)
+		if err != nil {
+			s.log.Debug("CB_LAYOUTRECALL", "session", sid.String(), "err", err)
+			continue
+		}
+		if len(res) == 1 && res[0].Opcblayoutrecall != nil && res[0].Opcblayoutrecall.ClorrStatus == nfs4.NFS4ERR_NOMATCHING_LAYOUT {
+			// The client has no layout for the file: nothing to wait for.
+			s.st.m.RecallNoMatch(h.ClientID, file)
+		}
+		return
+	}
+}
+
+// recallAll recalls every layout (a data server joined or left, so the
+// device list changed).
+func (s *Server) recallAll() {
+	for _, h := range s.st.m.BeginRecallAll() {
+		h := h
+		go func() {
+			ctx, cancel := context.WithTimeout(s.st.ctx, 15*time.Second)
+			defer cancel()
+			op := nfs4.NfsCbArgop4{
+				Argop: nfs4.OP_CB_LAYOUTRECALL,
+				Opcblayoutrecall: &nfs4.CBLAYOUTRECALL4args{
+					CloraType:   nfs4.LAYOUT4_NFSV4_1_FILES,
+					CloraIomode: nfs4.LAYOUTIOMODE4_ANY,
+					CloraRecall: nfs4.Layoutrecall4{LorRecalltype: nfs4.LAYOUTRECALL4_ALL},
+				},
+			}
+			for _, sid := range h.Sessions {
+				if _, err := s.callback(ctx, sid, op); err == nil {
+					return
+				}
+			}
+		}()
+	}
+}
