@@ -396,6 +396,9 @@ func (r *runner) seqRead(ctx context.Context, path string) error {
 		if n == len(buf) && err == io.EOF {
 			err = nil // the last block may report EOF with all its bytes
 		}
+		if n < len(buf) && (err == nil || err == io.EOF) {
+			return fmt.Errorf("short read at offset %d: %d of %d bytes", off, n, len(buf))
+		}
 		if err != nil {
 			return err
 		}

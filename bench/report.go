@@ -194,7 +194,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 		FormatSize(c.Size), FormatSize(int64(c.Block)), c.Depth, c.Files, c.Reps)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if r.measured() {
-		fmt.Fprintln(tw, "target\tworkload\tmedian\t[min-max]\tunit\tserver CPU\t")
+		fmt.Fprintln(tw, "target\tworkload\tmedian\t[min-max]\tunit\tserver CPU")
 	}
 	for _, t := range r.Targets {
 		for _, res := range t.Results {
@@ -205,7 +205,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 			if c := res.ServerCores(); c >= 0 {
 				cores = fmt.Sprintf("%.2f cores", c)
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t[%s-%s]\t%s\t%s\t\n", t.Name, res.Workload,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t[%s-%s]\t%s\t%s\n", t.Name, res.Workload,
 				num(res.Median), num(res.Min), num(res.Max), res.Unit, cores)
 		}
 	}

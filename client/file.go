@@ -65,15 +65,7 @@ func (c *Client) Open(ctx context.Context, path string, flag int, perm uint32) (
 	if name == "" {
 		return nil, pathErr("open", path, syscall.EISDIR)
 	}
-	f := &File{c: c, path: path, flag: flag, openOwner: c.newOwner("open"), lockOwner: c.newOwner("lock")}
-	switch flag & (os.O_RDONLY | os.O_WRONLY | os.O_RDWR) {
-	case os.O_WRONLY:
-		f.access = nfs4.OPEN4_SHARE_ACCESS_WRITE
-	case os.O_RDWR:
-		f.access = nfs4.OPEN4_SHARE_ACCESS_BOTH
-	default:
-		f.access = nfs4.OPEN4_SHARE_ACCESS_READ
-	}
+	f := &File{c: c, path: path, flag: flag, openOwner: c.newOwner("open"), lockOwner: c.newOwner("lock"), access: shareAccess(flag)}
 	how := nfs4.Openflag4{Opentype: nfs4.OPEN4_NOCREATE}
 	if flag&os.O_CREATE != 0 {
 		attrs := modeAttr(perm)
@@ -122,6 +114,55 @@ func (c *Client) Open(ctx context.Context, path string, flag int, perm uint32) (
 		}
 	}
 	return f, nil
+}
+
+// OpenHandle opens an existing file by its file handle (from Lookup or
+// File.Handle) with OPEN's CLAIM_FH, without a path walk. flag is as for
+// Open, except that O_CREATE and O_EXCL are meaningless and ignored.
+func (c *Client) OpenHandle(ctx context.Context, fh []byte, flag int) (*File, error) {
+	name := fmt.Sprintf("handle:%x", fh)
+	f := &File{c: c, path: name, fh: append([]byte(nil), fh...), flag: flag,
+		openOwner: c.newOwner("open"), lockOwner: c.newOwner("lock"), access: shareAccess(flag)}
+	res, err := c.call(ctx, func() []nfs4.NfsArgop4 {
+		_, s, _ := c.current()
+		var cid nfs4.Clientid4
+		if s != nil {
+			cid = s.clientID
+		}
+		return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_OPEN, Opopen: &nfs4.OPEN4args{
+			ShareAccess: f.access | nfs4.OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+			ShareDeny:   nfs4.OPEN4_SHARE_DENY_NONE,
+			Owner:       nfs4.OpenOwner4{Clientid: cid, Owner: f.openOwner},
+			Openhow:     nfs4.Openflag4{Opentype: nfs4.OPEN4_NOCREATE},
+			Claim:       nfs4.OpenClaim4{Claim: nfs4.CLAIM_FH},
+		}}}
+	})
+	if err != nil {
+		return nil, pathErr("open", name, err)
+	}
+	ok := res[1].Opopen.Resok4
+	f.stateid = ok.Stateid
+	c.dropDelegation(f.fh, &ok.Delegation)
+	c.mu.Lock()
+	c.files[f] = struct{}{}
+	c.mu.Unlock()
+	if flag&os.O_TRUNC != 0 && f.access&nfs4.OPEN4_SHARE_ACCESS_WRITE != 0 {
+		if err := f.truncate(ctx, 0); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+func shareAccess(flag int) uint32 {
+	switch flag & (os.O_RDONLY | os.O_WRONLY | os.O_RDWR) {
+	case os.O_WRONLY:
+		return nfs4.OPEN4_SHARE_ACCESS_WRITE
+	case os.O_RDWR:
+		return nfs4.OPEN4_SHARE_ACCESS_BOTH
+	}
+	return nfs4.OPEN4_SHARE_ACCESS_READ
 }
 
 // dropDelegation returns a delegation the server granted although we asked

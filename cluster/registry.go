@@ -582,6 +582,12 @@ func (r *Registry) register(c *rpc.Conn, a *ctlproto.CtlRegisterArgs) ctlproto.C
 		r.byID[a.DsId] = m
 	}
 	old := m.conn
+	if old != nil && old != c {
+		// The DS reconnected before its old connection was noticed dead
+		// (or another process claims its ID): report the old connection's
+		// end like any other, then the new registration.
+		r.setUpLocked(m, false)
+	}
 	m.conn = c
 	r.nextReg++
 	m.reg = r.nextReg
@@ -606,7 +612,6 @@ func (r *Registry) register(c *rpc.Conn, a *ctlproto.CtlRegisterArgs) ctlproto.C
 	}
 	r.mu.Unlock()
 	if old != nil && old != c {
-		// The DS reconnected before its old connection was noticed dead.
 		old.Close()
 	}
 	return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_OK, Ok: ok}

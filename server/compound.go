@@ -180,7 +180,7 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 	e.PutUint32At(statusPos, uint32(st))
 	e.PutUint32At(countPos, uint32(done))
 	if c.seq != nil {
-		c.seq.complete(func() []byte { return e.BytesSince(start) })
+		c.seq.complete(e.Mark()-start, func() []byte { return e.BytesSince(start) })
 	}
 	return rpc.Success
 }

@@ -426,7 +426,8 @@ func decodeAttrs(f *nfs4.Fattr4) (attrMap, error) {
 			m[n] = bm
 		case nfs4.FATTR4_TYPE, nfs4.FATTR4_FH_EXPIRE_TYPE, nfs4.FATTR4_LEASE_TIME, nfs4.FATTR4_RDATTR_ERROR,
 			nfs4.FATTR4_ACLSUPPORT, nfs4.FATTR4_MAXLINK, nfs4.FATTR4_MAXNAME, nfs4.FATTR4_MODE,
-			nfs4.FATTR4_NUMLINKS, nfs4.FATTR4_CHANGE_ATTR_TYPE:
+			nfs4.FATTR4_NUMLINKS, nfs4.FATTR4_CHANGE_ATTR_TYPE, nfs4.FATTR4_LAYOUT_BLKSIZE,
+			nfs4.FATTR4_LAYOUT_ALIGNMENT, nfs4.FATTR4_CLONE_BLKSIZE:
 			m[n] = d.Uint32()
 		case nfs4.FATTR4_LINK_SUPPORT, nfs4.FATTR4_SYMLINK_SUPPORT, nfs4.FATTR4_NAMED_ATTR,
 			nfs4.FATTR4_UNIQUE_HANDLES, nfs4.FATTR4_CANSETTIME, nfs4.FATTR4_CASE_INSENSITIVE,
@@ -455,7 +456,7 @@ func decodeAttrs(f *nfs4.Fattr4) (attrMap, error) {
 				return false
 			}
 			m[n] = time.Unix(sec, int64(nsec))
-		case nfs4.FATTR4_FS_LAYOUT_TYPES:
+		case nfs4.FATTR4_FS_LAYOUT_TYPES, nfs4.FATTR4_LAYOUT_TYPES:
 			k := d.ArrayLen(64, 4)
 			lt := make([]uint32, k)
 			for i := range lt {

@@ -8,6 +8,7 @@ import (
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/server/state"
 )
 
 func splitPath(p string) []string {
@@ -68,6 +69,18 @@ func (s *Server) getattr(ctx context.Context, ino meta.Ino) (meta.Attr, error) {
 		return a, err
 	}
 	s.cache.overlay(ino, &a)
+	if s.pnfs != nil && a.Type == meta.TypeRegular && s.st.m.HasWriteLayouts(state.FileID(ino)) {
+		// Clients writing through layouts report the new size only with
+		// LAYOUTCOMMIT; until then the data servers know better. Without
+		// this an O_APPEND writer that revalidates the size would write
+		// over data it appended a moment ago.
+		if f, err := s.openData(ino, false); err == nil && f != nil {
+			if n, err := f.Size(); err == nil && uint64(n) > a.Size {
+				a.Size = uint64(n)
+			}
+			f.Close()
+		}
+	}
 	return a, nil
 }
 

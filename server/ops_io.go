@@ -108,6 +108,12 @@ func (c *compound) write(a *nfs4.WRITE4args) opReply {
 			}
 		}
 		committed = nfs4.FILE_SYNC4
+		if c.s.ds != nil {
+			// Only the data is stable here; the file's size and mtime
+			// live on the MDS until the client's LAYOUTCOMMIT. FILE_SYNC4
+			// would tell the client no LAYOUTCOMMIT is needed.
+			committed = nfs4.DATA_SYNC4
+		}
 	}
 	return ok(&nfs4.WRITE4resok{Count: uint32(len(a.Data)), Committed: committed, Writeverf: c.s.writeVerf})
 }

@@ -34,17 +34,13 @@ type seqContext struct {
 // exactly-once semantics of small non-idempotent requests.
 const alwaysCache = 2048
 
-func (q *seqContext) complete(reply func() []byte) {
+func (q *seqContext) complete(size int, reply func() []byte) {
 	var b []byte
-	cache := q.cacheThis
-	if cache {
+	cache := q.cacheThis || size <= alwaysCache
+	if cache && size <= int(q.slot.MaxCached()) {
 		b = reply()
-	} else if r := reply; r != nil {
-		if out := r(); len(out) <= alwaysCache {
-			b, cache = out, true
-		}
 	}
-	q.slot.Complete(b, cache)
+	q.slot.Complete(b, cache && b != nil)
 }
 
 // principal identifies the RPC credential for client-record comparisons.

@@ -52,9 +52,7 @@ type pnfsState struct {
 }
 
 func newPNFS(s *Server, cfg *PNFSConfig) *pnfsState {
-	p := &pnfsState{ds: cfg.DataServers, fenced: map[state.ClientID]bool{}, recalls: map[state.FileID]time.Time{}}
-	p.cancelOn = cfg.DataServers.OnChange(func() { go s.recallAll() })
-	return p
+	return &pnfsState{ds: cfg.DataServers, fenced: map[state.ClientID]bool{}, recalls: map[state.FileID]time.Time{}}
 }
 
 // deviceID encodes the data-server set generation: a new generation means

@@ -36,6 +36,9 @@ type Config struct {
 	// PNFS, if set, makes the server a pNFS metadata server whose file data
 	// lives on data servers.
 	PNFS *PNFSConfig
+	// Programs serves other ONC RPC programs on the same listener (the
+	// metadata server's control protocol for data servers).
+	Programs map[uint32]rpc.Handler
 }
 
 // Server is a single-node NFSv4.1/4.2 server.
@@ -162,7 +165,14 @@ func (s *Server) resolveExports(ctx context.Context) error {
 
 // Serve accepts connections on ln until Close.
 func (s *Server) Serve(ln net.Listener) error {
-	s.startOnce.Do(func() { go s.st.run() })
+	s.startOnce.Do(func() {
+		if s.pnfs != nil {
+			// Data servers joining or leaving change the device: recall
+			// every layout so clients fetch the new one.
+			s.pnfs.cancelOn = s.pnfs.ds.OnChange(func() { go s.recallAll() })
+		}
+		go s.st.run()
+	})
 	return s.rpc.Serve(ln)
 }
 
@@ -188,6 +198,9 @@ func (s *Server) Close() error {
 // ServeRPC implements rpc.Handler for the NFS program.
 func (s *Server) ServeRPC(ctx context.Context, call *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
 	if call.Prog != nfs4.NFS4_PROGRAM {
+		if h := s.cfg.Programs[call.Prog]; h != nil {
+			return h.ServeRPC(ctx, call, res)
+		}
 		return rpc.ProgUnavail
 	}
 	if call.Vers != nfs4.NFS_V4 {

@@ -104,7 +104,7 @@ func TestSequenceReplay(t *testing.T) {
 	must(t)(res, err)
 
 	// Resend the same request on the same slot and sequence ID.
-	args := &nfs4.COMPOUND4args{Minorversion: 1,
+	args := &nfs4.COMPOUND4args{Minorversion: c.Minor,
 		Argarray: append([]nfs4.NfsArgop4{wiretest.Seq(c.SessionID, 0, seq, true)}, ops...)}
 	res2, raw2, err := c.Send(ctx, args)
 	if err != nil {
@@ -124,6 +124,17 @@ func TestSequenceReplay(t *testing.T) {
 	// second execution.
 	res, err = c.CompoundCtx(ctx, opPutRoot(), opMkdir("replayed"))
 	want(t, nfs4.NFS4ERR_EXIST)(res, err)
+
+	// A large reply the client did not ask to cache is not cached: its
+	// retransmission gets RETRY_UNCACHED_REP rather than a re-execution.
+	sid, fh := openFile(t, c, "big", nfs4.OPEN4_SHARE_ACCESS_BOTH, 0, "o")
+	must(t)(c.Compound(opPutFH(fh), opWrite(sid, 0, nfs4.FILE_SYNC4, make([]byte, 8000))))
+	readOps := []nfs4.NfsArgop4{opPutFH(fh), opRead(sid, 0, 8000)}
+	must(t)(c.Compound(readOps...))
+	args = &nfs4.COMPOUND4args{Minorversion: 2,
+		Argarray: append([]nfs4.NfsArgop4{wiretest.Seq(c.SessionID, 0, c.SlotSeq(), false)}, readOps...)}
+	res, _, err = c.Send(ctx, args)
+	want(t, nfs4.NFS4ERR_RETRY_UNCACHED_REP)(res, err)
 }
 
 func TestSequenceErrors(t *testing.T) {
@@ -309,7 +320,7 @@ func TestBackchannelBinding(t *testing.T) {
 	}
 	cb.Close()
 	// Unbinding happens when the server notices the close; poll, bounded.
-	if !pollUntil(100, 20*time.Millisecond, func() bool { return flags(c)&nfs4.SEQ4_STATUS_CB_PATH_DOWN_SESSION != 0 }) {
+	if !pollUntil(200, 25*time.Millisecond, func() bool { return flags(c)&nfs4.SEQ4_STATUS_CB_PATH_DOWN_SESSION != 0 }) {
 		t.Error("back channel connection closed, CB_PATH_DOWN_SESSION never set")
 	}
 }

@@ -50,6 +50,7 @@ func Run(t *testing.T, dial Dialer) {
 		{"Locks", testLocks},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"SeekReadWrite", testSeek},
+		{"OpenHandle", testOpenHandle},
 		{"Reconnect", testReconnect},
 	}
 	for _, tc := range tests {
@@ -482,6 +483,32 @@ func testConcurrentWriters(t *testing.T, e *env) {
 		if own := readFile(t, e, e.c, e.path(fmt.Sprintf("own%d", w))); !bytes.Equal(own, pattern(region, byte(w+100))) {
 			t.Fatalf("file own%d corrupted", w)
 		}
+	}
+}
+
+func testOpenHandle(t *testing.T, e *env) {
+	p := e.path("byhandle")
+	writeFile(t, e, e.c, p, []byte("found by handle"))
+	fh, a, err := e.c.Lookup(e.ctx, p)
+	if err != nil || len(fh) == 0 || a.Size != 15 {
+		t.Fatalf("lookup: %d-byte handle, size %d, %v", len(fh), a.Size, err)
+	}
+	// The handle stays valid across a rename: it names the file, not the path.
+	if err := e.c.Rename(e.ctx, p, p+"-renamed"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := e.c.OpenHandle(e.ctx, fh, os.O_RDWR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 64)
+	n, err := f.ReadAt(buf, 0)
+	if err != io.EOF || string(buf[:n]) != "found by handle" {
+		t.Fatalf("read by handle: %q, %v", buf[:n], err)
+	}
+	if _, err := e.c.OpenHandle(e.ctx, []byte("not a handle"), os.O_RDONLY); err == nil {
+		t.Fatal("open of a bogus handle succeeded")
 	}
 }
 

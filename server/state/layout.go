@@ -305,3 +305,17 @@ func (m *Manager) CheckIOAny(sid Stateid, file FileID, write bool) (ClientID, er
 	}
 	return owner, m.CheckIO(owner, sid, file, write)
 }
+
+// HasWriteLayouts reports whether any client holds a read/write layout of
+// file: its size may then have grown on the data servers beyond what the
+// metadata server has recorded.
+func (m *Manager) HasWriteLayouts(file FileID) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for l := range m.layouts[file] {
+		if l.iomode == IOModeRW {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shoalfs/shoal/localcluster"
+	"github.com/shoalfs/shoal/server"
+)
+
+// squashFlag returns exports with root squashing turned off when asked.
+func exportsFor(noRootSquash bool) []*server.Export {
+	if !noRootSquash {
+		return nil
+	}
+	f := false
+	return []*server.Export{{Path: "/", RootSquash: &f}}
+}
+
+func newMDSCmd() *cobra.Command {
+	var (
+		listen, dir  string
+		unit         uint64
+		lease        time.Duration
+		noRootSquash bool
+	)
+	cmd := &cobra.Command{
+		Use:   "mds",
+		Short: "Run a pNFS metadata server (files layout); data servers register with it",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if dir == "" {
+				return fmt.Errorf("--dir is required")
+			}
+			m, err := localcluster.StartMDS(localcluster.MDSConfig{
+				Listen: listen, Dir: dir, StripeUnit: unit, Lease: lease,
+				Exports: exportsFor(noRootSquash), Logger: slog.Default(),
+			})
+			if err != nil {
+				return err
+			}
+			slog.Info("shoal mds ready", "listen", m.Addr.String(), "dir", dir,
+				"ds", fmt.Sprintf("shoal ds --mds %s --listen HOST:PORT --dir DIR", m.Addr))
+			<-cmd.Context().Done()
+			slog.Info("shutting down")
+			return m.Close()
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:2049", "address for NFS clients and data servers")
+	cmd.Flags().StringVar(&dir, "dir", "", "metadata directory")
+	cmd.Flags().Uint64Var(&unit, "stripe-unit", localcluster.DefaultStripeUnit, "stripe unit in bytes (multiple of 64)")
+	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time")
+	cmd.Flags().BoolVar(&noRootSquash, "no-root-squash", false, "do not map root to the anonymous user")
+	return cmd
+}
+
+func newDSCmd() *cobra.Command {
+	var listen, dir, mds, advertise string
+	cmd := &cobra.Command{
+		Use:   "ds",
+		Short: "Run a pNFS data server for a Shoal metadata server",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if dir == "" || mds == "" {
+				return fmt.Errorf("--dir and --mds are required")
+			}
+			d, err := localcluster.StartDS(cmd.Context(), localcluster.DSConfig{
+				Listen: listen, Dir: dir, MDS: mds, Advertise: advertise, Logger: slog.Default(),
+			})
+			if err != nil {
+				return err
+			}
+			slog.Info("shoal ds ready", "listen", d.Addr.String(), "index", d.Agent.Index(), "mds", mds)
+			<-cmd.Context().Done()
+			slog.Info("shutting down")
+			return d.Close()
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address for NFS clients")
+	cmd.Flags().StringVar(&dir, "dir", "", "data directory")
+	cmd.Flags().StringVar(&mds, "mds", "", "metadata server address host:port")
+	cmd.Flags().StringVar(&advertise, "advertise", "", "address clients use to reach this data server (default: --listen)")
+	return cmd
+}
+
+func newUpCmd() *cobra.Command {
+	var (
+		listen, dir, advertise string
+		n                      int
+		unit                   uint64
+		lease                  time.Duration
+		rootSquash             bool
+	)
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "Start a local pNFS cluster: one metadata server and N data servers",
+		Example: `  shoal up --dir /tmp/shoal --ds 4
+  shoal up --dir /tmp/shoal --ds 4 --listen 127.0.0.1:2049 --advertise-host 10.0.2.2`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if dir == "" {
+				dir = filepath.Join(os.TempDir(), "shoal")
+			}
+			ctx := cmd.Context()
+			c, err := localcluster.Start(ctx, localcluster.Config{
+				Dir: dir, DataServers: n, Listen: listen, AdvertiseHost: advertise,
+				StripeUnit: unit, Lease: lease, Exports: exportsFor(!rootSquash), Logger: slog.Default(),
+			})
+			if err != nil {
+				return err
+			}
+			addr := c.MDS.Addr.(*net.TCPAddr)
+			var ds []string
+			for _, d := range c.DS {
+				ds = append(ds, d.Addr.String())
+			}
+			fmt.Printf("shoal up: ready: MDS %s, %d data servers [%s], stripe unit %d, data in %s\n",
+				addr, len(c.DS), strings.Join(ds, " "), c.MDS.Striped.StripeUnit(), dir)
+			fmt.Printf("  mount:  mount -t nfs4 -o vers=4.1,port=%d %s:/ /mnt\n", addr.Port, addr.IP)
+			fmt.Printf("  files:  shoal ls nfs://%s/\n", addr)
+			fmt.Printf("  bench:  shoal bench --addr %s\n", addr)
+			fmt.Println("  stop:   Ctrl-C")
+			<-ctx.Done()
+			fmt.Println("shoal up: shutting down")
+			shut, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- c.Close() }()
+			select {
+			case err := <-done:
+				return err
+			case <-shut.Done():
+				return fmt.Errorf("shutdown timed out")
+			}
+		},
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:2049", "metadata server address")
+	cmd.Flags().StringVar(&dir, "dir", "", "directory for all cluster data (default $TMPDIR/shoal)")
+	cmd.Flags().StringVar(&advertise, "advertise-host", "", "host clients use to reach the data servers (default: the listen host)")
+	cmd.Flags().IntVar(&n, "ds", 4, "number of data servers")
+	cmd.Flags().Uint64Var(&unit, "stripe-unit", localcluster.DefaultStripeUnit, "stripe unit in bytes")
+	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time")
+	cmd.Flags().BoolVar(&rootSquash, "root-squash", false, "map root to the anonymous user (off for a local development cluster)")
+	return cmd
+}
