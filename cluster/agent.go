@@ -117,7 +117,7 @@ type Agent struct {
 
 // StartAgent connects to the MDS and registers, retrying with bounded
 // backoff until it succeeds, ctx is done, or the MDS refuses the DS for
-// good (ErrVersion, ErrAuth, ErrDrained). Afterwards the agent heartbeats,
+// good (ErrVersion, ErrAuth, ErrDrained, ErrClusterFull). Afterwards the agent heartbeats,
 // serves the MDS's calls, and reconnects and re-registers whenever the
 // connection drops, until Close.
 func StartAgent(ctx context.Context, cfg AgentConfig) (*Agent, error) {
@@ -178,7 +178,7 @@ func (a *Agent) Verifier() [8]byte { return a.verifier }
 func (a *Agent) Drained() <-chan struct{} { return a.drainedCh }
 
 // Err returns why the agent stopped trying to register (ErrDrained,
-// ErrVersion, ErrAuth), or nil while it is working.
+// ErrVersion, ErrAuth, ErrClusterFull), or nil while it is working.
 func (a *Agent) Err() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -266,7 +266,7 @@ func (a *Agent) connectRetry(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, ErrDrained) || errors.Is(err, ErrVersion) || errors.Is(err, ErrAuth) {
+		if errors.Is(err, ErrDrained) || errors.Is(err, ErrVersion) || errors.Is(err, ErrAuth) || errors.Is(err, ErrClusterFull) {
 			a.mu.Lock()
 			a.err = err
 			a.mu.Unlock()

@@ -23,8 +23,8 @@
 //     bound to the connection it arrived on, so a dead connection takes the
 //     DS out of service at once, and a stale DS cannot act for a newer
 //     registration of the same ID (its HEARTBEATs get CTL_ERR_STALE_GEN);
-//   - ordering between the two directions is that of one TCP stream, so a
-//     FENCE sent before an answer is seen before it.
+//   - nothing has to be configured or secured twice: one port, one
+//     peer, one place where the DS's liveness is decided.
 //
 // # Protocol
 //
@@ -59,16 +59,27 @@
 //
 // # Stripe indexes
 //
-// Stripe unit k of inode ino lives on stripe index (k + ino) mod n. The
-// registry gives each DS ID a stripe index for its lifetime; a DS that loses
-// its connection keeps its index, and a DS re-registering after an MDS
-// restart asks for its old index back (REGISTER's preferred index), so
-// placement survives both. DSes without an index are appended, never put in
-// a hole that may belong to a DS yet to come back. n counts every index
-// ever claimed, so a DS being down makes its stripe units unavailable
-// (ErrUnavailable) instead of silently remapping all files.
+// Stripe unit k of inode ino lives on stripe index (k + ino) mod n, so a
+// DS's index must never change while it holds data. The registry gives each
+// DS ID an index for its lifetime: a DS that loses its connection keeps it;
+// a DS re-registering after an MDS restart asks for it back (REGISTER's
+// preferred index); and OpenRegistry records the ID→index map in a state
+// file, so placement survives even the MDS and every DS restarting at once,
+// when DSes come back in any order and remember nothing. DSes without an
+// index are appended, never put in a hole that may belong to a DS yet to
+// come back.
+//
+// n counts every index ever claimed (or is fixed by RegistryConfig.Width),
+// so a DS being down makes its stripe units unavailable (ErrUnavailable)
+// instead of silently remapping every file. Growing n remaps files already
+// written; no data is rebalanced, so a cluster must reach its final width
+// (Registry.WaitFor, or a fixed Width) before it stores data.
 //
 // # Failure handling
+//
+// The registry's handler can share the MDS's NFS listener (route calls whose
+// program is SHOAL_CONTROL to Registry.Handler) or have a listener of its
+// own (Registry.Serve).
 //
 // A DS heartbeats every interval (from REGISTER, default 1 s); the MDS closes
 // the connection of a DS that missed 3 intervals, and a closed connection
@@ -85,8 +96,11 @@
 // The DS asks the MDS whether (stateid, ino, write) allows I/O and caches a
 // positive answer for 2 s keyed by the stateid's "other" field, ino and
 // write. FENCE drops the cached answers of a client and refuses its I/O with
-// ErrFenced until UNFENCE; a fence that arrives while a check is in flight
-// wins over the check's positive answer.
+// ErrFenced until UNFENCE. A fence racing with a check in flight wins
+// whichever is processed first: the answer is cached only if the client is
+// not fenced at that moment, and a later FENCE drops it. Registry.Fence
+// returns once every connected DS has applied the fence, so the server's own
+// checker refusing fenced clients closes the window.
 //
 // # Trust
 //

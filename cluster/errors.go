@@ -40,6 +40,9 @@ var (
 	ErrVersion = errors.New("cluster: protocol version not supported")
 	// ErrAuth: the MDS refused the agent's join token.
 	ErrAuth = errors.New("cluster: join token refused")
+	// ErrClusterFull: every stripe index of a fixed-width cluster is
+	// taken (RegistryConfig.Width).
+	ErrClusterFull = errors.New("cluster: no free stripe index")
 	// ErrUnknownDataServer is returned by Registry.Drain for an unknown id.
 	ErrUnknownDataServer = errors.New("cluster: unknown data server")
 	// ErrDataLost is returned by Striped's Sync when a data server's boot
@@ -113,6 +116,8 @@ func errOf(st ctlproto.CtlStatus) error {
 		return ErrAuth
 	case ctlproto.CTL_ERR_DRAINED:
 		return ErrDrained
+	case ctlproto.CTL_ERR_FULL:
+		return ErrClusterFull
 	}
 	return fmt.Errorf("cluster: %v: %w", st, syscall.EIO)
 }

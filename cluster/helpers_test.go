@@ -3,9 +3,9 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
-	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -66,10 +66,13 @@ type testCluster struct {
 	events  chan Event
 	agents  []*Agent
 	stores  []*store.Local
+
+	width     int    // RegistryConfig.Width
+	stateFile string // OpenRegistry if set
 }
 
-func newRegistry(t testing.TB, c *fakeChecker) *Registry {
-	return NewRegistry(RegistryConfig{
+func testRegistryConfig(c *fakeChecker) RegistryConfig {
+	return RegistryConfig{
 		Secret:            []byte("cluster-secret"),
 		JoinToken:         []byte("join"),
 		HeartbeatInterval: 100 * time.Millisecond,
@@ -77,12 +80,19 @@ func newRegistry(t testing.TB, c *fakeChecker) *Registry {
 		// connections, and -race slows everything down.
 		MissedBeats:  200,
 		CheckStateid: c.check,
-	})
+	}
 }
 
 func newCluster(t testing.TB, n int) *testCluster {
 	t.Helper()
-	tc := &testCluster{t: t, checker: newFakeChecker(), events: make(chan Event, 1000)}
+	return newClusterWith(t, n, &testCluster{})
+}
+
+// newClusterWith starts a cluster configured by the width and stateFile
+// of tc.
+func newClusterWith(t testing.TB, n int, tc *testCluster) *testCluster {
+	t.Helper()
+	tc.t, tc.checker, tc.events = t, newFakeChecker(), make(chan Event, 1000)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -121,7 +131,16 @@ func newCluster(t testing.TB, n int) *testCluster {
 }
 
 func (tc *testCluster) startRegistry(ln net.Listener) {
-	tc.reg = newRegistry(tc.t, tc.checker)
+	cfg := testRegistryConfig(tc.checker)
+	cfg.Width = tc.width
+	if tc.stateFile == "" {
+		tc.reg = NewRegistry(cfg)
+	} else {
+		var err error
+		if tc.reg, err = OpenRegistry(cfg, tc.stateFile); err != nil {
+			tc.t.Fatal(err)
+		}
+	}
 	tc.reg.Subscribe(func(ev Event) { tc.events <- ev })
 	tc.serveCh = make(chan error, 1)
 	reg := tc.reg

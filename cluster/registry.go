@@ -67,6 +67,12 @@ type RegistryConfig struct {
 	// (AgentConfig.JoinToken). Without it any peer that can reach the
 	// control port can join and learn Secret.
 	JoinToken []byte
+	// Width, if positive, fixes the stripe width: Members always has Width
+	// entries, a new DS takes the lowest free index, and a DS that finds
+	// every index taken is refused (ErrClusterFull). Zero lets the width
+	// grow as new DSes register, which remaps every file already written:
+	// grow a cluster only before it holds data.
+	Width int
 	// HeartbeatInterval is how often DSes heartbeat (default 1s).
 	HeartbeatInterval time.Duration
 	// MissedBeats is how many intervals without a heartbeat take a DS out
@@ -86,10 +92,11 @@ type RegistryConfig struct {
 // of SHOAL_CONTROL and calls DSes back over the connections they
 // registered on.
 type Registry struct {
-	cfg      RegistryConfig
-	log      *slog.Logger
-	interval time.Duration
-	missed   int
+	cfg       RegistryConfig
+	log       *slog.Logger
+	stateFile string
+	interval  time.Duration
+	missed    int
 
 	mu      sync.Mutex
 	byID    map[string]*member
@@ -125,9 +132,32 @@ type member struct {
 // share a listener's connections.
 type connKey struct{ r *Registry }
 
-// NewRegistry returns a registry and starts its heartbeat monitor. Mount
-// Handler on a listener (or call Serve) to let DSes register.
+// NewRegistry returns a registry that keeps its ID→stripe index map in
+// memory, and starts its heartbeat monitor. Mount Handler on a listener (or
+// call Serve) to let DSes register. After an MDS restart DSes ask for their
+// old indexes back; OpenRegistry also survives DSes restarting at the same
+// time.
 func NewRegistry(cfg RegistryConfig) *Registry {
+	r := newRegistry(cfg)
+	r.start()
+	return r
+}
+
+// OpenRegistry is NewRegistry with the ID→stripe index map and the set of
+// drained DSes kept in stateFile (created if missing), so stripe placement
+// survives any restart and the stripe width is known before any DS has
+// registered again.
+func OpenRegistry(cfg RegistryConfig, stateFile string) (*Registry, error) {
+	r := newRegistry(cfg)
+	r.stateFile = stateFile
+	if err := r.load(); err != nil {
+		return nil, err
+	}
+	r.start()
+	return r, nil
+}
+
+func newRegistry(cfg RegistryConfig) *Registry {
 	r := &Registry{
 		cfg:      cfg,
 		log:      cfg.Logger,
@@ -152,10 +182,16 @@ func NewRegistry(cfg RegistryConfig) *Registry {
 	_, _ = io.ReadFull(rand.Reader, b[:])
 	r.nextReg = binary.BigEndian.Uint64(b[:]) | 1
 	r.evCond = sync.NewCond(&r.evMu)
+	if cfg.Width > 0 {
+		r.byIndex = make([]*member, min(cfg.Width, maxIndex))
+	}
+	return r
+}
+
+func (r *Registry) start() {
 	r.wg.Add(2)
 	go r.monitor()
 	go r.dispatch()
-	return r
 }
 
 // Handler returns the rpc.Handler serving SHOAL_CONTROL calls from DSes.
@@ -371,7 +407,11 @@ func (r *Registry) Drain(ctx context.Context, id string) error {
 	m.drained = true
 	r.setUpLocked(m, false)
 	conn := m.conn
+	serr := r.saveLocked()
 	r.mu.Unlock()
+	if serr != nil {
+		return fmt.Errorf("cluster: drain %s: recording it: %w", id, serr)
+	}
 	if conn == nil {
 		return nil
 	}
@@ -570,9 +610,11 @@ func (r *Registry) register(c *rpc.Conn, a *ctlproto.CtlRegisterArgs) ctlproto.C
 		return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_ERR_INVAL}
 	}
 	if m == nil {
-		idx := len(r.byIndex)
-		if p := int(a.PreferredIndex); p >= 0 && p < maxIndex && (p >= len(r.byIndex) || r.byIndex[p] == nil) {
-			idx = p
+		idx := r.freeIndexLocked(int(a.PreferredIndex))
+		if idx < 0 {
+			r.mu.Unlock()
+			r.log.Warn("cluster: no free stripe index", "id", a.DsId)
+			return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_ERR_FULL}
 		}
 		for len(r.byIndex) <= idx {
 			r.byIndex = append(r.byIndex, nil)
@@ -580,6 +622,13 @@ func (r *Registry) register(c *rpc.Conn, a *ctlproto.CtlRegisterArgs) ctlproto.C
 		m = &member{ds: DataServer{ID: a.DsId, Index: idx}}
 		r.byIndex[idx] = m
 		r.byID[a.DsId] = m
+		if err := r.saveLocked(); err != nil {
+			delete(r.byID, a.DsId)
+			r.byIndex[idx] = nil
+			r.mu.Unlock()
+			r.log.Error("cluster: cannot record a new data server", "id", a.DsId, "err", err)
+			return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_ERR_IO}
+		}
 	}
 	old := m.conn
 	if old != nil && old != c {
@@ -615,6 +664,32 @@ func (r *Registry) register(c *rpc.Conn, a *ctlproto.CtlRegisterArgs) ctlproto.C
 		old.Close()
 	}
 	return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_OK, Ok: ok}
+}
+
+// freeIndexLocked picks the stripe index of a new DS: the one it asks for
+// if free, else (fixed width) the lowest free one or (growing width) a new
+// one at the end, never a hole that may belong to a DS yet to return.
+// It returns -1 if there is none.
+func (r *Registry) freeIndexLocked(preferred int) int {
+	limit := maxIndex
+	if r.cfg.Width > 0 {
+		limit = min(r.cfg.Width, maxIndex)
+	}
+	if preferred >= 0 && preferred < limit && (preferred >= len(r.byIndex) || r.byIndex[preferred] == nil) {
+		return preferred
+	}
+	if r.cfg.Width > 0 {
+		for i, m := range r.byIndex {
+			if m == nil {
+				return i
+			}
+		}
+		return -1
+	}
+	if len(r.byIndex) >= limit {
+		return -1
+	}
+	return len(r.byIndex)
 }
 
 // registered returns the member registered on c, if any.

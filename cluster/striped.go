@@ -451,9 +451,28 @@ func (f *stripedFile) PunchHole(off, length int64) error {
 	return fmt.Errorf("cluster: punch hole: %w", store.ErrNotSupported)
 }
 
-// Seek is not supported on striped files.
+// Seek implements store.File without hole detection: everything before
+// the end of the file counts as data (as POSIX allows), so SeekData returns
+// off and SeekHole the file size; at or past the end both return io.EOF.
 func (f *stripedFile) Seek(off int64, whence int) (int64, error) {
-	return 0, fmt.Errorf("cluster: seek: %w", store.ErrNotSupported)
+	if whence != store.SeekData && whence != store.SeekHole {
+		return 0, fmt.Errorf("cluster: seek whence %d: %w", whence, fs.ErrInvalid)
+	}
+	if off < 0 {
+		return 0, fmt.Errorf("cluster: seek to %d: %w", off, fs.ErrInvalid)
+	}
+	size, err := f.Size()
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case off >= size:
+		return 0, io.EOF
+	case whence == store.SeekData:
+		return off, nil
+	default:
+		return size, nil
+	}
 }
 
 // Close implements store.File; it is idempotent.

@@ -265,8 +265,25 @@ func TestStripedUnsupportedAndClosed(t *testing.T) {
 	if err := f.PunchHole(0, 10); !errors.Is(err, store.ErrNotSupported) {
 		t.Errorf("PunchHole = %v", err)
 	}
-	if _, err := f.Seek(0, store.SeekData); !errors.Is(err, store.ErrNotSupported) {
-		t.Errorf("Seek = %v", err)
+	if _, err := f.WriteAt([]byte("data"), 100); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		off    int64
+		whence int
+		want   int64
+		eof    bool
+	}{
+		{0, store.SeekData, 0, false},
+		{50, store.SeekHole, 104, false},
+		{103, store.SeekData, 103, false},
+		{104, store.SeekData, 0, true},
+		{104, store.SeekHole, 0, true},
+	} {
+		got, err := f.Seek(tt.off, tt.whence)
+		if got != tt.want || errors.Is(err, io.EOF) != tt.eof || (err != nil && !tt.eof) {
+			t.Errorf("Seek(%d, %d) = %d, %v", tt.off, tt.whence, got, err)
+		}
 	}
 	f.Close()
 	f.Close()

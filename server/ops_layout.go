@@ -172,10 +172,17 @@ func (c *compound) layoutCommit(a *nfs4.LAYOUTCOMMIT4args) opReply {
 	if errs := s.st.m.TestStateid(id, []state.Stateid{sid}); errs[0] != nil && !a.LocaReclaim {
 		return failErr(errs[0])
 	}
+	// Compare with the recorded size, not the one merged from the data
+	// servers that GETATTR reports while layouts are out.
+	recorded, err := s.meta.GetAttr(c.ctx, o.fh.ino)
+	if err != nil {
+		return failErr(err)
+	}
+	s.cache.overlay(o.fh.ino, &recorded)
 	var sa meta.SetAttr
-	newSize := o.attr.Size
+	newSize := recorded.Size
 	if lw := a.LocaLastWriteOffset; lw.NoNewoffset && lw.NoOffset != nil {
-		if end := *lw.NoOffset + 1; end > o.attr.Size {
+		if end := *lw.NoOffset + 1; end > recorded.Size {
 			sa.Mask |= meta.SetSize
 			sa.Size = end
 			newSize = end

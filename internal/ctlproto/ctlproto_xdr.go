@@ -50,6 +50,7 @@ const (
 	CTL_ERR_DELAY         CtlStatus = 15
 	CTL_ERR_NOSPC         CtlStatus = 16
 	CTL_ERR_FBIG          CtlStatus = 17
+	CTL_ERR_FULL          CtlStatus = 18
 )
 
 // String returns the XDR name of v.
@@ -91,6 +92,8 @@ func (v CtlStatus) String() string {
 		return "CTL_ERR_NOSPC"
 	case CTL_ERR_FBIG:
 		return "CTL_ERR_FBIG"
+	case CTL_ERR_FULL:
+		return "CTL_ERR_FULL"
 	}
 	return "CtlStatus(" + strconv.FormatInt(int64(v), 10) + ")"
 }

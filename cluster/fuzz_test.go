@@ -1,0 +1,68 @@
+package cluster
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	"github.com/shoalfs/shoal/internal/ctlproto"
+	"github.com/shoalfs/shoal/internal/rpc"
+	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/store"
+)
+
+// FuzzControlCall feeds arbitrary argument bytes to every procedure of both
+// ends of the control protocol (the registry's and the agent's handler):
+// they must never panic, and malformed arguments must be GARBAGE_ARGS.
+func FuzzControlCall(f *testing.F) {
+	var sidBytes [16]byte
+	seeds := []struct {
+		proc uint32
+		args xdr.Marshaler
+	}{
+		{ctlproto.CTLPROC_REGISTER, &ctlproto.CtlRegisterArgs{Revision: ctlproto.CTL_VERSION, DsId: "ds", Addrs: []string{"a:1"}, PreferredIndex: 2}},
+		{ctlproto.CTLPROC_HEARTBEAT, &ctlproto.CtlHeartbeatArgs{Registration: 1}},
+		{ctlproto.CTLPROC_CHECK_STATEID, &ctlproto.CtlCheckStateidArgs{Ino: 1, Stateid: sidBytes, Write: true}},
+		{ctlproto.CTLPROC_OBJ_READ, &ctlproto.CtlReadArgs{Ino: 1, Offset: 10, Count: 100}},
+		{ctlproto.CTLPROC_OBJ_WRITE, &ctlproto.CtlWriteArgs{Ino: 1, Offset: 5, Data: []byte("hello")}},
+		{ctlproto.CTLPROC_OBJ_COMMIT, &ctlproto.CtlInoArgs{Ino: 1}},
+		{ctlproto.CTLPROC_OBJ_TRUNCATE, &ctlproto.CtlTruncateArgs{Ino: 1, Size: 3}},
+		{ctlproto.CTLPROC_OBJ_REMOVE, &ctlproto.CtlInoArgs{Ino: 1}},
+		{ctlproto.CTLPROC_FENCE, &ctlproto.CtlClientArgs{Clientid: 4}},
+		{ctlproto.CTLPROC_UNFENCE, &ctlproto.CtlClientArgs{Clientid: 4}},
+		{ctlproto.CTLPROC_OBJ_GETSIZE, &ctlproto.CtlInoArgs{Ino: 1}},
+	}
+	for _, s := range seeds {
+		f.Add(s.proc, xdr.Marshal(s.args))
+	}
+	f.Add(uint32(ctlproto.CTLPROC_DRAIN), []byte{})
+	f.Add(uint32(ctlproto.CTLPROC_OBJ_WRITE), []byte{0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff})
+
+	checker := newFakeChecker()
+	reg := NewRegistry(RegistryConfig{Secret: []byte("s"), CheckStateid: checker.check})
+	defer reg.Close()
+	st, err := store.NewLocal(f.TempDir(), store.LocalOptions{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	defer st.Close()
+	a := &Agent{cfg: AgentConfig{ID: "fuzz", Store: st}, log: discardLogger(), index: -1, ttl: stateidTTL,
+		fenced: map[uint64]struct{}{}, cache: map[cacheKey]cacheEntry{}, drainedCh: make(chan struct{})}
+	p1, p2 := net.Pipe()
+	defer p2.Close()
+	conn := rpc.NewConn(p1, nil, rpc.ConnConfig{})
+	defer conn.Close()
+
+	f.Fuzz(func(t *testing.T, proc uint32, args []byte) {
+		for _, h := range []rpc.Handler{reg.Handler(), rpc.HandlerFunc(a.serveRPC)} {
+			c := &rpc.Call{Prog: ctlproto.SHOAL_CONTROL, Vers: ctlproto.SHOAL_CONTROL_V1, Proc: proc % 16, Args: args, Conn: conn}
+			res := xdr.NewEncoder(64)
+			switch st := h.ServeRPC(context.Background(), c, res); st {
+			case rpc.Success, rpc.GarbageArgs, rpc.ProcUnavail:
+			default:
+				t.Fatalf("proc %d: accept stat %v", proc%16, st)
+			}
+			_ = res.Bytes()
+		}
+	})
+}
