@@ -33,8 +33,14 @@ func (s *Server) callback(ctx context.Context, id state.SessionID, ops ...nfs4.N
 		return nil, err
 	}
 	defer sess.EndCallback(slot)
+	s.st.mu.Lock()
+	minor, ok := s.st.cbMinor[id]
+	s.st.mu.Unlock()
+	if !ok {
+		minor = 1
+	}
 	args := nfs4.CBCOMPOUND4args{
-		Minorversion: 1,
+		Minorversion: minor,
 		Argarray: append([]nfs4.NfsCbArgop4{{
 			Argop: nfs4.OP_CB_SEQUENCE,
 			Opcbsequence: &nfs4.CBSEQUENCE4args{

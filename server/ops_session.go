@@ -196,6 +196,7 @@ func (c *compound) createSession(a *nfs4.CREATESESSION4args) opReply {
 	}
 	c.s.st.mu.Lock()
 	c.s.st.cbCred[res.SessionID] = cred
+	c.s.st.cbMinor[res.SessionID] = c.minor
 	c.s.st.mu.Unlock()
 	var flags uint32
 	if res.ConnBackChan {
@@ -220,6 +221,7 @@ func (c *compound) destroySession(a *nfs4.DESTROYSESSION4args) opReply {
 	}
 	c.s.st.mu.Lock()
 	delete(c.s.st.cbCred, id)
+	delete(c.s.st.cbMinor, id)
 	c.s.st.mu.Unlock()
 	return ok(nil)
 }

@@ -26,6 +26,9 @@ type stateGlue struct {
 
 	mu     sync.Mutex
 	cbCred map[state.SessionID]rpc.OpaqueAuth
+	// cbMinor is the minor version each session was created with; the
+	// client only accepts CB_COMPOUNDs of that minor version.
+	cbMinor map[state.SessionID]uint32
 }
 
 // metaClients adapts the metadata engine to state.ClientStore.
@@ -85,7 +88,7 @@ func newStateGlue(s *Server) (*stateGlue, error) {
 		}
 		store = metaClients{s.meta}
 	}
-	g := &stateGlue{s: s, ctx: ctx, cancel: cancel, done: make(chan struct{}), cbCred: map[state.SessionID]rpc.OpaqueAuth{}}
+	g := &stateGlue{s: s, ctx: ctx, cancel: cancel, done: make(chan struct{}), cbCred: map[state.SessionID]rpc.OpaqueAuth{}, cbMinor: map[state.SessionID]uint32{}}
 	fore := state.DefaultForeLimits
 	fore.MaxRequestSize = s.cfg.MaxWrite + 64<<10
 	fore.MaxResponseSize = s.cfg.MaxRead + 64<<10
