@@ -21,6 +21,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/internal/ctlproto"
 	"github.com/shoalfs/shoal/internal/rpc"
@@ -52,6 +54,8 @@ type MDSConfig struct {
 	Exports    []*server.Export
 	Lease      time.Duration
 	Logger     *slog.Logger
+	// Metrics receives the server's Prometheus collector (role="mds").
+	Metrics prometheus.Registerer
 }
 
 // dataServers adapts the registry and striping to server.DataServers.
@@ -159,7 +163,8 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 		Exports: cfg.Exports,
 		Lease:   cfg.Lease,
 		Logger:  cfg.Logger.With("role", "mds"),
-		PNFS:    &server.PNFSConfig{DataServers: ds, Backend: lazyBackend{ds}},
+		Metrics: cfg.Metrics, MetricLabels: prometheus.Labels{"role": "mds", "instance": "mds"},
+		PNFS: &server.PNFSConfig{DataServers: ds, Backend: lazyBackend{ds}},
 		Programs: map[uint32]rpc.Handler{ctlproto.SHOAL_CONTROL: rpc.HandlerFunc(
 			func(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
 				return m.Registry.Handler().ServeRPC(ctx, c, res)
@@ -217,6 +222,9 @@ type DSConfig struct {
 	Advertise string
 	Lease     time.Duration
 	Logger    *slog.Logger
+	// Metrics receives the data server's collector (role="ds",
+	// instance=its stripe index).
+	Metrics prometheus.Registerer
 }
 
 // StartDS starts a data server and registers it with its metadata server.
@@ -256,9 +264,10 @@ func StartDS(ctx context.Context, cfg DSConfig) (*DS, error) {
 	}
 	saveIdentity(cfg.Dir, id, d.Agent.Index())
 	d.Server, err = server.NewDataServer(server.Config{
-		Dir:    cfg.Dir,
-		Lease:  cfg.Lease,
-		Logger: cfg.Logger.With("role", "ds", "index", d.Agent.Index()),
+		Dir:     cfg.Dir,
+		Lease:   cfg.Lease,
+		Logger:  cfg.Logger.With("role", "ds", "index", d.Agent.Index()),
+		Metrics: cfg.Metrics, MetricLabels: prometheus.Labels{"role": "ds", "instance": strconv.Itoa(d.Agent.Index())},
 	}, server.DataServerConfig{
 		Secret: d.Agent.Secret,
 		CheckStateid: func(ctx context.Context, ino uint64, sid [16]byte, write bool) error {
@@ -320,6 +329,7 @@ type Config struct {
 	Exports       []*server.Export
 	Lease         time.Duration
 	Logger        *slog.Logger
+	Metrics       prometheus.Registerer
 }
 
 // Start brings up a local cluster and waits until every data server is in
@@ -334,7 +344,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	mds, err := StartMDS(MDSConfig{
 		Listen: cfg.Listen, Dir: filepath.Join(cfg.Dir, "mds"), StripeUnit: cfg.StripeUnit,
-		Exports: cfg.Exports, Lease: cfg.Lease, Logger: cfg.Logger,
+		Exports: cfg.Exports, Lease: cfg.Lease, Logger: cfg.Logger, Metrics: cfg.Metrics,
 	})
 	if err != nil {
 		return nil, err
@@ -352,6 +362,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			Advertise: net.JoinHostPort(adv, "0"),
 			Lease:     cfg.Lease,
 			Logger:    cfg.Logger,
+			Metrics:   cfg.Metrics,
 		})
 		if err != nil {
 			c.Close()

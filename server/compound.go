@@ -163,6 +163,7 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 			// the dispatcher fails the operation before its handler runs.
 			r.body = bitmapVal(nil)
 		}
+		s.counters.op(op, r.status)
 		e.Uint32(uint32(op))
 		e.Uint32(uint32(r.status))
 		if r.body != nil {

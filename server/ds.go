@@ -91,6 +91,9 @@ func NewDataServer(cfg Config, ds DataServerConfig) (*Server, error) {
 	if s.st, err = newStateGlue(s); err != nil {
 		return nil, err
 	}
+	if err := s.registerMetrics(); err != nil {
+		return nil, fmt.Errorf("server: metrics: %w", err)
+	}
 	s.rpc = &rpc.Server{Handler: s, Logger: s.log, ConnState: s.connState}
 	return s, nil
 }

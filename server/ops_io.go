@@ -65,6 +65,7 @@ func (c *compound) read(a *nfs4.READ4args) opReply {
 	// Bytes past the data file's end but inside the file size read as zeros
 	// (sparse tail after a size extension).
 	got = int(n)
+	c.s.counters.readBytes.Add(uint64(got))
 	return ok(&nfs4.READ4resok{Eof: c.s.ds == nil && a.Offset+uint64(got) >= size, Data: buf[:got]})
 }
 
@@ -94,6 +95,7 @@ func (c *compound) write(a *nfs4.WRITE4args) opReply {
 	if _, err := f.WriteAt(a.Data, int64(a.Offset)); err != nil {
 		return failErr(err)
 	}
+	c.s.counters.writeBytes.Add(uint64(len(a.Data)))
 	if c.s.ds == nil {
 		c.s.cache.wrote(o.fh.ino, o.attr, end, time.Now())
 	}

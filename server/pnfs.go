@@ -92,6 +92,7 @@ func (s *Server) fence(id state.ClientID) {
 	if already {
 		return
 	}
+	s.counters.fences.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := p.ds.Fence(ctx, uint64(id)); err != nil {
@@ -192,6 +193,7 @@ func (s *Server) sendLayoutRecall(h state.LayoutHolder, file state.FileID, fh []
 		},
 	}
 	for _, sid := range h.Sessions {
+		s.counters.recalls.Add(1)
 		res, err := s.callback(ctx, sid, op)
 		if err != nil {
 			s.log.Debug("CB_LAYOUTRECALL", "session", sid.String(), "err", err)

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/internal/xdr"
@@ -39,6 +41,10 @@ type Config struct {
 	// Programs serves other ONC RPC programs on the same listener (the
 	// metadata server's control protocol for data servers).
 	Programs map[uint32]rpc.Handler
+	// Metrics, if set, receives the server's Prometheus collector, with
+	// MetricLabels (for example role and instance) on every series.
+	Metrics      prometheus.Registerer
+	MetricLabels prometheus.Labels
 }
 
 // Server is a single-node NFSv4.1/4.2 server.
@@ -63,6 +69,7 @@ type Server struct {
 	startOnce sync.Once
 	pnfs      *pnfsState        // nil unless a pNFS metadata server
 	ds        *DataServerConfig // nil unless a pNFS data server
+	counters  counters
 }
 
 const (
@@ -137,6 +144,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.PNFS != nil {
 		s.pnfs = newPNFS(s, cfg.PNFS)
+	}
+	if err := s.registerMetrics(); err != nil {
+		m.Close()
+		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
 	s.rpc = &rpc.Server{Handler: s, Logger: s.log, ConnState: s.connState}
 	return s, nil

@@ -31,6 +31,7 @@ func newMDSCmd() *cobra.Command {
 		unit         uint64
 		lease        time.Duration
 		noRootSquash bool
+		metrics      string
 	)
 	cmd := &cobra.Command{
 		Use:   "mds",
@@ -39,9 +40,13 @@ func newMDSCmd() *cobra.Command {
 			if dir == "" {
 				return fmt.Errorf("--dir is required")
 			}
+			reg, err := startMetrics(metrics)
+			if err != nil {
+				return err
+			}
 			m, err := localcluster.StartMDS(localcluster.MDSConfig{
 				Listen: listen, Dir: dir, StripeUnit: unit, Lease: lease,
-				Exports: exportsFor(noRootSquash), Logger: slog.Default(),
+				Exports: exportsFor(noRootSquash), Logger: slog.Default(), Metrics: registerer(reg),
 			})
 			if err != nil {
 				return err
@@ -58,11 +63,12 @@ func newMDSCmd() *cobra.Command {
 	cmd.Flags().Uint64Var(&unit, "stripe-unit", localcluster.DefaultStripeUnit, "stripe unit in bytes (multiple of 64)")
 	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time")
 	cmd.Flags().BoolVar(&noRootSquash, "no-root-squash", false, "do not map root to the anonymous user")
+	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9101)")
 	return cmd
 }
 
 func newDSCmd() *cobra.Command {
-	var listen, dir, mds, advertise string
+	var listen, dir, mds, advertise, metrics string
 	cmd := &cobra.Command{
 		Use:   "ds",
 		Short: "Run a pNFS data server for a Shoal metadata server",
@@ -70,8 +76,12 @@ func newDSCmd() *cobra.Command {
 			if dir == "" || mds == "" {
 				return fmt.Errorf("--dir and --mds are required")
 			}
+			reg, err := startMetrics(metrics)
+			if err != nil {
+				return err
+			}
 			d, err := localcluster.StartDS(cmd.Context(), localcluster.DSConfig{
-				Listen: listen, Dir: dir, MDS: mds, Advertise: advertise, Logger: slog.Default(),
+				Listen: listen, Dir: dir, MDS: mds, Advertise: advertise, Logger: slog.Default(), Metrics: registerer(reg),
 			})
 			if err != nil {
 				return err
@@ -86,12 +96,14 @@ func newDSCmd() *cobra.Command {
 	cmd.Flags().StringVar(&dir, "dir", "", "data directory")
 	cmd.Flags().StringVar(&mds, "mds", "", "metadata server address host:port")
 	cmd.Flags().StringVar(&advertise, "advertise", "", "address clients use to reach this data server (default: --listen)")
+	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address")
 	return cmd
 }
 
 func newUpCmd() *cobra.Command {
 	var (
 		listen, dir, advertise string
+		metrics                string
 		n                      int
 		unit                   uint64
 		lease                  time.Duration
@@ -107,9 +119,14 @@ func newUpCmd() *cobra.Command {
 				dir = filepath.Join(os.TempDir(), "shoal")
 			}
 			ctx := cmd.Context()
+			reg, err := startMetrics(metrics)
+			if err != nil {
+				return err
+			}
 			c, err := localcluster.Start(ctx, localcluster.Config{
 				Dir: dir, DataServers: n, Listen: listen, AdvertiseHost: advertise,
 				StripeUnit: unit, Lease: lease, Exports: exportsFor(!rootSquash), Logger: slog.Default(),
+				Metrics: registerer(reg),
 			})
 			if err != nil {
 				return err
@@ -146,5 +163,6 @@ func newUpCmd() *cobra.Command {
 	cmd.Flags().Uint64Var(&unit, "stripe-unit", localcluster.DefaultStripeUnit, "stripe unit in bytes")
 	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time")
 	cmd.Flags().BoolVar(&rootSquash, "root-squash", false, "map root to the anonymous user (off for a local development cluster)")
+	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics of all servers on this address (e.g. 127.0.0.1:9100)")
 	return cmd
 }

@@ -34,10 +34,10 @@ func (c *fakeClock) Advance(d time.Duration) {
 const testLease = 30 * time.Second
 
 type harness struct {
-	t      *testing.T
-	clock  *fakeClock
-	store  *MemStore
-	m      *Manager
+	t       *testing.T
+	clock   *fakeClock
+	store   *MemStore
+	m       *Manager
 	purged  []PurgeInfo
 	revoked []ClientID
 	mu      sync.Mutex

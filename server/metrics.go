@@ -1,0 +1,105 @@
+package server
+
+import (
+	"strings"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoalfs/shoal/internal/nfs4"
+)
+
+// counters are the server's activity counters. They are plain atomics on
+// the request path; Stats snapshots them for tests and tools, and a
+// Prometheus collector exports them (Config.Metrics).
+type counters struct {
+	ops        [nfs4.OP_REMOVEXATTR + 1]atomic.Uint64
+	opErrors   [nfs4.OP_REMOVEXATTR + 1]atomic.Uint64
+	readBytes  atomic.Uint64
+	writeBytes atomic.Uint64
+	recalls    atomic.Uint64 // CB_LAYOUTRECALL sent
+	fences     atomic.Uint64
+}
+
+func (c *counters) op(op nfs4.NfsOpnum4, st nfs4.Nfsstat4) {
+	if int(op) < len(c.ops) {
+		c.ops[op].Add(1)
+		if st != nfs4.NFS4_OK {
+			c.opErrors[op].Add(1)
+		}
+	}
+}
+
+// Stats is a snapshot of a server's counters.
+type Stats struct {
+	// Ops counts operations by name ("READ", "LAYOUTGET", ...).
+	Ops map[string]uint64
+	// ReadBytes and WriteBytes count READ and WRITE payload bytes.
+	ReadBytes, WriteBytes uint64
+	// LayoutRecalls counts CB_LAYOUTRECALLs sent; Fences counts clients
+	// fenced at the data servers after not returning recalled layouts.
+	LayoutRecalls, Fences uint64
+}
+
+// Stats returns a snapshot of the server's counters.
+func (s *Server) Stats() Stats {
+	st := Stats{Ops: map[string]uint64{}}
+	for i := range s.counters.ops {
+		if n := s.counters.ops[i].Load(); n > 0 {
+			st.Ops[opLabel(nfs4.NfsOpnum4(i))] = n
+		}
+	}
+	st.ReadBytes = s.counters.readBytes.Load()
+	st.WriteBytes = s.counters.writeBytes.Load()
+	st.LayoutRecalls = s.counters.recalls.Load()
+	st.Fences = s.counters.fences.Load()
+	return st
+}
+
+func opLabel(op nfs4.NfsOpnum4) string { return strings.TrimPrefix(op.String(), "OP_") }
+
+// collector exports the counters to Prometheus.
+type collector struct {
+	s                          *Server
+	ops, opErrs, bytes, events *prometheus.Desc
+}
+
+func newCollector(s *Server, labels prometheus.Labels) *collector {
+	return &collector{
+		s:      s,
+		ops:    prometheus.NewDesc("shoal_nfs_ops_total", "NFSv4 operations evaluated, by operation.", []string{"op"}, labels),
+		opErrs: prometheus.NewDesc("shoal_nfs_op_errors_total", "NFSv4 operations that failed, by operation.", []string{"op"}, labels),
+		bytes:  prometheus.NewDesc("shoal_nfs_bytes_total", "READ and WRITE payload bytes.", []string{"dir"}, labels),
+		events: prometheus.NewDesc("shoal_pnfs_events_total", "pNFS events: layout recalls sent, clients fenced.", []string{"event"}, labels),
+	}
+}
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.ops
+	ch <- c.opErrs
+	ch <- c.bytes
+	ch <- c.events
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	k := &c.s.counters
+	for i := range k.ops {
+		if n := k.ops[i].Load(); n > 0 {
+			name := opLabel(nfs4.NfsOpnum4(i))
+			ch <- prometheus.MustNewConstMetric(c.ops, prometheus.CounterValue, float64(n), name)
+			ch <- prometheus.MustNewConstMetric(c.opErrs, prometheus.CounterValue, float64(k.opErrors[i].Load()), name)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(k.readBytes.Load()), "read")
+	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(k.writeBytes.Load()), "write")
+	ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(k.recalls.Load()), "layout_recall")
+	ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(k.fences.Load()), "fence")
+}
+
+// registerMetrics registers the server's collector, if configured.
+func (s *Server) registerMetrics() error {
+	if s.cfg.Metrics == nil {
+		return nil
+	}
+	return s.cfg.Metrics.Register(newCollector(s, s.cfg.MetricLabels))
+}
