@@ -186,7 +186,10 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 	return rpc.Success
 }
 
-// clearFH resets the current filehandle (after operations that consume it).
+// setFH sets the current filehandle. A new current filehandle invalidates
+// the current stateid (RFC 8881 §16.2.3.1.2); operations that produce both
+// (OPEN) set the stateid afterwards.
 func (c *compound) setFH(h fhandle) {
 	c.cfh, c.hasCFH = h, true
+	c.hasCSID = false
 }

@@ -91,7 +91,7 @@ func (m *Manager) LayoutGet(id ClientID, sid Stateid, file FileID, iomode uint32
 	}
 	var cur *layoutState
 	if sid.Type() == TypeLayout && !sid.IsSpecial() {
-		if sid.Epoch() != m.epoch {
+		if m.fromEarlierBoot(sid) {
 			return Stateid{}, ErrStaleStateid
 		}
 		l := m.layoutIDs[sid.Other]
@@ -292,7 +292,7 @@ func (m *Manager) CheckIOAny(sid Stateid, file FileID, write bool) (ClientID, er
 		owner = ref.open.client.id
 	case ok:
 		owner = ref.lock.owner.client.id
-	case sid.Epoch() != m.epoch:
+	case m.fromEarlierBoot(sid):
 		err = ErrStaleStateid
 	case m.expired.has(sid.Other):
 		err = ErrExpired

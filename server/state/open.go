@@ -197,7 +197,7 @@ func (m *Manager) lookupState(id ClientID, sid Stateid) (stateRef, error) {
 	if sid.IsSpecial() {
 		return stateRef{}, ErrBadStateid
 	}
-	if sid.Epoch() != m.epoch {
+	if m.fromEarlierBoot(sid) {
 		return stateRef{}, ErrStaleStateid
 	}
 	ref, ok := m.states[sid.Other]

@@ -19,7 +19,7 @@ func TestStateidSeqidRules(t *testing.T) {
 	}
 	with := func(s Stateid, seq uint32) Stateid { s.Seqid = seq; return s }
 	stale := s2
-	stale.Other[3]++ // another epoch
+	stale.Other[3]-- // an earlier boot's epoch
 	unknown := s2
 	unknown.Other[11]++
 	tests := []struct {

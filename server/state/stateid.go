@@ -109,3 +109,11 @@ func checkSeqid(req, cur uint32) error {
 
 // seqidAfter compares seqids with wraparound (serial-number arithmetic).
 func seqidAfter(a, b uint32) bool { return int32(a-b) > 0 }
+
+// fromEarlierBoot reports whether sid was minted by an earlier boot of this
+// server (NFS4ERR_STALE_STATEID). Epochs only grow, so an epoch from the
+// future is not stale but simply bad.
+func (m *Manager) fromEarlierBoot(sid Stateid) bool {
+	e := sid.Epoch()
+	return e != m.epoch && e < m.epoch
+}
