@@ -25,6 +25,8 @@ type serveConfig struct {
 	MaxIO    uint32           `yaml:"max_io"`
 	Exports  []*server.Export `yaml:"exports"`
 	LogLevel string           `yaml:"log_level"`
+	// Metrics is the address of the Prometheus metrics endpoint ("" off).
+	Metrics string `yaml:"metrics"`
 }
 
 func loadServeConfig(path string) (*serveConfig, error) {
@@ -48,6 +50,7 @@ func newServeCmd() *cobra.Command {
 	var (
 		listen, dir, config string
 		cpuprofile          string
+		metrics             string
 		lease               time.Duration
 		noRootSquash        bool
 	)
@@ -66,6 +69,9 @@ func newServeCmd() *cobra.Command {
 			}
 			if cmd.Flags().Changed("dir") || cfg.Dir == "" {
 				cfg.Dir = dir
+			}
+			if cmd.Flags().Changed("metrics") {
+				cfg.Metrics = metrics
 			}
 			if cmd.Flags().Changed("lease") || cfg.Lease == 0 {
 				cfg.Lease = lease
@@ -99,19 +105,26 @@ func newServeCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&noRootSquash, "no-root-squash", false, "do not map root to the anonymous user (for tests and trusted clients)")
 	// --cpuprofile is for `shoal bench --cpuprofile`: the profile covers the
 	// server's whole life and is written when it shuts down (SIGINT/SIGTERM).
+	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9100)")
 	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the server to this file")
 	_ = cmd.Flags().MarkHidden("cpuprofile")
 	return cmd
 }
 
 func runServer(ctx context.Context, cfg *serveConfig) error {
+	reg, err := startMetrics(cfg.Metrics)
+	if err != nil {
+		return err
+	}
 	srv, err := server.New(server.Config{
-		Dir:      cfg.Dir,
-		Exports:  cfg.Exports,
-		Lease:    cfg.Lease,
-		MaxRead:  cfg.MaxIO,
-		MaxWrite: cfg.MaxIO,
-		Logger:   slog.Default(),
+		Metrics:      registerer(reg),
+		MetricLabels: map[string]string{"role": "server", "instance": "serve"},
+		Dir:          cfg.Dir,
+		Exports:      cfg.Exports,
+		Lease:        cfg.Lease,
+		MaxRead:      cfg.MaxIO,
+		MaxWrite:     cfg.MaxIO,
+		Logger:       slog.Default(),
 	})
 	if err != nil {
 		return err

@@ -1,9 +1,11 @@
 package kernel
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -33,6 +35,7 @@ type server interface {
 var (
 	_ server = (*ganeshaServer)(nil)
 	_ server = (*processServer)(nil)
+	_ server = (*pnfsServer)(nil)
 )
 
 // startTimeout bounds how long a server may take to open its port.
@@ -97,7 +100,13 @@ type processServer struct {
 	dir    string // passed to the command; the log goes next to it
 	port   int
 	export string
+	// ready, if set, is the prefix of the output line the server prints
+	// once it is fully in service; Start waits for it instead of only for
+	// the port (`shoal up` opens the MDS port before its data servers have
+	// registered).
+	ready string
 
+	readyLine string // the last ready line seen
 	cmd    *exec.Cmd
 	exited chan struct{} // closed when cmd has been waited for
 	log    *os.File
@@ -114,7 +123,13 @@ func (p *processServer) Start(ctx context.Context) error {
 	}
 	fmt.Fprintf(f, "=== %s: %s\n", time.Now().UTC().Format(time.RFC3339), strings.Join(p.argv, " "))
 	cmd := exec.Command(p.argv[0], p.argv[1:]...)
-	cmd.Stdout, cmd.Stderr = f, f
+	var tap *lineTap
+	if p.ready != "" {
+		tap = &lineTap{w: f, prefix: p.ready, found: make(chan string, 1)}
+		cmd.Stdout, cmd.Stderr = tap, tap
+	} else {
+		cmd.Stdout, cmd.Stderr = f, f
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		f.Close()
@@ -126,11 +141,66 @@ func (p *processServer) Start(ctx context.Context) error {
 		close(exited)
 	}()
 	p.cmd, p.exited, p.log = cmd, exited, f
+	if tap != nil {
+		line, err := waitLine(ctx, tap.found, exited)
+		if err != nil {
+			_ = p.Kill()
+			return fmt.Errorf("%s: %w (log %s)", p.name, err, logPath)
+		}
+		p.readyLine = line
+	}
 	if err := waitPort(ctx, p.port, exited); err != nil {
 		_ = p.Kill()
 		return fmt.Errorf("%s: %w (log %s)", p.name, err, logPath)
 	}
 	return nil
+}
+
+// waitLine waits for the ready line, the process's exit or the start
+// timeout.
+func waitLine(ctx context.Context, found <-chan string, exited <-chan struct{}) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
+	defer cancel()
+	select {
+	case l := <-found:
+		return l, nil
+	case <-exited:
+		return "", errors.New("exited before printing its ready line")
+	case <-ctx.Done():
+		return "", fmt.Errorf("no ready line: %w", ctx.Err())
+	}
+}
+
+// lineTap copies a child's output to its log and reports the first line
+// that starts with prefix. exec.Cmd calls Write from one goroutine.
+type lineTap struct {
+	w      io.Writer
+	prefix string
+	found  chan string // buffered, receives one line
+	buf    []byte
+	done   bool
+}
+
+func (l *lineTap) Write(p []byte) (int, error) {
+	n, err := l.w.Write(p)
+	if l.done {
+		return n, err
+	}
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(l.buf[:i])
+		l.buf = l.buf[i+1:]
+		if strings.HasPrefix(line, l.prefix) {
+			l.found <- line
+			l.done, l.buf = true, nil
+			break
+		}
+	}
+	return n, err
 }
 
 func (p *processServer) Kill() error { return p.signal(syscall.SIGKILL, 0) }
