@@ -48,7 +48,7 @@ func TestKernel(t *testing.T) {
 		t.Fatalf("SHOAL_KERNEL_VM_TIMEOUT: %v", err)
 	}
 	var shoalBin string
-	if kind == "shoal" {
+	if kind == "shoal" || kind == "shoal-pnfs" {
 		shoalBin = buildShoal(t, root)
 	}
 	for _, vers := range strings.Split(env("SHOAL_KERNEL_VERS", "4.1,4.2"), ",") {
@@ -74,6 +74,15 @@ func TestKernel(t *testing.T) {
 				"t_host": "10.0.2.2", "t_port": strconv.Itoa(port),
 				"t_path": srv.ExportPath(), "t_vers": vers,
 			}
+			// pNFS: the workload adds its pNFS steps and brackets the
+			// 64 MiB and recall steps with SYNC lines, at which the driver
+			// snapshots the servers' counters.
+			pnfs, _ := srv.(*pnfsServer)
+			var snaps *snapshots
+			if pnfs != nil {
+				params["t_pnfs"] = "1"
+				snaps = &snapshots{addr: pnfs.metrics}
+			}
 			cfg := func(phase string) bootConfig {
 				p := map[string]string{"t_phase": phase}
 				for k, v := range params {
@@ -94,10 +103,14 @@ func TestKernel(t *testing.T) {
 			live := env("SHOAL_KERNEL_LIVE_CRASH", "1") == "1"
 			if live {
 				main.params["t_live"] = "1"
-				main.hook = func(line string) string {
-					if line != "KILLPOINT" {
-						return ""
+			}
+			main.hook = func(line string) string {
+				if snaps != nil {
+					if reply := snaps.hook(ctx, line); reply != "" {
+						return reply
 					}
+				}
+				if live && line == "KILLPOINT" {
 					if err := srv.Kill(); err != nil {
 						liveErr = fmt.Errorf("kill -9: %w", err)
 					} else if err := srv.Start(ctx); err != nil {
@@ -105,6 +118,7 @@ func TestKernel(t *testing.T) {
 					}
 					return "GO"
 				}
+				return ""
 			}
 			res := boot(ctx, main)
 			if live {
@@ -115,6 +129,9 @@ func TestKernel(t *testing.T) {
 				})
 			}
 			report(t, "main", res)
+			if pnfs != nil {
+				checkPNFS(t, snaps)
+			}
 			var captures = []string{main.capture}
 
 			if res.crashpoint && len(res.sums) > 0 {
@@ -142,7 +159,11 @@ func TestKernel(t *testing.T) {
 				})
 			}
 
-			t.Run("wire", func(t *testing.T) { checkWire(t, captures, port) })
+			ports := []int{port}
+			if pnfs != nil {
+				ports = append(ports, pnfs.dsPorts...)
+			}
+			t.Run("wire", func(t *testing.T) { checkWire(t, captures, ports, pnfs != nil) })
 		})
 	}
 }
@@ -184,6 +205,7 @@ func artifactDir(t *testing.T, vers string) string {
 // newServer builds the server under test from SHOAL_KERNEL_SERVER:
 //   - ganesha: NFS-Ganesha via scripts/ganesha.sh (export /export);
 //   - shoal:   `shoal serve --listen 127.0.0.1:PORT --dir DIR`;
+//   - shoal-pnfs: `shoal up` with 4 data servers (pnfsServer);
 //   - cmd:     SHOAL_KERNEL_SERVER_CMD with {port} and {dir} substituted.
 //
 // SHOAL_KERNEL_EXPORT overrides the path the client mounts.
@@ -202,6 +224,12 @@ func newServer(t *testing.T, kind, root, shoalBin, dir string, port int) server 
 			// a short lease keeps the post-crash grace period short.
 			argv: []string{shoalBin, "serve", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--dir", dir, "--no-root-squash", "--lease", "15s"},
 		}
+	case "shoal-pnfs":
+		mport, err := freePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newPNFSServer(shoalBin, dir, port, mport, env("SHOAL_KERNEL_EXPORT", "/"))
 	case "cmd":
 		tmpl := os.Getenv("SHOAL_KERNEL_SERVER_CMD")
 		if tmpl == "" {
@@ -212,7 +240,7 @@ func newServer(t *testing.T, kind, root, shoalBin, dir string, port int) server 
 			argv: expandArgs(tmpl, port, dir),
 		}
 	default:
-		t.Fatalf("SHOAL_KERNEL_SERVER=%q: want ganesha, shoal or cmd", kind)
+		t.Fatalf("SHOAL_KERNEL_SERVER=%q: want ganesha, shoal, shoal-pnfs or cmd", kind)
 		return nil
 	}
 }
@@ -267,21 +295,32 @@ func countSteps(res runResult, pass bool) int {
 	return n
 }
 
-// checkWire dissects the captures of one version's VM runs with tshark.
-func checkWire(t *testing.T, captures []string, port int) {
+// checkWire dissects the captures of one version's VM runs with tshark,
+// decoding every server port (the MDS or server port, then the data
+// servers' ports, if any) as ONC RPC. With data servers, the main capture
+// must also show NFS traffic to each of them.
+func checkWire(t *testing.T, captures []string, ports []int, perDS bool) {
 	if !tsharkAvailable() {
 		t.Skip("tshark not installed")
 	}
-	for _, c := range captures {
-		rep, err := dissect(context.Background(), c, port)
+	for i, c := range captures {
+		rep, err := dissect(context.Background(), c, ports)
 		if err != nil {
 			t.Errorf("%s: %v", c, err)
 			continue
 		}
-		t.Logf("%s: %d NFS/RPC packets, %d malformed, %d problem packets",
-			filepath.Base(c), rep.rpcPackets, rep.malformed, len(rep.problems))
+		t.Logf("%s: %d NFS/RPC packets (per port %v), %d malformed, %d problem packets",
+			filepath.Base(c), rep.rpcPackets, rep.perPort, rep.malformed, len(rep.problems))
 		if rep.rpcPackets == 0 {
-			t.Errorf("%s: no NFS/RPC packets decoded on port %d", c, port)
+			t.Errorf("%s: no NFS/RPC packets decoded on ports %v", c, ports)
+		}
+		if perDS && i == 0 {
+			// The data servers of the first start carried the main run's I/O.
+			for _, p := range ports[1 : 1+nDS] {
+				if rep.perPort[p] == 0 {
+					t.Errorf("%s: no NFS/RPC packets to or from data server port %d", c, p)
+				}
+			}
 		}
 		if rep.malformed > 0 {
 			t.Errorf("%s: %d packets with [Malformed Packet]", c, rep.malformed)
@@ -294,5 +333,42 @@ func checkWire(t *testing.T, captures []string, port int) {
 			}
 			t.Errorf("%s: %s", filepath.Base(c), l)
 		}
+	}
+}
+
+// checkPNFS turns the metrics snapshots of the main run into subtests:
+// the 64 MiB file's I/O went to the data servers in equal shares, and the
+// truncate and remove steps recalled the layout, which the client returned.
+func checkPNFS(t *testing.T, snaps *snapshots) {
+	t.Run("pnfs/io-split", func(t *testing.T) {
+		before, after, err := snaps.window("io64")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := ioSplit(before, after)
+		t.Logf("64 MiB written and read back once:\n%s", formatSplit(rows))
+		// The MDS may carry a few small I/Os but none of the file's stripes.
+		for _, p := range checkSplit(rows, 64<<20, 0.15, 1<<20) {
+			t.Error(p)
+		}
+	})
+	for _, name := range []string{"truncate", "rm"} {
+		t.Run("pnfs/recall-"+name, func(t *testing.T) {
+			before, after, err := snaps.window("recall-" + name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := recallSplit(before, after)
+			t.Logf("during pnfs/%s: %v", name, d)
+			if d.recalls < 1 {
+				t.Errorf("no CB_LAYOUTRECALL sent during %s of a file with a layout", name)
+			}
+			if d.returns < 1 {
+				t.Errorf("no LAYOUTRETURN received during %s", name)
+			}
+			if d.fences > 0 {
+				t.Errorf("%.0f clients fenced: the layout was not returned in time", d.fences)
+			}
+		})
 	}
 }

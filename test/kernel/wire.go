@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,9 +20,10 @@ const wireProblems = `_ws.malformed || nfs.nfsstat4 == 10036 || rpc.state_accept
 
 // wireReport is the outcome of dissecting one capture.
 type wireReport struct {
-	rpcPackets int      // packets matching 'nfs || rpc'
-	malformed  int      // summary lines containing [Malformed Packet]
-	problems   []string // summary lines matching wireProblems
+	rpcPackets int         // packets matching 'nfs || rpc'
+	perPort    map[int]int // of those, per server port (source or destination)
+	malformed  int         // summary lines containing [Malformed Packet]
+	problems   []string    // summary lines matching wireProblems
 }
 
 // tsharkAvailable reports whether the wire check can run.
@@ -30,16 +32,22 @@ func tsharkAvailable() bool {
 	return err == nil
 }
 
-// dissect runs tshark over a capture, decoding TCP port port as ONC RPC
-// (the guest talks to 10.0.2.2:port, so the port is the same one the
-// server listens on; tshark only recognises 2049 by itself).
-func dissect(ctx context.Context, capture string, port int) (wireReport, error) {
-	var rep wireReport
-	decode := "tcp.port==" + strconv.Itoa(port) + ",rpc"
+// dissect runs tshark over a capture, decoding each server TCP port as
+// ONC RPC (the guest talks to 10.0.2.2:port, so the ports are the ones the
+// servers listen on; tshark only recognises 2049 by itself).
+func dissect(ctx context.Context, capture string, ports []int) (wireReport, error) {
+	rep := wireReport{perPort: map[int]int{}}
+	var decode []string
+	for _, p := range ports {
+		decode = append(decode, "-d", "tcp.port=="+strconv.Itoa(p)+",rpc")
+	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 
-	all, err := exec.CommandContext(ctx, "tshark", "-n", "-r", capture, "-d", decode, "-Y", "nfs || rpc").Output()
+	args := append([]string{"-n", "-r", capture}, decode...)
+	args = append(args, "-Y", "nfs || rpc", "-T", "fields", "-E", "separator=/t",
+		"-e", "tcp.srcport", "-e", "tcp.dstport", "-e", "_ws.col.Info")
+	all, err := exec.CommandContext(ctx, "tshark", args...).Output()
 	if err != nil {
 		return rep, fmt.Errorf("tshark -r %s: %w", capture, err)
 	}
@@ -47,11 +55,19 @@ func dissect(ctx context.Context, capture string, port int) (wireReport, error) 
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	for sc.Scan() {
 		rep.rpcPackets++
+		f := strings.SplitN(sc.Text(), "\t", 3)
+		for _, x := range f[:min(2, len(f))] {
+			if p, err := strconv.Atoi(x); err == nil && slices.Contains(ports, p) {
+				rep.perPort[p]++
+				break
+			}
+		}
 		if strings.Contains(sc.Text(), "[Malformed Packet]") {
 			rep.malformed++
 		}
 	}
-	bad, err := exec.CommandContext(ctx, "tshark", "-n", "-r", capture, "-d", decode, "-Y", wireProblems).Output()
+	args = append([]string{"-n", "-r", capture}, decode...)
+	bad, err := exec.CommandContext(ctx, "tshark", append(args, "-Y", wireProblems)...).Output()
 	if err != nil {
 		return rep, fmt.Errorf("tshark -Y %q: %w", wireProblems, err)
 	}

@@ -45,8 +45,9 @@ type Client struct {
 	mu  sync.Mutex // serializes slot 0
 	seq uint32     // last sequence ID used on slot 0
 
-	cbMu    sync.Mutex
-	cbProcs []uint32
+	cbMu        sync.Mutex
+	cbProcs     []uint32
+	cbCompounds []nfs4.CBCOMPOUND4args
 	cbWake  chan struct{}
 }
 
@@ -87,11 +88,49 @@ func (c *Client) serveCB(_ context.Context, call *rpc.Call, res *xdr.Encoder) rp
 	case nfs4.CB_NULL:
 		return rpc.Success
 	case nfs4.CB_COMPOUND:
-		r := nfs4.CBCOMPOUND4res{Status: nfs4.NFS4_OK}
+		var args nfs4.CBCOMPOUND4args
+		if err := xdr.Unmarshal(call.Args, &args); err != nil {
+			return rpc.GarbageArgs
+		}
+		c.cbMu.Lock()
+		c.cbCompounds = append(c.cbCompounds, args)
+		c.cbMu.Unlock()
+		// Answer every operation with NFS4_OK; CB_SEQUENCE echoes its
+		// arguments as RFC 8881 §20.9 requires.
+		r := nfs4.CBCOMPOUND4res{Status: nfs4.NFS4_OK, Tag: args.Tag}
+		for _, op := range args.Argarray {
+			res := nfs4.NfsCbResop4{Resop: op.Argop}
+			switch op.Argop {
+			case nfs4.OP_CB_SEQUENCE:
+				a := op.Opcbsequence
+				res.Opcbsequence = &nfs4.CBSEQUENCE4res{CsrStatus: nfs4.NFS4_OK, CsrResok4: &nfs4.CBSEQUENCE4resok{
+					CsrSessionid: a.CsaSessionid, CsrSequenceid: a.CsaSequenceid, CsrSlotid: a.CsaSlotid,
+					CsrHighestSlotid: a.CsaHighestSlotid, CsrTargetHighestSlotid: a.CsaHighestSlotid,
+				}}
+			case nfs4.OP_CB_RECALL:
+				res.Opcbrecall = &nfs4.CBRECALL4res{Status: nfs4.NFS4_OK}
+			case nfs4.OP_CB_LAYOUTRECALL:
+				res.Opcblayoutrecall = &nfs4.CBLAYOUTRECALL4res{ClorrStatus: nfs4.NFS4ERR_NOMATCHING_LAYOUT}
+			default:
+				r.Status = nfs4.NFS4ERR_NOTSUPP
+				res = nfs4.NfsCbResop4{Resop: nfs4.OP_CB_ILLEGAL, Opcbillegal: &nfs4.CBILLEGAL4res{Status: nfs4.NFS4ERR_OP_ILLEGAL}}
+			}
+			r.Resarray = append(r.Resarray, res)
+			if r.Status != nfs4.NFS4_OK {
+				break
+			}
+		}
 		r.EncodeXDR(res)
 		return rpc.Success
 	}
 	return rpc.ProcUnavail
+}
+
+// CBCompounds returns the CB_COMPOUND requests received so far.
+func (c *Client) CBCompounds() []nfs4.CBCOMPOUND4args {
+	c.cbMu.Lock()
+	defer c.cbMu.Unlock()
+	return append([]nfs4.CBCOMPOUND4args(nil), c.cbCompounds...)
 }
 
 // Callbacks returns the procedure numbers of the callbacks received so far.

@@ -1,0 +1,568 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/shoalfs/shoal/client"
+)
+
+// IOR is the name of the pNFS scaling workload.
+const IOR = "ior"
+
+// Phases of the ior workload.
+const (
+	PhaseWrite = "write"
+	PhaseRead  = "read"
+)
+
+// IORConfig says what the ior workload runs: for every data-server count, a
+// fresh cluster; on it, for every repetition and pNFS mode, Clients
+// processes each writing its own file of BlockSize bytes in TransferSize
+// requests, then (after all writers finished) reading it back.
+type IORConfig struct {
+	// DataServers are the cluster sizes to measure, such as 1, 2, 4.
+	DataServers []int `json:"data_servers"`
+	// PNFS are the client modes: true is pNFS (I/O straight to the data
+	// servers), false is every READ and WRITE through the metadata server.
+	PNFS []bool `json:"pnfs"`
+	// Clients is the number of client processes, one file each.
+	Clients int `json:"clients"`
+	// BlockSize is how much each client writes and reads (IOR's -b).
+	BlockSize int64 `json:"block_size"`
+	// TransferSize is the size of each write and read call (IOR's -t).
+	TransferSize int `json:"transfer_size"`
+	// Reps is how many times each cell of the matrix is measured.
+	Reps int `json:"reps"`
+	// Timeout bounds the whole run (0: only the caller's context).
+	Timeout time.Duration `json:"timeout"`
+	// Progress, if set, receives a line per measurement as the run goes.
+	Progress io.Writer `json:"-"`
+}
+
+// DefaultIORConfig is the benchmark of the pNFS issue: 1, 2 and 4 data
+// servers, pNFS on and off, 4 clients × 256 MiB in 1 MiB transfers, 3 reps.
+func DefaultIORConfig() IORConfig {
+	return IORConfig{
+		DataServers: []int{1, 2, 4}, PNFS: []bool{true, false},
+		Clients: 4, BlockSize: 256 << 20, TransferSize: 1 << 20, Reps: 3,
+		Timeout: 30 * time.Minute,
+	}
+}
+
+// QuickIORConfig is the smoke run used by CI: 1 and 2 data servers, 2
+// clients × 16 MiB, one repetition.
+func QuickIORConfig() IORConfig {
+	c := DefaultIORConfig()
+	c.DataServers, c.Clients, c.BlockSize, c.Reps = []int{1, 2}, 2, 16<<20, 1
+	c.Timeout = 5 * time.Minute
+	return c
+}
+
+// Limits on IORConfig, so a typo cannot fill a disk or fork a thousand
+// processes.
+const (
+	maxDataServers = 64
+	maxClients     = 256
+	maxTotalBytes  = 1 << 40
+)
+
+// Validate reports the first unusable setting.
+func (c *IORConfig) Validate() error {
+	switch {
+	case len(c.DataServers) == 0:
+		return errors.New("no data-server counts to run")
+	case len(c.PNFS) == 0:
+		return errors.New("no pNFS modes to run")
+	case c.Clients < 1 || c.Clients > maxClients:
+		return fmt.Errorf("clients %d out of range (1 to %d)", c.Clients, maxClients)
+	case c.BlockSize <= 0 || c.BlockSize > maxSize:
+		return fmt.Errorf("block size %d out of range (1 B to %s)", c.BlockSize, FormatSize(maxSize))
+	case c.BlockSize*int64(c.Clients) > maxTotalBytes:
+		return fmt.Errorf("%d clients × %s is more than %s", c.Clients, FormatSize(c.BlockSize), FormatSize(maxTotalBytes))
+	case c.TransferSize < minBlock || c.TransferSize > maxBlock:
+		return fmt.Errorf("transfer size %d out of range (%d B to %s)", c.TransferSize, minBlock, FormatSize(maxBlock))
+	case c.Reps < 1 || c.Reps > maxReps:
+		return fmt.Errorf("reps %d out of range (1 to %d)", c.Reps, maxReps)
+	case c.Timeout < 0:
+		return errors.New("negative timeout")
+	}
+	for _, n := range c.DataServers {
+		if n < 1 || n > maxDataServers {
+			return fmt.Errorf("data-server count %d out of range (1 to %d)", n, maxDataServers)
+		}
+	}
+	return nil
+}
+
+// ClusterStarter brings up a fresh pNFS cluster (a metadata server and
+// dataServers data servers) and returns its metadata server's endpoint.
+// Endpoint.PID, when set, is the one process that runs every server of
+// the cluster, whose CPU time the report then gives.
+type ClusterStarter interface {
+	StartCluster(ctx context.Context, dataServers int) (*Endpoint, error)
+}
+
+// ClientLauncher starts one benchmark client (see RunClient for what it
+// does and the protocol it speaks).
+type ClientLauncher interface {
+	Launch(ctx context.Context, spec ClientSpec) (*ClientHandle, error)
+}
+
+// ClientHandle is a launched client.
+type ClientHandle struct {
+	// In receives the start signal ("go" and a newline); closing it
+	// before that aborts the client.
+	In io.WriteCloser
+	// Out carries the client's ready message and then its result, one
+	// JSON object per line.
+	Out io.Reader
+	// PID is the client's process id, 0 if it runs in this process.
+	PID int
+	// Stop waits for the client to end, forcing it after a grace period,
+	// and releases its resources. It is safe to call more than once.
+	Stop func() error
+}
+
+// IORRun is one measurement: all clients of one phase of one repetition
+// in one cell of the matrix.
+type IORRun struct {
+	DataServers int    `json:"data_servers"`
+	PNFS        bool   `json:"pnfs"`
+	Phase       string `json:"phase"`
+	Rep         int    `json:"rep"`
+	// PNFSUsed is false when pNFS was asked for but the client could not
+	// do it, so the I/O went through the metadata server.
+	PNFSUsed bool  `json:"pnfs_used"`
+	Bytes    int64 `json:"bytes"`
+	// Seconds is from the earliest client's start to the latest client's
+	// end; MBps is Bytes/Seconds in 10^6 bytes per second.
+	Seconds float64 `json:"seconds"`
+	MBps    float64 `json:"mb_per_s"`
+	// ServerCPU is the CPU time (user+system) of the cluster's process
+	// over CPUWindow seconds of wall time around the phase; -1 when the
+	// cluster does not run in a separate process.
+	ServerCPU float64 `json:"server_cpu_seconds"`
+	CPUWindow float64 `json:"cpu_window_seconds"`
+	// ClientCPU is the sum of the clients' CPU time in their timed
+	// regions; -1 when they run in this process.
+	ClientCPU float64         `json:"client_cpu_seconds"`
+	LoadAfter [3]float64      `json:"loadavg_after"`
+	Clients   []ClientResult `json:"clients"`
+}
+
+// ServerCores is the cluster's CPU use in cores during the run, or -1.
+func (r *IORRun) ServerCores() float64 {
+	if r.ServerCPU < 0 || r.CPUWindow <= 0 {
+		return -1
+	}
+	return r.ServerCPU / r.CPUWindow
+}
+
+// ClientCores is the clients' CPU use in cores during the run, or -1.
+func (r *IORRun) ClientCores() float64 {
+	if r.ClientCPU < 0 || r.Seconds <= 0 {
+		return -1
+	}
+	return r.ClientCPU / r.Seconds
+}
+
+// IORCell is one cell of the result table: the summary of its runs.
+type IORCell struct {
+	DataServers int    `json:"data_servers"`
+	PNFS        bool   `json:"pnfs"`
+	Phase       string `json:"phase"`
+	Summary            // MB/s
+	// PNFSUsed is false if any of the cell's runs fell back to the MDS.
+	PNFSUsed bool `json:"pnfs_used"`
+	// ServerCores and ClientCores are medians over the runs (-1 unknown).
+	ServerCores float64 `json:"server_cores"`
+	ClientCores float64 `json:"client_cores"`
+	Runs        int     `json:"runs"`
+}
+
+// IORReport is the outcome of an ior run.
+type IORReport struct {
+	Start      time.Time  `json:"start"`
+	Elapsed    float64    `json:"elapsed_seconds"`
+	Config     IORConfig  `json:"config"`
+	Machine    Machine    `json:"machine"`
+	LoadBefore [3]float64 `json:"loadavg_before"`
+	LoadAfter  [3]float64 `json:"loadavg_after"`
+	// Servers describes how the cluster ran ("process" or "in-process"),
+	// Clients the same for the clients.
+	Servers string    `json:"servers"`
+	Clients string    `json:"clients"`
+	Runs    []IORRun  `json:"runs"`
+	Cells   []IORCell `json:"cells"`
+	Errors  []string  `json:"errors,omitempty"`
+	Notes   []string  `json:"notes"`
+	// Profiles are the cluster CPU profiles written, if any.
+	Profiles []string `json:"cpu_profiles,omitempty"`
+}
+
+// IORSetup is where and how the ior workload runs.
+type IORSetup struct {
+	Cluster ClusterStarter
+	Clients ClientLauncher
+}
+
+// Timeouts of the ior driver. The run as a whole is bounded by
+// IORConfig.Timeout and the caller's context.
+const (
+	clientReadyTimeout = 60 * time.Second
+	setupTimeout       = 2 * time.Minute
+)
+
+// RunIOR runs the ior matrix and returns the report. A cluster size that
+// fails is recorded with its error and the run goes on to the next; the
+// returned error joins the failures, so a caller can print the report and
+// still exit non-zero.
+func RunIOR(ctx context.Context, cfg IORConfig, setup IORSetup) (*IORReport, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if setup.Cluster == nil || setup.Clients == nil {
+		return nil, errors.New("ior: no cluster starter or client launcher")
+	}
+	if cfg.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.Timeout)
+		defer cancel()
+	}
+	rep := &IORReport{
+		Start:      time.Now().UTC(),
+		Config:     cfg,
+		Machine:    MachineInfo(),
+		LoadBefore: LoadAvg(),
+		Servers:    "in-process",
+		Clients:    "in-process",
+	}
+	var errs []error
+	for _, n := range cfg.DataServers {
+		err := runCluster(ctx, cfg, setup, n, rep)
+		if err != nil {
+			err = fmt.Errorf("%d data servers: %w", n, err)
+			errs = append(errs, err)
+			rep.Errors = append(rep.Errors, err.Error())
+			progress(cfg.Progress, "ior: %v\n", err)
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	rep.LoadAfter = LoadAvg()
+	rep.Elapsed = time.Since(rep.Start).Seconds()
+	rep.Cells = summarizeIOR(cfg, rep.Runs)
+	rep.Notes = iorNotes(rep)
+	return rep, errors.Join(errs...)
+}
+
+func progress(w io.Writer, format string, args ...any) {
+	if w != nil {
+		fmt.Fprintf(w, format, args...)
+	}
+}
+
+// runCluster measures every repetition and pNFS mode on a fresh cluster
+// of n data servers.
+func runCluster(ctx context.Context, cfg IORConfig, setup IORSetup, n int, rep *IORReport) (err error) {
+	ep, err := setup.Cluster.StartCluster(ctx, n)
+	if err != nil {
+		return fmt.Errorf("start cluster: %w", err)
+	}
+	if ep.PID > 0 {
+		rep.Servers = "process"
+	}
+	defer func() {
+		if ep.Stop != nil {
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			serr := ep.Stop(sctx)
+			cancel()
+			if serr != nil && err == nil {
+				err = fmt.Errorf("stop cluster: %w", serr)
+			}
+		}
+		if ep.Profile != "" {
+			rep.Profiles = append(rep.Profiles, ep.Profile)
+		}
+	}()
+
+	// The harness's own client only creates and removes directories; it
+	// never carries benchmark data.
+	sctx, cancel := context.WithTimeout(ctx, setupTimeout)
+	defer cancel()
+	opts, _ := pnfsOptions(false)
+	opts.Root = ep.Root
+	c, err := client.Dial(sctx, ep.Addr, opts)
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", ep.Addr, err)
+	}
+	defer c.Close()
+
+	for r := 0; r < cfg.Reps; r++ {
+		// The modes alternate within each repetition, so a slow spell on
+		// a shared machine hits both rather than one.
+		for _, on := range cfg.PNFS {
+			dir := fmt.Sprintf("/ior-ds%d-%s-rep%d", n, modeName(on), r)
+			if err := c.Mkdir(ctx, dir, 0o755); err != nil {
+				return fmt.Errorf("mkdir %s: %w", dir, err)
+			}
+			for _, phase := range []string{PhaseWrite, PhaseRead} {
+				run, err := runPhase(ctx, cfg, setup.Clients, ep, dir, n, on, phase, r)
+				if run != nil {
+					rep.Runs = append(rep.Runs, *run)
+					if run.ClientCPU >= 0 {
+						rep.Clients = "process"
+					}
+				}
+				if err != nil {
+					return fmt.Errorf("pNFS %s, %s, rep %d: %w", modeName(on), phase, r+1, err)
+				}
+			}
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), setupTimeout)
+			err := c.RemoveAll(rctx, dir)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("remove %s: %w", dir, err)
+			}
+		}
+	}
+	return nil
+}
+
+func modeName(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
+}
+
+// runPhase launches the clients of one phase, waits until every one of
+// them is connected and ready, starts them together and collects their
+// results.
+func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *Endpoint, dir string, n int, on bool, phase string, r int) (*IORRun, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	clients := make([]*clientConn, 0, cfg.Clients)
+	defer func() {
+		for _, cc := range clients {
+			cc.close()
+		}
+	}()
+	for i := 0; i < cfg.Clients; i++ {
+		spec := ClientSpec{
+			Addr: ep.Addr, Root: ep.Root, Path: fmt.Sprintf("%s/file.%04d", dir, i), Index: i,
+			Phase: phase, Size: cfg.BlockSize, Transfer: cfg.TransferSize, PNFS: on,
+		}
+		h, err := launcher.Launch(ctx, spec)
+		if err != nil {
+			return nil, fmt.Errorf("launch client %d: %w", i, err)
+		}
+		clients = append(clients, newClientConn(h))
+	}
+
+	used := true
+	rctx, rcancel := context.WithTimeout(ctx, clientReadyTimeout)
+	defer rcancel()
+	for i, cc := range clients {
+		m, err := cc.next(rctx)
+		if err != nil {
+			return nil, fmt.Errorf("client %d not ready: %w", i, err)
+		}
+		if m.Error != "" {
+			return nil, fmt.Errorf("client %d: %s", i, m.Error)
+		}
+		if !m.Ready {
+			return nil, fmt.Errorf("client %d: expected a ready message, got %+v", i, m)
+		}
+		used = used && m.PNFSUsed
+	}
+
+	cpu0, ok0 := procCPU(ep.PID)
+	t0 := time.Now()
+	for i, cc := range clients {
+		if _, err := io.WriteString(cc.h.In, "go\n"); err != nil {
+			return nil, fmt.Errorf("start client %d: %w", i, err)
+		}
+	}
+	results := make([]ClientResult, len(clients))
+	for i, cc := range clients {
+		m, err := cc.next(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("client %d: %w", i, err)
+		}
+		if m.Result == nil {
+			return nil, fmt.Errorf("client %d: no result: %+v", i, m)
+		}
+		if m.Result.Error != "" {
+			return nil, fmt.Errorf("client %d: %s", i, m.Result.Error)
+		}
+		results[i] = *m.Result
+	}
+	window := time.Since(t0)
+	cpu1, ok1 := procCPU(ep.PID)
+
+	run := &IORRun{DataServers: n, PNFS: on, Phase: phase, Rep: r, PNFSUsed: on && used,
+		ServerCPU: -1, ClientCPU: -1, Clients: results, LoadAfter: LoadAvg()}
+	var first, last int64
+	clientCPU := 0.0
+	for i, res := range results {
+		if res.Bytes != cfg.BlockSize {
+			return run, fmt.Errorf("client %d moved %d bytes, want %d", i, res.Bytes, cfg.BlockSize)
+		}
+		run.Bytes += res.Bytes
+		if i == 0 || res.StartNS < first {
+			first = res.StartNS
+		}
+		if i == 0 || res.EndNS > last {
+			last = res.EndNS
+		}
+		if res.CPUSeconds < 0 || clientCPU < 0 {
+			clientCPU = -1
+		} else {
+			clientCPU += res.CPUSeconds
+		}
+	}
+	run.ClientCPU = clientCPU
+	run.Seconds = max(time.Duration(last-first).Seconds(), 1e-9)
+	run.MBps = float64(run.Bytes) / 1e6 / run.Seconds
+	if ok0 && ok1 {
+		run.ServerCPU, run.CPUWindow = (cpu1 - cpu0).Seconds(), window.Seconds()
+	}
+	cores := ""
+	if c := run.ServerCores(); c >= 0 {
+		cores += fmt.Sprintf(", servers %.2f cores", c)
+	}
+	if c := run.ClientCores(); c >= 0 {
+		cores += fmt.Sprintf(", clients %.2f cores", c)
+	}
+	fallback := ""
+	if on && !run.PNFSUsed {
+		fallback = " (fell back to the MDS)"
+	}
+	progress(cfg.Progress, "ior: %d DS, pNFS %s%s, %s rep %d/%d: %s MB/s (%.2fs%s)\n",
+		n, modeName(on), fallback, phase, r+1, cfg.Reps, num(run.MBps), run.Seconds, cores)
+
+	// The clients have reported; wait for them to exit cleanly.
+	for i, cc := range clients {
+		if err := cc.close(); err != nil {
+			return run, fmt.Errorf("client %d: %w", i, err)
+		}
+	}
+	return run, nil
+}
+
+// summarizeIOR groups the runs into cells in matrix order.
+func summarizeIOR(cfg IORConfig, runs []IORRun) []IORCell {
+	var cells []IORCell
+	for _, n := range cfg.DataServers {
+		for _, on := range cfg.PNFS {
+			for _, phase := range []string{PhaseWrite, PhaseRead} {
+				cell := IORCell{DataServers: n, PNFS: on, Phase: phase, PNFSUsed: on}
+				var mbps, sc, cc []float64
+				for _, r := range runs {
+					if r.DataServers != n || r.PNFS != on || r.Phase != phase {
+						continue
+					}
+					mbps = append(mbps, r.MBps)
+					cell.PNFSUsed = cell.PNFSUsed && r.PNFSUsed
+					if c := r.ServerCores(); c >= 0 {
+						sc = append(sc, c)
+					}
+					if c := r.ClientCores(); c >= 0 {
+						cc = append(cc, c)
+					}
+				}
+				if len(mbps) == 0 {
+					continue
+				}
+				cell.Summary, cell.Runs = Summarize(mbps), len(mbps)
+				cell.ServerCores, cell.ClientCores = -1, -1
+				if len(sc) > 0 {
+					cell.ServerCores = Summarize(sc).Median
+				}
+				if len(cc) > 0 {
+					cell.ClientCores = Summarize(cc).Median
+				}
+				cells = append(cells, cell)
+			}
+		}
+	}
+	return cells
+}
+
+// iorNotes says what was measured and what limits the numbers.
+func iorNotes(rep *IORReport) []string {
+	c := rep.Config
+	notes := []string{
+		fmt.Sprintf("ior: %d client processes, file per process, each writes then reads %s sequentially in %s calls, one call at a time",
+			c.Clients, FormatSize(c.BlockSize), FormatSize(int64(c.TransferSize))),
+		"write is timed from OPEN to the return of COMMIT (fsync) and CLOSE (which carries LAYOUTCOMMIT with pNFS); the reads start after every writer has finished",
+		"MB/s = all clients' bytes / (latest client end - earliest client start), 10^6 bytes per second; each cell is the median of the reps [min-max]",
+		"read: the data servers' page cache is warm (the files were just written); this is the protocol and copy path, not the disk",
+		"loopback TCP on one machine: clients, metadata server and data servers share its CPUs, so more data servers add no hardware",
+	}
+	if rep.Servers == "process" {
+		notes = append(notes, "server CPU is that of the one `shoal up` process running the MDS and all data servers")
+	}
+	for _, cell := range rep.Cells {
+		if cell.PNFS && !cell.PNFSUsed {
+			notes = append(notes, "pNFS on FELL BACK to the MDS: the client library cannot do pNFS I/O yet, so the \"on\" columns measure the same path as \"off\"")
+			break
+		}
+	}
+	// Whether the CPU was the limit: the busiest cell's server plus client
+	// cores against the machine's.
+	busiest := -1.0
+	for _, cell := range rep.Cells {
+		if cell.ServerCores >= 0 && cell.ClientCores >= 0 {
+			busiest = max(busiest, cell.ServerCores+cell.ClientCores)
+		}
+	}
+	if busiest >= 0 && rep.Machine.NumCPU > 0 {
+		verdict := "the CPU was not saturated"
+		if busiest >= 0.8*float64(rep.Machine.NumCPU) {
+			verdict = "CPU-BOUND: the figures measure CPU cost per byte, not the network, the disks or pNFS parallelism"
+		}
+		notes = append(notes, fmt.Sprintf("busiest cell used %.2f of %d cores (servers + clients): %s", busiest, rep.Machine.NumCPU, verdict))
+	}
+	return notes
+}
+
+// FormatPNFSModes renders modes as "on,off".
+func FormatPNFSModes(modes []bool) string {
+	s := make([]string, len(modes))
+	for i, on := range modes {
+		s[i] = modeName(on)
+	}
+	return strings.Join(s, ",")
+}
+
+// ParsePNFSModes parses "on,off" (also true/false, 1/0) into modes, in
+// order and without duplicates.
+func ParsePNFSModes(list []string) ([]bool, error) {
+	var modes []bool
+	for _, s := range list {
+		var on bool
+		switch strings.ToLower(strings.TrimSpace(s)) {
+		case "on", "true", "1", "yes":
+			on = true
+		case "off", "false", "0", "no":
+			on = false
+		case "":
+			continue
+		default:
+			return nil, fmt.Errorf("bad pNFS mode %q (want on or off)", s)
+		}
+		if !slices.Contains(modes, on) {
+			modes = append(modes, on)
+		}
+	}
+	return modes, nil
+}
