@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"sync"
 	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
@@ -49,7 +50,10 @@ func (c *compound) read(a *nfs4.READ4args) opReply {
 	if a.Offset+n > size {
 		n = size - a.Offset
 	}
-	buf := make([]byte, n)
+	buf := c.s.readBuf(int(n))
+	// The buffer is spliced into the reply without a copy; it goes back to
+	// the pool once the reply has been written.
+	c.call.AfterReply(func() { c.s.putReadBuf(buf) })
 	f, err := c.s.openData(o.fh.ino, false)
 	if err != nil {
 		return failErr(err)
@@ -134,4 +138,23 @@ func (c *compound) commit(a *nfs4.COMMIT4args) opReply {
 		}
 	}
 	return ok(&nfs4.COMMIT4resok{Writeverf: c.s.writeVerf})
+}
+
+// readPool recycles READ buffers of the maximum read size: a fresh 1 MiB
+// buffer per READ is most of the server's garbage on the read path.
+var readPool sync.Pool
+
+func (s *Server) readBuf(n int) []byte {
+	if b, ok := readPool.Get().(*[]byte); ok && cap(*b) >= n {
+		buf := (*b)[:n]
+		clear(buf) // holes and the tail past the data file's end read as zeros
+		return buf
+	}
+	return make([]byte, n, max(n, int(s.cfg.MaxRead)))
+}
+
+func (s *Server) putReadBuf(b []byte) {
+	if cap(b) >= int(s.cfg.MaxRead) {
+		readPool.Put(&b)
+	}
 }
