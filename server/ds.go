@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -55,18 +54,7 @@ func NewDataServer(cfg Config, ds DataServerConfig) (*Server, error) {
 	if ds.Secret == nil || ds.CheckStateid == nil {
 		return nil, errors.New("server: data server needs Secret and CheckStateid")
 	}
-	if cfg.Lease <= 0 {
-		cfg.Lease = 90 * time.Second
-	}
-	if cfg.MaxRead == 0 {
-		cfg.MaxRead = defaultMaxIO
-	}
-	if cfg.MaxWrite == 0 {
-		cfg.MaxWrite = defaultMaxIO
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	cfg.fillDefaults()
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}

@@ -76,11 +76,8 @@ const (
 	defaultMaxIO = 1 << 20
 )
 
-// New opens (or creates) a server's state under cfg.Dir.
-func New(cfg Config) (*Server, error) {
-	if cfg.Dir == "" {
-		return nil, errors.New("server: no data directory")
-	}
+// fillDefaults sets the defaults of every role.
+func (cfg *Config) fillDefaults() {
 	if cfg.Lease <= 0 {
 		cfg.Lease = 90 * time.Second
 	}
@@ -93,6 +90,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+}
+
+// New opens (or creates) a server's state under cfg.Dir.
+func New(cfg Config) (*Server, error) {
+	if cfg.Dir == "" {
+		return nil, errors.New("server: no data directory")
+	}
+	cfg.fillDefaults()
 	if len(cfg.Exports) == 0 {
 		cfg.Exports = []*Export{{Path: "/"}}
 	}
