@@ -12,7 +12,7 @@ import (
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/internal/xdr"
-	"github.com/shoalfs/shoal/server/internal/wiretest"
+	"github.com/shoalfs/shoal/internal/wiretest"
 )
 
 // healthy runs a well-behaved client in the background while bad input is

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
-	"github.com/shoalfs/shoal/server/internal/wiretest"
+	"github.com/shoalfs/shoal/internal/wiretest"
 )
 
 // TestConcurrentClients runs several clients against one directory at

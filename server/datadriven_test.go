@@ -13,7 +13,7 @@ import (
 
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/xdr"
-	"github.com/shoalfs/shoal/server/internal/wiretest"
+	"github.com/shoalfs/shoal/internal/wiretest"
 )
 
 // TestDataDriven replays testdata/*.txt against a live server, one server

@@ -10,7 +10,7 @@ import (
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/internal/xdr"
-	"github.com/shoalfs/shoal/server/internal/wiretest"
+	"github.com/shoalfs/shoal/internal/wiretest"
 )
 
 // fuzzSession is a placeholder session ID in fuzz inputs. The harness

@@ -16,7 +16,7 @@ import (
 
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/xdr"
-	"github.com/shoalfs/shoal/server/internal/wiretest"
+	"github.com/shoalfs/shoal/internal/wiretest"
 )
 
 // Test harness: a real Server on 127.0.0.1, restartable on the same data

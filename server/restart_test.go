@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
-	"github.com/shoalfs/shoal/server/internal/wiretest"
+	"github.com/shoalfs/shoal/internal/wiretest"
 )
 
 func TestRestart(t *testing.T) {

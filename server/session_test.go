@@ -7,7 +7,7 @@ import (
 
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/rpc"
-	"github.com/shoalfs/shoal/server/internal/wiretest"
+	"github.com/shoalfs/shoal/internal/wiretest"
 )
 
 func TestNullProc(t *testing.T) {
