@@ -59,7 +59,12 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 	iomode := uint32(a.LogaIomode)
 	ls, err := s.st.m.LayoutGet(id, sid, state.FileID(o.fh.ino), iomode)
 	if err != nil {
-		return failErr(err)
+		r := failErr(err)
+		if r.status == nfs4.NFS4ERR_LAYOUTTRYLATER {
+			// LAYOUTGET4res carries logr_will_signal_layout_avail here.
+			r.body = marshalFunc(func(e *xdr.Encoder) { e.Bool(false) })
+		}
+		return r
 	}
 	s.unfence(id)
 	first, unit, count := s.pnfs.ds.Layout(uint64(o.fh.ino))

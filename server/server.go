@@ -242,3 +242,6 @@ func fillWriteVerf(s *Server) {
 }
 
 var randRead = rand.Read
+
+// Meta returns the server's metadata engine (for tools and tests).
+func (s *Server) Meta() meta.Engine { return s.meta }

@@ -181,6 +181,9 @@ var stateErrs = []struct {
 	{state.ErrReclaimBad, nfs4.NFS4ERR_RECLAIM_BAD},
 	{state.ErrCompleteAlready, nfs4.NFS4ERR_COMPLETE_ALREADY},
 	{state.ErrServerFault, nfs4.NFS4ERR_SERVERFAULT},
+	{state.ErrRecallConflict, nfs4.NFS4ERR_RECALLCONFLICT},
+	{state.ErrLayoutTryLater, nfs4.NFS4ERR_LAYOUTTRYLATER},
+	{state.ErrNoMatchingLayout, nfs4.NFS4ERR_NOMATCHING_LAYOUT},
 }
 
 func stateStatus(err error) (nfs4.Nfsstat4, bool) {

@@ -41,6 +41,10 @@ type Client struct {
 	// Minor is the minor version of Compound and Sessionless requests
 	// (default 2, so NFSv4.2 operations are available).
 	Minor uint32
+	// KeepLayouts makes the client accept CB_LAYOUTRECALL and then never
+	// return the layout (a misbehaving client, for fencing tests); by
+	// default it answers NFS4ERR_NOMATCHING_LAYOUT.
+	KeepLayouts bool
 
 	mu  sync.Mutex // serializes slot 0
 	seq uint32     // last sequence ID used on slot 0
@@ -110,7 +114,11 @@ func (c *Client) serveCB(_ context.Context, call *rpc.Call, res *xdr.Encoder) rp
 			case nfs4.OP_CB_RECALL:
 				res.Opcbrecall = &nfs4.CBRECALL4res{Status: nfs4.NFS4_OK}
 			case nfs4.OP_CB_LAYOUTRECALL:
-				res.Opcblayoutrecall = &nfs4.CBLAYOUTRECALL4res{ClorrStatus: nfs4.NFS4ERR_NOMATCHING_LAYOUT}
+				st := nfs4.NFS4ERR_NOMATCHING_LAYOUT
+				if c.KeepLayouts {
+					st = nfs4.NFS4_OK // "will return", but never does
+				}
+				res.Opcblayoutrecall = &nfs4.CBLAYOUTRECALL4res{ClorrStatus: st}
 			default:
 				r.Status = nfs4.NFS4ERR_NOTSUPP
 				res = nfs4.NfsCbResop4{Resop: nfs4.OP_CB_ILLEGAL, Opcbillegal: &nfs4.CBILLEGAL4res{Status: nfs4.NFS4ERR_OP_ILLEGAL}}

@@ -98,6 +98,11 @@ func (m *Manager) LayoutGet(id ClientID, sid Stateid, file FileID, iomode uint32
 		if l == nil || l.client != c || l.file != file {
 			return Stateid{}, fmt.Errorf("%w: unknown layout stateid", ErrBadStateid)
 		}
+		if l.recalling {
+			// The recall bumped the seqid the client has not seen yet;
+			// the conflict is what it needs to hear (RFC 8881 §12.5.5.2).
+			return Stateid{}, ErrRecallConflict
+		}
 		if err := checkSeqid(sid.Seqid, l.sid.Seqid); err != nil {
 			return Stateid{}, err
 		}

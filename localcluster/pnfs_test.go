@@ -1,0 +1,293 @@
+package localcluster
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/wiretest"
+	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/server"
+)
+
+func startCluster(t *testing.T, n int, lease time.Duration) *Cluster {
+	t.Helper()
+	f := false
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := Start(ctx, Config{
+		Dir: t.TempDir(), DataServers: n, Listen: "127.0.0.1:0",
+		Exports: []*server.Export{{Path: "/", RootSquash: &f}},
+		Lease:   lease,
+		Logger:  slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func op(o nfs4.NfsArgop4) nfs4.NfsArgop4 { return o }
+
+var currentStateid = nfs4.Stateid4{Seqid: 1}
+
+func layoutGet(sid nfs4.Stateid4, mode nfs4.Layoutiomode4) nfs4.NfsArgop4 {
+	return nfs4.NfsArgop4{Argop: nfs4.OP_LAYOUTGET, Oplayoutget: &nfs4.LAYOUTGET4args{
+		LogaLayoutType: nfs4.LAYOUT4_NFSV4_1_FILES, LogaIomode: mode,
+		LogaLength: ^uint64(0), LogaStateid: sid, LogaMaxcount: 1 << 16,
+	}}
+}
+
+func putFH(fh []byte) nfs4.NfsArgop4 {
+	return nfs4.NfsArgop4{Argop: nfs4.OP_PUTFH, Opputfh: &nfs4.PUTFH4args{Object: fh}}
+}
+
+func status(t *testing.T, res *nfs4.COMPOUND4res, err error) nfs4.Nfsstat4 {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.Status
+}
+
+// TestPNFSProtocol checks the metadata server's files layouts end to end at
+// the wire level against a real 3-DS cluster: LAYOUTGET contents and the
+// (k + ino) mod n rotation, GETDEVICEINFO addresses, I/O at a data server
+// under MDS-granted stateids, LAYOUTCOMMIT, layout stateid seqids,
+// CB_LAYOUTRECALL on truncate with RECALLCONFLICT and LAYOUTTRYLATER, and
+// fencing of a client that never returns a recalled layout.
+func TestPNFSProtocol(t *testing.T) {
+	const lease = 2 * time.Second
+	c := startCluster(t, 3, lease)
+	ctx := ctxT(t)
+	mds := c.MDS.Addr.String()
+	cl, err := wiretest.Setup(ctx, mds, []byte("pnfs-client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	cl.KeepLayouts = true
+
+	// OPEN (create) + GETFH + GETATTR fileid + LAYOUTGET in one compound,
+	// as the Linux client does.
+	res, err := cl.Compound(
+		op(nfs4.NfsArgop4{Argop: nfs4.OP_PUTROOTFH}),
+		op(nfs4.NfsArgop4{Argop: nfs4.OP_OPEN, Opopen: &nfs4.OPEN4args{
+			ShareAccess: nfs4.OPEN4_SHARE_ACCESS_BOTH,
+			Owner:       nfs4.OpenOwner4{Clientid: cl.ClientID, Owner: []byte("o1")},
+			Openhow: nfs4.Openflag4{Opentype: nfs4.OPEN4_CREATE, How: &nfs4.Createhow4{
+				Mode: nfs4.UNCHECKED4, Createattrs: &nfs4.Fattr4{}}},
+			Claim: nfs4.OpenClaim4{Claim: nfs4.CLAIM_NULL, File: ptr(nfs4.Component4("f"))},
+		}}),
+		op(nfs4.NfsArgop4{Argop: nfs4.OP_GETFH}),
+		layoutGet(currentStateid, nfs4.LAYOUTIOMODE4_RW),
+	)
+	if status(t, res, err) != nfs4.NFS4_OK {
+		t.Fatalf("OPEN+LAYOUTGET: %v", wiretest.Check(res))
+	}
+	openSid := res.Resarray[2].Opopen.Resok4.Stateid
+	fh := res.Resarray[3].Opgetfh.Resok4.Object
+	lg := res.Resarray[4].Oplayoutget.LogrResok4
+	if len(lg.LogrLayout) != 1 || lg.LogrLayout[0].LoContent.LocType != nfs4.LAYOUT4_NFSV4_1_FILES {
+		t.Fatalf("layout: %+v", lg.LogrLayout)
+	}
+	var fl nfs4.Nfsv41FileLayout4
+	if err := xdr.Unmarshal(lg.LogrLayout[0].LoContent.LocBody, &fl); err != nil {
+		t.Fatal(err)
+	}
+	if fl.NflUtil != DefaultStripeUnit || len(fl.NflFhList) != 1 {
+		t.Fatalf("nfl_util %#x, %d filehandles", fl.NflUtil, len(fl.NflFhList))
+	}
+	first, _, n := c.MDS.Striped.Layout(inoOf(t, c, "f"))
+	if fl.NflFirstStripeIndex != uint32(first) || n != 3 {
+		t.Fatalf("first stripe index %d, want %d (width %d)", fl.NflFirstStripeIndex, first, n)
+	}
+	layoutSid := lg.LogrStateid
+	if layoutSid.Seqid != 1 {
+		t.Fatalf("first layout stateid seqid %d", layoutSid.Seqid)
+	}
+
+	// GETDEVICEINFO lists every data server by stripe index.
+	res, err = cl.Compound(op(nfs4.NfsArgop4{Argop: nfs4.OP_GETDEVICEINFO, Opgetdeviceinfo: &nfs4.GETDEVICEINFO4args{
+		GdiaDeviceId: fl.NflDeviceid, GdiaLayoutType: nfs4.LAYOUT4_NFSV4_1_FILES, GdiaMaxcount: 1 << 16}}))
+	if status(t, res, err) != nfs4.NFS4_OK {
+		t.Fatalf("GETDEVICEINFO: %v", res.Status)
+	}
+	var da nfs4.Nfsv41FileLayoutDsAddr4
+	if err := xdr.Unmarshal(res.Resarray[1].Opgetdeviceinfo.GdirResok4.GdirDeviceAddr.DaAddrBody, &da); err != nil {
+		t.Fatal(err)
+	}
+	if len(da.NfldaStripeIndices) != 3 || len(da.NfldaMultipathDsList) != 3 {
+		t.Fatalf("device: %+v", da)
+	}
+	dsAddr := func(i int) string {
+		na := da.NfldaMultipathDsList[da.NfldaStripeIndices[i]][0]
+		return fromUaddr(t, na.NaRAddr)
+	}
+	for i, d := range c.DS {
+		if got := dsAddr(d.Agent.Index()); got != d.Addr.String() {
+			t.Errorf("DS %d advertised as %s, listens on %s", i, got, d.Addr)
+		}
+	}
+
+	// WRITE stripe unit 0 at its data server, under the open stateid.
+	ds, err := wiretest.Setup(ctx, dsAddr(first), []byte("pnfs-client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ds.Close()
+	data := []byte(strings.Repeat("x", 4096))
+	write := func(sid nfs4.Stateid4) nfs4.Nfsstat4 {
+		res, err := ds.Compound(putFH(fl.NflFhList[0]), op(nfs4.NfsArgop4{Argop: nfs4.OP_WRITE, Opwrite: &nfs4.WRITE4args{
+			Stateid: sid, Offset: 0, Stable: nfs4.UNSTABLE4, Data: data}}))
+		return status(t, res, err)
+	}
+	if st := write(openSid); st != nfs4.NFS4_OK {
+		t.Fatalf("DS WRITE: %v", st)
+	}
+	bogus := openSid
+	bogus.Other[11] ^= 0x55
+	if st := write(bogus); st != nfs4.NFS4ERR_BAD_STATEID {
+		t.Fatalf("DS WRITE with a stateid the MDS never granted: %v", st)
+	}
+	if res, err := ds.Compound(putFH(fh), op(nfs4.NfsArgop4{Argop: nfs4.OP_COMMIT, Opcommit: &nfs4.COMMIT4args{}})); status(t, res, err) != nfs4.NFS4ERR_BADHANDLE {
+		t.Fatalf("DS accepts an MDS filehandle: %v", res.Status)
+	}
+
+	// LAYOUTCOMMIT publishes the size.
+	res, err = cl.Compound(putFH(fh), op(nfs4.NfsArgop4{Argop: nfs4.OP_LAYOUTCOMMIT, Oplayoutcommit: &nfs4.LAYOUTCOMMIT4args{
+		LocaLength: 4096, LocaStateid: layoutSid,
+		LocaLastWriteOffset: nfs4.Newoffset4{NoNewoffset: true, NoOffset: ptr(uint64(4095))},
+		LocaLayoutupdate:    nfs4.Layoutupdate4{LouType: nfs4.LAYOUT4_NFSV4_1_FILES},
+	}}))
+	if status(t, res, err) != nfs4.NFS4_OK {
+		t.Fatalf("LAYOUTCOMMIT: %v", wiretest.Check(res))
+	}
+	if ns := res.Resarray[2].Oplayoutcommit.LocrResok4.LocrNewsize; !ns.NsSizechanged || *ns.NsSize != 4096 {
+		t.Fatalf("LAYOUTCOMMIT new size %+v", ns)
+	}
+
+	// Layout stateid seqids: the current one works, an old one does not.
+	res, err = cl.Compound(putFH(fh), layoutGet(layoutSid, nfs4.LAYOUTIOMODE4_RW))
+	if status(t, res, err) != nfs4.NFS4_OK {
+		t.Fatalf("LAYOUTGET with layout stateid: %v", res.Status)
+	}
+	layoutSid2 := res.Resarray[2].Oplayoutget.LogrResok4.LogrStateid
+	if layoutSid2.Seqid != 2 || layoutSid2.Other != layoutSid.Other {
+		t.Fatalf("second layout stateid %+v", layoutSid2)
+	}
+	if res, err := cl.Compound(putFH(fh), layoutGet(layoutSid, nfs4.LAYOUTIOMODE4_RW)); status(t, res, err) != nfs4.NFS4ERR_OLD_STATEID {
+		t.Fatalf("LAYOUTGET with an old layout seqid: %v", res.Status)
+	}
+
+	// Truncate: CB_LAYOUTRECALL goes out, SETATTR is delayed, LAYOUTGET
+	// gets RECALLCONFLICT (same client) or LAYOUTTRYLATER (another).
+	truncate := func() nfs4.Nfsstat4 {
+		sz := make([]byte, 8)
+		res, err := cl.Compound(putFH(fh), op(nfs4.NfsArgop4{Argop: nfs4.OP_SETATTR, Opsetattr: &nfs4.SETATTR4args{
+			Stateid: openSid, ObjAttributes: nfs4.Fattr4{Attrmask: nfs4.Bitmap4{1 << nfs4.FATTR4_SIZE}, AttrVals: sz}}}))
+		return status(t, res, err)
+	}
+	if st := truncate(); st != nfs4.NFS4ERR_DELAY {
+		t.Fatalf("truncate with a layout out: %v, want DELAY while recalling", st)
+	}
+	waitFor(t, "CB_LAYOUTRECALL", func() bool { return hasLayoutRecall(cl, fh) })
+	if res, err := cl.Compound(putFH(fh), layoutGet(layoutSid2, nfs4.LAYOUTIOMODE4_RW)); status(t, res, err) != nfs4.NFS4ERR_RECALLCONFLICT {
+		t.Fatalf("LAYOUTGET by the recalled client: %v", res.Status)
+	}
+	other, err := wiretest.Setup(ctx, mds, []byte("pnfs-other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	res, err = other.Compound(putFH(fh), op(nfs4.NfsArgop4{Argop: nfs4.OP_OPEN, Opopen: &nfs4.OPEN4args{
+		ShareAccess: nfs4.OPEN4_SHARE_ACCESS_READ,
+		Owner:       nfs4.OpenOwner4{Clientid: other.ClientID, Owner: []byte("o2")},
+		Claim:       nfs4.OpenClaim4{Claim: nfs4.CLAIM_FH}}}), layoutGet(currentStateid, nfs4.LAYOUTIOMODE4_READ))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != nfs4.NFS4ERR_LAYOUTTRYLATER {
+		t.Fatalf("LAYOUTGET by another client during the recall: %v", wiretest.Check(res))
+	}
+
+	// The client never returns the layout: after a lease it is revoked,
+	// the truncate goes through, and the data servers fence the client.
+	waitFor(t, "truncate after revocation", func() bool {
+		ds.Compound() // keep the data-server session's lease alive
+		return truncate() == nfs4.NFS4_OK
+	})
+	if st := write(openSid); st != nfs4.NFS4ERR_PNFS_NO_LAYOUT {
+		t.Fatalf("DS WRITE by a fenced client: %v, want PNFS_NO_LAYOUT", st)
+	}
+	if f := c.MDS.Server.Stats().Fences; f != 1 {
+		t.Fatalf("fences = %d", f)
+	}
+	// A new layout unfences it.
+	res, err = cl.Compound(putFH(fh), layoutGet(openSid, nfs4.LAYOUTIOMODE4_RW))
+	if status(t, res, err) != nfs4.NFS4_OK {
+		t.Fatalf("LAYOUTGET after revocation: %v", res.Status)
+	}
+	waitFor(t, "unfenced DS WRITE", func() bool { return write(openSid) == nfs4.NFS4_OK })
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// waitFor polls cond for up to 20 s; this bounds a test, it asserts no timing.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func hasLayoutRecall(c *wiretest.Client, fh []byte) bool {
+	for _, cb := range c.CBCompounds() {
+		for _, a := range cb.Argarray {
+			if r := a.Opcblayoutrecall; r != nil && r.CloraRecall.LorLayout != nil && string(r.CloraRecall.LorLayout.LorFh) == string(fh) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func inoOf(t *testing.T, c *Cluster, name string) uint64 {
+	t.Helper()
+	nd, err := c.MDS.Server.Meta().Lookup(context.Background(), 1, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint64(nd.Ino)
+}
+
+// fromUaddr converts "h1.h2.h3.h4.p1.p2" to host:port.
+func fromUaddr(t *testing.T, u string) string {
+	t.Helper()
+	parts := strings.Split(u, ".")
+	if len(parts) != 6 {
+		t.Fatalf("bad uaddr %q", u)
+	}
+	hi, _ := strconv.Atoi(parts[4])
+	lo, _ := strconv.Atoi(parts[5])
+	return net.JoinHostPort(strings.Join(parts[:4], "."), strconv.Itoa(hi<<8|lo))
+}
+
+var _ = errors.New
