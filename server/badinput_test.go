@@ -11,8 +11,8 @@ import (
 
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/rpc"
-	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/internal/wiretest"
+	"github.com/shoalfs/shoal/internal/xdr"
 )
 
 // healthy runs a well-behaved client in the background while bad input is

@@ -12,8 +12,8 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
-	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/internal/wiretest"
+	"github.com/shoalfs/shoal/internal/xdr"
 )
 
 // TestDataDriven replays testdata/*.txt against a live server, one server

@@ -9,8 +9,8 @@ import (
 
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/rpc"
-	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/internal/wiretest"
+	"github.com/shoalfs/shoal/internal/xdr"
 )
 
 // fuzzSession is a placeholder session ID in fuzz inputs. The harness

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
-	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/internal/wiretest"
+	"github.com/shoalfs/shoal/internal/xdr"
 )
 
 // Test harness: a real Server on 127.0.0.1, restartable on the same data

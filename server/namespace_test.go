@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
-	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/internal/wiretest"
+	"github.com/shoalfs/shoal/internal/xdr"
 )
 
 // anonStateid is the all-zeros special stateid.

@@ -52,7 +52,7 @@ type Client struct {
 	cbMu        sync.Mutex
 	cbProcs     []uint32
 	cbCompounds []nfs4.CBCOMPOUND4args
-	cbWake  chan struct{}
+	cbWake      chan struct{}
 }
 
 // Cred returns an AUTH_SYS credential for uid/gid.
