@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/internal/ctlproto"
+	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -44,6 +45,9 @@ type Striped struct {
 	mu   sync.Mutex
 	verf map[string][8]byte // DS id -> boot verifier seen on its last write
 	lost map[string]bool    // DS id -> restarted with uncommitted writes
+
+	fbMu     sync.Mutex
+	fallback map[int]store.Backend // stripe index -> shared storage (SetFallback)
 }
 
 var (
@@ -239,6 +243,52 @@ func (s *Striped) StatFS() (total, free, avail uint64, err error) {
 // Close implements store.Backend. The registry is not closed.
 func (s *Striped) Close() error { return nil }
 
+// SetFallback gives the MDS direct access to the storage of the data
+// server at stripe index, for reads while that data server is unreachable.
+// This is the shared-storage deployment of the pNFS papers (data servers as
+// gateways to storage that survives them); in `shoal up` every data
+// server's directory is on the MDS's machine. Without a fallback, the
+// stripe units of a dead data server are unavailable until it returns.
+func (s *Striped) SetFallback(index int, b store.Backend) {
+	s.fbMu.Lock()
+	defer s.fbMu.Unlock()
+	if s.fallback == nil {
+		s.fallback = map[int]store.Backend{}
+	}
+	s.fallback[index] = b
+}
+
+func (s *Striped) fallbackFor(index int) store.Backend {
+	s.fbMu.Lock()
+	defer s.fbMu.Unlock()
+	return s.fallback[index]
+}
+
+// readFallback reads one piece from the fallback storage of its stripe
+// index. It returns the object size and whether a fallback was used.
+func (f *stripedFile) readFallback(index int, off uint64, dst []byte) (uint64, bool, error) {
+	fb := f.s.fallbackFor(index)
+	if fb == nil {
+		return 0, false, nil
+	}
+	obj, err := fb.Open(f.ino, false)
+	if errors.Is(err, fs.ErrNotExist) {
+		clear(dst)
+		return 0, true, nil
+	}
+	if err != nil {
+		return 0, true, err
+	}
+	defer obj.Close()
+	n, err := obj.ReadAt(dst, int64(off))
+	if err != nil && !errors.Is(err, io.EOF) {
+		return 0, true, err
+	}
+	clear(dst[n:])
+	size, err := obj.Size()
+	return uint64(size), true, err
+}
+
 // stripedFile is an open striped file.
 type stripedFile struct {
 	s   *Striped
@@ -330,16 +380,27 @@ func (f *stripedFile) ReadAt(p []byte, off int64) (int, error) {
 	err = parallel(len(ps), func(i int) error {
 		pc := ps[i]
 		dst := p[pc.lo:pc.hi]
+		viaFallback := func(err error) error {
+			if !errors.Is(err, ErrUnavailable) && !errors.Is(err, rpc.ErrConnClosed) {
+				return err
+			}
+			size, used, ferr := f.readFallback(pc.index, pc.off, dst)
+			if !used {
+				return err
+			}
+			sizes[i] = size
+			return ferr
+		}
 		conn, id, err := f.s.r.conn(pc.index)
 		if err != nil {
-			return err
+			return viaFallback(err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
 		var res ctlproto.CtlReadRes
 		if err := call(ctx, conn, ctlproto.CTLPROC_OBJ_READ,
 			&ctlproto.CtlReadArgs{Ino: f.ino, Offset: pc.off, Count: uint32(len(dst))}, &res); err != nil {
-			return fmt.Errorf("cluster: read ino %d at %d on %s: %w", f.ino, pc.off, id, err)
+			return viaFallback(fmt.Errorf("cluster: read ino %d at %d on %s: %w", f.ino, pc.off, id, err))
 		}
 		if res.Status == ctlproto.CTL_ERR_NOENT {
 			clear(dst)
@@ -390,13 +451,24 @@ func (f *stripedFile) Size() (int64, error) {
 	}
 	sizes := make([]uint64, n)
 	err = f.s.each("getsize", f.ino, func(ctx context.Context, i int) error {
+		viaFallback := func(err error) error {
+			if !errors.Is(err, ErrUnavailable) && !errors.Is(err, rpc.ErrConnClosed) {
+				return err
+			}
+			size, used, ferr := f.readFallback(i, 0, nil)
+			if !used {
+				return err
+			}
+			sizes[i] = size
+			return ferr
+		}
 		conn, _, err := f.s.r.conn(i)
 		if err != nil {
-			return err
+			return viaFallback(err)
 		}
 		var res ctlproto.CtlGetsizeRes
 		if err := call(ctx, conn, ctlproto.CTLPROC_OBJ_GETSIZE, &ctlproto.CtlInoArgs{Ino: f.ino}, &res); err != nil {
-			return err
+			return viaFallback(err)
 		}
 		if res.Status == ctlproto.CTL_ERR_NOENT {
 			return nil

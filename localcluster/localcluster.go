@@ -310,9 +310,10 @@ func saveIdentity(dir, id string, index int) {
 
 // Cluster is an MDS and N data servers in one process (`shoal up`).
 type Cluster struct {
-	MDS *MDS
-	DS  []*DS
-	mu  sync.Mutex
+	MDS       *MDS
+	DS        []*DS
+	mu        sync.Mutex
+	fallbacks []*store.Local
 }
 
 // Config configures Start.
@@ -369,6 +370,16 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return nil, fmt.Errorf("data server %d: %w", i, err)
 		}
 		c.DS = append(c.DS, d)
+		// All data servers of a local cluster share this machine's disks,
+		// so the MDS can still read a data server's stripe units after the
+		// data server died (cluster.Striped.SetFallback).
+		fb, err := store.NewLocal(filepath.Join(cfg.Dir, fmt.Sprintf("ds%d", i)), store.LocalOptions{MaxOpen: 64})
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.fallbacks = append(c.fallbacks, fb)
+		mds.Striped.SetFallback(d.Agent.Index(), fb)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
@@ -393,6 +404,9 @@ func (c *Cluster) Close() error {
 	}
 	if err := c.MDS.Close(); err != nil && first == nil {
 		first = err
+	}
+	for _, fb := range c.fallbacks {
+		fb.Close()
 	}
 	return first
 }
