@@ -159,16 +159,8 @@ func (c *compound) remove(a *nfs4.REMOVE4args) opReply {
 	if c.stickyDenied(dir, string(a.Target)) {
 		return fail(nfs4.NFS4ERR_ACCESS)
 	}
-	if c.s.pnfs != nil {
-		// Removing the last link of a file whose layouts clients hold
-		// recalls them first (RFC 8881 §12.5.5.1).
-		if nd, err := c.s.meta.Lookup(c.ctx, dir.fh.ino, string(a.Target)); err == nil &&
-			nd.Attr.Type == meta.TypeRegular && nd.Attr.Nlink == 1 {
-			h := fhandle{kind: fhObject, export: dir.fh.export, ino: nd.Ino}
-			if !c.s.recallFile(uint64(nd.Ino), c.s.fh.encode(h)) {
-				return fail(nfs4.NFS4ERR_DELAY)
-			}
-		}
+	if !c.recallLastLink(dir, string(a.Target)) {
+		return fail(nfs4.NFS4ERR_DELAY)
 	}
 	nd, ci, err := c.s.meta.Remove(c.ctx, dir.fh.ino, string(a.Target), time.Time{})
 	if err != nil {
@@ -206,6 +198,9 @@ func (c *compound) rename(a *nfs4.RENAME4args) opReply {
 	}
 	if c.stickyDenied(src, string(a.Oldname)) || c.stickyDenied(dst, string(a.Newname)) {
 		return fail(nfs4.NFS4ERR_ACCESS)
+	}
+	if !c.recallLastLink(dst, string(a.Newname)) {
+		return fail(nfs4.NFS4ERR_DELAY)
 	}
 	rr, err := c.s.meta.Rename(c.ctx, src.fh.ino, string(a.Oldname), dst.fh.ino, string(a.Newname), time.Time{})
 	if err != nil {
@@ -378,4 +373,21 @@ func sortedKeys(m map[string]child) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// recallLastLink recalls the layouts of name in dir when the operation
+// would drop the file's last link (REMOVE, or RENAME over it): the data
+// servers' objects go away with it (RFC 8881 §12.5.5.1). It reports whether
+// the caller may go ahead; otherwise the client is told to retry
+// (NFS4ERR_DELAY) while holders return their layouts.
+func (c *compound) recallLastLink(dir *object, name string) bool {
+	if c.s.pnfs == nil {
+		return true
+	}
+	nd, err := c.s.meta.Lookup(c.ctx, dir.fh.ino, name)
+	if err != nil || nd.Attr.Type != meta.TypeRegular || nd.Attr.Nlink != 1 {
+		return true
+	}
+	h := fhandle{kind: fhObject, export: dir.fh.export, ino: nd.Ino}
+	return c.s.recallFile(uint64(nd.Ino), c.s.fh.encode(h))
 }
