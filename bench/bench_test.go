@@ -249,3 +249,134 @@ func TestGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestIORQuick runs the --quick ior matrix (1 and 2 data servers, pNFS on
+// and off, 2 clients × 16 MiB, one rep) with an in-process cluster and
+// in-process clients, and checks only that every cell completed with a
+// positive bandwidth.
+func TestIORQuick(t *testing.T) {
+	cfg := bench.QuickIORConfig()
+	if testing.Short() {
+		cfg.BlockSize = 2 << 20
+	}
+	var progress bytes.Buffer
+	cfg.Progress = &progress
+	rep, err := bench.RunIOR(t.Context(), cfg, bench.IORSetup{
+		Cluster: &bench.ClusterInProcess{Dir: t.TempDir()},
+		Clients: bench.InProcessLauncher{},
+	})
+	if err != nil {
+		t.Fatalf("run: %v\nprogress:\n%s", err, progress.String())
+	}
+	if want := len(cfg.DataServers) * len(cfg.PNFS) * 2 * cfg.Reps; len(rep.Runs) != want {
+		t.Fatalf("%d runs, want %d", len(rep.Runs), want)
+	}
+	for _, r := range rep.Runs {
+		if r.Bytes != int64(cfg.Clients)*cfg.BlockSize || r.MBps <= 0 || len(r.Clients) != cfg.Clients {
+			t.Errorf("implausible run %+v", r)
+		}
+	}
+	if want := len(cfg.DataServers) * len(cfg.PNFS) * 2; len(rep.Cells) != want {
+		t.Fatalf("%d cells, want %d", len(rep.Cells), want)
+	}
+	for _, c := range rep.Cells {
+		if c.Median <= 0 || c.Min <= 0 || c.Max < c.Min {
+			t.Errorf("implausible cell %+v", c)
+		}
+	}
+	var table, js bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"write pNFS on", "read pNFS off", "MB/s", "loopback"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	var back bench.IORReport
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatalf("report JSON does not parse: %v", err)
+	}
+	if len(back.Runs) != len(rep.Runs) || back.Machine.NumCPU <= 0 {
+		t.Errorf("JSON round trip lost data")
+	}
+	t.Logf("\n%s", table.String())
+}
+
+// TestIORClientErrors checks that a client that cannot do its job (its
+// file does not exist) fails the cell with the client's error instead of
+// hanging, and that the run goes on to the next cluster size.
+func TestIORClientErrors(t *testing.T) {
+	cfg := bench.QuickIORConfig()
+	cfg.BlockSize, cfg.Clients, cfg.PNFS = 1<<20, 1, []bool{false}
+	rep, err := bench.RunIOR(t.Context(), cfg, bench.IORSetup{
+		Cluster: &bench.ClusterInProcess{Dir: t.TempDir()},
+		Clients: readOnly{},
+	})
+	if err == nil {
+		t.Fatal("run with failing clients succeeded")
+	}
+	if len(rep.Errors) != len(cfg.DataServers) {
+		t.Errorf("errors %q, want one per cluster size", rep.Errors)
+	}
+	for _, e := range rep.Errors {
+		if !strings.Contains(e, "client 0") {
+			t.Errorf("error %q does not name the client", e)
+		}
+	}
+}
+
+// readOnly launches in-process clients that always read, so the write
+// phase reads a file that does not exist.
+type readOnly struct{}
+
+func (readOnly) Launch(ctx context.Context, spec bench.ClientSpec) (*bench.ClientHandle, error) {
+	spec.Phase = bench.PhaseRead
+	return bench.InProcessLauncher{}.Launch(ctx, spec)
+}
+
+func TestParsePNFSModes(t *testing.T) {
+	tests := []struct {
+		in      []string
+		want    string
+		wantErr bool
+	}{
+		{[]string{"on", "off"}, "on,off", false},
+		{[]string{"off"}, "off", false},
+		{[]string{"ON", "on", " false "}, "on,off", false},
+		{[]string{"maybe"}, "", true},
+	}
+	for _, tc := range tests {
+		got, err := bench.ParsePNFSModes(tc.in)
+		if (err != nil) != tc.wantErr || (err == nil && bench.FormatPNFSModes(got) != tc.want) {
+			t.Errorf("ParsePNFSModes(%q) = %v, %v; want %s, error %v", tc.in, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func TestIORConfigValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(c *bench.IORConfig)
+		valid  bool
+	}{
+		{"default", func(c *bench.IORConfig) {}, true},
+		{"no ds", func(c *bench.IORConfig) { c.DataServers = nil }, false},
+		{"zero ds", func(c *bench.IORConfig) { c.DataServers = []int{0} }, false},
+		{"no modes", func(c *bench.IORConfig) { c.PNFS = nil }, false},
+		{"zero clients", func(c *bench.IORConfig) { c.Clients = 0 }, false},
+		{"tiny transfer", func(c *bench.IORConfig) { c.TransferSize = 16 }, false},
+		{"too much data", func(c *bench.IORConfig) { c.Clients, c.BlockSize = 200, 1<<40 }, false},
+		{"zero reps", func(c *bench.IORConfig) { c.Reps = 0 }, false},
+	}
+	for _, tc := range tests {
+		c := bench.DefaultIORConfig()
+		tc.mutate(&c)
+		if err := c.Validate(); (err == nil) != tc.valid {
+			t.Errorf("%s: Validate() = %v, want valid %v", tc.name, err, tc.valid)
+		}
+	}
+}

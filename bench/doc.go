@@ -33,6 +33,44 @@
 // read is checked against it, so a server that returns the wrong data fails
 // the run instead of producing a fast number.
 //
+// # The ior workload: pNFS scaling
+//
+// [RunIOR] asks a different question: does striping I/O over data servers
+// (pNFS) scale, and what does it cost compared with sending every byte
+// through the metadata server? It is modelled on IOR's file-per-process
+// mode: Clients processes each write their own file sequentially in
+// TransferSize calls, one at a time, with OPEN, COMMIT and CLOSE (which
+// carries LAYOUTCOMMIT) inside the timed region; once every writer has
+// finished, each reads its file back and checks it. The bandwidth is all
+// bytes over the span from the earliest client's start to the latest
+// client's end, as IOR computes it, so a straggler counts.
+//
+// The matrix is data-server counts × pNFS on/off × repetitions. Each count
+// gets a fresh cluster ([ClusterStarter]; the CLI runs `shoal up` as a
+// child and learns its kernel-chosen port from --ready-file; [ClusterSplit]
+// runs `shoal mds` and one `shoal ds` per data server, so the MDS's CPU can
+// be told from the data servers'), so one count's files and caches do not
+// leak into the next. Within a repetition the two
+// pNFS modes alternate, so a noisy spell on a shared machine hits both.
+//
+// Clients are separate processes ([ProcessLauncher], the hidden `shoal
+// bench client`) rather than goroutines, for the same reason as the
+// server: each has its own CPU account and its own Go runtime, as real
+// clients would. They speak a two-line protocol on stdin and stdout: a
+// client dials, says it is ready, and waits for "go", so connection setup
+// is outside the measurement and all clients start together (a barrier);
+// then it reports its bytes, wall-clock start and end, its CPU time and its
+// client.Stats deltas. Those deltas say how many bytes really went to the
+// data servers and how many through the metadata server: the report states
+// what happened, not what was asked for, and marks a pNFS-on cell in which
+// the client fell back.
+//
+// On one machine over loopback, more data servers add no hardware: every
+// server and client shares the same cores, so the figures mostly measure
+// CPU cost per byte. The report therefore gives the servers' and the
+// clients' CPU use for every cell next to the bandwidth, and says whether
+// the cores were saturated.
+//
 // Each workload runs Reps times; the report gives the median with min and
 // max, because on a shared machine the mean is dominated by whichever
 // neighbour was busy. The load average before and after the run is recorded

@@ -101,11 +101,56 @@ func (c *IORConfig) Validate() error {
 }
 
 // ClusterStarter brings up a fresh pNFS cluster (a metadata server and
-// dataServers data servers) and returns its metadata server's endpoint.
-// Endpoint.PID, when set, is the one process that runs every server of
-// the cluster, whose CPU time the report then gives.
+// dataServers data servers).
 type ClusterStarter interface {
-	StartCluster(ctx context.Context, dataServers int) (*Endpoint, error)
+	StartCluster(ctx context.Context, dataServers int) (*ClusterEndpoint, error)
+}
+
+// Server roles of ClusterEndpoint.Procs.
+const (
+	RoleMDS = "mds"
+	RoleDS  = "ds"
+	// RoleAll is a process running the MDS and every data server
+	// (`shoal up`).
+	RoleAll = "mds+ds"
+)
+
+// ServerProc is one server process of a cluster.
+type ServerProc struct {
+	Role string `json:"role"`
+	PID  int    `json:"pid"`
+}
+
+// ClusterEndpoint is a running cluster.
+type ClusterEndpoint struct {
+	// Addr is the metadata server's host:port; Root the directory of its
+	// pseudo file system to work under.
+	Addr, Root string
+	// Procs are the cluster's server processes, whose CPU time the report
+	// gives per role; empty when the cluster runs in this process.
+	Procs []ServerProc
+	// Profiles are the CPU profiles the servers write by the time Stop
+	// returned.
+	Profiles []string
+	// Stop shuts the cluster down and releases what StartCluster created.
+	Stop func(ctx context.Context) error
+}
+
+// cpuByRole reads the CPU time of every process, summed per role; ok is
+// false if there are no processes or one could not be read.
+func (ep *ClusterEndpoint) cpuByRole() (map[string]time.Duration, bool) {
+	if len(ep.Procs) == 0 {
+		return nil, false
+	}
+	m := map[string]time.Duration{}
+	for _, p := range ep.Procs {
+		d, ok := procCPU(p.PID)
+		if !ok {
+			return nil, false
+		}
+		m[p.Role] += d
+	}
+	return m, true
 }
 
 // ClientLauncher starts one benchmark client (see RunClient for what it
@@ -136,24 +181,34 @@ type IORRun struct {
 	PNFS        bool   `json:"pnfs"`
 	Phase       string `json:"phase"`
 	Rep         int    `json:"rep"`
-	// PNFSUsed is false when pNFS was asked for but the client could not
-	// do it, so the I/O went through the metadata server.
-	PNFSUsed bool  `json:"pnfs_used"`
-	Bytes    int64 `json:"bytes"`
+	Bytes       int64  `json:"bytes"`
+	// DSBytes and MDSBytes are the clients' payload bytes that went to
+	// the data servers and through the metadata server; DSShare is
+	// DSBytes/(DSBytes+MDSBytes). With pNFS on it should be 1, with pNFS
+	// off 0: the report checks what happened rather than what was asked.
+	DSBytes   uint64  `json:"ds_bytes"`
+	MDSBytes  uint64  `json:"mds_bytes"`
+	DSShare   float64 `json:"ds_share"`
+	Failovers uint64  `json:"failovers"`
 	// Seconds is from the earliest client's start to the latest client's
 	// end; MBps is Bytes/Seconds in 10^6 bytes per second.
 	Seconds float64 `json:"seconds"`
 	MBps    float64 `json:"mb_per_s"`
-	// ServerCPU is the CPU time (user+system) of the cluster's process
+	// ServerCPU is the CPU time (user+system) of the cluster's processes
 	// over CPUWindow seconds of wall time around the phase; -1 when the
-	// cluster does not run in a separate process.
-	ServerCPU float64 `json:"server_cpu_seconds"`
-	CPUWindow float64 `json:"cpu_window_seconds"`
+	// cluster does not run in processes of its own. RoleCPU splits it by
+	// server role (RoleMDS, RoleDS, RoleAll).
+	ServerCPU float64            `json:"server_cpu_seconds"`
+	RoleCPU   map[string]float64 `json:"server_cpu_seconds_by_role,omitempty"`
+	CPUWindow float64            `json:"cpu_window_seconds"`
 	// ClientCPU is the sum of the clients' CPU time in their timed
 	// regions; -1 when they run in this process.
-	ClientCPU float64         `json:"client_cpu_seconds"`
-	LoadAfter [3]float64      `json:"loadavg_after"`
-	Clients   []ClientResult `json:"clients"`
+	ClientCPU float64 `json:"client_cpu_seconds"`
+	// CommitSeconds is, for writes, the longest of the clients' closing
+	// COMMIT and CLOSE.
+	CommitSeconds float64        `json:"commit_seconds,omitempty"`
+	LoadAfter     [3]float64     `json:"loadavg_after"`
+	Clients       []ClientResult `json:"clients"`
 }
 
 // ServerCores is the cluster's CPU use in cores during the run, or -1.
@@ -162,6 +217,23 @@ func (r *IORRun) ServerCores() float64 {
 		return -1
 	}
 	return r.ServerCPU / r.CPUWindow
+}
+
+// ServerCPUPerGiB is the servers' CPU-seconds per GiB moved, or -1.
+// Unlike a rate it hardly depends on what else the machine was doing.
+func (r *IORRun) ServerCPUPerGiB() float64 {
+	if r.ServerCPU < 0 || r.Bytes <= 0 {
+		return -1
+	}
+	return r.ServerCPU / (float64(r.Bytes) / (1 << 30))
+}
+
+// ClientCPUPerGiB is the clients' CPU-seconds per GiB moved, or -1.
+func (r *IORRun) ClientCPUPerGiB() float64 {
+	if r.ClientCPU < 0 || r.Bytes <= 0 {
+		return -1
+	}
+	return r.ClientCPU / (float64(r.Bytes) / (1 << 30))
 }
 
 // ClientCores is the clients' CPU use in cores during the run, or -1.
@@ -178,12 +250,22 @@ type IORCell struct {
 	PNFS        bool   `json:"pnfs"`
 	Phase       string `json:"phase"`
 	Summary            // MB/s
-	// PNFSUsed is false if any of the cell's runs fell back to the MDS.
-	PNFSUsed bool `json:"pnfs_used"`
-	// ServerCores and ClientCores are medians over the runs (-1 unknown).
-	ServerCores float64 `json:"server_cores"`
-	ClientCores float64 `json:"client_cores"`
-	Runs        int     `json:"runs"`
+	// DSShare is the smallest share of bytes that went to the data
+	// servers in any of the cell's runs (pNFS off: the largest).
+	DSShare float64 `json:"ds_share"`
+	// ServerCores and ClientCores are medians over the runs (-1 unknown);
+	// RoleCores splits the servers' by role.
+	ServerCores float64            `json:"server_cores"`
+	RoleCores   map[string]float64 `json:"server_cores_by_role,omitempty"`
+	ClientCores float64            `json:"client_cores"`
+	// ServerCPUPerGiB and ClientCPUPerGiB are CPU-seconds per GiB moved,
+	// medians over the runs (-1 unknown).
+	ServerCPUPerGiB float64 `json:"server_cpu_seconds_per_gib"`
+	ClientCPUPerGiB float64 `json:"client_cpu_seconds_per_gib"`
+	// CommitSeconds is the median of the runs' longest closing COMMIT
+	// and CLOSE (writes only).
+	CommitSeconds float64 `json:"commit_seconds,omitempty"`
+	Runs          int     `json:"runs"`
 }
 
 // IORReport is the outcome of an ior run.
@@ -194,8 +276,9 @@ type IORReport struct {
 	Machine    Machine    `json:"machine"`
 	LoadBefore [3]float64 `json:"loadavg_before"`
 	LoadAfter  [3]float64 `json:"loadavg_after"`
-	// Servers describes how the cluster ran ("process" or "in-process"),
-	// Clients the same for the clients.
+	// Servers describes how the cluster ran ("in-process", or its
+	// processes' roles such as "mds+ds" or "mds, ds"); Clients is
+	// "process" or "in-process".
 	Servers string    `json:"servers"`
 	Clients string    `json:"clients"`
 	Runs    []IORRun  `json:"runs"`
@@ -217,7 +300,17 @@ type IORSetup struct {
 const (
 	clientReadyTimeout = 60 * time.Second
 	setupTimeout       = 2 * time.Minute
+	// A phase slower than minPhaseRate (or than minPhaseTimeout, for
+	// small ones) is taken to be hung and fails.
+	minPhaseRate    = 5e6 // bytes per second
+	minPhaseTimeout = 2 * time.Minute
 )
+
+// phaseTimeout bounds one phase of cfg.
+func phaseTimeout(cfg IORConfig) time.Duration {
+	total := float64(cfg.BlockSize) * float64(cfg.Clients)
+	return max(minPhaseTimeout, time.Duration(total/minPhaseRate*float64(time.Second)))
+}
 
 // RunIOR runs the ior matrix and returns the report. A cluster size that
 // fails is recorded with its error and the run goes on to the next; the
@@ -276,8 +369,14 @@ func runCluster(ctx context.Context, cfg IORConfig, setup IORSetup, n int, rep *
 	if err != nil {
 		return fmt.Errorf("start cluster: %w", err)
 	}
-	if ep.PID > 0 {
-		rep.Servers = "process"
+	if len(ep.Procs) > 0 {
+		var roles []string
+		for _, p := range ep.Procs {
+			if !slices.Contains(roles, p.Role) {
+				roles = append(roles, p.Role)
+			}
+		}
+		rep.Servers = fmt.Sprintf("processes (%s)", strings.Join(roles, ", "))
 	}
 	defer func() {
 		if ep.Stop != nil {
@@ -288,16 +387,14 @@ func runCluster(ctx context.Context, cfg IORConfig, setup IORSetup, n int, rep *
 				err = fmt.Errorf("stop cluster: %w", serr)
 			}
 		}
-		if ep.Profile != "" {
-			rep.Profiles = append(rep.Profiles, ep.Profile)
-		}
+		rep.Profiles = append(rep.Profiles, ep.Profiles...)
 	}()
 
 	// The harness's own client only creates and removes directories; it
 	// never carries benchmark data.
 	sctx, cancel := context.WithTimeout(ctx, setupTimeout)
 	defer cancel()
-	opts, _ := pnfsOptions(false)
+	opts := pnfsOptions(false)
 	opts.Root = ep.Root
 	c, err := client.Dial(sctx, ep.Addr, opts)
 	if err != nil {
@@ -346,8 +443,8 @@ func modeName(on bool) string {
 // runPhase launches the clients of one phase, waits until every one of
 // them is connected and ready, starts them together and collects their
 // results.
-func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *Endpoint, dir string, n int, on bool, phase string, r int) (*IORRun, error) {
-	ctx, cancel := context.WithCancel(ctx)
+func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *ClusterEndpoint, dir string, n int, on bool, phase string, r int) (*IORRun, error) {
+	ctx, cancel := context.WithTimeout(ctx, clientReadyTimeout+phaseTimeout(cfg))
 	defer cancel()
 	clients := make([]*clientConn, 0, cfg.Clients)
 	defer func() {
@@ -367,7 +464,6 @@ func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *E
 		clients = append(clients, newClientConn(h))
 	}
 
-	used := true
 	rctx, rcancel := context.WithTimeout(ctx, clientReadyTimeout)
 	defer rcancel()
 	for i, cc := range clients {
@@ -381,10 +477,9 @@ func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *E
 		if !m.Ready {
 			return nil, fmt.Errorf("client %d: expected a ready message, got %+v", i, m)
 		}
-		used = used && m.PNFSUsed
 	}
 
-	cpu0, ok0 := procCPU(ep.PID)
+	cpu0, ok0 := ep.cpuByRole()
 	t0 := time.Now()
 	for i, cc := range clients {
 		if _, err := io.WriteString(cc.h.In, "go\n"); err != nil {
@@ -406,9 +501,9 @@ func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *E
 		results[i] = *m.Result
 	}
 	window := time.Since(t0)
-	cpu1, ok1 := procCPU(ep.PID)
+	cpu1, ok1 := ep.cpuByRole()
 
-	run := &IORRun{DataServers: n, PNFS: on, Phase: phase, Rep: r, PNFSUsed: on && used,
+	run := &IORRun{DataServers: n, PNFS: on, Phase: phase, Rep: r,
 		ServerCPU: -1, ClientCPU: -1, Clients: results, LoadAfter: LoadAvg()}
 	var first, last int64
 	clientCPU := 0.0
@@ -417,6 +512,10 @@ func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *E
 			return run, fmt.Errorf("client %d moved %d bytes, want %d", i, res.Bytes, cfg.BlockSize)
 		}
 		run.Bytes += res.Bytes
+		run.DSBytes += res.DSBytes
+		run.MDSBytes += res.MDSBytes
+		run.Failovers += res.Failovers
+		run.CommitSeconds = max(run.CommitSeconds, res.CommitSeconds)
 		if i == 0 || res.StartNS < first {
 			first = res.StartNS
 		}
@@ -430,10 +529,18 @@ func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *E
 		}
 	}
 	run.ClientCPU = clientCPU
+	if t := run.DSBytes + run.MDSBytes; t > 0 {
+		run.DSShare = float64(run.DSBytes) / float64(t)
+	}
 	run.Seconds = max(time.Duration(last-first).Seconds(), 1e-9)
 	run.MBps = float64(run.Bytes) / 1e6 / run.Seconds
 	if ok0 && ok1 {
-		run.ServerCPU, run.CPUWindow = (cpu1 - cpu0).Seconds(), window.Seconds()
+		run.ServerCPU, run.RoleCPU, run.CPUWindow = 0, map[string]float64{}, window.Seconds()
+		for role, c := range cpu1 {
+			d := (c - cpu0[role]).Seconds()
+			run.RoleCPU[role] = d
+			run.ServerCPU += d
+		}
 	}
 	cores := ""
 	if c := run.ServerCores(); c >= 0 {
@@ -442,12 +549,8 @@ func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *E
 	if c := run.ClientCores(); c >= 0 {
 		cores += fmt.Sprintf(", clients %.2f cores", c)
 	}
-	fallback := ""
-	if on && !run.PNFSUsed {
-		fallback = " (fell back to the MDS)"
-	}
-	progress(cfg.Progress, "ior: %d DS, pNFS %s%s, %s rep %d/%d: %s MB/s (%.2fs%s)\n",
-		n, modeName(on), fallback, phase, r+1, cfg.Reps, num(run.MBps), run.Seconds, cores)
+	progress(cfg.Progress, "ior: %d DS, pNFS %s, %s rep %d/%d: %s MB/s (%.2fs%s; %.0f%% of bytes via data servers, %d failovers)\n",
+		n, modeName(on), phase, r+1, cfg.Reps, num(run.MBps), run.Seconds, cores, 100*run.DSShare, run.Failovers)
 
 	// The clients have reported; wait for them to exit cleanly.
 	for i, cc := range clients {
@@ -458,34 +561,62 @@ func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *E
 	return run, nil
 }
 
+// pnfsShareOK is the share of bytes through the data servers below which
+// a pNFS-on cell is marked as (partly) fallen back.
+const pnfsShareOK = 0.99
+
 // summarizeIOR groups the runs into cells in matrix order.
 func summarizeIOR(cfg IORConfig, runs []IORRun) []IORCell {
 	var cells []IORCell
 	for _, n := range cfg.DataServers {
 		for _, on := range cfg.PNFS {
 			for _, phase := range []string{PhaseWrite, PhaseRead} {
-				cell := IORCell{DataServers: n, PNFS: on, Phase: phase, PNFSUsed: on}
-				var mbps, sc, cc []float64
+				cell := IORCell{DataServers: n, PNFS: on, Phase: phase}
+				var mbps, sc, cc, sg, cg, commits []float64
+				rc := map[string][]float64{}
 				for _, r := range runs {
 					if r.DataServers != n || r.PNFS != on || r.Phase != phase {
 						continue
 					}
+					switch {
+					case len(mbps) == 0:
+						cell.DSShare = r.DSShare
+					case on:
+						cell.DSShare = min(cell.DSShare, r.DSShare)
+					default:
+						cell.DSShare = max(cell.DSShare, r.DSShare)
+					}
 					mbps = append(mbps, r.MBps)
-					cell.PNFSUsed = cell.PNFSUsed && r.PNFSUsed
 					if c := r.ServerCores(); c >= 0 {
 						sc = append(sc, c)
+						for role, cpu := range r.RoleCPU {
+							rc[role] = append(rc[role], cpu/r.CPUWindow)
+						}
 					}
 					if c := r.ClientCores(); c >= 0 {
 						cc = append(cc, c)
 					}
+					if g := r.ServerCPUPerGiB(); g >= 0 {
+						sg = append(sg, g)
+					}
+					if g := r.ClientCPUPerGiB(); g >= 0 {
+						cg = append(cg, g)
+					}
+					commits = append(commits, r.CommitSeconds)
 				}
 				if len(mbps) == 0 {
 					continue
 				}
 				cell.Summary, cell.Runs = Summarize(mbps), len(mbps)
 				cell.ServerCores, cell.ClientCores = -1, -1
+				cell.ServerCPUPerGiB, cell.ClientCPUPerGiB = medianOr(sg, -1), medianOr(cg, -1)
+				cell.CommitSeconds = Summarize(commits).Median
 				if len(sc) > 0 {
 					cell.ServerCores = Summarize(sc).Median
+					cell.RoleCores = map[string]float64{}
+					for role, v := range rc {
+						cell.RoleCores[role] = Summarize(v).Median
+					}
 				}
 				if len(cc) > 0 {
 					cell.ClientCores = Summarize(cc).Median
@@ -497,23 +628,36 @@ func summarizeIOR(cfg IORConfig, runs []IORRun) []IORCell {
 	return cells
 }
 
+func medianOr(v []float64, none float64) float64 {
+	if len(v) == 0 {
+		return none
+	}
+	return Summarize(v).Median
+}
+
 // iorNotes says what was measured and what limits the numbers.
 func iorNotes(rep *IORReport) []string {
 	c := rep.Config
 	notes := []string{
-		fmt.Sprintf("ior: %d client processes, file per process, each writes then reads %s sequentially in %s calls, one call at a time",
+		fmt.Sprintf("ior: %d clients, one file each, each writes then reads %s sequentially in %s calls, one call at a time",
 			c.Clients, FormatSize(c.BlockSize), FormatSize(int64(c.TransferSize))),
 		"write is timed from OPEN to the return of COMMIT (fsync) and CLOSE (which carries LAYOUTCOMMIT with pNFS); the reads start after every writer has finished",
 		"MB/s = all clients' bytes / (latest client end - earliest client start), 10^6 bytes per second; each cell is the median of the reps [min-max]",
 		"read: the data servers' page cache is warm (the files were just written); this is the protocol and copy path, not the disk",
 		"loopback TCP on one machine: clients, metadata server and data servers share its CPUs, so more data servers add no hardware",
 	}
-	if rep.Servers == "process" {
+	if strings.Contains(rep.Servers, RoleAll) {
 		notes = append(notes, "server CPU is that of the one `shoal up` process running the MDS and all data servers")
 	}
 	for _, cell := range rep.Cells {
-		if cell.PNFS && !cell.PNFSUsed {
-			notes = append(notes, "pNFS on FELL BACK to the MDS: the client library cannot do pNFS I/O yet, so the \"on\" columns measure the same path as \"off\"")
+		if cell.PNFS && cell.DSShare < pnfsShareOK {
+			notes = append(notes, "* pNFS on, but part of the data went through the MDS (ds_share in the JSON): the client fell back for some or all I/O")
+			break
+		}
+	}
+	for _, cell := range rep.Cells {
+		if !cell.PNFS && cell.DSShare > 0 {
+			notes = append(notes, "! pNFS off, but some data went to the data servers: the client did not honour PNFSOff")
 			break
 		}
 	}
@@ -525,12 +669,23 @@ func iorNotes(rep *IORReport) []string {
 			busiest = max(busiest, cell.ServerCores+cell.ClientCores)
 		}
 	}
-	if busiest >= 0 && rep.Machine.NumCPU > 0 {
+	ncpu := float64(rep.Machine.NumCPU)
+	load := max(rep.LoadBefore[0], rep.LoadAfter[0])
+	for _, r := range rep.Runs {
+		load = max(load, r.LoadAfter[0])
+	}
+	if busiest >= 0 && ncpu > 0 {
 		verdict := "the CPU was not saturated"
-		if busiest >= 0.8*float64(rep.Machine.NumCPU) {
+		switch {
+		case busiest >= 0.8*ncpu:
 			verdict = "CPU-BOUND: the figures measure CPU cost per byte, not the network, the disks or pNFS parallelism"
+		case load >= ncpu:
+			verdict = fmt.Sprintf("but the load average reached %.1f: the cores were shared with other work, so the figures are bound by the CPU the benchmark could get", load)
 		}
-		notes = append(notes, fmt.Sprintf("busiest cell used %.2f of %d cores (servers + clients): %s", busiest, rep.Machine.NumCPU, verdict))
+		notes = append(notes, fmt.Sprintf("the benchmark's processes used at most %.2f of %d cores (busiest cell, servers + clients): %s", busiest, rep.Machine.NumCPU, verdict))
+	}
+	if ncpu > 0 && load >= ncpu {
+		notes = append(notes, fmt.Sprintf("the machine was busy with other work too (load average up to %.1f on %d cores): differences within the min-max ranges are noise", load, rep.Machine.NumCPU))
 	}
 	return notes
 }

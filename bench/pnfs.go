@@ -3,13 +3,26 @@ package bench
 import "github.com/shoalfs/shoal/client"
 
 // pnfsOptions returns the client options for one pNFS mode of the ior
-// workload, and whether the client can honour the mode. It is the one place
-// that knows how the client library spells "pNFS on/off", so the rest of the
-// harness stays the same whichever way that option ends up named.
-//
-// The client library does not do pNFS I/O yet: every READ and WRITE goes
-// through the metadata server whatever is asked. "Off" is therefore exactly
-// what it says, and "on" is reported as having fallen back to the MDS.
-func pnfsOptions(on bool) (opts client.Options, honoured bool) {
-	return client.Options{}, !on
+// workload. It is the one place that knows how the client library spells
+// "pNFS on/off". Whether a run really went to the data servers is not
+// taken from the option but measured: every client reports how many of its
+// bytes went to data servers and how many through the metadata server
+// (client.Stats), so a client that quietly falls back is seen in the report.
+func pnfsOptions(on bool) client.Options {
+	return client.Options{PNFSOff: !on}
+}
+
+// ioStats is the part of client.Stats the ior workload reports.
+type ioStats struct {
+	dsBytes, mdsBytes, failovers, layoutGets uint64
+}
+
+func clientIOStats(c *client.Client) ioStats {
+	s := c.Stats()
+	return ioStats{
+		dsBytes:    s.DSReadBytes + s.DSWriteBytes,
+		mdsBytes:   s.MDSIOBytes,
+		failovers:  s.Failovers,
+		layoutGets: s.LayoutGets,
+	}
 }

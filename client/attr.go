@@ -130,9 +130,10 @@ var statBits = attrBits(
 type fsInfo struct {
 	maxRead, maxWrite uint64
 	lease             uint32
+	layoutTypes       []uint32 // fs_layout_types: the pNFS layouts offered
 }
 
-var fsInfoBits = attrBits(nfs4.FATTR4_LEASE_TIME, nfs4.FATTR4_MAXREAD, nfs4.FATTR4_MAXWRITE)
+var fsInfoBits = attrBits(nfs4.FATTR4_LEASE_TIME, nfs4.FATTR4_MAXREAD, nfs4.FATTR4_MAXWRITE, nfs4.FATTR4_FS_LAYOUT_TYPES)
 
 // decodeFattr walks the attributes present in f in bit order, which is how
 // fattr4 lays them out, and stores those it knows into a and fi (either may
@@ -212,6 +213,12 @@ func decodeFattr(f *nfs4.Fattr4, a *Attr, fi *fsInfo) error {
 				a.Mtime = decodeTime(d)
 			case nfs4.FATTR4_TIME_BACKUP, nfs4.FATTR4_TIME_CREATE, nfs4.FATTR4_TIME_DELTA:
 				decodeTime(d)
+			case nfs4.FATTR4_FS_LAYOUT_TYPES, nfs4.FATTR4_LAYOUT_TYPES:
+				cnt := d.ArrayLen(64, 4)
+				fi.layoutTypes = fi.layoutTypes[:0]
+				for range cnt {
+					fi.layoutTypes = append(fi.layoutTypes, d.Uint32())
+				}
 			default:
 				return fmt.Errorf("nfs: cannot decode attribute %d returned by the server", n)
 			}

@@ -95,3 +95,65 @@ func benchSeq(b *testing.B, write bool, block int) {
 		})
 	}
 }
+
+// BenchmarkPNFSWrite64MiB and BenchmarkPNFSRead64MiB move 64 MiB per
+// iteration with one WriteAt/ReadAt through a local cluster of 1, 2 and 4
+// data servers, with pNFS on and off (all I/O through the MDS).
+func BenchmarkPNFSWrite64MiB(b *testing.B) { benchPNFS(b, true) }
+func BenchmarkPNFSRead64MiB(b *testing.B)  { benchPNFS(b, false) }
+
+func benchPNFS(b *testing.B, write bool) {
+	const size = 64 << 20
+	buf := make([]byte, size)
+	pattern(buf, 0)
+	for _, n := range []int{1, 2, 4} {
+		for _, off := range []bool{false, true} {
+			mode := "pnfs"
+			if off {
+				mode = "mds"
+			}
+			b.Run(fmt.Sprintf("ds=%d/%s", n, mode), func(b *testing.B) {
+				cl := startCluster(b, n)
+				ctx, cancel := context.WithTimeout(b.Context(), 30*time.Second)
+				c, err := client.Dial(ctx, cl.MDS.Addr.String(), client.Options{PNFSOff: off})
+				cancel()
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				f, err := c.Open(b.Context(), "/bench", os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if !write {
+					if _, err := f.WriteAt(buf, 0); err != nil {
+						b.Fatal(err)
+					}
+					if err := f.Sync(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.SetBytes(size)
+				b.ResetTimer()
+				for b.Loop() {
+					var n int
+					if write {
+						n, err = f.WriteAt(buf, 0)
+						if err == nil {
+							err = f.Sync()
+						}
+					} else {
+						n, err = f.ReadAt(buf, 0)
+					}
+					if n != size || err != nil {
+						b.Fatal(n, err)
+					}
+				}
+				b.StopTimer()
+				if err := f.Close(); err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
+}

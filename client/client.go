@@ -44,6 +44,15 @@ type Options struct {
 	Logger *slog.Logger
 	// DialTimeout bounds the TCP connect and session setup. Default 15s.
 	DialTimeout time.Duration
+	// PNFSOff turns pNFS off: all I/O goes through the server Dial
+	// connected to (the metadata server), exactly as with a server without
+	// pNFS. By default (false) pNFS is on whenever the server offers a
+	// layout type the client has a driver for (see package layout); with
+	// any other server it is off by itself.
+	PNFSOff bool
+	// MaxPerDS bounds the requests in flight to each data server, shared
+	// by all Files of the Client. Default 8.
+	MaxPerDS int
 }
 
 // Client is one NFSv4.1+ client: one client ID, one session, one TCP
@@ -76,14 +85,33 @@ type Client struct {
 
 	lastUse  atomic.Int64 // unix nanos of the last COMPOUND sent
 	ownerSeq atomic.Uint64
-	stats    struct{ reconnects, recoveries, retries atomic.Uint64 }
+	stats    struct {
+		reconnects, recoveries, retries                  atomic.Uint64
+		layoutGets, layoutReturns, layoutRecalls         atomic.Uint64
+		failovers, dsReadBytes, dsWriteBytes, mdsIOBytes atomic.Uint64
+	}
+
+	// dsRole makes this Client a session with a pNFS data server, owned by
+	// a metadata-server Client: EXCHANGE_ID asks for USE_PNFS_DS, Dial
+	// reads no file system attributes, and a broken connection fails the
+	// calls on it instead of redialling (the owner fails over to the MDS).
+	dsRole bool
+	pnfs   *pnfsClient // nil when pNFS is off or the server has none
 }
 
-// Stats counts the client's recovery events since Dial.
+// Stats counts the client's recovery and pNFS events since Dial.
 type Stats struct {
 	Reconnects uint64 // connections re-established after a failure
 	Recoveries uint64 // sessions re-created because the server lost them
 	Retries    uint64 // COMPOUNDs resent after NFS4ERR_DELAY or NFS4ERR_GRACE
+
+	LayoutGets    uint64 // layouts obtained with LAYOUTGET
+	LayoutReturns uint64 // layouts returned with LAYOUTRETURN
+	LayoutRecalls uint64 // CB_LAYOUTRECALLs that matched a layout
+	Failovers     uint64 // data-server requests redone through the MDS
+	DSReadBytes   uint64 // bytes read from data servers
+	DSWriteBytes  uint64 // bytes written to data servers
+	MDSIOBytes    uint64 // READ and WRITE payload bytes through the MDS
 }
 
 // Stats returns the client's counters.
@@ -92,6 +120,14 @@ func (c *Client) Stats() Stats {
 		Reconnects: c.stats.reconnects.Load(),
 		Recoveries: c.stats.recoveries.Load(),
 		Retries:    c.stats.retries.Load(),
+
+		LayoutGets:    c.stats.layoutGets.Load(),
+		LayoutReturns: c.stats.layoutReturns.Load(),
+		LayoutRecalls: c.stats.layoutRecalls.Load(),
+		Failovers:     c.stats.failovers.Load(),
+		DSReadBytes:   c.stats.dsReadBytes.Load(),
+		DSWriteBytes:  c.stats.dsWriteBytes.Load(),
+		MDSIOBytes:    c.stats.mdsIOBytes.Load(),
 	}
 }
 
@@ -119,6 +155,8 @@ const (
 	// maxRetries bounds NFS4ERR_DELAY and NFS4ERR_GRACE retries.
 	maxDelayRetries = 30
 	maxGraceRetries = 180
+	// defaultMaxPerDS is Options.MaxPerDS's default.
+	defaultMaxPerDS = 8
 )
 
 // Dial connects to the NFSv4.1+ server at addr ("host:port"), sets up a
@@ -135,6 +173,9 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.MaxPerDS <= 0 {
+		opts.MaxPerDS = defaultMaxPerDS
 	}
 	host, _ := os.Hostname()
 	if host == "" {
@@ -186,6 +227,40 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	return c, nil
 }
 
+// dialDS opens a session with a pNFS data server on behalf of the
+// metadata-server Client c: same credentials and client owner, its own
+// client ID, session and slot table (MaxPerDS slots).
+func (c *Client) dialDS(ctx context.Context, addr string) (*Client, error) {
+	opts := c.opts
+	opts.MaxInFlight = opts.MaxPerDS
+	opts.MinorVersion = c.minor.Load()
+	ds := &Client{
+		addr: addr, opts: opts, log: c.log.With("ds", addr), cred: c.cred,
+		owner: c.owner, root: c.root, files: make(map[*File]struct{}), dsRole: true,
+		lease: c.lease,
+	}
+	ds.minor.Store(opts.MinorVersion)
+	ds.ctx, ds.cancel = context.WithCancel(c.ctx)
+	dctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
+	defer cancel()
+	conn, err := ds.dial(dctx)
+	if err != nil {
+		ds.cancel()
+		return nil, err
+	}
+	ds.conn = conn
+	if err := ds.newSession(dctx, nil); err != nil {
+		conn.Close()
+		ds.cancel()
+		return nil, err
+	}
+	ds.maxRead = min(ds.maxRead, maxIOSize)
+	ds.maxWrite = min(ds.maxWrite, maxIOSize)
+	ds.wg.Add(1)
+	go ds.renewLoop()
+	return ds, nil
+}
+
 func (c *Client) dial(ctx context.Context) (*rpc.Conn, error) {
 	return rpc.Dial(ctx, "tcp", c.addr, rpc.HandlerFunc(c.serveCallback),
 		rpc.WithConfig(rpc.ConnConfig{MaxRecord: maxRecord, Logger: c.log}))
@@ -223,6 +298,9 @@ func (c *Client) Close() error {
 		sess.slots.kill()
 	}
 	c.cancel()
+	if c.pnfs != nil {
+		c.pnfs.close()
+	}
 	var err error
 	if conn != nil {
 		err = conn.Close()
@@ -280,9 +358,17 @@ func (c *Client) newSession(ctx context.Context, old *session) error {
 	c.mu.Unlock()
 
 	var eir *nfs4.EXCHANGEID4resok
+	var flags uint32
+	switch {
+	case c.dsRole:
+		flags = nfs4.EXCHGID4_FLAG_USE_PNFS_DS
+	case !c.opts.PNFSOff:
+		flags = nfs4.EXCHGID4_FLAG_USE_PNFS_MDS
+	}
 	for {
 		res, err := c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_EXCHANGE_ID, OpexchangeId: &nfs4.EXCHANGEID4args{
 			EiaClientowner:  c.owner,
+			EiaFlags:        nfs4.Uint32T(flags),
 			EiaStateProtect: nfs4.StateProtect4A{SpaHow: nfs4.SP4_NONE},
 		}}})
 		var se *StatusError
@@ -390,6 +476,9 @@ func (c *Client) readFSInfo(ctx context.Context) error {
 	if c.lease <= 0 {
 		c.lease = 90 * time.Second
 	}
+	if !c.opts.PNFSOff {
+		c.pnfs = newPNFSClient(c, fi.layoutTypes)
+	}
 	return nil
 }
 
@@ -433,6 +522,11 @@ func (c *Client) current() (*rpc.Conn, *session, error) {
 // connection loss and server restarts. On an operation error the results
 // so far are returned together with a *StatusError.
 func (c *Client) call(ctx context.Context, build func() []nfs4.NfsArgop4) ([]nfs4.NfsResop4, error) {
+	return c.callRetry(ctx, maxDelayRetries, build)
+}
+
+// callRetry is call with at most maxDelays retries of NFS4ERR_DELAY.
+func (c *Client) callRetry(ctx context.Context, maxDelays int, build func() []nfs4.NfsArgop4) ([]nfs4.NfsResop4, error) {
 	delay := 10 * time.Millisecond
 	delays, graces, recoveries := 0, 0, 0
 	for {
@@ -471,7 +565,7 @@ func (c *Client) call(ctx context.Context, build func() []nfs4.NfsArgop4) ([]nfs
 			// RETRY_UNCACHED_REP: a replayed request whose reply the server
 			// did not cache; only idempotent requests go uncached, so
 			// sending it again under a new sequence id is safe.
-			if delays >= maxDelayRetries {
+			if delays >= maxDelays {
 				return res, err
 			}
 			delays++
@@ -602,7 +696,7 @@ func (c *Client) roundTrip(sess *session, reconnect bool, args *nfs4.COMPOUND4ar
 		}
 		raw, err := conn.Call(c.ctx, nfs4.NFS4_PROGRAM, nfs4.NFS_V4, nfs4.NFSPROC4_COMPOUND, c.cred, args)
 		if err != nil {
-			if !errors.Is(err, rpc.ErrConnClosed) || !reconnect || c.ctx.Err() != nil || attempt >= 10 {
+			if !errors.Is(err, rpc.ErrConnClosed) || !reconnect || c.dsRole || c.ctx.Err() != nil || attempt >= 10 {
 				return nil, err
 			}
 			if rerr := c.reconnect(conn); rerr != nil {
@@ -775,6 +869,11 @@ func (c *Client) serveCallback(ctx context.Context, call *rpc.Call, res *xdr.Enc
 			r.Opcbrecall = &nfs4.CBRECALL4res{Status: st}
 		case nfs4.OP_CB_LAYOUTRECALL:
 			st = nfs4.NFS4ERR_NOMATCHING_LAYOUT
+			if a := op.Opcblayoutrecall; a == nil {
+				st = nfs4.NFS4ERR_BADXDR
+			} else if c.pnfs != nil {
+				st = c.pnfs.recall(a)
+			}
 			r.Opcblayoutrecall = &nfs4.CBLAYOUTRECALL4res{ClorrStatus: st}
 		default:
 			st = nfs4.NFS4ERR_NOTSUPP

@@ -12,8 +12,7 @@
 // CREATE_SESSION4_FLAG_CONN_BACK_CHAN. The client serves CB_NULL,
 // CB_SEQUENCE, CB_RECALL (it returns the delegation with DELEGRETURN; it
 // asks for none with OPEN4_SHARE_ACCESS_WANT_NO_DELEG, but servers may
-// grant one anyway) and CB_LAYOUTRECALL (answered NFS4ERR_NOMATCHING_LAYOUT:
-// the client does no pNFS I/O yet).
+// grant one anyway) and CB_LAYOUTRECALL (see pNFS below).
 //
 // Dial runs EXCHANGE_ID (SP4_NONE), CREATE_SESSION and RECLAIM_COMPLETE,
 // then reads the lease time and maxread/maxwrite of the root. It speaks
@@ -82,6 +81,59 @@
 // 1 MiB) are split into several READs or WRITEs that are in flight at once,
 // up to 16 per call. WRITE payloads are spliced into the outgoing record
 // without copying.
+//
+// # pNFS
+//
+// Against a pNFS metadata server (EXCHANGE_ID with USE_PNFS_MDS, and an
+// fs_layout_types attribute naming a layout type that package layout has
+// a driver for), READ and WRITE go straight to the data servers. Set
+// [Options].PNFSOff to send all I/O through the metadata server instead;
+// with servers without pNFS nothing changes either way. Layout drivers
+// are pluggable ([github.com/shoalfs/shoal/client/layout.Driver]): the
+// client owns sessions, parallelism, commits, recalls and failover, a
+// driver only decodes layouts and devices and maps file ranges onto data
+// servers. The files layout
+// (RFC 8881 §13) is built in.
+//
+// A File asks for a layout (LAYOUTGET, iomode RW when opened for writing,
+// READ otherwise, with a GETATTR of the size) on its first read or write,
+// and resolves its devices with GETDEVICEINFO, cached per device id for
+// the Client's lifetime; a new device id, or NFS4ERR_NOENT, fetches again.
+// Each data server gets one session of its own (EXCHANGE_ID with
+// USE_PNFS_DS), shared by all Files and keyed by its addresses, with at
+// most [Options].MaxPerDS requests in flight. ReadAt and WriteAt are split
+// at stripe-unit boundaries and at 1 MiB, and all pieces are issued at
+// once, to every data server in parallel. Writes are UNSTABLE; Sync and
+// Close COMMIT on every data server that got data (in parallel), then send
+// LAYOUTCOMMIT with the last write offset and mtime, which the metadata
+// server needs even after stable writes because data servers answer
+// DATA_SYNC. A write verifier that changed on a data server is reported as
+// [ErrVerifierChanged], like on the metadata server. Data servers do not
+// know the file size and zero-fill past it, so reads are capped at the
+// size this File knows (from the metadata server at open or LAYOUTGET,
+// and its own writes since), refreshed with GETATTR when a read goes past
+// it.
+//
+// Layouts are returned (LAYOUTRETURN) when the File is closed. A
+// CB_LAYOUTRECALL is answered at once, NFS4_OK for a layout held and
+// NFS4ERR_NOMATCHING_LAYOUT otherwise; the layout then takes no new I/O,
+// and once the I/O in flight on it is done it is committed and returned in
+// the background. The next I/O asks for a new layout; while the server
+// refuses one (NFS4ERR_RECALLCONFLICT, NFS4ERR_LAYOUTTRYLATER,
+// NFS4ERR_LAYOUTUNAVAILABLE) I/O goes through the metadata server and
+// LAYOUTGET is retried with a bounded backoff.
+//
+// When a data server fails (connection refused or reset, no answer within
+// a minute, or any error status), the failed piece is redone through the
+// metadata server, which reaches the data through its own connections to
+// the data servers; the layout is invalidated and returned, and the data
+// server is left alone for a while (1 s, doubling to 30 s) while its pieces
+// go through the metadata server. UNSTABLE data on a data server that
+// cannot take a COMMIT any more is committed with a COMMIT through the
+// metadata server. This needs the data to be reachable by the metadata
+// server: Shoal keeps no replicas, so if a data server is really gone its
+// stripe units are unreadable through the metadata server too and the I/O
+// fails.
 //
 // # Locks
 //

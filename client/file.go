@@ -37,6 +37,19 @@ type File struct {
 	verfChanged bool
 	dirty       bool // UNSTABLE data not yet committed
 	closed      bool
+
+	// pNFS state, guarded by mu except layMu.
+	layMu       sync.Mutex    // serializes LAYOUTGET
+	lay         *fileLayout   // the layout in use, if any
+	retiring    []*fileLayout // layouts being committed and returned
+	layRetryAt  time.Time     // no LAYOUTGET before this
+	layBackoff  time.Duration
+	layOff      bool   // the server will not give this file a layout
+	layGetting  bool   // a LAYOUTGET is in flight
+	layRecalled bool   // ... and a CB_LAYOUTRECALL arrived meanwhile
+	layErr      error  // a background layout commit failed; reported by Sync
+	size        uint64 // the file size as far as this File knows
+	sizeKnown   bool
 }
 
 type lockRange struct {
@@ -103,6 +116,10 @@ func (c *Client) Open(ctx context.Context, path string, flag int, perm uint32) (
 	a, err := lastAttr(res)
 	if err != nil {
 		return nil, pathErr("open", path, err)
+	}
+	f.size, f.sizeKnown = a.Size, true
+	if a.Type != TypeRegular {
+		f.layOff = true
 	}
 	c.mu.Lock()
 	c.files[f] = struct{}{}
@@ -217,6 +234,14 @@ func (f *File) ReadAtContext(ctx context.Context, p []byte, off int64) (int, err
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if l := f.layoutFor(ctx); l != nil {
+		n, err := f.pnfsRead(ctx, l, p, off)
+		f.releaseLayout(l)
+		if err != nil && err != io.EOF {
+			return n, pathErr("read", f.path, err)
+		}
+		return n, err
+	}
 	chunk := int(f.c.maxRead)
 	n, err := f.parallel(ctx, len(p), chunk, func(i, lo, hi int) (int, bool, error) {
 		return f.readChunk(ctx, p[lo:hi], off+int64(lo))
@@ -250,6 +275,7 @@ func (f *File) readChunk(ctx context.Context, b []byte, off int64) (int, bool, e
 		}
 		ok := res[1].Opread.Resok4
 		got := copy(b[n:], ok.Data)
+		f.c.stats.mdsIOBytes.Add(uint64(got))
 		n += got
 		if ok.Eof {
 			return n, true, nil
@@ -328,9 +354,22 @@ func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, er
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n, err := f.parallel(ctx, len(p), int(f.c.maxWrite), func(i, lo, hi int) (int, bool, error) {
-		return f.writeChunk(ctx, p[lo:hi], off+int64(lo))
-	})
+	var n int
+	var err error
+	if l := f.layoutFor(ctx); l != nil {
+		n, err = f.pnfsRun(ctx, l, p, off, true)
+		f.releaseLayout(l)
+		if err == nil && f.flag&os.O_SYNC != 0 {
+			// Data servers answer DATA_SYNC: the size and mtime need a
+			// LAYOUTCOMMIT to be stable too.
+			err = f.syncLayout(ctx, l)
+		}
+	} else {
+		n, err = f.parallel(ctx, len(p), int(f.c.maxWrite), func(i, lo, hi int) (int, bool, error) {
+			return f.writeChunk(ctx, p[lo:hi], off+int64(lo))
+		})
+	}
+	f.grewTo(uint64(off) + uint64(n))
 	if err == nil && n < len(p) {
 		err = io.ErrShortWrite
 	}
@@ -357,6 +396,7 @@ func (f *File) writeChunk(ctx context.Context, b []byte, off int64) (int, bool, 
 			return n, false, err
 		}
 		ok := res[1].Opwrite.Resok4
+		f.c.stats.mdsIOBytes.Add(uint64(min(ok.Count, uint32(len(b)-n))))
 		f.noteWrite(ok.Writeverf, ok.Committed)
 		if ok.Count == 0 {
 			return n, false, io.ErrShortWrite
@@ -461,10 +501,25 @@ func (f *File) Stat(ctx context.Context) (Attr, error) {
 func (f *File) Truncate(ctx context.Context, size uint64) error { return f.truncate(ctx, size) }
 
 func (f *File) truncate(ctx context.Context, size uint64) error {
+	// Writes through a layout must reach the MDS (LAYOUTCOMMIT) before
+	// the size changes, or a later LAYOUTCOMMIT could extend it again. The
+	// server recalls the layout for the SETATTR; returning it first saves
+	// that round of NFS4ERR_DELAY.
+	f.mu.Lock()
+	if l := f.lay; l != nil {
+		f.startRetireLocked(l, 0)
+	}
+	f.mu.Unlock()
+	f.waitRetired(ctx)
 	_, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
 		sid, _ := f.ioStateid()
 		return []nfs4.NfsArgop4{putfh(f.fh), setattrOp(sid, (&SetAttr{Size: &size}).encode())}
 	})
+	if err == nil {
+		f.mu.Lock()
+		f.size, f.sizeKnown = size, true
+		f.mu.Unlock()
+	}
 	return pathErr("truncate", f.path, err)
 }
 
@@ -474,16 +529,36 @@ func (f *File) truncate(ctx context.Context, size uint64) error {
 func (f *File) Sync() error { return f.SyncContext(context.Background()) }
 
 // SyncContext is Sync with a context.
+//
+// With pNFS, data written to data servers is committed there (COMMIT to
+// each of them, then LAYOUTCOMMIT to the MDS), and data written through
+// the MDS with a COMMIT to the MDS.
 func (f *File) SyncContext(ctx context.Context) error {
-	f.mu.Lock()
-	dirty := f.dirty
-	f.mu.Unlock()
-	if !dirty {
-		return nil
+	var errs []error
+	if f.c.pnfs != nil {
+		f.waitRetired(ctx)
+		f.mu.Lock()
+		l := f.lay
+		f.mu.Unlock()
+		if l != nil {
+			errs = append(errs, f.syncLayout(ctx, l))
+		}
 	}
+	f.mu.Lock()
+	dirty := f.dirty || f.verfChanged
+	errs = append(errs, f.layErr)
+	f.layErr = nil
+	f.mu.Unlock()
+	if dirty {
+		errs = append(errs, f.commitMDS(ctx))
+	}
+	return pathErr("sync", f.path, errors.Join(errs...))
+}
+
+func (f *File) commitMDS(ctx context.Context) error {
 	res, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_COMMIT, Opcommit: &nfs4.COMMIT4args{}}}))
 	if err != nil {
-		return pathErr("sync", f.path, err)
+		return err
 	}
 	v := res[1].Opcommit.Resok4.Writeverf
 	f.mu.Lock()
@@ -491,7 +566,7 @@ func (f *File) SyncContext(ctx context.Context) error {
 	changed := f.verfChanged || (f.haveVerf && v != f.verf)
 	f.dirty, f.verfChanged, f.verf = false, false, v
 	if changed {
-		return pathErr("sync", f.path, ErrVerifierChanged)
+		return ErrVerifierChanged
 	}
 	return nil
 }
@@ -514,13 +589,25 @@ func (f *File) Close() error {
 	}
 	f.mu.Lock()
 	locks := append([]lockRange(nil), f.locks...)
+	f.closed = true // no new layouts
+	lay := f.lay
 	f.mu.Unlock()
+	if lay != nil {
+		// Policy: a File returns its layout when it is closed (the server
+		// would otherwise have to recall it later, for a truncate, a
+		// remove, or a change of data servers).
+		f.retire(ctx, lay)
+	}
+	if f.c.pnfs != nil {
+		f.waitRetired(ctx)
+		f.mu.Lock()
+		errs = append(errs, pathErr("close", f.path, f.layErr))
+		f.layErr = nil
+		f.mu.Unlock()
+	}
 	for _, l := range locks {
 		errs = append(errs, f.Unlock(ctx, l.off, l.length))
 	}
-	f.mu.Lock()
-	f.closed = true
-	f.mu.Unlock()
 	f.c.mu.Lock()
 	delete(f.c.files, f)
 	f.c.mu.Unlock()
@@ -724,6 +811,11 @@ func (f *File) reclaim(ctx context.Context, s *session) error {
 	}
 	locks := append([]lockRange(nil), f.locks...)
 	f.lockStateid = nil
+	if l := f.lay; l != nil {
+		// The layout died with the old session; commit what went through
+		// it and let the next I/O ask for a new one.
+		f.startRetireLocked(l, 0)
+	}
 	f.mu.Unlock()
 
 	open := func(claim nfs4.OpenClaim4) ([]nfs4.NfsResop4, error) {

@@ -2,6 +2,8 @@ package client_test
 
 import (
 	"context"
+	"log/slog"
+	"os"
 	"testing"
 	"time"
 
@@ -21,4 +23,12 @@ func dialer(addr string, opts client.Options) clienttest.Dialer {
 		}
 		return c
 	}
+}
+
+// quietLogger discards the servers' logs unless SHOAL_TEST_LOG is set.
+func quietLogger() *slog.Logger {
+	if os.Getenv("SHOAL_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
 }

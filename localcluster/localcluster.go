@@ -288,6 +288,7 @@ func StartDS(ctx context.Context, cfg DSConfig) (*DS, error) {
 func (d *DS) Close() error {
 	err := d.Server.Close()
 	d.Agent.Close()
+	d.Store.Close()
 	return err
 }
 

@@ -65,6 +65,7 @@ func NewDataServer(cfg Config, ds DataServerConfig) (*Server, error) {
 		if s.data, err = store.NewLocal(cfg.Dir, store.LocalOptions{}); err != nil {
 			return nil, fmt.Errorf("server: data store: %w", err)
 		}
+		s.ownData = true
 	}
 	// Each data server is its own server instance to clients: distinct
 	// owner and scope, or the client would take it for a trunk of the MDS.

@@ -175,6 +175,12 @@ func (c *compound) layoutCommit(a *nfs4.LAYOUTCOMMIT4args) opReply {
 		return fail(st)
 	}
 	if errs := s.st.m.TestStateid(id, []state.Stateid{sid}); errs[0] != nil && !a.LocaReclaim {
+		if errors.Is(errs[0], state.ErrStaleStateid) || errors.Is(errs[0], state.ErrBadStateid) {
+			// No such layout (e.g. one from before a restart): nothing to
+			// commit. NFS4ERR_STALE_STATEID makes the Linux client renew its
+			// lease and resend the same stateid forever.
+			return fail(nfs4.NFS4ERR_BADLAYOUT)
+		}
 		return failErr(errs[0])
 	}
 	// Compare with the recorded size, not the one merged from the data

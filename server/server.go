@@ -70,6 +70,9 @@ type Server struct {
 	pnfs      *pnfsState        // nil unless a pNFS metadata server
 	ds        *DataServerConfig // nil unless a pNFS data server
 	counters  counters
+	// ownData is set when the server opened its data store itself (and so
+	// closes it); a store handed in by the caller stays open.
+	ownData bool
 }
 
 const (
@@ -141,6 +144,8 @@ func New(cfg Config) (*Server, error) {
 	} else if s.data, err = store.NewLocal(cfg.Dir, store.LocalOptions{}); err != nil {
 		m.Close()
 		return nil, fmt.Errorf("server: data store: %w", err)
+	} else {
+		s.ownData = true
 	}
 	s.cache = newInodeCache(s)
 	if s.st, err = newStateGlue(s); err != nil {
@@ -200,7 +205,7 @@ func (s *Server) Close() error {
 	if ferr := s.cache.flushAll(context.Background()); err == nil {
 		err = ferr
 	}
-	if s.data != nil {
+	if s.data != nil && s.ownData {
 		s.data.Close()
 	}
 	if s.meta != nil {

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,8 +20,10 @@ import (
 func newBenchCmd() *cobra.Command {
 	var (
 		targets, size, block, addr, root, jsonOut, profDir, script string
-		groups                                                     []string
-		depth, files, reps, serverPID                              int
+		transfer, servers                                          string
+		groups, pnfs                                               []string
+		dsCounts                                                   []int
+		depth, files, reps, serverPID, clients                     int
 		timeout                                                    time.Duration
 		quick, keep                                                bool
 	)
@@ -31,18 +35,51 @@ directory (Shoal as a child "shoal serve", NFS-Ganesha through
 scripts/ganesha.sh), drives it with Shoal's client and prints, per target:
 sequential write and read throughput of one file, and small-file create,
 stat and remove rates. Each number is the median of --reps runs with the
-minimum and maximum. With --addr it benchmarks a running server instead.`,
+minimum and maximum. With --addr it benchmarks a running server instead.
+
+--workloads ior is the pNFS scaling benchmark, IOR-style: for each
+--ds count it starts a fresh local cluster (a child "shoal up"), then
+--clients client processes each write their own file of --block bytes in
+--transfer calls (timed until COMMIT and CLOSE), and after all writers
+finished read them back; with pNFS on and off (--pnfs), --reps times. It
+prints aggregate MB/s per data-server count and mode, with the CPU use of
+the servers and of the clients.`,
 		Example: `  shoal bench
   shoal bench --quick --targets shoal
+  shoal bench --workloads ior --ds 1,2,4 --pnfs on,off --clients 4 --block 256MiB --transfer 1MiB --reps 3 --json ior.json
+  shoal bench --workloads ior --quick
   shoal bench --size 1GiB --block 1MiB --reps 3 --json out.json --cpuprofile prof/
   shoal bench --addr 127.0.0.1:2049 --root /export`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			f := cmd.Flags()
+			ior := slices.Contains(groups, bench.IOR)
+			groups = slices.DeleteFunc(slices.Clone(groups), func(g string) bool { return g == bench.IOR })
+			classic := !ior || len(groups) > 0
+			var iorCfg *bench.IORConfig
+			if ior {
+				if addr != "" {
+					return errors.New("--workloads ior starts its own clusters; it cannot use --addr")
+				}
+				if classic && f.Changed("block") {
+					return errors.New("--block means the request size for seq and the per-client size for ior; run ior on its own to set it")
+				}
+				c, err := iorConfig(f.Changed, quick, dsCounts, pnfs, clients, block, transfer, reps, timeout)
+				if err != nil {
+					return err
+				}
+				c.Progress = cmd.ErrOrStderr()
+				iorCfg = &c
+			}
+			if !classic {
+				return runBench(cmd.Context(), cmd, nil, iorCfg, benchSetup{
+					jsonOut: jsonOut, profDir: profDir, keep: keep, servers: servers,
+				})
+			}
 			cfg := bench.DefaultConfig()
 			if quick {
 				cfg = bench.QuickConfig()
 			}
-			f := cmd.Flags()
 			var err error
 			if f.Changed("size") || !quick {
 				if cfg.Size, err = bench.ParseSize(size); err != nil {
@@ -54,7 +91,10 @@ minimum and maximum. With --addr it benchmarks a running server instead.`,
 				return fmt.Errorf("--block: %w", err)
 			}
 			cfg.Block = int(min(b, 1<<30))
-			cfg.Depth, cfg.Timeout, cfg.Groups = depth, timeout, groups
+			cfg.Depth, cfg.Timeout = depth, timeout
+			if len(groups) > 0 {
+				cfg.Groups = groups
+			}
 			if f.Changed("files") || !quick {
 				cfg.Files = files
 			}
@@ -65,9 +105,9 @@ minimum and maximum. With --addr it benchmarks a running server instead.`,
 			if err := cfg.Validate(); err != nil {
 				return err
 			}
-			return runBench(cmd.Context(), cmd, cfg, benchSetup{
+			return runBench(cmd.Context(), cmd, &cfg, iorCfg, benchSetup{
 				targets: targets, addr: addr, root: root, jsonOut: jsonOut,
-				profDir: profDir, script: script, keep: keep,
+				profDir: profDir, script: script, keep: keep, servers: servers,
 				targetsSet: f.Changed("targets"), serverPID: serverPID,
 			})
 		},
@@ -78,28 +118,118 @@ minimum and maximum. With --addr it benchmarks a running server instead.`,
 	fl.StringVar(&root, "root", "/", "with --addr: directory of the server's pseudo file system to work in (Ganesha: /export)")
 	fl.IntVar(&serverPID, "server-pid", 0, "with --addr: pid of the server if it runs on this machine, to report its CPU time")
 	fl.StringVar(&size, "size", "1GiB", "size of the sequentially written and read file")
-	fl.StringVar(&block, "block", "1MiB", "size of each READ and WRITE request")
+	fl.StringVar(&block, "block", "1MiB", "size of each READ and WRITE request; ior: how much each client writes and reads (default 256MiB)")
 	fl.IntVar(&depth, "depth", 16, "sequential READ/WRITE requests in flight at once")
 	fl.IntVar(&files, "files", 2000, "number of files for the create, stat and remove rates")
 	fl.IntVar(&reps, "reps", 3, "repetitions of each measurement (the median is reported)")
-	fl.StringSliceVar(&groups, "workloads", nil, "workload groups to run: seq (write+read), small (create, stat, remove); default all")
-	fl.DurationVar(&timeout, "timeout", 10*time.Minute, "limit for the whole run")
-	fl.BoolVar(&quick, "quick", false, "smoke run: 64MiB, 200 files, 1 rep (explicit flags still win)")
+	fl.StringSliceVar(&groups, "workloads", nil, "workload groups to run: seq (write+read), small (create, stat, remove), ior (pNFS scaling); default seq,small")
+	fl.IntSliceVar(&dsCounts, "ds", []int{1, 2, 4}, "ior: data-server counts, a fresh cluster each")
+	fl.StringSliceVar(&pnfs, "pnfs", []string{"on", "off"}, "ior: client modes: on (I/O to the data servers), off (all I/O through the MDS)")
+	fl.IntVar(&clients, "clients", 4, "ior: client processes, one file each")
+	fl.StringVar(&transfer, "transfer", "1MiB", "ior: size of each write and read call")
+	fl.StringVar(&servers, "servers", "up", "ior: up (MDS and data servers in one `shoal up` process) or split (`shoal mds` and one `shoal ds` per data server, to tell their CPU apart)")
+	fl.DurationVar(&timeout, "timeout", 10*time.Minute, "limit for the whole run (ior: 30m unless set)")
+	fl.BoolVar(&quick, "quick", false, "smoke run: 64MiB, 200 files, 1 rep; ior: 1 and 2 DSes, 2 clients x 16MiB, 1 rep (explicit flags still win)")
 	fl.StringVar(&jsonOut, "json", "", "also write the report as JSON to this file")
 	fl.StringVar(&profDir, "cpuprofile", "", "write CPU profiles of the Shoal server and of this client into this directory")
 	fl.StringVar(&script, "ganesha-script", "", "path of scripts/ganesha.sh (default: looked up from the working directory)")
 	fl.BoolVar(&keep, "keep", false, "keep the servers' temporary directories (data, logs) for inspection")
+	cmd.AddCommand(newBenchClientCmd())
 	return cmd
+}
+
+// iorConfig builds the ior configuration from the flags: the defaults (or
+// the quick ones), overridden by every flag given explicitly.
+func iorConfig(changed func(string) bool, quick bool, ds []int, pnfs []string, clients int, block, transfer string, reps int, timeout time.Duration) (bench.IORConfig, error) {
+	c := bench.DefaultIORConfig()
+	if quick {
+		c = bench.QuickIORConfig()
+	}
+	if changed("ds") {
+		c.DataServers = ds
+	}
+	if changed("pnfs") {
+		modes, err := bench.ParsePNFSModes(pnfs)
+		if err != nil {
+			return c, fmt.Errorf("--pnfs: %w", err)
+		}
+		c.PNFS = modes
+	}
+	if changed("clients") {
+		c.Clients = clients
+	}
+	if changed("block") {
+		b, err := bench.ParseSize(block)
+		if err != nil {
+			return c, fmt.Errorf("--block: %w", err)
+		}
+		c.BlockSize = b
+	}
+	if changed("transfer") {
+		t, err := bench.ParseSize(transfer)
+		if err != nil {
+			return c, fmt.Errorf("--transfer: %w", err)
+		}
+		c.TransferSize = int(min(t, 1<<30))
+	}
+	if changed("reps") {
+		c.Reps = reps
+	}
+	if changed("timeout") {
+		c.Timeout = timeout
+	}
+	return c, c.Validate()
+}
+
+// newBenchClientCmd is the hidden `shoal bench client`: one ior client
+// process, driven by its parent over stdin and stdout (bench.RunClient).
+func newBenchClientCmd() *cobra.Command {
+	var spec string
+	cmd := &cobra.Command{
+		Use:    "client",
+		Short:  "One ior benchmark client (started by shoal bench)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var s bench.ClientSpec
+			if err := json.Unmarshal([]byte(spec), &s); err != nil {
+				return fmt.Errorf("--spec: %w", err)
+			}
+			return bench.RunClient(cmd.Context(), s, os.Stdin, os.Stdout)
+		},
+	}
+	cmd.Flags().StringVar(&spec, "spec", "", "the client's job as JSON (bench.ClientSpec)")
+	return cmd
+}
+
+// writeReadyFile writes `shoal up --ready-file`: a bench.ClusterReady,
+// through a rename so a reader never sees it half-written.
+func writeReadyFile(path, mds string, ds []string) error {
+	b, err := json.Marshal(bench.ClusterReady{MDS: mds, DataServers: ds, PID: os.Getpid()})
+	if err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("ready file: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("ready file: %w", err)
+	}
+	return nil
 }
 
 type benchSetup struct {
 	targets, addr, root, jsonOut, profDir, script string
+	servers                                       string // ior: up or split
 	keep, targetsSet                              bool
 	serverPID                                     int
 }
 
-func runBench(ctx context.Context, cmd *cobra.Command, cfg bench.Config, s benchSetup) error {
-	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+// runBench runs the classic workloads (cfg) and the ior workload (iorCfg),
+// whichever is not nil.
+func runBench(ctx context.Context, cmd *cobra.Command, cfg *bench.Config, iorCfg *bench.IORConfig, s benchSetup) error {
+	errOut := cmd.ErrOrStderr()
 	if s.addr != "" && s.targetsSet {
 		return errors.New("--addr and --targets exclude each other")
 	}
@@ -132,6 +262,75 @@ func runBench(ctx context.Context, cmd *cobra.Command, cfg bench.Config, s bench
 		defer pprof.StopCPUProfile()
 	}
 
+	var runErr error
+	if cfg != nil {
+		runErr = runClassic(ctx, cmd, *cfg, s, tmp)
+	}
+	if iorCfg != nil && ctx.Err() == nil {
+		jsonOut := s.jsonOut
+		if cfg != nil && jsonOut != "" {
+			jsonOut = strings.TrimSuffix(jsonOut, ".json") + "-ior.json"
+		}
+		runErr = errors.Join(runErr, runIOR(ctx, cmd, *iorCfg, jsonOut, s.profDir, s.servers, tmp))
+	}
+	if ctx.Err() != nil && runErr == nil {
+		runErr = ctx.Err()
+	}
+	return runErr
+}
+
+// runIOR runs the ior workload with `shoal up` clusters and client
+// processes of this binary.
+func runIOR(ctx context.Context, cmd *cobra.Command, cfg bench.IORConfig, jsonOut, profDir, servers, tmp string) error {
+	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the shoal binary: %w", err)
+	}
+	logs := filepath.Join(tmp, "ior-clients")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return err
+	}
+	setup := bench.IORSetup{Clients: &bench.ProcessLauncher{Exe: exe, LogDir: logs}}
+	switch servers {
+	case "", "up":
+		setup.Cluster = &bench.ClusterProcess{Exe: exe, Dir: filepath.Join(tmp, "ior"), ProfileDir: profDir}
+	case "split":
+		if profDir != "" {
+			return errors.New("--cpuprofile is only supported with --servers up")
+		}
+		setup.Cluster = &bench.ClusterSplit{Exe: exe, Dir: filepath.Join(tmp, "ior")}
+	default:
+		return fmt.Errorf("--servers %q: want up or split", servers)
+	}
+	fmt.Fprintf(errOut, "ior: %d clients x %s in %s transfers; data servers %v; pNFS %s; %d reps\n",
+		cfg.Clients, bench.FormatSize(cfg.BlockSize), bench.FormatSize(int64(cfg.TransferSize)),
+		cfg.DataServers, bench.FormatPNFSModes(cfg.PNFS), cfg.Reps)
+	rep, runErr := bench.RunIOR(ctx, cfg, setup)
+	if rep == nil {
+		return runErr
+	}
+	fmt.Fprintln(out)
+	if err := rep.WriteTable(out); err != nil {
+		return errors.Join(runErr, err)
+	}
+	if jsonOut != "" {
+		f, err := os.Create(jsonOut)
+		if err == nil {
+			err = rep.WriteJSON(f)
+			err = errors.Join(err, f.Close())
+		}
+		if err != nil {
+			return errors.Join(runErr, fmt.Errorf("write %s: %w", jsonOut, err))
+		}
+		fmt.Fprintf(errOut, "ior: JSON report in %s\n", jsonOut)
+	}
+	return runErr
+}
+
+// runClassic runs the seq and small workloads against their targets.
+func runClassic(ctx context.Context, cmd *cobra.Command, cfg bench.Config, s benchSetup, tmp string) error {
+	out := cmd.OutOrStdout()
 	var targets []bench.Target
 	if s.addr != "" {
 		targets = append(targets, bench.Target{Name: s.addr, Starter: bench.Existing{Addr: s.addr, Root: s.root, PID: s.serverPID}})

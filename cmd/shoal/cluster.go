@@ -104,6 +104,7 @@ func newUpCmd() *cobra.Command {
 	var (
 		listen, dir, advertise string
 		metrics                string
+		readyFile, cpuprofile  string
 		n                      int
 		unit                   uint64
 		lease                  time.Duration
@@ -119,6 +120,13 @@ func newUpCmd() *cobra.Command {
 				dir = filepath.Join(os.TempDir(), "shoal")
 			}
 			ctx := cmd.Context()
+			if cpuprofile != "" {
+				stop, err := startCPUProfile(cpuprofile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			reg, err := startMetrics(metrics)
 			if err != nil {
 				return err
@@ -142,6 +150,12 @@ func newUpCmd() *cobra.Command {
 			fmt.Printf("  files:  shoal ls nfs://%s/\n", addr)
 			fmt.Printf("  bench:  shoal bench --addr %s\n", addr)
 			fmt.Println("  stop:   Ctrl-C")
+			if readyFile != "" {
+				if err := writeReadyFile(readyFile, addr.String(), ds); err != nil {
+					c.Close()
+					return err
+				}
+			}
 			<-ctx.Done()
 			fmt.Println("shoal up: shutting down")
 			shut, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -164,5 +178,10 @@ func newUpCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time")
 	cmd.Flags().BoolVar(&rootSquash, "root-squash", false, "map root to the anonymous user (off for a local development cluster)")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics of all servers on this address (e.g. 127.0.0.1:9100)")
+	cmd.Flags().StringVar(&readyFile, "ready-file", "", `once every data server is in service, write {"mds": HOST:PORT, "data_servers": [...], "pid": N} to this file (for --listen 127.0.0.1:0)`)
+	// --cpuprofile is for `shoal bench --workloads ior --cpuprofile`: the
+	// profile covers the MDS and all data servers.
+	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the cluster to this file")
+	_ = cmd.Flags().MarkHidden("cpuprofile")
 	return cmd
 }

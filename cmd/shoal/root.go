@@ -32,6 +32,8 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newServeCmd())
 	root.AddCommand(newMDSCmd(), newDSCmd(), newUpCmd())
 	root.AddCommand(newBenchCmd())
+	root.AddCommand(newTestbedCmd())
+	root.AddCommand(newMountCmd(), newUmountCmd())
 	addFileCmds(root)
 	return root
 }

@@ -12,6 +12,7 @@
 #   t_vers=4.1        NFS minor version (4.1 or 4.2)
 #   t_phase=main      workload phase: main | verify
 #   t_sums=...        phase "verify": name:sha256,... written by phase "main"
+#   t_pnfs=1          add the pNFS steps; SYNC lines ask the driver for metrics
 #   t_ip=10.0.2.15    guest address (/24), t_gw=10.0.2.2 default gateway
 /bin/busybox mkdir -p /proc /sys /dev /tmp /run
 /bin/busybox --install -s

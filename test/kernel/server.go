@@ -107,9 +107,9 @@ type processServer struct {
 	ready string
 
 	readyLine string // the last ready line seen
-	cmd    *exec.Cmd
-	exited chan struct{} // closed when cmd has been waited for
-	log    *os.File
+	cmd       *exec.Cmd
+	exited    chan struct{} // closed when cmd has been waited for
+	log       *os.File
 }
 
 func (p *processServer) Start(ctx context.Context) error {

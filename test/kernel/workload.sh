@@ -382,6 +382,84 @@ step_crash_verify() {
 	rm -rf "$C" || die "cleanup"
 }
 
+# ---- pNFS steps (t_pnfs=1: the server is a files-layout MDS) ----------------
+
+step_pnfs_mountstats() {
+	l=$(awk -v m=$M '$1 == "device" { on = ($5 == m) } on && $1 == "nfsv4:" { print; exit }' /proc/self/mountstats)
+	case "$l" in
+	*pnfs=LAYOUT_NFSV4_1_FILES*) ;;
+	*) die "mountstats nfsv4 line for $M: '$l', want pnfs=LAYOUT_NFSV4_1_FILES" ;;
+	esac
+	echo "pnfs=LAYOUT_NFSV4_1_FILES"
+}
+
+# pnfs_ops prints the client's per-op counts of the layout operations.
+pnfs_ops() {
+	awk -v m=$M '$1 == "device" { on = ($5 == m) }
+		on && ($1 == "LAYOUTGET:" || $1 == "GETDEVICEINFO:" || $1 == "LAYOUTCOMMIT:" || $1 == "LAYOUTRETURN:") {
+			printf "%s%s", sep, $1 $2; sep = " " }' /proc/self/mountstats
+}
+
+# step_pnfs_truncate: a process keeps the file open after writing 4 MiB
+# through the data servers, so the client certainly holds the layout, and
+# another process truncates it. The MDS must recall the layout
+# (CB_LAYOUTRECALL) before it shrinks the data servers' objects; the client
+# returns it and the truncate completes. The driver checks the counters.
+step_pnfs_truncate() {
+	f=$W/recall-trunc
+	rm -f /tmp/rt.*
+	dd if=/dev/urandom of=/tmp/rt.src bs=1048576 count=4 2>/dev/null
+	(
+		exec 3<>"$f" || exit 1
+		cat /tmp/rt.src >&3 || exit 1
+		: >/tmp/rt.ready
+		i=0
+		while [ ! -e /tmp/rt.release ] && [ $i -lt 1200 ]; do sleep 0.1; i=$((i + 1)); done
+		exec 3>&-
+		: >/tmp/rt.closed
+	) &
+	h=$!
+	i=0
+	while [ ! -e /tmp/rt.ready ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+	[ -e /tmp/rt.ready ] || { kill $h; die "writer did not write $f"; }
+	sync # the dirty pages go to the data servers under the layout
+	timeout -s KILL 60 truncate -s 4096 "$f" ||
+		{ touch /tmp/rt.release; die "truncate of a file with a layout failed or hung (status $?)"; }
+	expect "size after truncate (file still open)" "$(fsize "$f")" 4096
+	touch /tmp/rt.release
+	wait $h
+	[ -e /tmp/rt.closed ] || die "writer did not close"
+	drop_caches
+	expect "size after truncate" "$(fsize "$f")" 4096
+	expect "content after truncate" "$(sha256sum <"$f")" "$(head -c 4096 /tmp/rt.src | sha256sum)"
+	echo "$(pnfs_ops)"
+}
+
+# step_pnfs_rm: the file is written and closed; Shoal's layouts are not
+# return-on-close, so the client keeps the layout cached, and removing the
+# file's last link makes the MDS recall it. (Removing a file that is still
+# open would only rename it: the client's silly rename.)
+step_pnfs_rm() {
+	f=$W/recall-rm
+	dd if=/dev/urandom of=/tmp/rr.src bs=1048576 count=4 2>/dev/null
+	cp /tmp/rr.src "$f" || die "cp"
+	sync
+	expect "sha256 before rm" "$(sum "$f")" "$(sum /tmp/rr.src)"
+	timeout -s KILL 60 rm "$f" || die "rm of a file with a layout failed or hung (status $?)"
+	[ ! -e "$f" ] || die "$f still exists after rm"
+	drop_caches
+	[ ! -e "$f" ] || die "$f exists again after drop_caches"
+	echo "$(pnfs_ops)"
+}
+
+# host_sync TAG: with t_pnfs=1 the driver snapshots the servers' metrics
+# when it sees "SYNC TAG" and answers "OK TAG" on the console.
+host_sync() {
+	[ "${t_pnfs:-0}" = 1 ] || return 0
+	echo "SYNC $1"
+	read -t 60 reply || echo "no reply from the driver to SYNC $1"
+}
+
 # ---- driver -----------------------------------------------------------------
 
 PASSED=0
@@ -423,7 +501,13 @@ mkdir -p $S
 case "$t_phase" in
 main)
 	if run mount mount; then
-		for n in $SIZES; do run "io/$(size_name $n)" io "$n"; done
+		[ "${t_pnfs:-0}" = 1 ] && run pnfs/mountstats pnfs_mountstats
+		for n in $SIZES; do
+			# The driver measures each server's share of the 64 MiB file.
+			[ "$n" = 67108864 ] && host_sync io64-before
+			run "io/$(size_name $n)" io "$n"
+			[ "$n" = 67108864 ] && host_sync io64-after
+		done
 		run tree tree
 		run rename rename
 		run hardlink hardlink
@@ -433,6 +517,13 @@ main)
 		run touch touch && stat -c %Y "$W/times" >/tmp/times.mtime
 		run truncate truncate
 		run rm rm
+		if [ "${t_pnfs:-0}" = 1 ]; then
+			for x in truncate rm; do
+				host_sync recall-$x-before
+				run pnfs/$x pnfs_$x
+				host_sync recall-$x-after
+			done
+		fi
 		run append append 200
 		run lock lock
 		run lock/cross-client lock_cross

@@ -1,0 +1,170 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"text/tabwriter"
+)
+
+// WriteJSON writes the report as indented JSON.
+func (r *IORReport) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// cell returns the summary of one cell, or nil if it was not measured.
+func (r *IORReport) cell(n int, on bool, phase string) *IORCell {
+	for i := range r.Cells {
+		c := &r.Cells[i]
+		if c.DataServers == n && c.PNFS == on && c.Phase == phase {
+			return c
+		}
+	}
+	return nil
+}
+
+// WriteTable writes the report for a terminal: the machine and the
+// configuration, a bandwidth table with a row per data-server count and a
+// column per phase and pNFS mode, the CPU use in the same layout, then
+// errors and notes.
+func (r *IORReport) WriteTable(w io.Writer) error {
+	m, c := r.Machine, r.Config
+	fmt.Fprintf(w, "machine: %d CPUs (%s), kernel %s, %s\n", m.NumCPU, m.CPUModel, m.Kernel, m.Go)
+	fmt.Fprintf(w, "load average: before %.2f %.2f %.2f, after %.2f %.2f %.2f\n",
+		r.LoadBefore[0], r.LoadBefore[1], r.LoadBefore[2], r.LoadAfter[0], r.LoadAfter[1], r.LoadAfter[2])
+	fmt.Fprintf(w, "ior: %d clients x %s in %s transfers, file per process, %d reps; servers %s, clients %s\n",
+		c.Clients, FormatSize(c.BlockSize), FormatSize(int64(c.TransferSize)), c.Reps, r.Servers, r.Clients)
+
+	type col struct {
+		phase string
+		on    bool
+	}
+	var cols []col
+	for _, phase := range []string{PhaseWrite, PhaseRead} {
+		for _, on := range c.PNFS {
+			cols = append(cols, col{phase, on})
+		}
+	}
+	header := func(tw io.Writer, first string) {
+		fmt.Fprint(tw, first)
+		for _, cl := range cols {
+			fmt.Fprintf(tw, "\t%s pNFS %s", cl.phase, modeName(cl.on))
+		}
+		fmt.Fprintln(tw)
+	}
+
+	fmt.Fprintln(w, "\naggregate bandwidth, MB/s: median [min-max]")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header(tw, "DS")
+	for _, n := range c.DataServers {
+		fmt.Fprintf(tw, "%d", n)
+		for _, cl := range cols {
+			cell := r.cell(n, cl.on, cl.phase)
+			switch {
+			case cell == nil:
+				fmt.Fprint(tw, "\t-")
+			default:
+				mark := ""
+				switch {
+				case cl.on && cell.DSShare < pnfsShareOK:
+					mark = " *"
+				case !cl.on && cell.DSShare > 0:
+					mark = " !"
+				}
+				fmt.Fprintf(tw, "\t%s [%s-%s]%s", num(cell.Median), num(cell.Min), num(cell.Max), mark)
+			}
+		}
+		fmt.Fprintln(tw)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	split := false
+	for _, cell := range r.Cells {
+		_, mds := cell.RoleCores[RoleMDS]
+		split = split || mds
+	}
+	if split {
+		fmt.Fprintln(w, "\nCPU in cores, median: MDS / DSes / clients, of", m.NumCPU)
+	} else {
+		fmt.Fprintln(w, "\nCPU in cores, median: servers (MDS+DSes) / clients, of", m.NumCPU)
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header(tw, "DS")
+	for _, n := range c.DataServers {
+		fmt.Fprintf(tw, "%d", n)
+		for _, cl := range cols {
+			cell := r.cell(n, cl.on, cl.phase)
+			if cell == nil {
+				fmt.Fprint(tw, "\t-")
+				continue
+			}
+			if split {
+				fmt.Fprintf(tw, "\t%s / %s / %s", roleCores(cell, RoleMDS), roleCores(cell, RoleDS), cores(cell.ClientCores))
+			} else {
+				fmt.Fprintf(tw, "\t%s / %s", cores(cell.ServerCores), cores(cell.ClientCores))
+			}
+		}
+		fmt.Fprintln(tw)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(w, "\nCPU-seconds per GiB moved, median: servers / clients (less sensitive to a busy machine than MB/s)")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	header(tw, "DS")
+	for _, n := range c.DataServers {
+		fmt.Fprintf(tw, "%d", n)
+		for _, cl := range cols {
+			cell := r.cell(n, cl.on, cl.phase)
+			if cell == nil {
+				fmt.Fprint(tw, "\t-")
+				continue
+			}
+			fmt.Fprintf(tw, "\t%s / %s", cores(cell.ServerCPUPerGiB), cores(cell.ClientCPUPerGiB))
+		}
+		fmt.Fprintln(tw)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	for _, n := range c.DataServers {
+		for _, on := range c.PNFS {
+			if cell := r.cell(n, on, PhaseWrite); cell != nil && cell.CommitSeconds > 0 {
+				fmt.Fprintf(w, "%d DS, pNFS %s: the closing COMMIT+CLOSE took %.2fs (median, slowest client)\n", n, modeName(on), cell.CommitSeconds)
+			}
+		}
+	}
+	fmt.Fprintln(w)
+
+	for _, e := range r.Errors {
+		fmt.Fprintf(w, "FAILED: %s\n", e)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	for _, p := range r.Profiles {
+		fmt.Fprintf(w, "cluster CPU profile: %s (go tool pprof -top %s)\n", p, p)
+	}
+	return nil
+}
+
+func cores(c float64) string {
+	if c < 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", c)
+}
+
+func roleCores(cell *IORCell, role string) string {
+	c, ok := cell.RoleCores[role]
+	if !ok {
+		return "-"
+	}
+	return cores(c)
+}

@@ -1,0 +1,42 @@
+package client_test
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"testing"
+
+	"github.com/shoalfs/shoal/client"
+)
+
+// TestDSServerCloseKeepsData documents a localcluster/server bug: closing
+// a data server's NFS service (DS.Server.Close) also closes the
+// store.Local it shares with the DS's control agent, so the MDS can no
+// longer read that DS's stripe units either. Run with SHOAL_SERVER_BUGS=1.
+func TestDSServerCloseKeepsData(t *testing.T) {
+	if os.Getenv("SHOAL_SERVER_BUGS") != "1" {
+		t.Skip("known server bug; set SHOAL_SERVER_BUGS=1 to run")
+	}
+	cl := startCluster(t, 2)
+	c := dialer(cl.MDS.Addr.String(), client.Options{PNFSOff: true})(t)
+	defer c.Close()
+	f, err := c.Open(t.Context(), "/f", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := make([]byte, 4<<20)
+	pattern(b, 0)
+	if _, err := f.WriteAt(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	cl.DS[1].Server.Close() // the NFS listener only; the agent stays
+	got := make([]byte, len(b))
+	n, err := f.ReadAt(got, 0)
+	if n != len(b) || (err != nil && err != io.EOF) || !bytes.Equal(got, b) {
+		t.Fatalf("MDS read after closing DS 1's NFS service: %d, %v", n, err)
+	}
+}

@@ -1,0 +1,1000 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/shoalfs/shoal/client/layout"
+	"github.com/shoalfs/shoal/internal/nfs4"
+)
+
+// pNFS (RFC 8881 §12–13) on the client side. The metadata server (the
+// server Dial connected to) hands out layouts; this file holds everything
+// around them that does not depend on the layout type: the device cache,
+// the sessions with data servers, parallel I/O, commits, recalls and
+// failover. The layout arithmetic lives in package layout.
+
+const (
+	// dsCallTimeout bounds one request to a data server; a data server
+	// that does not answer within it is treated as failed.
+	dsCallTimeout = time.Minute
+	// layoutMaxcount is loga_maxcount and gdia_maxcount.
+	layoutMaxcount = 64 << 10
+)
+
+// Backoff bounds for LAYOUTGET after a refusal and for redialling a data
+// server after a failure.
+const (
+	layoutRetryMin  = 50 * time.Millisecond
+	layoutRetryMax  = 5 * time.Second
+	dsDownMin       = time.Second
+	dsDownMax       = 30 * time.Second
+	layoutUnavailMx = 30 * time.Second
+)
+
+// errDSDown reports a data server skipped because it failed recently.
+var errDSDown = errors.New("nfs: data server marked down after a failure")
+
+// pnfsClient is the pNFS machinery of a metadata-server Client.
+type pnfsClient struct {
+	c      *Client
+	driver layout.Driver
+	typ    nfs4.Layouttype4
+
+	mu      sync.Mutex
+	devices map[layout.DeviceID]*deviceEntry
+	servers map[string]*dataServer
+	closed  bool
+	wg      sync.WaitGroup // background layout returns
+}
+
+// newPNFSClient picks the first of the server's layout types that has a
+// driver; it returns nil (pNFS off) if none has.
+func newPNFSClient(c *Client, types []uint32) *pnfsClient {
+	for _, t := range types {
+		if d, ok := layout.Lookup(t); ok {
+			c.log.Debug("pNFS on", "layout_type", nfs4.Layouttype4(t).String())
+			return &pnfsClient{
+				c: c, driver: d, typ: nfs4.Layouttype4(t),
+				devices: map[layout.DeviceID]*deviceEntry{},
+				servers: map[string]*dataServer{},
+			}
+		}
+	}
+	return nil
+}
+
+// goBG runs fn in the background unless the client is closing.
+func (p *pnfsClient) goBG(fn func()) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		fn()
+	}()
+	return true
+}
+
+// close ends the data-server sessions and waits for background work. The
+// owning Client's context is already cancelled.
+func (p *pnfsClient) close() {
+	p.mu.Lock()
+	p.closed = true
+	servers := make([]*dataServer, 0, len(p.servers))
+	for _, d := range p.servers {
+		servers = append(servers, d)
+	}
+	p.mu.Unlock()
+	p.wg.Wait()
+	for _, d := range servers {
+		d.mu.Lock()
+		cl := d.cl
+		d.cl = nil
+		d.mu.Unlock()
+		if cl != nil {
+			cl.Close()
+		}
+	}
+}
+
+// deviceEntry is one GETDEVICEINFO answer, fetched once per device id by
+// whichever caller asks first.
+type deviceEntry struct {
+	done chan struct{}
+	dev  layout.Device
+	err  error
+}
+
+func (p *pnfsClient) device(ctx context.Context, id layout.DeviceID) (layout.Device, error) {
+	p.mu.Lock()
+	e := p.devices[id]
+	if e != nil {
+		p.mu.Unlock()
+		select {
+		case <-e.done:
+			return e.dev, e.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	e = &deviceEntry{done: make(chan struct{})}
+	p.devices[id] = e
+	p.mu.Unlock()
+	e.dev, e.err = p.getDeviceInfo(ctx, id)
+	if e.err != nil {
+		p.forgetDevice(id, e)
+	}
+	close(e.done)
+	return e.dev, e.err
+}
+
+// forgetDevice drops a cached device, so the next use fetches it again.
+func (p *pnfsClient) forgetDevice(id layout.DeviceID, e *deviceEntry) {
+	p.mu.Lock()
+	if cur := p.devices[id]; cur == e || e == nil {
+		delete(p.devices, id)
+	}
+	p.mu.Unlock()
+}
+
+func (p *pnfsClient) getDeviceInfo(ctx context.Context, id layout.DeviceID) (layout.Device, error) {
+	res, err := p.c.call(ctx, fixed([]nfs4.NfsArgop4{{Argop: nfs4.OP_GETDEVICEINFO, Opgetdeviceinfo: &nfs4.GETDEVICEINFO4args{
+		GdiaDeviceId: nfs4.Deviceid4(id), GdiaLayoutType: p.typ, GdiaMaxcount: layoutMaxcount,
+	}}}))
+	if err != nil {
+		return nil, fmt.Errorf("nfs: GETDEVICEINFO %x: %w", id[:], err)
+	}
+	ok := res[0].Opgetdeviceinfo.GdirResok4
+	if ok == nil || ok.GdirDeviceAddr.DaLayoutType != p.typ {
+		return nil, fmt.Errorf("nfs: GETDEVICEINFO %x: no device of layout type %v", id[:], p.typ)
+	}
+	return p.driver.DecodeDevice(ok.GdirDeviceAddr.DaAddrBody)
+}
+
+// dataServer is one data server, shared by all files: one session, and a
+// bound on the requests in flight to it.
+type dataServer struct {
+	p     *pnfsClient
+	key   string
+	addrs []string
+	sem   chan struct{}
+
+	mu        sync.Mutex // serializes dials
+	cl        *Client
+	failures  int
+	downUntil time.Time
+}
+
+func (p *pnfsClient) server(addrs []string) *dataServer {
+	key := strings.Join(addrs, ",")
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	d := p.servers[key]
+	if d == nil {
+		d = &dataServer{p: p, key: key, addrs: addrs, sem: make(chan struct{}, p.c.opts.MaxPerDS)}
+		p.servers[key] = d
+	}
+	return d
+}
+
+// client returns the session with the data server, dialling it if needed.
+func (d *dataServer) client(ctx context.Context) (*Client, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cl != nil {
+		return d.cl, nil
+	}
+	if time.Now().Before(d.downUntil) {
+		return nil, errDSDown
+	}
+	var err error
+	for _, a := range d.addrs {
+		var cl *Client
+		if cl, err = d.p.c.dialDS(ctx, a); err == nil {
+			d.cl = cl
+			return cl, nil
+		}
+	}
+	d.markDownLocked()
+	return nil, fmt.Errorf("nfs: data server %s: %w", d.key, err)
+}
+
+func (d *dataServer) markDownLocked() {
+	d.failures++
+	back := min(dsDownMin<<min(d.failures-1, 10), dsDownMax)
+	d.downUntil = time.Now().Add(back)
+}
+
+// fail drops the session cl after a transport failure and keeps the data
+// server out of use for a while.
+func (d *dataServer) fail(cl *Client) {
+	d.mu.Lock()
+	if d.cl != cl {
+		d.mu.Unlock()
+		return
+	}
+	d.cl = nil
+	d.markDownLocked()
+	d.mu.Unlock()
+	if !d.p.goBG(func() { cl.Close() }) {
+		cl.Close()
+	}
+}
+
+func (d *dataServer) succeeded() {
+	d.mu.Lock()
+	d.failures = 0
+	d.mu.Unlock()
+}
+
+func (d *dataServer) acquire(ctx context.Context) error {
+	select {
+	case d.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (d *dataServer) release() { <-d.sem }
+
+// fileLayout is a layout a File holds.
+type fileLayout struct {
+	stateid nfs4.Stateid4 // guarded by the File's mu: a recall updates it
+	iomode  nfs4.Layoutiomode4
+	segs    []layoutSeg
+	devs    map[layout.DeviceID]layout.Device
+
+	// Guarded by the File's mu.
+	users    int  // I/O calls using the layout
+	invalid  bool // recalled, failed or being returned: no new I/O
+	idleDone bool
+	idle     chan struct{} // closed when invalid and unused
+
+	retireOnce sync.Once
+	returned   chan struct{} // closed when the layout has been returned
+
+	wmu      sync.Mutex // guards the write state below; held by commits
+	writes   map[string]*dsWrite
+	wrote    bool // written since the last LAYOUTCOMMIT
+	wroteEnd uint64
+	mtime    time.Time
+}
+
+type layoutSeg struct {
+	off, end uint64 // end is exclusive; ^0 means to the end of the file
+	lay      layout.Layout
+}
+
+// dsWrite is the commit state of one (data server, filehandle).
+type dsWrite struct {
+	ds          *dataServer
+	fh          []byte
+	verf        nfs4.Verifier4
+	haveVerf    bool
+	dirty       bool
+	verfChanged bool
+}
+
+func (l *fileLayout) maybeIdleLocked() {
+	if l.invalid && l.users == 0 && !l.idleDone {
+		l.idleDone = true
+		close(l.idle)
+	}
+}
+
+// layoutFor returns the File's layout for I/O, fetching one if the file
+// has none and may have one. nil means: do the I/O through the MDS. The
+// caller must releaseLayout a non-nil result.
+func (f *File) layoutFor(ctx context.Context) *fileLayout {
+	p := f.c.pnfs
+	if p == nil {
+		return nil
+	}
+	use := func() (*fileLayout, bool) {
+		if l := f.lay; l != nil && !l.invalid {
+			l.users++
+			return l, true
+		}
+		return nil, f.closed || f.layOff || time.Now().Before(f.layRetryAt)
+	}
+	f.mu.Lock()
+	l, done := use()
+	f.mu.Unlock()
+	if done {
+		return l
+	}
+	f.layMu.Lock()
+	defer f.layMu.Unlock()
+	f.mu.Lock()
+	l, done = use()
+	f.mu.Unlock()
+	if done {
+		return l
+	}
+	f.mu.Lock()
+	f.layGetting, f.layRecalled = true, false
+	f.mu.Unlock()
+	l, err := f.getLayout(ctx, p)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.layGetting = false
+	if err != nil {
+		f.layoutRefused(err)
+		return nil
+	}
+	f.layBackoff = 0
+	if f.closed || f.layRecalled {
+		// A recall crossed our LAYOUTGET: we answered it as if we held the
+		// layout, so give it back now.
+		f.startRetireLocked(l, layoutRetryMin)
+		return nil
+	}
+	f.lay = l
+	l.users++
+	return l
+}
+
+// layoutRefused sets the backoff after a failed LAYOUTGET.
+func (f *File) layoutRefused(err error) {
+	var se *StatusError
+	short := false
+	if errors.As(err, &se) {
+		switch se.NFSStatus {
+		case nfs4.NFS4ERR_NOTSUPP, nfs4.NFS4ERR_UNKNOWN_LAYOUTTYPE, nfs4.NFS4ERR_BADIOMODE,
+			nfs4.NFS4ERR_INVAL, nfs4.NFS4ERR_WRONG_TYPE, nfs4.NFS4ERR_ISDIR:
+			f.layOff = true
+			return
+		case nfs4.NFS4ERR_LAYOUTTRYLATER, nfs4.NFS4ERR_RECALLCONFLICT, nfs4.NFS4ERR_DELAY,
+			nfs4.NFS4ERR_BAD_STATEID, nfs4.NFS4ERR_OLD_STATEID:
+			short = true
+		}
+	}
+	f.c.log.Debug("no layout; I/O goes through the MDS", "path", f.path, "err", err)
+	maxB := layoutUnavailMx
+	if short {
+		maxB = layoutRetryMax
+	}
+	f.layBackoff = min(max(2*f.layBackoff, layoutRetryMin), maxB)
+	f.layRetryAt = time.Now().Add(f.layBackoff)
+}
+
+func (f *File) releaseLayout(l *fileLayout) {
+	f.mu.Lock()
+	l.users--
+	l.maybeIdleLocked()
+	f.mu.Unlock()
+}
+
+// getLayout runs LAYOUTGET (with a GETATTR of the size, which reads need)
+// and resolves the layout's devices.
+func (f *File) getLayout(ctx context.Context, p *pnfsClient) (*fileLayout, error) {
+	iomode := nfs4.LAYOUTIOMODE4_READ
+	if f.access&nfs4.OPEN4_SHARE_ACCESS_WRITE != 0 {
+		iomode = nfs4.LAYOUTIOMODE4_RW
+	}
+	res, err := f.c.callRetry(ctx, 0, func() []nfs4.NfsArgop4 {
+		f.mu.Lock()
+		sid := f.stateid
+		f.mu.Unlock()
+		return []nfs4.NfsArgop4{putfh(f.fh), getattr(sizeBits), {Argop: nfs4.OP_LAYOUTGET, Oplayoutget: &nfs4.LAYOUTGET4args{
+			LogaLayoutType: p.typ, LogaIomode: iomode, LogaOffset: 0, LogaLength: nfs4.NFS4_UINT64_MAX,
+			LogaStateid: sid, LogaMaxcount: layoutMaxcount,
+		}}}
+	})
+	if len(res) >= 2 && res[1].Opgetattr != nil && res[1].Opgetattr.Resok4 != nil {
+		var a Attr
+		if decodeFattr(&res[1].Opgetattr.Resok4.ObjAttributes, &a, nil) == nil {
+			f.mu.Lock()
+			f.size, f.sizeKnown = a.Size, true
+			f.mu.Unlock()
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	ok := res[2].Oplayoutget.LogrResok4
+	if ok == nil {
+		return nil, errors.New("nfs: LAYOUTGET: empty reply")
+	}
+	f.c.stats.layoutGets.Add(1)
+	l := &fileLayout{
+		stateid: ok.LogrStateid, iomode: iomode,
+		devs: map[layout.DeviceID]layout.Device{}, writes: map[string]*dsWrite{},
+		idle: make(chan struct{}), returned: make(chan struct{}),
+	}
+	var derr error
+	for _, seg := range ok.LogrLayout {
+		if seg.LoContent.LocType != p.typ {
+			continue
+		}
+		dl, err := p.driver.DecodeLayout(seg.LoContent.LocBody)
+		if err != nil {
+			derr = err
+			break
+		}
+		end := uint64(seg.LoOffset) + uint64(seg.LoLength)
+		if seg.LoLength == nfs4.NFS4_UINT64_MAX || end < uint64(seg.LoOffset) {
+			end = nfs4.NFS4_UINT64_MAX
+		}
+		l.segs = append(l.segs, layoutSeg{off: uint64(seg.LoOffset), end: end, lay: dl})
+		for _, id := range dl.Devices() {
+			if _, have := l.devs[id]; have {
+				continue
+			}
+			dev, err := p.device(ctx, id)
+			if err != nil {
+				derr = err
+				break
+			}
+			l.devs[id] = dev
+		}
+		if derr != nil {
+			break
+		}
+	}
+	if derr == nil && len(l.segs) == 0 {
+		derr = errors.New("nfs: LAYOUTGET returned no usable layout segment")
+	}
+	if derr != nil {
+		// Give it back at once; I/O goes through the MDS meanwhile.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		f.layoutReturn(rctx, l)
+		cancel()
+		return nil, derr
+	}
+	return l, nil
+}
+
+var sizeBits = attrBits(nfs4.FATTR4_SIZE)
+
+// piece is one request's worth of a pNFS I/O: an extent of the layout (or
+// a range the layout does not cover, with no Addrs) at most maxIOSize long.
+type piece struct {
+	layout.Extent
+	lo, hi int // the piece's part of the caller's buffer
+}
+
+// plan maps [off, off+n) onto the layout.
+func (l *fileLayout) plan(off uint64, n int) ([]piece, error) {
+	var exts []layout.Extent
+	pos, end := off, off+uint64(n)
+	dev := func(id layout.DeviceID) (layout.Device, bool) { d, ok := l.devs[id]; return d, ok }
+	for pos < end {
+		var seg *layoutSeg
+		next := end
+		for i := range l.segs {
+			s := &l.segs[i]
+			if s.off <= pos && pos < s.end {
+				seg = s
+				break
+			}
+			if s.off > pos && s.off < next {
+				next = s.off
+			}
+		}
+		if seg == nil {
+			exts = append(exts, layout.Extent{Off: pos, Len: next - pos})
+			pos = next
+			continue
+		}
+		hi := min(end, seg.end)
+		var err error
+		if exts, err = seg.lay.Map(exts, pos, hi-pos, dev); err != nil {
+			return nil, err
+		}
+		pos = hi
+	}
+	var out []piece
+	for _, e := range exts {
+		for done := uint64(0); done < e.Len; {
+			k := min(e.Len-done, maxIOSize)
+			pe := e
+			pe.Off, pe.Len, pe.DSOff = e.Off+done, k, e.DSOff+done
+			lo := int(pe.Off - off)
+			out = append(out, piece{Extent: pe, lo: lo, hi: lo + int(k)})
+			done += k
+		}
+	}
+	return out, nil
+}
+
+// sizeFor returns the file size to cap a read ending at end with: the size
+// known from the MDS and this File's own writes, refreshed with GETATTR
+// when the read goes beyond it (data servers zero-fill past the end of
+// the file, since they do not know its size).
+func (f *File) sizeFor(ctx context.Context, end uint64) (uint64, error) {
+	f.mu.Lock()
+	size, known := f.size, f.sizeKnown
+	f.mu.Unlock()
+	if known && end <= size {
+		return size, nil
+	}
+	a, err := f.Stat(ctx)
+	if err != nil {
+		return 0, err
+	}
+	f.mu.Lock()
+	f.size, f.sizeKnown = a.Size, true
+	f.mu.Unlock()
+	return a.Size, nil
+}
+
+// grewTo notes that the file is at least end bytes long.
+func (f *File) grewTo(end uint64) {
+	f.mu.Lock()
+	if f.sizeKnown && end > f.size {
+		f.size = end
+	}
+	f.mu.Unlock()
+}
+
+// pnfsRead reads through the layout, capped at the file size.
+func (f *File) pnfsRead(ctx context.Context, l *fileLayout, p []byte, off int64) (int, error) {
+	size, err := f.sizeFor(ctx, uint64(off)+uint64(len(p)))
+	if err != nil {
+		return 0, err
+	}
+	if uint64(off) >= size {
+		return 0, io.EOF
+	}
+	want := len(p)
+	if uint64(off)+uint64(want) > size {
+		want = int(size - uint64(off))
+	}
+	n, err := f.pnfsRun(ctx, l, p[:want], off, false)
+	if err == nil && n < len(p) {
+		err = io.EOF
+	}
+	return n, err
+}
+
+// pnfsRun does the pieces of b at off in parallel, each on its data
+// server, bounded per data server by MaxPerDS; a piece whose data server
+// fails is redone through the MDS. It returns the bytes done contiguously
+// from off and the first error among them.
+func (f *File) pnfsRun(ctx context.Context, l *fileLayout, b []byte, off int64, write bool) (int, error) {
+	pieces, err := l.plan(uint64(off), len(b))
+	if err != nil {
+		f.failover(l, nil, err)
+		pieces = []piece{{Extent: layout.Extent{Off: uint64(off), Len: uint64(len(b))}, lo: 0, hi: len(b)}}
+	}
+	type result struct {
+		n   int
+		err error
+	}
+	results := make([]result, len(pieces))
+	var wg sync.WaitGroup
+	for i, pc := range pieces {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := f.doPiece(ctx, l, pc, b[pc.lo:pc.hi], write)
+			results[i] = result{n, err}
+		}()
+	}
+	wg.Wait()
+	done := 0
+	for i, r := range results {
+		if r.err != nil {
+			return done + r.n, r.err
+		}
+		done += r.n
+		if r.n < pieces[i].hi-pieces[i].lo {
+			break
+		}
+	}
+	return done, nil
+}
+
+func (f *File) doPiece(ctx context.Context, l *fileLayout, pc piece, b []byte, write bool) (int, error) {
+	if pc.Addrs != nil {
+		ds := f.c.pnfs.server(pc.Addrs)
+		var err error
+		if write {
+			err = f.dsWrite(ctx, l, ds, pc.Extent, b)
+		} else {
+			err = f.dsRead(ctx, ds, pc.Extent, b)
+		}
+		if err == nil {
+			return len(b), nil
+		}
+		switch {
+		case ctx.Err() != nil:
+			return 0, err
+		case errors.Is(err, errDSDown):
+			// Known to be down since an earlier failure, which already
+			// returned the layout that saw it: just use the MDS.
+			f.c.stats.failovers.Add(1)
+		default:
+			f.failover(l, ds, err)
+		}
+	}
+	var n int
+	var err error
+	if write {
+		n, _, err = f.writeChunk(ctx, b, int64(pc.Off))
+	} else {
+		n, _, err = f.readChunk(ctx, b, int64(pc.Off))
+	}
+	return n, err
+}
+
+// dsCall runs one COMPOUND on a data server. A transport failure drops the
+// session and keeps the data server out of use for a while.
+func (f *File) dsCall(ctx context.Context, ds *dataServer, build func(cl *Client) []nfs4.NfsArgop4) (*Client, []nfs4.NfsResop4, error) {
+	if err := ds.acquire(ctx); err != nil {
+		return nil, nil, err
+	}
+	defer ds.release()
+	cl, err := ds.client(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, dsCallTimeout)
+	defer cancel()
+	res, err := cl.call(cctx, func() []nfs4.NfsArgop4 { return build(cl) })
+	var se *StatusError
+	switch {
+	case err == nil:
+		ds.succeeded()
+	case errors.As(err, &se), ctx.Err() != nil:
+	default:
+		ds.fail(cl) // connection refused or reset, timeout, session lost
+	}
+	return cl, res, err
+}
+
+func (f *File) dsRead(ctx context.Context, ds *dataServer, e layout.Extent, b []byte) error {
+	for n := 0; n < len(b); {
+		var want uint32
+		_, res, err := f.dsCall(ctx, ds, func(cl *Client) []nfs4.NfsArgop4 {
+			want = min(uint32(len(b)-n), cl.maxRead)
+			sid, _ := f.ioStateid()
+			return []nfs4.NfsArgop4{putfh(e.FH), {Argop: nfs4.OP_READ, Opread: &nfs4.READ4args{
+				Stateid: sid, Offset: e.DSOff + uint64(n), Count: want,
+			}}}
+		})
+		if err != nil {
+			return err
+		}
+		ok := res[1].Opread.Resok4
+		got := copy(b[n:], ok.Data)
+		f.c.stats.dsReadBytes.Add(uint64(got))
+		n += got
+		if ok.Eof || got == 0 {
+			// Below the file size, what the data server does not have is
+			// a hole.
+			clear(b[n:])
+			return nil
+		}
+	}
+	return nil
+}
+
+func (f *File) dsWrite(ctx context.Context, l *fileLayout, ds *dataServer, e layout.Extent, b []byte) error {
+	stable := nfs4.UNSTABLE4
+	if f.flag&os.O_SYNC != 0 {
+		stable = nfs4.FILE_SYNC4
+	}
+	for n := 0; n < len(b); {
+		_, res, err := f.dsCall(ctx, ds, func(cl *Client) []nfs4.NfsArgop4 {
+			chunk := b[n:min(len(b), n+int(cl.maxWrite))]
+			sid, _ := f.ioStateid()
+			return []nfs4.NfsArgop4{putfh(e.FH), {Argop: nfs4.OP_WRITE, Opwrite: &nfs4.WRITE4args{
+				Stateid: sid, Offset: e.DSOff + uint64(n), Stable: stable, Data: chunk,
+			}}}
+		})
+		if err != nil {
+			return err
+		}
+		ok := res[1].Opwrite.Resok4
+		if ok.Count == 0 {
+			return io.ErrShortWrite
+		}
+		cnt := int(min(ok.Count, uint32(len(b)-n)))
+		l.noteWrite(ds, e.FH, ok.Writeverf, ok.Committed, e.Off+uint64(n+cnt))
+		f.c.stats.dsWriteBytes.Add(uint64(cnt))
+		n += cnt
+	}
+	return nil
+}
+
+// noteWrite records a WRITE to a data server for the commit that follows.
+func (l *fileLayout) noteWrite(ds *dataServer, fh []byte, v nfs4.Verifier4, committed nfs4.StableHow4, end uint64) {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	key := ds.key + "\x00" + string(fh)
+	w := l.writes[key]
+	if w == nil {
+		w = &dsWrite{ds: ds, fh: fh}
+		l.writes[key] = w
+	}
+	wasDirty := w.dirty
+	if committed != nfs4.FILE_SYNC4 && committed != nfs4.DATA_SYNC4 {
+		w.dirty = true
+	}
+	switch {
+	case !w.haveVerf || !wasDirty:
+		w.verf, w.haveVerf = v, true
+	case v != w.verf:
+		w.verfChanged = true // the data server restarted under earlier UNSTABLE data
+		w.verf = v
+	}
+	l.wrote = true
+	l.wroteEnd = max(l.wroteEnd, end)
+	l.mtime = time.Now()
+}
+
+// failover handles a failed data server (ds nil: the layout itself is
+// unusable): the layout is invalidated and returned in the background,
+// and the caller redoes its piece through the MDS. Later I/O asks for a
+// new layout after a backoff; pieces on a data server that failed recently
+// go straight to the MDS.
+func (f *File) failover(l *fileLayout, ds *dataServer, err error) {
+	f.c.stats.failovers.Add(1)
+	where := "layout"
+	if ds != nil {
+		where = ds.key
+	}
+	f.mu.Lock()
+	first := !l.invalid
+	if first {
+		f.layBackoff = min(max(2*f.layBackoff, dsDownMin), dsDownMax)
+		f.startRetireLocked(l, f.layBackoff)
+	}
+	f.mu.Unlock()
+	if !first {
+		f.c.log.Debug("pNFS I/O failed; redoing it through the MDS", "path", f.path, "data_server", where, "err", err)
+		return
+	}
+	f.c.log.Warn("pNFS I/O failed; redoing it through the MDS and returning the layout", "path", f.path, "data_server", where, "err", err)
+	if ds == nil {
+		// The layout itself is unusable (say, a device the server no
+		// longer knows): fetch its devices afresh with the next layout.
+		for id := range l.devs {
+			f.c.pnfs.forgetDevice(id, nil)
+		}
+	}
+}
+
+// startRetireLocked stops new I/O on l and returns it in the background,
+// once the I/O in flight on it is done. The File asks for a new layout no
+// sooner than retry from now.
+func (f *File) startRetireLocked(l *fileLayout, retry time.Duration) {
+	if f.lay == l {
+		f.lay = nil
+	}
+	if l.invalid {
+		return
+	}
+	l.invalid = true
+	l.maybeIdleLocked()
+	f.layRetryAt = time.Now().Add(retry)
+	f.retiring = append(f.retiring, l)
+	if !f.c.pnfs.goBG(func() {
+		ctx, cancel := context.WithTimeout(f.c.ctx, 2*time.Minute)
+		defer cancel()
+		f.retire(ctx, l)
+	}) {
+		l.retireOnce.Do(func() { close(l.returned) })
+	}
+}
+
+// retire waits for the I/O on l, commits what was written through it
+// (COMMIT to the data servers, LAYOUTCOMMIT to the MDS) and returns it.
+// Commit failures surface at the next Sync or Close.
+func (f *File) retire(ctx context.Context, l *fileLayout) {
+	l.retireOnce.Do(func() {
+		defer close(l.returned)
+		f.mu.Lock()
+		if f.lay == l {
+			f.lay = nil
+		}
+		l.invalid = true
+		l.maybeIdleLocked()
+		f.mu.Unlock()
+		select {
+		case <-l.idle:
+		case <-ctx.Done():
+		}
+		if err := f.syncLayout(ctx, l); err != nil {
+			f.mu.Lock()
+			f.layErr = errors.Join(f.layErr, err)
+			f.mu.Unlock()
+		}
+		f.layoutReturn(ctx, l)
+		f.mu.Lock()
+		for i, r := range f.retiring {
+			if r == l {
+				f.retiring = append(f.retiring[:i], f.retiring[i+1:]...)
+				break
+			}
+		}
+		f.mu.Unlock()
+	})
+	select {
+	case <-l.returned:
+	case <-ctx.Done():
+	}
+}
+
+// waitRetired waits for the layouts being returned in the background.
+func (f *File) waitRetired(ctx context.Context) {
+	f.mu.Lock()
+	ls := append([]*fileLayout(nil), f.retiring...)
+	f.mu.Unlock()
+	for _, l := range ls {
+		select {
+		case <-l.returned:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (f *File) layoutStateid(l *fileLayout) nfs4.Stateid4 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return l.stateid
+}
+
+func (f *File) layoutReturn(ctx context.Context, l *fileLayout) {
+	p := f.c.pnfs
+	sid := f.layoutStateid(l)
+	_, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_LAYOUTRETURN, Oplayoutreturn: &nfs4.LAYOUTRETURN4args{
+		LoraLayoutType: p.typ, LoraIomode: nfs4.LAYOUTIOMODE4_ANY,
+		LoraLayoutreturn: nfs4.Layoutreturn4{LrReturntype: nfs4.LAYOUTRETURN4_FILE, LrLayout: &nfs4.LayoutreturnFile4{
+			LrfOffset: 0, LrfLength: nfs4.NFS4_UINT64_MAX, LrfStateid: sid,
+		}},
+	}}}))
+	if err != nil {
+		f.c.log.Debug("LAYOUTRETURN", "path", f.path, "err", err)
+		return
+	}
+	f.c.stats.layoutReturns.Add(1)
+}
+
+// syncLayout makes the writes through l durable and visible: COMMIT to
+// each data server written UNSTABLE (in parallel), then LAYOUTCOMMIT to
+// the MDS with the last write offset and the modification time. A data
+// server that cannot be reached leaves its data to a COMMIT through the
+// MDS, which reaches every data server over its control connections.
+func (f *File) syncLayout(ctx context.Context, l *fileLayout) error {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	var dirty []*dsWrite
+	for _, w := range l.writes {
+		if w.dirty {
+			dirty = append(dirty, w)
+		}
+	}
+	errs := make([]error, len(dirty))
+	var wg sync.WaitGroup
+	for i, w := range dirty {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, res, err := f.dsCall(ctx, w.ds, func(*Client) []nfs4.NfsArgop4 {
+				return []nfs4.NfsArgop4{putfh(w.fh), {Argop: nfs4.OP_COMMIT, Opcommit: &nfs4.COMMIT4args{}}}
+			})
+			if err != nil {
+				f.c.stats.failovers.Add(1)
+				f.c.log.Warn("COMMIT to data server failed; committing through the MDS", "data_server", w.ds.key, "err", err)
+				f.mu.Lock()
+				f.dirty = true
+				f.mu.Unlock()
+				return
+			}
+			v := res[1].Opcommit.Resok4.Writeverf
+			if w.verfChanged || (w.haveVerf && v != w.verf) {
+				errs[i] = fmt.Errorf("data server %s: %w", w.ds.key, ErrVerifierChanged)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, w := range dirty {
+		w.dirty, w.verfChanged = false, false
+	}
+	if l.wrote {
+		last := l.wroteEnd - 1
+		sid := f.layoutStateid(l)
+		mt := nfs4.Nfstime4{Seconds: nfs4.Int64T(l.mtime.Unix()), Nseconds: nfs4.Uint32T(l.mtime.Nanosecond())}
+		res, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_LAYOUTCOMMIT, Oplayoutcommit: &nfs4.LAYOUTCOMMIT4args{
+			LocaOffset: 0, LocaLength: nfs4.Length4(l.wroteEnd), LocaStateid: sid,
+			LocaLastWriteOffset: nfs4.Newoffset4{NoNewoffset: true, NoOffset: (*nfs4.Offset4)(&last)},
+			LocaTimeModify:      nfs4.Newtime4{NtTimechanged: true, NtTime: &mt},
+			LocaLayoutupdate:    nfs4.Layoutupdate4{LouType: f.c.pnfs.typ},
+		}}}))
+		var se *StatusError
+		switch {
+		case errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_STALE:
+			l.wrote = false // the file was removed: nothing left to update
+		case err != nil:
+			errs = append(errs, fmt.Errorf("LAYOUTCOMMIT: %w", err))
+		default:
+			l.wrote = false
+			if ok := res[1].Oplayoutcommit.LocrResok4; ok != nil && ok.LocrNewsize.NsSizechanged && ok.LocrNewsize.NsSize != nil {
+				f.grewTo(uint64(*ok.LocrNewsize.NsSize))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// recall answers CB_LAYOUTRECALL at once: NFS4_OK when the client holds a
+// matching layout, which it then returns in the background after the I/O
+// in flight on it is done and committed; NFS4ERR_NOMATCHING_LAYOUT
+// otherwise. The next I/O on the file asks for a new layout (and goes
+// through the MDS while the server refuses one).
+func (p *pnfsClient) recall(a *nfs4.CBLAYOUTRECALL4args) nfs4.Nfsstat4 {
+	if a.CloraType != p.typ {
+		return nfs4.NFS4ERR_NOMATCHING_LAYOUT
+	}
+	var fh []byte
+	var sid *nfs4.Stateid4
+	switch a.CloraRecall.LorRecalltype {
+	case nfs4.LAYOUTRECALL4_FILE:
+		if a.CloraRecall.LorLayout == nil {
+			return nfs4.NFS4ERR_BADXDR
+		}
+		fh = a.CloraRecall.LorLayout.LorFh
+		sid = &a.CloraRecall.LorLayout.LorStateid
+	case nfs4.LAYOUTRECALL4_FSID, nfs4.LAYOUTRECALL4_ALL:
+	default:
+		return nfs4.NFS4ERR_INVAL
+	}
+	c := p.c
+	c.mu.Lock()
+	files := make([]*File, 0, len(c.files))
+	for f := range c.files {
+		if fh == nil || bytes.Equal(f.fh, fh) {
+			files = append(files, f)
+		}
+	}
+	c.mu.Unlock()
+	matched := false
+	for _, f := range files {
+		f.mu.Lock()
+		if l := f.lay; l != nil {
+			matched = true
+			f.startRetireLocked(l, 0)
+		} else if len(f.retiring) > 0 {
+			matched = true // already on its way back
+		}
+		if f.layGetting {
+			matched = true // returned as soon as the LAYOUTGET completes
+			f.layRecalled = true
+		}
+		if sid != nil {
+			// The recall carries the layout stateid with the seqid the
+			// server moved to; LAYOUTCOMMIT and LAYOUTRETURN must use it.
+			for _, l := range f.retiring {
+				if l.stateid.Other == sid.Other && seqNewer(sid.Seqid, l.stateid.Seqid) {
+					l.stateid = *sid
+				}
+			}
+		}
+		f.mu.Unlock()
+	}
+	if !matched {
+		return nfs4.NFS4ERR_NOMATCHING_LAYOUT
+	}
+	c.stats.layoutRecalls.Add(1)
+	return nfs4.NFS4_OK
+}
+
+// seqNewer reports whether stateid seqid a is after b (RFC 8881 §8.2.2:
+// seqids wrap from 0xffffffff to 1).
+func seqNewer(a, b nfs4.Uint32T) bool { return int32(uint32(a)-uint32(b)) > 0 }

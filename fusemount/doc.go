@@ -1,0 +1,83 @@
+// Package fusemount serves an NFSv4.1+ export as a local FUSE file system,
+// using Shoal's client library for every operation instead of the kernel's
+// NFS client. It is what `shoal mount` runs, and it lets any POSIX program
+// (cp, tar, git, rsync) exercise a Shoal server, or any other NFSv4.1
+// server, through the same code path Shoal's benchmarks use.
+//
+// # Node tree
+//
+// Each file system object is a go-fuse [fs.Inode] keyed by the server's
+// fileid, so hard links share one Inode and the kernel sees stable inode
+// numbers. The client library is path based: each call resolves its path
+// from the export root in the same COMPOUND as the operation. A node
+// therefore finds its path from the go-fuse tree (which go-fuse keeps
+// current across renames) and remembers only its file handle, which Open
+// uses (CLAIM_FH) so that an open does not depend on the name still being
+// there. Open files carry their own [client.File], so reads, writes,
+// fsync, getattr and ftruncate through a descriptor keep working after the
+// name is renamed or removed.
+//
+// # Caching and the access methods
+//
+// Entry and attribute timeouts are one second: a change made by another
+// NFS client becomes visible to stat(2) within a second, at the price of
+// one GETATTR per object per second of activity. Negative entries are not
+// cached at all, so a file created elsewhere is visible at once. The
+// access method ([Access]) decides what the kernel does with file data:
+//
+//   - [AccessCached] uses the kernel page cache. Open revalidates it by the
+//     NFS change attribute (close-to-open consistency): if the change
+//     attribute is the one seen at the previous open, the cache is kept
+//     (FOPEN_KEEP_CACHE), otherwise it is dropped.
+//   - [AccessODirect] uses the page cache but drops it at every open, and
+//     honours O_DIRECT opens by bypassing it for them (FOPEN_DIRECT_IO).
+//   - [AccessDirect] bypasses the page cache for every open: each read(2)
+//     and write(2) becomes READ/WRITE calls of the client library.
+//
+// Writes are never cached by the kernel (no writeback cache): each write(2)
+// is an UNSTABLE WRITE, and close(2) sends COMMIT if anything was written
+// through the descriptor, so errors surface at close as NFS users expect.
+// The access flag is the seam where the client's own access methods (its
+// data caching and direct-to-data-server I/O) will plug in.
+//
+// # Identity
+//
+// NFS AUTH_SYS credentials belong to a client connection, so the mount
+// keeps one [client.Client] per distinct (uid, gid), dialled lazily on the
+// first request from that identity. Without [Config].PerCaller every
+// request uses the mounting identity ([Config].UID/GID), and only that
+// user should use the mount. With it (meant for root mounts with
+// allow_other) each request uses its caller's uid and gid from the FUSE
+// request header, so files are created with the caller's ownership and
+// the server enforces its permissions. The mount then also asks the kernel
+// for default_permissions: the kernel checks mode bits against its cached
+// attributes with the caller's full credentials, which covers what the
+// server cannot see (a path walk through a directory whose entries the
+// kernel has cached sends no LOOKUP), and the server checks again.
+// Supplementary groups are not sent to the server. An open file keeps
+// using the client of the identity that opened it.
+//
+// # Removing open files
+//
+// An NFS server may destroy a file as soon as its last name is removed,
+// while POSIX keeps it alive for open descriptors. Like the kernel's NFS
+// client, the mount therefore renames a file that is unlinked (or renamed
+// over) while open to a hidden ".shoal-silly.*" name in the same directory
+// and removes it at the last close.
+
+// # Locks
+//
+// POSIX record locks (fcntl F_SETLK/F_SETLKW/F_GETLK) and flock(2) are
+// forwarded to the server as NFSv4 byte-range locks. The client library
+// gives every open its own lock owner, so locks belong to the open file
+// description, like Linux OFD locks: two processes conflict as POSIX
+// requires, but so do two descriptions opened separately by one process.
+// A conflicting lock reported by F_GETLK carries pid 0, since the holder
+// may be on another machine. flock(2) is emulated with whole-file
+// byte-range locks, as the kernel NFS client does, so flock and fcntl
+// locks on one file interact.
+//
+// # Errors
+//
+// Client errors become errnos in one place, the table in errno.go.
+package fusemount

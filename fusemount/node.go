@@ -1,0 +1,590 @@
+package fusemount
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/shoalfs/shoal/client"
+)
+
+// node is one file system object: a directory, file, symlink or special
+// file, identified by its fileid (StableAttr.Ino).
+type node struct {
+	fs.Inode
+	fsys *fsys
+
+	mu sync.Mutex
+	fh []byte // file handle from the last LOOKUP, for CLAIM_FH opens
+	// change is the change attribute seen at the last open, for the
+	// close-to-open revalidation of the page cache (AccessCached).
+	change      uint64
+	changeValid bool
+	// opens counts open handles; silly is where Unlink or Rename hid the
+	// file while it was open (see sillyRename), removed by sillyClient at
+	// the last Release.
+	opens       int
+	silly       string
+	sillyClient *client.Client
+}
+
+var (
+	_ fs.InodeEmbedder  = (*node)(nil)
+	_ fs.NodeLookuper   = (*node)(nil)
+	_ fs.NodeGetattrer  = (*node)(nil)
+	_ fs.NodeSetattrer  = (*node)(nil)
+	_ fs.NodeReaddirer  = (*node)(nil)
+	_ fs.NodeMkdirer    = (*node)(nil)
+	_ fs.NodeMknoder    = (*node)(nil)
+	_ fs.NodeCreater    = (*node)(nil)
+	_ fs.NodeOpener     = (*node)(nil)
+	_ fs.NodeUnlinker   = (*node)(nil)
+	_ fs.NodeRmdirer    = (*node)(nil)
+	_ fs.NodeRenamer    = (*node)(nil)
+	_ fs.NodeLinker     = (*node)(nil)
+	_ fs.NodeSymlinker  = (*node)(nil)
+	_ fs.NodeReadlinker = (*node)(nil)
+	_ fs.NodeStatfser   = (*node)(nil)
+	_ fs.NodeFsyncer    = (*node)(nil)
+	_ fs.NodeAccesser   = (*node)(nil)
+)
+
+func (n *node) setFH(fh []byte) {
+	n.mu.Lock()
+	n.fh = fh
+	n.mu.Unlock()
+}
+
+func (n *node) handle() []byte {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.fh
+}
+
+// maxDepth bounds the walk up the tree in path.
+const maxDepth = 4096
+
+// path returns the node's path below the export root, joined with name
+// if that is not empty. A node no longer linked into the tree (removed
+// while open) has no path: ENOENT.
+func (n *node) path(name string) (string, syscall.Errno) {
+	var segs []string
+	if name != "" {
+		segs = append(segs, name)
+	}
+	in, root := n.EmbeddedInode(), n.Root()
+	for i := 0; in != root; i++ {
+		nm, parent := in.Parent()
+		if parent == nil || i == maxDepth {
+			return "", syscall.ENOENT
+		}
+		segs = append(segs, nm)
+		in = parent
+	}
+	slices.Reverse(segs)
+	return "/" + strings.Join(segs, "/"), 0
+}
+
+// target returns the client for the request and the path of name below n.
+func (n *node) target(ctx context.Context, name string) (*client.Client, string, syscall.Errno) {
+	c, errno := n.fsys.client(ctx)
+	if errno != 0 {
+		return nil, "", errno
+	}
+	p, errno := n.path(name)
+	return c, p, errno
+}
+
+func typeBits(t client.FileType) uint32 {
+	switch t {
+	case client.TypeDir:
+		return syscall.S_IFDIR
+	case client.TypeSymlink:
+		return syscall.S_IFLNK
+	case client.TypeBlock:
+		return syscall.S_IFBLK
+	case client.TypeChar:
+		return syscall.S_IFCHR
+	case client.TypeSocket:
+		return syscall.S_IFSOCK
+	case client.TypeFIFO:
+		return syscall.S_IFIFO
+	default:
+		return syscall.S_IFREG
+	}
+}
+
+// blockSize is the st_blksize reported: the largest FUSE request, so that
+// cp and friends use whole-request buffers.
+const blockSize = 1 << 20
+
+func fillAttr(a *client.Attr, out *fuse.Attr) {
+	out.Ino = a.Fileid
+	out.Size = a.Size
+	out.Blocks = (a.Used + 511) / 512
+	out.Blksize = blockSize
+	out.Mode = typeBits(a.Type) | a.Mode&07777
+	out.Nlink = a.Nlink
+	out.Owner = fuse.Owner{Uid: a.UID, Gid: a.GID}
+	out.SetTimes(&a.Atime, &a.Mtime, &a.Ctime)
+	out.Rdev = uint32(unix.Mkdev(a.RdevMajor, a.RdevMinor))
+}
+
+// child returns the Inode for a looked-up object, reusing the one of the
+// same fileid if the kernel still knows it (hard links, repeated lookups).
+func (n *node) child(ctx context.Context, fh []byte, a *client.Attr, out *fuse.EntryOut) *fs.Inode {
+	fillAttr(a, &out.Attr)
+	ch := n.NewInode(ctx, &node{fsys: n.fsys, fh: fh}, fs.StableAttr{Mode: typeBits(a.Type), Ino: a.Fileid})
+	if cn, ok := ch.Operations().(*node); ok {
+		cn.setFH(fh)
+	}
+	return ch
+}
+
+// lookupChild looks p up after a create-like operation.
+func (n *node) lookupChild(ctx context.Context, c *client.Client, p string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	fh, a, err := c.Lookup(ctx, p)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.child(ctx, fh, &a, out), 0
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	c, p, errno := n.target(ctx, name)
+	if errno != 0 {
+		return nil, errno
+	}
+	return n.lookupChild(ctx, c, p, out)
+}
+
+func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	var a client.Attr
+	if h, ok := f.(*handle); ok {
+		var err error
+		if a, err = h.f.Stat(ctx); err != nil {
+			return toErrno(err)
+		}
+	} else {
+		c, p, errno := n.target(ctx, "")
+		if errno != 0 {
+			return errno
+		}
+		if a, errno = stat(ctx, c, p); errno != 0 {
+			return errno
+		}
+		if a.Fileid != n.StableAttr().Ino && !n.IsRoot() {
+			// The name now belongs to another object: make the kernel
+			// look it up again.
+			return syscall.ESTALE
+		}
+	}
+	fillAttr(&a, &out.Attr)
+	return 0
+}
+
+func stat(ctx context.Context, c *client.Client, p string) (client.Attr, syscall.Errno) {
+	a, err := c.Stat(ctx, p)
+	return a, toErrno(err)
+}
+
+func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	var sa client.SetAttr
+	set := false
+	if m, ok := in.GetMode(); ok {
+		m &= 07777
+		sa.Mode, set = &m, true
+	}
+	if uid, ok := in.GetUID(); ok {
+		sa.UID, set = &uid, true
+	}
+	if gid, ok := in.GetGID(); ok {
+		sa.GID, set = &gid, true
+	}
+	if t, ok := in.GetATime(); ok {
+		sa.Atime, set = &t, true
+	}
+	if t, ok := in.GetMTime(); ok {
+		sa.Mtime, set = &t, true
+	}
+	h, _ := f.(*handle)
+	if size, ok := in.GetSize(); ok {
+		if h != nil {
+			// ftruncate: use the open's stateid, so a file opened for
+			// writing can be truncated whatever its mode says now.
+			if err := h.f.Truncate(ctx, size); err != nil {
+				return toErrno(err)
+			}
+		} else {
+			sa.Size, set = &size, true
+		}
+	}
+	if set {
+		c, p, errno := n.target(ctx, "")
+		if errno != 0 {
+			return errno
+		}
+		if err := c.SetAttr(ctx, p, sa); err != nil {
+			return toErrno(err)
+		}
+	}
+	return n.Getattr(ctx, f, out)
+}
+
+func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	c, p, errno := n.target(ctx, "")
+	if errno != 0 {
+		return nil, errno
+	}
+	ents, err := c.ReadDir(ctx, p)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	list := make([]fuse.DirEntry, 0, len(ents))
+	for _, e := range ents {
+		list = append(list, fuse.DirEntry{Name: e.Name, Ino: e.Attr.Fileid, Mode: typeBits(e.Attr.Type)})
+	}
+	return fs.NewListDirStream(list), 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	c, p, errno := n.target(ctx, name)
+	if errno != 0 {
+		return nil, errno
+	}
+	if err := c.Mkdir(ctx, p, mode&07777); err != nil {
+		return nil, toErrno(err)
+	}
+	return n.lookupChild(ctx, c, p, out)
+}
+
+// mknoder is what the client library needs to offer for mknod(2): it has
+// no exported way to CREATE special files yet, so Mknod fails with EPERM
+// (as file systems without special files do) until it does.
+type mknoder interface {
+	Mknod(ctx context.Context, path string, mode, major, minor uint32) error
+}
+
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	c, p, errno := n.target(ctx, name)
+	if errno != 0 {
+		return nil, errno
+	}
+	if mode&syscall.S_IFMT == syscall.S_IFREG {
+		f, err := c.Open(ctx, p, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL, mode&07777)
+		if err != nil {
+			return nil, toErrno(err)
+		}
+		if err := f.Close(); err != nil {
+			return nil, toErrno(err)
+		}
+		return n.lookupChild(ctx, c, p, out)
+	}
+	mk, ok := any(c).(mknoder)
+	if !ok {
+		return nil, syscall.EPERM
+	}
+	if err := mk.Mknod(ctx, p, mode, unix.Major(uint64(dev)), unix.Minor(uint64(dev))); err != nil {
+		return nil, toErrno(err)
+	}
+	return n.lookupChild(ctx, c, p, out)
+}
+
+// openFlags converts open(2) flags to the client's. O_APPEND is left out:
+// the kernel computes append offsets itself and passes them to Write.
+func openFlags(flags uint32) int {
+	of := int(flags & syscall.O_ACCMODE)
+	if flags&syscall.O_TRUNC != 0 {
+		of |= syscall.O_TRUNC
+	}
+	if flags&(syscall.O_SYNC|syscall.O_DSYNC) != 0 {
+		of |= syscall.O_SYNC
+	}
+	return of
+}
+
+// fuseFlags decides the page-cache treatment of an open (see Access).
+func (n *node) fuseFlags(flags uint32, a *client.Attr) uint32 {
+	switch n.fsys.cfg.Access {
+	case AccessDirect:
+		return fuse.FOPEN_DIRECT_IO
+	case AccessODirect:
+		if flags&syscall.O_DIRECT != 0 {
+			return fuse.FOPEN_DIRECT_IO
+		}
+		return 0
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	keep := n.changeValid && n.change == a.Change
+	n.change, n.changeValid = a.Change, true
+	if keep {
+		return fuse.FOPEN_KEEP_CACHE
+	}
+	return 0
+}
+
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	c, p, errno := n.target(ctx, name)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	of := openFlags(flags) | syscall.O_CREAT
+	if flags&syscall.O_EXCL != 0 {
+		of |= syscall.O_EXCL
+	}
+	f, err := c.Open(ctx, p, of, mode&07777)
+	if err != nil {
+		return nil, nil, 0, toErrno(err)
+	}
+	a, err := f.Stat(ctx)
+	if err != nil {
+		f.Close()
+		return nil, nil, 0, toErrno(err)
+	}
+	ch := n.child(ctx, f.Handle(), &a, out)
+	cn, _ := ch.Operations().(*node)
+	if cn == nil {
+		cn = n
+	}
+	return ch, newHandle(f, c, cn), cn.fuseFlags(flags, &a), 0
+}
+
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	c, errno := n.fsys.client(ctx)
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	f, err := c.OpenHandle(ctx, n.handle(), openFlags(flags))
+	if err != nil {
+		return nil, 0, toErrno(err)
+	}
+	var a client.Attr
+	if n.fsys.cfg.Access == AccessCached {
+		if a, err = f.Stat(ctx); err != nil {
+			f.Close()
+			return nil, 0, toErrno(err)
+		}
+	}
+	return newHandle(f, c, n), n.fuseFlags(flags, &a), 0
+}
+
+func (n *node) remove(ctx context.Context, name string) syscall.Errno {
+	c, p, errno := n.target(ctx, name)
+	if errno != 0 {
+		return errno
+	}
+	return toErrno(c.Remove(ctx, p))
+}
+
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	c, p, errno := n.target(ctx, name)
+	if errno != 0 {
+		return errno
+	}
+	if hidden, errno := n.sillyRename(ctx, c, name); hidden || errno != 0 {
+		return errno
+	}
+	return toErrno(c.Remove(ctx, p))
+}
+
+// sillyRename hides the child name instead of removing it while the kernel
+// still has it open: NFS servers may destroy a removed file at once, and
+// POSIX lets open descriptors outlive the name. The file is renamed to a
+// dot name in the same directory (like the kernel NFS client's .nfsXXXX
+// files) and removed at its last close. It reports whether it did so.
+func (n *node) sillyRename(ctx context.Context, c *client.Client, name string) (bool, syscall.Errno) {
+	ch := n.GetChild(name)
+	if ch == nil {
+		return false, 0
+	}
+	cn, ok := ch.Operations().(*node)
+	if !ok {
+		return false, 0
+	}
+	cn.mu.Lock()
+	defer cn.mu.Unlock()
+	if cn.opens == 0 || cn.silly != "" {
+		return false, 0
+	}
+	from, errno := n.path(name)
+	if errno != 0 {
+		return false, errno
+	}
+	to, errno := n.path(fmt.Sprintf(".shoal-silly.%x.%d", ch.StableAttr().Ino, n.fsys.sillySeq.Add(1)))
+	if errno != 0 {
+		return false, errno
+	}
+	if err := c.Rename(ctx, from, to); err != nil {
+		return false, toErrno(err)
+	}
+	cn.silly, cn.sillyClient = to, c
+	return true, 0
+}
+
+// opened and released count a node's open handles; the last release
+// removes a silly-renamed file.
+func (n *node) opened() {
+	n.mu.Lock()
+	n.opens++
+	n.mu.Unlock()
+}
+
+func (n *node) released(ctx context.Context) {
+	n.mu.Lock()
+	n.opens--
+	var silly string
+	var c *client.Client
+	if n.opens == 0 && n.silly != "" {
+		silly, c = n.silly, n.sillyClient
+		n.silly, n.sillyClient = "", nil
+	}
+	n.mu.Unlock()
+	if silly != "" {
+		if err := c.Remove(ctx, silly); err != nil {
+			n.fsys.log.Warn("removing silly-renamed file", "path", silly, "err", err)
+		}
+	}
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno { return n.remove(ctx, name) }
+
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	if flags&^unix.RENAME_NOREPLACE != 0 {
+		return syscall.EINVAL // RENAME_EXCHANGE and RENAME_WHITEOUT have no NFS equivalent
+	}
+	c, from, errno := n.target(ctx, name)
+	if errno != 0 {
+		return errno
+	}
+	to, errno := np.path(newName)
+	if errno != 0 {
+		return errno
+	}
+	if flags&unix.RENAME_NOREPLACE != 0 {
+		// Not atomic: NFSv4 RENAME always replaces.
+		if _, errno := stat(ctx, c, to); errno != syscall.ENOENT {
+			if errno == 0 {
+				return syscall.EEXIST
+			}
+			return errno
+		}
+	}
+	// A target that is open is hidden first, as Unlink does, so its
+	// descriptors keep working after it is replaced.
+	if np.GetChild(newName) != n.GetChild(name) {
+		if _, errno := np.sillyRename(ctx, c, newName); errno != 0 {
+			return errno
+		}
+	}
+	err := c.Rename(ctx, from, to)
+	n.fsys.log.Warn("DEBUG rename", "from", from, "to", to, "err", err)
+	return toErrno(err)
+}
+
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	t, ok := target.(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	c, p, errno := n.target(ctx, name)
+	if errno != 0 {
+		return nil, errno
+	}
+	old, errno := t.path("")
+	if errno != 0 {
+		return nil, errno
+	}
+	if err := c.Link(ctx, old, p); err != nil {
+		return nil, toErrno(err)
+	}
+	return n.lookupChild(ctx, c, p, out)
+}
+
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	c, p, errno := n.target(ctx, name)
+	if errno != 0 {
+		return nil, errno
+	}
+	if err := c.Symlink(ctx, target, p); err != nil {
+		return nil, toErrno(err)
+	}
+	return n.lookupChild(ctx, c, p, out)
+}
+
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	c, p, errno := n.target(ctx, "")
+	if errno != 0 {
+		return nil, errno
+	}
+	s, err := c.Readlink(ctx, p)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return []byte(s), 0
+}
+
+// Statfs reports the block size and name length. The client library does
+// not expose the space attributes (space_total/free/avail) yet, so the
+// block counts are zero, which df(1) shows as an unknown size.
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	*out = fuse.StatfsOut{Bsize: blockSize, Frsize: blockSize, NameLen: 255}
+	return 0
+}
+
+// Fsync commits an open file's writes. Directory operations are durable
+// when the server answers them, so fsync of a directory has nothing to do.
+func (n *node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno {
+	if h, ok := f.(*handle); ok {
+		return h.Fsync(ctx, flags)
+	}
+	return 0
+}
+
+// Access answers access(2) from the mode bits and owner, as the server
+// would for the request's identity (without supplementary groups); the
+// server still decides the real operations. Root may do anything except
+// execute a file without any execute bit.
+func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
+	mask &= unix.R_OK | unix.W_OK | unix.X_OK
+	if mask == 0 {
+		return 0
+	}
+	c, p, errno := n.target(ctx, "")
+	if errno != 0 {
+		return errno
+	}
+	a, errno := stat(ctx, c, p)
+	if errno != 0 {
+		return errno
+	}
+	id := n.fsys.identity(ctx)
+	if id.uid == 0 {
+		if mask&unix.X_OK != 0 && a.Type != client.TypeDir && a.Mode&0111 == 0 {
+			return syscall.EACCES
+		}
+		return 0
+	}
+	perm := a.Mode & 07
+	switch {
+	case a.UID == id.uid:
+		perm = a.Mode >> 6 & 07
+	case a.GID == id.gid:
+		perm = a.Mode >> 3 & 07
+	}
+	if perm&mask != mask {
+		return syscall.EACCES
+	}
+	return 0
+}

@@ -1,0 +1,228 @@
+package posix
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/shoalfs/shoal/client"
+	"github.com/shoalfs/shoal/fusemount"
+	"github.com/shoalfs/shoal/localcluster"
+	"github.com/shoalfs/shoal/server"
+)
+
+// helperEnv makes the test binary act as a helper process (see TestMain).
+const helperEnv = "SHOAL_POSIX_HELPER"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(runHelper(mode, os.Args[len(os.Args)-1]))
+	}
+	os.Exit(m.Run())
+}
+
+// requireFUSE skips the test when FUSE mounts cannot work here.
+func requireFUSE(t *testing.T) {
+	t.Helper()
+	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		t.Skipf("FUSE unavailable (%v): these tests mount a file system; load the fuse module or run where /dev/fuse exists", err)
+	}
+	f.Close()
+	if os.Geteuid() != 0 {
+		if _, err := exec.LookPath("fusermount3"); err != nil {
+			t.Skip("not root and no fusermount3 in PATH: cannot mount FUSE (apt-get install fuse3)")
+		}
+	}
+}
+
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+func noSquashExports() []*server.Export {
+	noSquash := false
+	return []*server.Export{{Path: "/", RootSquash: &noSquash}}
+}
+
+// startServer runs a single Shoal server on a loopback port.
+func startServer(t *testing.T) string {
+	t.Helper()
+	srv, err := server.New(server.Config{Dir: t.TempDir(), Exports: noSquashExports(), Logger: quietLogger()})
+	if err != nil {
+		t.Fatalf("server.New: %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		srv.Close()
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Close()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("server did not stop within 10s")
+		}
+	})
+	return ln.Addr().String()
+}
+
+// startCluster runs a pNFS metadata server with two data servers.
+func startCluster(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := localcluster.Start(ctx, localcluster.Config{
+		Dir: t.TempDir(), DataServers: 2, Listen: "127.0.0.1:0",
+		StripeUnit: 64 << 10, Exports: noSquashExports(), Logger: quietLogger(),
+	})
+	if err != nil {
+		t.Fatalf("localcluster.Start: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c.MDS.Addr.String()
+}
+
+// mountpoint makes a directory that every uid may traverse, so that
+// permission cases can run as an unprivileged user.
+func mountpoint(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "shoal-posix-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return mnt
+}
+
+// mount mounts addr's export and unmounts it when the test ends, also on
+// failure; a mount that stays busy is detached so none is left behind.
+func mount(t *testing.T, addr string, access fusemount.Access) string {
+	t.Helper()
+	dir := mountpoint(t)
+	root := os.Geteuid() == 0
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := fusemount.New(ctx, dir, fusemount.Config{
+		Addr: addr, Access: access,
+		UID: uint32(os.Getuid()), GID: uint32(os.Getgid()),
+		PerCaller: root, AllowOther: root,
+		Client: client.Options{DialTimeout: 10 * time.Second},
+		Logger: quietLogger(),
+	})
+	if err != nil {
+		t.Fatalf("mount: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+			if err := fusemount.Unmount(dir, true); err != nil {
+				t.Errorf("lazy unmount: %v", err)
+			}
+		}
+		if ok, err := fusemount.Mounted(dir); err != nil || ok {
+			t.Errorf("%s still mounted after the test (err %v)", dir, err)
+		}
+	})
+	if ok, err := fusemount.Mounted(dir); err != nil || !ok {
+		t.Fatalf("%s not in mountinfo after mount (err %v)", dir, err)
+	}
+	return dir
+}
+
+func TestSingleServer(t *testing.T) {
+	requireFUSE(t)
+	addr := startServer(t)
+	for _, access := range []fusemount.Access{fusemount.AccessCached, fusemount.AccessDirect} {
+		t.Run(access.String(), func(t *testing.T) {
+			mnt := mount(t, addr, access)
+			// Both mounts share the server: each runs in its own directory.
+			dir := filepath.Join(mnt, access.String())
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			runSuite(t, dir)
+		})
+	}
+}
+
+func TestCluster(t *testing.T) {
+	requireFUSE(t)
+	addr := startCluster(t)
+	runSuite(t, mount(t, addr, fusemount.AccessCached))
+}
+
+// runSuite runs every case in its own directory of the mount.
+func runSuite(t *testing.T, mnt string) {
+	for _, tc := range suite {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.root && os.Geteuid() != 0 {
+				t.Skip("needs root")
+			}
+			if tc.tool != "" {
+				if _, err := exec.LookPath(tc.tool); err != nil {
+					t.Skipf("%s not installed", tc.tool)
+				}
+			}
+			dir := filepath.Join(mnt, tc.name)
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			tc.fn(t, dir)
+		})
+	}
+}
+
+// run runs a command and fails the test, with its output, if it fails.
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+	}
+	return string(out)
+}
+
+// command prepares a program run with a one-minute limit. It never sets
+// the working directory: the child would chdir into the mount between fork
+// and exec, while it still shares this process's memory (vfork), and a
+// FUSE request this process must answer then can deadlock it. Programs
+// get absolute paths (git: -C) instead.
+func command(name string, args ...string) *exec.Cmd {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	time.AfterFunc(time.Minute, cancel) // releases the context's timer
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// helper runs the test binary as a helper process in the given mode.
+func helper(mode, path string) *exec.Cmd {
+	cmd := command(os.Args[0], "-test.run=^$", path)
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode)
+	return cmd
+}
+
+func errIs(err, target error) error {
+	if errors.Is(err, target) {
+		return nil
+	}
+	return fmt.Errorf("got error %v, want %v", err, target)
+}
