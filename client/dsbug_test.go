@@ -9,14 +9,11 @@ import (
 	"github.com/shoalfs/shoal/client"
 )
 
-// TestDSServerCloseKeepsData documents a localcluster/server bug: closing
-// a data server's NFS service (DS.Server.Close) also closes the
-// store.Local it shares with the DS's control agent, so the MDS can no
-// longer read that DS's stripe units either. Run with SHOAL_SERVER_BUGS=1.
+// TestDSServerCloseKeepsData: closing a data server's NFS service
+// (DS.Server.Close) must leave the store it shares with the DS's control
+// agent open, so the MDS still reaches that DS's stripe units. (It once
+// closed it.)
 func TestDSServerCloseKeepsData(t *testing.T) {
-	if os.Getenv("SHOAL_SERVER_BUGS") != "1" {
-		t.Skip("known server bug; set SHOAL_SERVER_BUGS=1 to run")
-	}
 	cl := startCluster(t, 2)
 	c := dialer(cl.MDS.Addr.String(), client.Options{PNFSOff: true})(t)
 	defer c.Close()

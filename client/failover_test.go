@@ -228,15 +228,10 @@ func startProxiedCluster(t *testing.T, n int) (*localcluster.MDS, []*localcluste
 // of a read and of a write: the client must redo the failed pieces through
 // the MDS, return the layout, and neither lose nor corrupt data.
 //
-// Limitation, by design of the test: the data server is cut off at the
-// network (a proxy between client and data server resets and refuses
-// connections) while its control connection to the MDS stays up. The MDS
-// keeps no replicas, so if a data server process were really gone, the
-// MDS could not read or write its stripe units either and the I/O would
-// fail with an error instead of failing over. (Closing only the data
-// server's NFS service, DS.Server.Close, does not model this either: it
-// also closes the store the control agent uses; see
-// TestDSServerCloseKeepsData.)
+// Here the data server is cut off at the network (a proxy between client
+// and data server resets and refuses connections) while its control
+// connection to the MDS stays up; TestPNFSDataServerKilled kills the whole
+// data server process instead.
 func TestPNFSFailover(t *testing.T) {
 	const size = 16 << 20
 	want := make([]byte, size)
@@ -377,5 +372,50 @@ func TestPNFSMaxPerDS(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestPNFSDataServerKilled kills one data server entirely (its NFS service
+// and its control agent) between the two halves of a read: the client
+// fails over to the MDS, and the MDS, which in a local cluster shares the
+// data servers' disks (cluster.Striped.SetFallback), still returns the
+// right bytes. Writes to a dead data server are not covered: without
+// replicas there is nowhere to put its stripe units.
+func TestPNFSDataServerKilled(t *testing.T) {
+	const size = 16 << 20
+	want := make([]byte, size)
+	pattern(want, 0)
+	cl := startCluster(t, 4)
+	c := dialer(cl.MDS.Addr.String(), client.Options{})(t)
+	defer c.Close()
+	ctx := t.Context()
+	f, err := c.Open(ctx, "/killed", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if n, err := f.WriteAt(want, 0); n != size || err != nil {
+		t.Fatalf("WriteAt = %d, %v", n, err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, size)
+	if n, err := f.ReadAt(got[:size/2], 0); n != size/2 || err != nil {
+		t.Fatalf("first half: %d, %v", n, err)
+	}
+	if err := cl.DS[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	cl.DS[2] = nil
+	n, err := f.ReadAt(got[size/2:], size/2)
+	if n != size/2 || (err != nil && err != io.EOF) {
+		t.Fatalf("second half after the kill: %d, %v", n, err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("wrong data after a data server was killed mid-read")
+	}
+	if st := c.Stats(); st.Failovers == 0 {
+		t.Errorf("no failover recorded: %+v", st)
 	}
 }
