@@ -18,12 +18,17 @@ export SHOAL_KERNEL_SERVER=${SHOAL_KERNEL_SERVER:-shoal}
 step() { printf '\n==== %s ====\n' "$*"; }
 
 step "install dependencies"
-pkgs=(qemu-system-x86 busybox-static tshark nfs-ganesha nfs-ganesha-vfs fuse3 cpio gcc libc6-dev)
+pkgs=(qemu-system-x86 busybox-static tshark nfs-ganesha nfs-ganesha-vfs fuse3 cpio kmod gcc libc6-dev iproute2 rsync git)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ]; then
+# The kernel-client test fetches Debian's kernel package with apt-get
+# download, which needs package lists even when nothing is missing.
+if [ ${#missing[@]} -gt 0 ] || ! apt-cache policy linux-image-amd64 2>/dev/null | grep -q 'Candidate: [0-9]'; then
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+	export DEBIAN_FRONTEND=noninteractive
 	echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
