@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -371,12 +373,190 @@ func TestIORConfigValidate(t *testing.T) {
 		{"tiny transfer", func(c *bench.IORConfig) { c.TransferSize = 16 }, false},
 		{"too much data", func(c *bench.IORConfig) { c.Clients, c.BlockSize = 200, 1<<40 }, false},
 		{"zero reps", func(c *bench.IORConfig) { c.Reps = 0 }, false},
+		{"shared random stonewall", func(c *bench.IORConfig) { c.Shared, c.Random, c.Stonewall = true, true, time.Second }, true},
+		{"negative stonewall", func(c *bench.IORConfig) { c.Stonewall = -1 }, false},
+		{"direct access", func(c *bench.IORConfig) { c.Access = bench.AccessDirect }, true},
+		{"unknown access", func(c *bench.IORConfig) { c.Access = "cached" }, false},
 	}
 	for _, tc := range tests {
 		c := bench.DefaultIORConfig()
 		tc.mutate(&c)
 		if err := c.Validate(); (err == nil) != tc.valid {
 			t.Errorf("%s: Validate() = %v, want valid %v", tc.name, err, tc.valid)
+		}
+	}
+}
+
+// TestIORModes runs the ior workload in its other modes: one shared file
+// with random order, and a stonewall so short that every client stops
+// after its first transfer (the first transfer always runs), so the read
+// phase must read exactly that one transfer back.
+func TestIORModes(t *testing.T) {
+	tests := []struct {
+		name      string
+		shared    bool
+		random    bool
+		stonewall time.Duration
+		perClient int64 // bytes each client moves
+	}{
+		{"shared sequential", true, false, 0, 1 << 20},
+		{"per-process random", false, true, 0, 1 << 20},
+		{"shared random", true, true, 0, 1 << 20},
+		{"stonewall", false, false, time.Nanosecond, 64 << 10},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := bench.QuickIORConfig()
+			cfg.DataServers, cfg.PNFS, cfg.Clients = []int{2}, []bool{true}, 3
+			cfg.BlockSize, cfg.TransferSize = 1<<20, 64<<10
+			cfg.Shared, cfg.Random, cfg.Stonewall = tc.shared, tc.random, tc.stonewall
+			rep, err := bench.RunIOR(t.Context(), cfg, bench.IORSetup{
+				Cluster: &bench.ClusterInProcess{Dir: t.TempDir()},
+				Clients: bench.InProcessLauncher{},
+			})
+			if err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			if len(rep.Runs) != 2 {
+				t.Fatalf("%d runs, want 2", len(rep.Runs))
+			}
+			for _, r := range rep.Runs {
+				for _, c := range r.Clients {
+					if c.Bytes != tc.perClient {
+						t.Errorf("%s: client %d moved %d bytes, want %d", r.Phase, c.Index, c.Bytes, tc.perClient)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestMetaQuick runs the mdtest- and postmark-like workloads and checks
+// that every phase did all its operations.
+func TestMetaQuick(t *testing.T) {
+	cfg := bench.QuickMetaConfig()
+	cfg.Clients, cfg.Files, cfg.PoolFiles, cfg.Transactions = 2, 8, 4, 12
+	rep, err := bench.RunMeta(t.Context(), cfg, bench.IORSetup{
+		Cluster: &bench.ClusterInProcess{Dir: t.TempDir()},
+		Clients: bench.InProcessLauncher{},
+	})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if want := len(cfg.Dirs)*4 + 1; len(rep.Runs) != want {
+		t.Fatalf("%d runs, want %d: %+v", len(rep.Runs), want, rep.Runs)
+	}
+	for _, r := range rep.Runs {
+		want := int64(cfg.Clients * cfg.Files)
+		if r.Phase == bench.PhasePostmark {
+			want = int64(cfg.Clients * cfg.Transactions)
+		}
+		if r.Ops != want || r.Rate <= 0 {
+			t.Errorf("%s %s: %d ops at %.0f/s, want %d", r.Phase, r.Dir, r.Ops, r.Rate, want)
+		}
+	}
+	var table bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "postmark") {
+		t.Errorf("table lacks postmark:\n%s", table.String())
+	}
+}
+
+func TestMetaConfigValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		mutate func(c *bench.MetaConfig)
+		valid  bool
+	}{
+		{"default", func(c *bench.MetaConfig) {}, true},
+		{"no clients", func(c *bench.MetaConfig) { c.Clients = 0 }, false},
+		{"nothing", func(c *bench.MetaConfig) { c.Files, c.Transactions = 0, 0 }, false},
+		{"bad dir", func(c *bench.MetaConfig) { c.Dirs = []string{"both"} }, false},
+		{"bad sizes", func(c *bench.MetaConfig) { c.MinSize, c.MaxSize = 10, 5 }, false},
+	}
+	for _, tc := range tests {
+		c := bench.DefaultMetaConfig()
+		tc.mutate(&c)
+		if err := c.Validate(); (err == nil) != tc.valid {
+			t.Errorf("%s: Validate() = %v, want valid %v", tc.name, err, tc.valid)
+		}
+	}
+}
+
+// TestPlots writes reports of every sweep as JSON, reads them back as
+// `shoal bench plot` does and checks the plots and tables are produced.
+func TestPlots(t *testing.T) {
+	dir := t.TempDir()
+	cell := func(n int, on bool, phase string, mbps float64) bench.IORCell {
+		return bench.IORCell{DataServers: n, PNFS: on, Phase: phase, Summary: bench.Summarize([]float64{mbps}),
+			ServerCores: 0.5, ClientCores: 0.2, Busy: 0.9, CeilingMBps: 125 * float64(n), Runs: 1}
+	}
+	write := func(name string, v interface{ WriteJSON(io.Writer) error }) {
+		f, err := os.Create(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := v.WriteJSON(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds := &bench.IORReport{Kind: bench.IOR, Config: bench.DefaultIORConfig()}
+	ds.Config.Label, ds.Config.LinkBitsPerSec, ds.Config.DataServers = bench.SweepDS, 1e9, []int{1, 2}
+	for _, n := range []int{1, 2} {
+		ds.Cells = append(ds.Cells, cell(n, true, bench.PhaseWrite, 100*float64(n)), cell(n, false, bench.PhaseWrite, 100))
+	}
+	write("ds.json", ds)
+	for _, c := range []int{1, 2} {
+		for _, target := range []string{bench.TargetShoal, bench.TargetGanesha} {
+			r := &bench.IORReport{Kind: bench.IOR, Config: bench.DefaultIORConfig()}
+			r.Config.Label, r.Config.Clients, r.Config.Target, r.Config.DataServers = bench.SweepClients, c, target, []int{2}
+			r.Cells = []bench.IORCell{cell(2, target == bench.TargetShoal, bench.PhaseRead, 90*float64(c))}
+			write(fmt.Sprintf("clients-%s-%d.json", target, c), r)
+		}
+	}
+	for _, tr := range []int{32 << 10, 1 << 20} {
+		r := &bench.IORReport{Kind: bench.IOR, Config: bench.DefaultIORConfig()}
+		r.Config.Label, r.Config.TransferSize = bench.SweepBlock, tr
+		r.Cells = []bench.IORCell{cell(4, true, bench.PhaseWrite, float64(tr>>12))}
+		write(fmt.Sprintf("block-%d.json", tr), r)
+	}
+	write("meta.json", &bench.MetaReport{Kind: "meta", Config: bench.DefaultMetaConfig(), Runs: []bench.MetaRun{
+		{Dir: bench.DirUnique, Phase: bench.PhaseMDCreate, Ops: 10, Rate: 100},
+		{Phase: bench.PhasePostmark, Ops: 10, Rate: 50},
+	}})
+	if err := os.WriteFile(filepath.Join(dir, "other.json"), []byte(`{"x": 1}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	res, err := bench.LoadResults(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.IOR) != 7 || len(res.Meta) != 1 {
+		t.Fatalf("loaded %d ior and %d meta reports, want 7 and 1", len(res.IOR), len(res.Meta))
+	}
+	files, err := res.WritePlots(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"scaling-ds", "scaling-clients", "blocksize", "smallfiles"} {
+		for _, ext := range []string{".png", ".svg"} {
+			p := filepath.Join(dir, name+ext)
+			if st, err := os.Stat(p); err != nil || st.Size() == 0 {
+				t.Errorf("%s missing or empty (wrote %v)", p, files)
+			}
+		}
+	}
+	var md bytes.Buffer
+	if err := res.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Sweep: ds", "Sweep: clients", "NFS-Ganesha", "Small files", "postmark"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown lacks %q", want)
 		}
 	}
 }

@@ -77,4 +77,39 @@
 // for the same reason. Every loop is bounded by a count and by the run's
 // context, and servers started by the harness are stopped (by the pid the
 // harness started) whatever way the run ends.
+//
+// # IOR's other modes, the metadata workloads and the emulated cluster
+//
+// The ior workload also runs IOR's segmented shared-file mode (every
+// client its own segment of one file: the layout and LAYOUTCOMMIT paths
+// see concurrent writers), random order (a permutation seeded by the
+// client's index, so the reader, another process, revisits exactly the
+// writer's transfers) and a stonewall (a phase stops after a time limit
+// and reports what it moved; the reader then reads only the transfers its
+// writer completed, so a stonewalled run still checks every byte). The
+// first transfer always runs, which keeps a stonewalled phase meaningful
+// and makes a 1 ns stonewall a deterministic test.
+//
+// [RunMeta] is mdtest and postmark in the same client-process harness:
+// the md-* phases create, stat, read and remove many small files, with a
+// barrier between phases, in a directory per client or in one shared
+// directory (where the server serialises the directory's updates); the
+// postmark phase builds a pool of files before the barrier and times only
+// its transactions, whose choices come from a RNG seeded by the seed and
+// the client's index, so a run can be repeated exactly.
+//
+// Over loopback none of this can show what pNFS is for. [TestbedCluster]
+// runs the same clients and servers on an emulated cluster (package
+// testbed): every role in a network namespace of its own behind a
+// rate-limited link, and client i in client namespace i mod M, so each
+// client has its own link as in the papers. The harness's own client
+// (which only makes and removes directories) dials from inside a client
+// namespace, as the testbed's addresses exist nowhere else.
+// [GaneshaTestbed] puts the single-server baseline in the MDS namespace, so
+// it crosses the same one link the MDS would. Every cell gets its ceiling,
+// the raw capacity of the links its traffic crosses (min(clients, data
+// servers) links with pNFS, one link through a single server), and the
+// machine-wide CPU use over the phase: on a shared 2-core machine that is
+// what tells a network-bound figure from a CPU-bound one. [Results] reads
+// the JSON reports of a sweep back and draws the plots (gonum.org/v1/plot).
 package bench

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/shoalfs/shoal/client"
 )
 
 // IOR is the name of the pNFS scaling workload.
@@ -39,11 +37,38 @@ type IORConfig struct {
 	TransferSize int `json:"transfer_size"`
 	// Reps is how many times each cell of the matrix is measured.
 	Reps int `json:"reps"`
+	// Shared makes every client write and read its own segment of one
+	// shared file (IOR -F off) instead of a file of its own.
+	Shared bool `json:"shared,omitempty"`
+	// Random visits each client's transfers in a seeded random order
+	// (IOR -z) instead of sequentially.
+	Random bool `json:"random,omitempty"`
+	// Stonewall, if not zero, ends each phase after that long (IOR -D):
+	// the bandwidth is what was moved by then; the read phase reads only
+	// what its writer wrote.
+	Stonewall time.Duration `json:"stonewall,omitempty"`
+	// Access is the client's access method. Shoal's Go client has one,
+	// "direct" (every call is an RPC, no client cache); others are
+	// refused until the client offers them.
+	Access string `json:"access,omitempty"`
+	// LinkBitsPerSec, if not zero, is each node's link rate (the
+	// testbed's); the report then gives every cell its ceiling, the raw
+	// capacity of the links the traffic crosses.
+	LinkBitsPerSec float64 `json:"link_bits_per_sec,omitempty"`
+	// Target names the server family measured, "shoal" (default) or
+	// "ganesha", and Label the sweep this run belongs to; both are for
+	// the report and the plots.
+	Target string `json:"target,omitempty"`
+	Label  string `json:"label,omitempty"`
 	// Timeout bounds the whole run (0: only the caller's context).
 	Timeout time.Duration `json:"timeout"`
-	// Progress, if set, receives a line per measurement as the run goes.
+	// Progress, if set, receives a line per measurement as the run goes;
+	// a progress bar is drawn on it too when it is a terminal.
 	Progress io.Writer `json:"-"`
 }
+
+// Access methods.
+const AccessDirect = "direct"
 
 // DefaultIORConfig is the benchmark of the pNFS issue: 1, 2 and 4 data
 // servers, pNFS on and off, 4 clients × 256 MiB in 1 MiB transfers, 3 reps.
@@ -91,6 +116,10 @@ func (c *IORConfig) Validate() error {
 		return fmt.Errorf("reps %d out of range (1 to %d)", c.Reps, maxReps)
 	case c.Timeout < 0:
 		return errors.New("negative timeout")
+	case c.Stonewall < 0:
+		return errors.New("negative stonewall")
+	case c.Access != "" && c.Access != AccessDirect:
+		return fmt.Errorf("access method %q: Shoal's client offers only %q", c.Access, AccessDirect)
 	}
 	for _, n := range c.DataServers {
 		if n < 1 || n > maxDataServers {
@@ -134,6 +163,9 @@ type ClusterEndpoint struct {
 	Profiles []string
 	// Stop shuts the cluster down and releases what StartCluster created.
 	Stop func(ctx context.Context) error
+	// Namespace, if set, is the network namespace the harness's own
+	// client must dial from (a testbed's addresses exist only there).
+	Namespace string
 }
 
 // cpuByRole reads the CPU time of every process, summed per role; ok is
@@ -206,9 +238,12 @@ type IORRun struct {
 	ClientCPU float64 `json:"client_cpu_seconds"`
 	// CommitSeconds is, for writes, the longest of the clients' closing
 	// COMMIT and CLOSE.
-	CommitSeconds float64        `json:"commit_seconds,omitempty"`
-	LoadAfter     [3]float64     `json:"loadavg_after"`
-	Clients       []ClientResult `json:"clients"`
+	CommitSeconds float64 `json:"commit_seconds,omitempty"`
+	// Busy is the whole machine's CPU use over the phase, 0 to 1 (-1
+	// unknown): near 1 means the CPU, not the network, was the limit.
+	Busy      float64        `json:"machine_cpu_busy"`
+	LoadAfter [3]float64     `json:"loadavg_after"`
+	Clients   []ClientResult `json:"clients"`
 }
 
 // ServerCores is the cluster's CPU use in cores during the run, or -1.
@@ -265,11 +300,18 @@ type IORCell struct {
 	// CommitSeconds is the median of the runs' longest closing COMMIT
 	// and CLOSE (writes only).
 	CommitSeconds float64 `json:"commit_seconds,omitempty"`
-	Runs          int     `json:"runs"`
+	// Busy is the median machine-wide CPU use (0 to 1, -1 unknown).
+	Busy float64 `json:"machine_cpu_busy"`
+	// CeilingMBps is the raw capacity of the links this cell's traffic
+	// crosses (0 unknown): pNFS, min(clients, data servers) links; through
+	// one server, one link.
+	CeilingMBps float64 `json:"ceiling_mb_per_s,omitempty"`
+	Runs        int     `json:"runs"`
 }
 
 // IORReport is the outcome of an ior run.
 type IORReport struct {
+	Kind       string     `json:"kind"` // "ior"
 	Start      time.Time  `json:"start"`
 	Elapsed    float64    `json:"elapsed_seconds"`
 	Config     IORConfig  `json:"config"`
@@ -329,6 +371,7 @@ func RunIOR(ctx context.Context, cfg IORConfig, setup IORSetup) (*IORReport, err
 		defer cancel()
 	}
 	rep := &IORReport{
+		Kind:       IOR,
 		Start:      time.Now().UTC(),
 		Config:     cfg,
 		Machine:    MachineInfo(),
@@ -337,8 +380,9 @@ func RunIOR(ctx context.Context, cfg IORConfig, setup IORSetup) (*IORReport, err
 		Clients:    "in-process",
 	}
 	var errs []error
+	bar := newProgressBar(cfg.Progress, len(cfg.DataServers)*len(cfg.PNFS)*cfg.Reps*2, cfg.Stonewall)
 	for _, n := range cfg.DataServers {
-		err := runCluster(ctx, cfg, setup, n, rep)
+		err := runCluster(ctx, cfg, setup, n, rep, bar)
 		if err != nil {
 			err = fmt.Errorf("%d data servers: %w", n, err)
 			errs = append(errs, err)
@@ -364,7 +408,7 @@ func progress(w io.Writer, format string, args ...any) {
 
 // runCluster measures every repetition and pNFS mode on a fresh cluster
 // of n data servers.
-func runCluster(ctx context.Context, cfg IORConfig, setup IORSetup, n int, rep *IORReport) (err error) {
+func runCluster(ctx context.Context, cfg IORConfig, setup IORSetup, n int, rep *IORReport, bar *progressBar) (err error) {
 	ep, err := setup.Cluster.StartCluster(ctx, n)
 	if err != nil {
 		return fmt.Errorf("start cluster: %w", err)
@@ -396,7 +440,7 @@ func runCluster(ctx context.Context, cfg IORConfig, setup IORSetup, n int, rep *
 	defer cancel()
 	opts := pnfsOptions(false)
 	opts.Root = ep.Root
-	c, err := client.Dial(sctx, ep.Addr, opts)
+	c, err := dialIn(sctx, ep.Namespace, ep.Addr, opts)
 	if err != nil {
 		return fmt.Errorf("dial %s: %w", ep.Addr, err)
 	}
@@ -410,8 +454,14 @@ func runCluster(ctx context.Context, cfg IORConfig, setup IORSetup, n int, rep *
 			if err := c.Mkdir(ctx, dir, 0o755); err != nil {
 				return fmt.Errorf("mkdir %s: %w", dir, err)
 			}
+			var written []int64
 			for _, phase := range []string{PhaseWrite, PhaseRead} {
-				run, err := runPhase(ctx, cfg, setup.Clients, ep, dir, n, on, phase, r)
+				run, err := runPhase(ctx, cfg, setup.Clients, ep, dir, n, on, phase, r, written, bar)
+				if run != nil && phase == PhaseWrite {
+					for _, cr := range run.Clients {
+						written = append(written, cr.Transfers)
+					}
+				}
 				if run != nil {
 					rep.Runs = append(rep.Runs, *run)
 					if run.ClientCPU >= 0 {
@@ -440,105 +490,53 @@ func modeName(on bool) string {
 	return "off"
 }
 
-// runPhase launches the clients of one phase, waits until every one of
-// them is connected and ready, starts them together and collects their
-// results.
-func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *ClusterEndpoint, dir string, n int, on bool, phase string, r int) (*IORRun, error) {
-	ctx, cancel := context.WithTimeout(ctx, clientReadyTimeout+phaseTimeout(cfg))
-	defer cancel()
-	clients := make([]*clientConn, 0, cfg.Clients)
-	defer func() {
-		for _, cc := range clients {
-			cc.close()
+// runPhase runs the clients of one phase together and sums up their
+// results. written, for a read after a stonewalled write, is how many
+// transfers each client wrote.
+func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *ClusterEndpoint, dir string, n int, on bool, phase string, r int, written []int64, bar *progressBar) (*IORRun, error) {
+	specs := make([]ClientSpec, cfg.Clients)
+	for i := range specs {
+		path := fmt.Sprintf("%s/file.%04d", dir, i)
+		if cfg.Shared {
+			path = dir + "/shared"
 		}
-	}()
-	for i := 0; i < cfg.Clients; i++ {
-		spec := ClientSpec{
-			Addr: ep.Addr, Root: ep.Root, Path: fmt.Sprintf("%s/file.%04d", dir, i), Index: i,
+		specs[i] = ClientSpec{
+			Addr: ep.Addr, Root: ep.Root, Path: path, Index: i,
 			Phase: phase, Size: cfg.BlockSize, Transfer: cfg.TransferSize, PNFS: on,
+			Shared: cfg.Shared, Random: cfg.Random, Stonewall: cfg.Stonewall,
 		}
-		h, err := launcher.Launch(ctx, spec)
-		if err != nil {
-			return nil, fmt.Errorf("launch client %d: %w", i, err)
-		}
-		clients = append(clients, newClientConn(h))
-	}
-
-	rctx, rcancel := context.WithTimeout(ctx, clientReadyTimeout)
-	defer rcancel()
-	for i, cc := range clients {
-		m, err := cc.next(rctx)
-		if err != nil {
-			return nil, fmt.Errorf("client %d not ready: %w", i, err)
-		}
-		if m.Error != "" {
-			return nil, fmt.Errorf("client %d: %s", i, m.Error)
-		}
-		if !m.Ready {
-			return nil, fmt.Errorf("client %d: expected a ready message, got %+v", i, m)
+		if phase == PhaseRead && cfg.Stonewall > 0 && i < len(written) {
+			specs[i].Count = max(written[i], 1)
 		}
 	}
-
-	cpu0, ok0 := ep.cpuByRole()
-	t0 := time.Now()
-	for i, cc := range clients {
-		if _, err := io.WriteString(cc.h.In, "go\n"); err != nil {
-			return nil, fmt.Errorf("start client %d: %w", i, err)
-		}
+	bar.next(fmt.Sprintf("%d DS, pNFS %s, %s", n, modeName(on), phase))
+	cr, err := runClients(ctx, launcher, ep, specs, phaseTimeout(cfg), bar)
+	if cr == nil {
+		return nil, err
 	}
-	results := make([]ClientResult, len(clients))
-	for i, cc := range clients {
-		m, err := cc.next(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("client %d: %w", i, err)
-		}
-		if m.Result == nil {
-			return nil, fmt.Errorf("client %d: no result: %+v", i, m)
-		}
-		if m.Result.Error != "" {
-			return nil, fmt.Errorf("client %d: %s", i, m.Result.Error)
-		}
-		results[i] = *m.Result
-	}
-	window := time.Since(t0)
-	cpu1, ok1 := ep.cpuByRole()
-
 	run := &IORRun{DataServers: n, PNFS: on, Phase: phase, Rep: r,
-		ServerCPU: -1, ClientCPU: -1, Clients: results, LoadAfter: LoadAvg()}
-	var first, last int64
-	clientCPU := 0.0
-	for i, res := range results {
-		if res.Bytes != cfg.BlockSize {
+		ServerCPU: -1, ClientCPU: cr.ClientCPU, Clients: cr.Results, LoadAfter: LoadAvg(), Busy: cr.Busy}
+	for i, res := range cr.Results {
+		if cfg.Stonewall == 0 && res.Bytes != cfg.BlockSize {
 			return run, fmt.Errorf("client %d moved %d bytes, want %d", i, res.Bytes, cfg.BlockSize)
+		}
+		if res.Bytes <= 0 {
+			return run, fmt.Errorf("client %d moved nothing", i)
 		}
 		run.Bytes += res.Bytes
 		run.DSBytes += res.DSBytes
 		run.MDSBytes += res.MDSBytes
 		run.Failovers += res.Failovers
 		run.CommitSeconds = max(run.CommitSeconds, res.CommitSeconds)
-		if i == 0 || res.StartNS < first {
-			first = res.StartNS
-		}
-		if i == 0 || res.EndNS > last {
-			last = res.EndNS
-		}
-		if res.CPUSeconds < 0 || clientCPU < 0 {
-			clientCPU = -1
-		} else {
-			clientCPU += res.CPUSeconds
-		}
 	}
-	run.ClientCPU = clientCPU
 	if t := run.DSBytes + run.MDSBytes; t > 0 {
 		run.DSShare = float64(run.DSBytes) / float64(t)
 	}
-	run.Seconds = max(time.Duration(last-first).Seconds(), 1e-9)
+	run.Seconds = cr.span()
 	run.MBps = float64(run.Bytes) / 1e6 / run.Seconds
-	if ok0 && ok1 {
-		run.ServerCPU, run.RoleCPU, run.CPUWindow = 0, map[string]float64{}, window.Seconds()
-		for role, c := range cpu1 {
-			d := (c - cpu0[role]).Seconds()
-			run.RoleCPU[role] = d
+	if cr.RoleCPU != nil {
+		run.ServerCPU, run.RoleCPU, run.CPUWindow = 0, cr.RoleCPU, cr.Window.Seconds()
+		for _, d := range cr.RoleCPU {
 			run.ServerCPU += d
 		}
 	}
@@ -549,17 +547,34 @@ func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *C
 	if c := run.ClientCores(); c >= 0 {
 		cores += fmt.Sprintf(", clients %.2f cores", c)
 	}
+	if run.Busy >= 0 {
+		cores += fmt.Sprintf(", machine %.0f%% busy", 100*run.Busy)
+	}
 	progress(cfg.Progress, "ior: %d DS, pNFS %s, %s rep %d/%d: %s MB/s (%.2fs%s; %.0f%% of bytes via data servers, %d failovers)\n",
 		n, modeName(on), phase, r+1, cfg.Reps, num(run.MBps), run.Seconds, cores, 100*run.DSShare, run.Failovers)
-
-	// The clients have reported; wait for them to exit cleanly.
-	for i, cc := range clients {
-		if err := cc.close(); err != nil {
-			return run, fmt.Errorf("client %d: %w", i, err)
-		}
-	}
-	return run, nil
+	return run, err
 }
+
+// ceilingMBps is the raw link capacity a cell's traffic can use, in
+// 10^6 bytes per second: with pNFS each client has its own link to its
+// share of the data servers, so min(clients, servers) links; without it
+// every byte crosses the one server's link.
+func ceilingMBps(cfg IORConfig, n int, on bool) float64 {
+	if cfg.LinkBitsPerSec <= 0 {
+		return 0
+	}
+	links := 1
+	if on && cfg.Target != TargetGanesha {
+		links = min(cfg.Clients, n)
+	}
+	return float64(links) * cfg.LinkBitsPerSec / 8 / 1e6
+}
+
+// Targets of IORConfig.Target.
+const (
+	TargetShoal   = "shoal"
+	TargetGanesha = "ganesha"
+)
 
 // pnfsShareOK is the share of bytes through the data servers below which
 // a pNFS-on cell is marked as (partly) fallen back.
@@ -572,7 +587,7 @@ func summarizeIOR(cfg IORConfig, runs []IORRun) []IORCell {
 		for _, on := range cfg.PNFS {
 			for _, phase := range []string{PhaseWrite, PhaseRead} {
 				cell := IORCell{DataServers: n, PNFS: on, Phase: phase}
-				var mbps, sc, cc, sg, cg, commits []float64
+				var mbps, sc, cc, sg, cg, commits, busy []float64
 				rc := map[string][]float64{}
 				for _, r := range runs {
 					if r.DataServers != n || r.PNFS != on || r.Phase != phase {
@@ -603,6 +618,9 @@ func summarizeIOR(cfg IORConfig, runs []IORRun) []IORCell {
 						cg = append(cg, g)
 					}
 					commits = append(commits, r.CommitSeconds)
+					if r.Busy >= 0 {
+						busy = append(busy, r.Busy)
+					}
 				}
 				if len(mbps) == 0 {
 					continue
@@ -611,6 +629,8 @@ func summarizeIOR(cfg IORConfig, runs []IORRun) []IORCell {
 				cell.ServerCores, cell.ClientCores = -1, -1
 				cell.ServerCPUPerGiB, cell.ClientCPUPerGiB = medianOr(sg, -1), medianOr(cg, -1)
 				cell.CommitSeconds = Summarize(commits).Median
+				cell.Busy = medianOr(busy, -1)
+				cell.CeilingMBps = ceilingMBps(cfg, n, on)
 				if len(sc) > 0 {
 					cell.ServerCores = Summarize(sc).Median
 					cell.RoleCores = map[string]float64{}
@@ -644,7 +664,11 @@ func iorNotes(rep *IORReport) []string {
 		"write is timed from OPEN to the return of COMMIT (fsync) and CLOSE (which carries LAYOUTCOMMIT with pNFS); the reads start after every writer has finished",
 		"MB/s = all clients' bytes / (latest client end - earliest client start), 10^6 bytes per second; each cell is the median of the reps [min-max]",
 		"read: the data servers' page cache is warm (the files were just written); this is the protocol and copy path, not the disk",
-		"loopback TCP on one machine: clients, metadata server and data servers share its CPUs, so more data servers add no hardware",
+	}
+	if c.LinkBitsPerSec > 0 {
+		notes = append(notes, fmt.Sprintf("emulated cluster (shoal testbed): every server and client in its own network namespace behind a %.0f Mbit/s link each way; all of them still share this machine's CPUs, so the machine CPU busy column says whether the links or the CPU were the limit", c.LinkBitsPerSec/1e6))
+	} else {
+		notes = append(notes, "loopback TCP on one machine: clients, metadata server and data servers share its CPUs, so more data servers add no hardware")
 	}
 	if strings.Contains(rep.Servers, RoleAll) {
 		notes = append(notes, "server CPU is that of the one `shoal up` process running the MDS and all data servers")

@@ -32,6 +32,23 @@ type ClientSpec struct {
 	Size     int64  `json:"size"`
 	Transfer int    `json:"transfer"`
 	PNFS     bool   `json:"pnfs"`
+	// Shared puts every client in one file (Path), each writing and
+	// reading its own segment [Index*Size, (Index+1)*Size), IOR's
+	// segmented shared-file mode; otherwise Path is the client's own.
+	Shared bool `json:"shared,omitempty"`
+	// Random visits the transfers of the client's block in a seeded
+	// random order (the same permutation in the write and read phases)
+	// instead of front to back.
+	Random bool `json:"random,omitempty"`
+	// Count, if not zero, limits the phase to the first Count transfers
+	// (in visiting order): a read after a stonewalled write reads only
+	// what was written.
+	Count int64 `json:"count,omitempty"`
+	// Stonewall, if not zero, ends the phase once it has run that long:
+	// the client reports what it moved until then (IOR's -D).
+	Stonewall time.Duration `json:"stonewall,omitempty"`
+	// Meta configures the mdtest- and postmark-like phases.
+	Meta *MetaSpec `json:"meta,omitempty"`
 	// MeasureCPU asks the client to report its process's CPU time; only
 	// meaningful when it is a process of its own.
 	MeasureCPU bool `json:"measure_cpu,omitempty"`
@@ -41,6 +58,9 @@ type ClientSpec struct {
 type ClientResult struct {
 	Index int   `json:"index"`
 	Bytes int64 `json:"bytes"`
+	// Transfers is how many I/O calls completed (ior) or operations
+	// (metadata phases: one per file, or per postmark transaction part).
+	Transfers int64 `json:"transfers"`
 	// StartNS and EndNS are wall-clock Unix nanoseconds of the timed
 	// region; the clients run on one machine, so they share the clock.
 	StartNS int64 `json:"start_ns"`
@@ -85,10 +105,14 @@ func RunClient(ctx context.Context, spec ClientSpec, in io.Reader, out io.Writer
 		enc.Encode(clientMsg{Error: err.Error()})
 		return err
 	}
-	if spec.Phase != PhaseWrite && spec.Phase != PhaseRead {
+	meta := isMetaPhase(spec.Phase)
+	switch {
+	case meta && spec.Meta == nil:
+		return fail(fmt.Errorf("phase %q without its metadata settings", spec.Phase))
+	case meta:
+	case spec.Phase != PhaseWrite && spec.Phase != PhaseRead:
 		return fail(fmt.Errorf("unknown phase %q", spec.Phase))
-	}
-	if spec.Size <= 0 || spec.Transfer < minBlock || spec.Transfer > maxBlock {
+	case spec.Size <= 0 || spec.Transfer < minBlock || spec.Transfer > maxBlock:
 		return fail(fmt.Errorf("bad size %d or transfer %d", spec.Size, spec.Transfer))
 	}
 	opts := pnfsOptions(spec.PNFS)
@@ -98,6 +122,14 @@ func RunClient(ctx context.Context, spec ClientSpec, in io.Reader, out io.Writer
 		return fail(fmt.Errorf("dial %s: %w", spec.Addr, err))
 	}
 	defer c.Close()
+	// Postmark's initial pool is built before the barrier, outside the
+	// timed region, as postmark reports its transactions on their own.
+	var pm *postmarkState
+	if spec.Phase == PhasePostmark {
+		if pm, err = postmarkSetup(ctx, c, spec); err != nil {
+			return fail(fmt.Errorf("postmark pool: %w", err))
+		}
+	}
 	if err := enc.Encode(clientMsg{Ready: true}); err != nil {
 		return err
 	}
@@ -111,12 +143,17 @@ func RunClient(ctx context.Context, spec ClientSpec, in io.Reader, out io.Writer
 	cpu0, ok0 := procCPU(os.Getpid())
 	start := time.Now()
 	var n int64
-	if spec.Phase == PhaseWrite {
+	switch {
+	case spec.Phase == PhasePostmark:
+		n, res.Transfers, err = pm.run(ctx, c, spec)
+	case meta:
+		n, res.Transfers, err = clientMeta(ctx, c, spec)
+	case spec.Phase == PhaseWrite:
 		var commit time.Duration
-		n, commit, err = clientWrite(ctx, c, spec)
+		n, res.Transfers, commit, err = clientWrite(ctx, c, spec)
 		res.CommitSeconds = commit.Seconds()
-	} else {
-		n, err = clientRead(ctx, c, spec)
+	default:
+		n, res.Transfers, err = clientRead(ctx, c, spec)
 	}
 	end := time.Now()
 	cpu1, ok1 := procCPU(os.Getpid())
@@ -132,6 +169,10 @@ func RunClient(ctx context.Context, spec ClientSpec, in io.Reader, out io.Writer
 	}
 	if eerr := enc.Encode(clientMsg{Result: &res}); eerr != nil {
 		return errors.Join(err, eerr)
+	}
+	if pm != nil && err == nil {
+		// Untimed: the pool is removed after the result is out.
+		err = pm.cleanup(context.WithoutCancel(ctx), c)
 	}
 	return err
 }
@@ -183,21 +224,73 @@ func iorTemplate(n int) []byte {
 	return b
 }
 
-// clientWrite writes the client's file and returns the bytes written and
-// how long the closing COMMIT and CLOSE took.
-func clientWrite(ctx context.Context, c *client.Client, spec ClientSpec) (int64, time.Duration, error) {
-	f, err := c.Open(ctx, spec.Path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+// transferOrder returns the offsets, relative to the client's block, of
+// the transfers the phase visits, in order: front to back, or a
+// permutation seeded by the client's index so that the reader (another
+// process) visits the same transfers as the writer did.
+func transferOrder(spec ClientSpec) []int64 {
+	t := int64(spec.Transfer)
+	n := (spec.Size + t - 1) / t
+	offs := make([]int64, n)
+	for i := range offs {
+		offs[i] = int64(i) * t
+	}
+	if spec.Random {
+		var seed [32]byte
+		binary.BigEndian.PutUint64(seed[:], uint64(spec.Index)+1)
+		copy(seed[8:], "shoal ior random order")
+		r := mathrand.New(mathrand.NewChaCha8(seed))
+		r.Shuffle(len(offs), func(i, j int) { offs[i], offs[j] = offs[j], offs[i] })
+	}
+	if spec.Count > 0 && spec.Count < n {
+		offs = offs[:spec.Count]
+	}
+	return offs
+}
+
+// segment is where the client's block starts in its file.
+func segment(spec ClientSpec) int64 {
+	if spec.Shared {
+		return int64(spec.Index) * spec.Size
+	}
+	return 0
+}
+
+// stonewalled reports whether the phase begun at start has used up its
+// time limit after calls transfers; the first transfer always runs, so a
+// stonewalled phase still moves something.
+func stonewalled(spec ClientSpec, start time.Time, calls int64) bool {
+	return calls > 0 && spec.Stonewall > 0 && time.Since(start) >= spec.Stonewall
+}
+
+// clientWrite writes the client's block and returns the bytes and calls
+// done and how long the closing COMMIT and CLOSE took.
+func clientWrite(ctx context.Context, c *client.Client, spec ClientSpec) (int64, int64, time.Duration, error) {
+	flag := os.O_CREATE | os.O_WRONLY
+	if !spec.Shared {
+		// A shared file is written by every client at once: none may
+		// truncate what another already wrote.
+		flag |= os.O_TRUNC
+	}
+	begin := time.Now()
+	f, err := c.Open(ctx, spec.Path, flag, 0o644)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	buf := iorTemplate(spec.Transfer)
-	var done int64
-	for off := int64(0); off < spec.Size && err == nil; off += int64(spec.Transfer) {
-		b := buf[:min(int64(spec.Transfer), spec.Size-off)]
+	base := segment(spec)
+	var done, calls int64
+	for _, rel := range transferOrder(spec) {
+		if err != nil || stonewalled(spec, begin, calls) {
+			break
+		}
+		off := base + rel
+		b := buf[:min(int64(spec.Transfer), spec.Size-rel)]
 		iorStamp(b, spec.Index, off)
 		var n int
 		n, err = f.WriteAtContext(ctx, b, off)
 		done += int64(n)
+		calls++
 		if err == nil && n != len(b) {
 			err = fmt.Errorf("short write at offset %d: %d of %d bytes", off, n, len(b))
 		}
@@ -209,22 +302,29 @@ func clientWrite(ctx context.Context, c *client.Client, spec ClientSpec) (int64,
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	return done, time.Since(start), err
+	return done, calls, time.Since(start), err
 }
 
-func clientRead(ctx context.Context, c *client.Client, spec ClientSpec) (int64, error) {
+func clientRead(ctx context.Context, c *client.Client, spec ClientSpec) (int64, int64, error) {
+	begin := time.Now()
 	f, err := c.Open(ctx, spec.Path, os.O_RDONLY, 0)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	want := iorTemplate(spec.Transfer)
 	buf := make([]byte, spec.Transfer)
-	var done int64
-	for off := int64(0); off < spec.Size && err == nil; off += int64(spec.Transfer) {
-		b := buf[:min(int64(spec.Transfer), spec.Size-off)]
+	base := segment(spec)
+	var done, calls int64
+	for _, rel := range transferOrder(spec) {
+		if err != nil || stonewalled(spec, begin, calls) {
+			break
+		}
+		off := base + rel
+		b := buf[:min(int64(spec.Transfer), spec.Size-rel)]
 		var n int
 		n, err = f.ReadAtContext(ctx, b, off)
 		done += int64(n)
+		calls++
 		if n == len(b) && err == io.EOF {
 			err = nil // the last transfer may report EOF with all its bytes
 		}
@@ -243,7 +343,7 @@ func clientRead(ctx context.Context, c *client.Client, spec ClientSpec) (int64, 
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	return done, err
+	return done, calls, err
 }
 
 // clientConn reads a launched client's messages.
@@ -320,6 +420,10 @@ type ProcessLauncher struct {
 	Args []string
 	// LogDir receives each client's stderr (default: discarded).
 	LogDir string
+	// Command, if set, builds the command for a client from its argv
+	// (the binary and its arguments); the testbed uses it to run each
+	// client inside its own network namespace. Default: argv as is.
+	Command func(ctx context.Context, spec ClientSpec, argv []string) (*exec.Cmd, error)
 }
 
 var (
@@ -338,7 +442,15 @@ func (p *ProcessLauncher) Launch(ctx context.Context, spec ClientSpec) (*ClientH
 	if len(args) == 0 {
 		args = []string{"bench", "client"}
 	}
-	cmd := exec.Command(p.Exe, append(append([]string(nil), args...), "--spec", string(js))...)
+	argv := append(append([]string{p.Exe}, args...), "--spec", string(js))
+	var cmd *exec.Cmd
+	if p.Command != nil {
+		if cmd, err = p.Command(ctx, spec, argv); err != nil {
+			return nil, err
+		}
+	} else {
+		cmd = exec.Command(argv[0], argv[1:]...)
+	}
 	cmd.SysProcAttr = childProcAttr()
 	// Plain pipes rather than cmd.StdoutPipe: the reader may still be
 	// draining when the process is waited for.

@@ -34,8 +34,22 @@ func (r *IORReport) WriteTable(w io.Writer) error {
 	fmt.Fprintf(w, "machine: %d CPUs (%s), kernel %s, %s\n", m.NumCPU, m.CPUModel, m.Kernel, m.Go)
 	fmt.Fprintf(w, "load average: before %.2f %.2f %.2f, after %.2f %.2f %.2f\n",
 		r.LoadBefore[0], r.LoadBefore[1], r.LoadBefore[2], r.LoadAfter[0], r.LoadAfter[1], r.LoadAfter[2])
-	fmt.Fprintf(w, "ior: %d clients x %s in %s transfers, file per process, %d reps; servers %s, clients %s\n",
-		c.Clients, FormatSize(c.BlockSize), FormatSize(int64(c.TransferSize)), c.Reps, r.Servers, r.Clients)
+	layout, order := "file per process", "sequential"
+	if c.Shared {
+		layout = "one shared file"
+	}
+	if c.Random {
+		order = "random"
+	}
+	stonewall := ""
+	if c.Stonewall > 0 {
+		stonewall = fmt.Sprintf(", stonewall %v", c.Stonewall)
+	}
+	fmt.Fprintf(w, "ior (%s): %d clients x %s in %s transfers, %s, %s%s, %d reps; servers %s, clients %s\n",
+		targetName(c.Target), c.Clients, FormatSize(c.BlockSize), FormatSize(int64(c.TransferSize)), layout, order, stonewall, c.Reps, r.Servers, r.Clients)
+	if c.LinkBitsPerSec > 0 {
+		fmt.Fprintf(w, "links: %.0f Mbit/s each; ceiling = raw capacity of the links the traffic crosses\n", c.LinkBitsPerSec/1e6)
+	}
 
 	type col struct {
 		phase string
@@ -55,7 +69,7 @@ func (r *IORReport) WriteTable(w io.Writer) error {
 		fmt.Fprintln(tw)
 	}
 
-	fmt.Fprintln(w, "\naggregate bandwidth, MB/s: median [min-max]")
+	fmt.Fprintln(w, "\naggregate bandwidth, MB/s: median [min-max] (ceiling; machine CPU busy)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	header(tw, "DS")
 	for _, n := range c.DataServers {
@@ -73,7 +87,17 @@ func (r *IORReport) WriteTable(w io.Writer) error {
 				case !cl.on && cell.DSShare > 0:
 					mark = " !"
 				}
-				fmt.Fprintf(tw, "\t%s [%s-%s]%s", num(cell.Median), num(cell.Min), num(cell.Max), mark)
+				extra := ""
+				if cell.CeilingMBps > 0 {
+					extra = fmt.Sprintf(" (%.0f%% of %s", 100*cell.Median/cell.CeilingMBps, num(cell.CeilingMBps))
+					if cell.Busy >= 0 {
+						extra += fmt.Sprintf("; %.0f%%", 100*cell.Busy)
+					}
+					extra += ")"
+				} else if cell.Busy >= 0 {
+					extra = fmt.Sprintf(" (%.0f%% busy)", 100*cell.Busy)
+				}
+				fmt.Fprintf(tw, "\t%s [%s-%s]%s%s", num(cell.Median), num(cell.Min), num(cell.Max), extra, mark)
 			}
 		}
 		fmt.Fprintln(tw)

@@ -264,3 +264,40 @@ func num(v float64) string {
 		return strconv.FormatFloat(v, 'f', 2, 64)
 	}
 }
+
+// cpuTimes is the machine-wide CPU time from /proc/stat, in ticks.
+type cpuTimes struct{ busy, total uint64 }
+
+// machineCPU reads the aggregate "cpu" line of /proc/stat.
+func machineCPU() (cpuTimes, bool) {
+	line, _, _ := strings.Cut(readFile("/proc/stat"), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return cpuTimes{}, false
+	}
+	var t cpuTimes
+	for i, s := range f[1:] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return cpuTimes{}, false
+		}
+		// Fields: user nice system idle iowait irq softirq steal guest
+		// guest_nice; guest time is already counted in user.
+		if i >= 8 {
+			break
+		}
+		t.total += v
+		if i != 3 && i != 4 {
+			t.busy += v
+		}
+	}
+	return t, true
+}
+
+// since is the share of CPU time that was busy between then and t.
+func (t cpuTimes) since(then cpuTimes) float64 {
+	if t.total <= then.total {
+		return -1
+	}
+	return float64(t.busy-then.busy) / float64(t.total-then.total)
+}

@@ -131,9 +131,14 @@ type fsInfo struct {
 	maxRead, maxWrite uint64
 	lease             uint32
 	layoutTypes       []uint32 // fs_layout_types: the pNFS layouts offered
+	layoutBlksize     uint32   // layout_blksize: the server's preferred I/O size
 }
 
-var fsInfoBits = attrBits(nfs4.FATTR4_LEASE_TIME, nfs4.FATTR4_MAXREAD, nfs4.FATTR4_MAXWRITE, nfs4.FATTR4_FS_LAYOUT_TYPES)
+var fsInfoBits = attrBits(nfs4.FATTR4_LEASE_TIME, nfs4.FATTR4_MAXREAD, nfs4.FATTR4_MAXWRITE,
+	nfs4.FATTR4_FS_LAYOUT_TYPES, nfs4.FATTR4_LAYOUT_BLKSIZE)
+
+// changeBits asks for the change attribute alone.
+var changeBits = attrBits(nfs4.FATTR4_CHANGE)
 
 // decodeFattr walks the attributes present in f in bit order, which is how
 // fattr4 lays them out, and stores those it knows into a and fi (either may
@@ -161,9 +166,11 @@ func decodeFattr(f *nfs4.Fattr4, a *Attr, fi *fsInfo) error {
 			case nfs4.FATTR4_TYPE:
 				a.Type = FileType(d.Uint32())
 			case nfs4.FATTR4_FH_EXPIRE_TYPE, nfs4.FATTR4_RDATTR_ERROR, nfs4.FATTR4_ACLSUPPORT,
-				nfs4.FATTR4_MAXLINK, nfs4.FATTR4_MAXNAME, nfs4.FATTR4_LAYOUT_BLKSIZE,
+				nfs4.FATTR4_MAXLINK, nfs4.FATTR4_MAXNAME,
 				nfs4.FATTR4_LAYOUT_ALIGNMENT, nfs4.FATTR4_CLONE_BLKSIZE:
 				d.Uint32()
+			case nfs4.FATTR4_LAYOUT_BLKSIZE:
+				fi.layoutBlksize = d.Uint32()
 			case nfs4.FATTR4_CHANGE:
 				a.Change = d.Uint64()
 			case nfs4.FATTR4_SIZE:

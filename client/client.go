@@ -51,8 +51,13 @@ type Options struct {
 	// any other server it is off by itself.
 	PNFSOff bool
 	// MaxPerDS bounds the requests in flight to each data server, shared
-	// by all Files of the Client. Default 8.
+	// by all Files of the Client. Default 8. Policy.MaxPerDS, when set,
+	// takes precedence.
 	MaxPerDS int
+	// Policy holds the I/O tunables: access method, block size, layout
+	// handling, readahead, cache size. The zero value means the defaults
+	// documented on Policy.
+	Policy Policy
 }
 
 // Client is one NFSv4.1+ client: one client ID, one session, one TCP
@@ -97,7 +102,14 @@ type Client struct {
 	// calls on it instead of redialling (the owner fails over to the MDS).
 	dsRole bool
 	pnfs   *pnfsClient // nil when pNFS is off or the server has none
+
+	pol   Policy     // Options.Policy with the defaults filled in
+	cache *dataCache // AccessCached's cache and AccessODirect's buffers
 }
+
+// Policy returns the policy in effect, with defaults and the server's
+// block size suggestion applied.
+func (c *Client) Policy() Policy { return c.pol }
 
 // Stats counts the client's recovery and pNFS events since Dial.
 type Stats struct {
@@ -174,9 +186,16 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if err := opts.Policy.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Policy.MaxPerDS > 0 {
+		opts.MaxPerDS = opts.Policy.MaxPerDS
+	}
 	if opts.MaxPerDS <= 0 {
 		opts.MaxPerDS = defaultMaxPerDS
 	}
+	opts.Policy.MaxPerDS = opts.MaxPerDS
 	host, _ := os.Hostname()
 	if host == "" {
 		host = "localhost"
@@ -472,6 +491,8 @@ func (c *Client) readFSInfo(ctx context.Context) error {
 	}
 	c.maxRead = min(c.maxRead, maxIOSize)
 	c.maxWrite = min(c.maxWrite, maxIOSize)
+	c.pol = c.opts.Policy.withDefaults(fi.layoutBlksize)
+	c.cache = newDataCache(c, c.pol)
 	c.lease = time.Duration(fi.lease) * time.Second
 	if c.lease <= 0 {
 		c.lease = 90 * time.Second

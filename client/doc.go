@@ -63,11 +63,53 @@
 // a File then returns errors. Calls that were waiting meanwhile are rebuilt
 // with the new stateids and retried.
 //
+// # Access methods and policy
+//
+// How a File moves data is its access method ([Access]), chosen per
+// Client ([Policy].Access in [Options].Policy) and per File
+// ([Client.OpenAccess], [File.SetAccess]):
+//
+//   - AccessDirect (the default) sends each ReadAt and WriteAt to the layout
+//     driver or the metadata server with its offset and length untouched,
+//     and COMMITs at Sync and Close. Small requests cost one round trip
+//     each.
+//   - AccessODirect caches no data but gathers contiguous writes into a
+//     buffer of one block ([Policy].BlockSize), written out when a write is
+//     not contiguous with it, when it is full, and at Sync, Close, Truncate
+//     and reads of its range. Sequential small writes become block-size
+//     WRITEs; reads go to the server.
+//   - AccessCached keeps a data cache of [Policy].CacheSize bytes per
+//     Client with write-back: writes land in the cache, a block that a
+//     write completes goes out at once in the background (up to four
+//     blocks in flight, then the writer waits), and the rest at Sync, Close,
+//     Truncate, Lock/Unlock or under memory pressure. Sequential reads read
+//     [Policy].Readahead ahead. Consistency is close-to-open: Close writes
+//     back and commits, and Open compares the file's change attribute with
+//     the one seen at the last Close by this Client, dropping the cached
+//     data if the file changed.
+//
+// The cache and the gather buffers belong to the Client and are keyed by
+// file handle, so all Files of one Client see each other's writes
+// whatever method each uses (a direct read first writes back what the
+// cache holds for the file; a direct write updates the cached copy). Files
+// of different Clients see each other's writes after close and open.
+// Files opened with O_SYNC always use the direct method. Stat reports the
+// size including data not written back yet.
+//
+// The other [Policy] settings: BlockSize defaults to the server's
+// layout_blksize attribute (Shoal's stripe unit), else 4 MiB; MaxPerDS
+// bounds requests per data server; LayoutFetch asks for layouts at open or
+// at the first I/O; KeepLayouts keeps a layout after Close for the next
+// open of the same file (it can still be recalled); SmallIOThreshold sends
+// smaller requests through the metadata server. A Policy can come from a
+// YAML file ([LoadPolicy]) and command-line flags ([RegisterFlags]).
+// docs/client-policy.md has the measurements behind the defaults.
+//
 // # Consistency and durability
 //
-// The client caches nothing: every Stat goes to the server, every ReadAt
-// reads from it. Close-to-open consistency therefore holds trivially, and
-// so does stronger: a read sees every write the server acknowledged.
+// With AccessDirect the client caches no data: every ReadAt reads from the
+// server, so a read sees every write the server acknowledged. The other
+// methods are described above.
 //
 // Writes are UNSTABLE by default: the server may keep them in memory until
 // [File.Sync] or [File.Close] sends COMMIT. The client does not keep copies

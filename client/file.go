@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -50,6 +52,11 @@ type File struct {
 	layErr      error  // a background layout commit failed; reported by Sync
 	size        uint64 // the file size as far as this File knows
 	sizeKnown   bool
+
+	// Access methods (cache.go). ino is set at open and never changes.
+	ino        *inode
+	acc        atomic.Int32 // Access; never AccessDefault
+	cacheWrote atomic.Bool  // written through the cache or gather buffer
 }
 
 type lockRange struct {
@@ -74,6 +81,10 @@ const maxIOInFlight = 16
 // several clients may overlap). O_SYNC makes every WRITE FILE_SYNC instead
 // of UNSTABLE plus COMMIT at Sync/Close.
 func (c *Client) Open(ctx context.Context, path string, flag int, perm uint32) (*File, error) {
+	return c.open(ctx, path, flag, perm, AccessDefault)
+}
+
+func (c *Client) open(ctx context.Context, path string, flag int, perm uint32, access Access) (*File, error) {
 	parent, name := splitParent(path)
 	if name == "" {
 		return nil, pathErr("open", path, syscall.EISDIR)
@@ -121,16 +132,100 @@ func (c *Client) Open(ctx context.Context, path string, flag int, perm uint32) (
 	if a.Type != TypeRegular {
 		f.layOff = true
 	}
+	return c.opened(ctx, f, &a, access)
+}
+
+// opened finishes Open and OpenHandle: registers the File with the Client
+// and its cache, truncates for O_TRUNC and applies the layout policy.
+func (c *Client) opened(ctx context.Context, f *File, a *Attr, access Access) (*File, error) {
+	if access == AccessDefault {
+		access = c.pol.Access
+	}
+	f.acc.Store(int32(access))
 	c.mu.Lock()
 	c.files[f] = struct{}{}
 	c.mu.Unlock()
-	if flag&os.O_TRUNC != 0 && f.access&nfs4.OPEN4_SHARE_ACCESS_WRITE != 0 && a.Size != 0 {
+	c.cache.register(f, a)
+	if f.flag&os.O_TRUNC != 0 && f.writable() && (a == nil || a.Size != 0) {
 		if err := f.truncate(ctx, 0); err != nil {
 			f.Close()
 			return nil, err
 		}
 	}
+	if c.pnfs != nil {
+		c.pnfs.adoptKept(f)
+		if c.pol.LayoutFetch == LayoutOnOpen {
+			if l := f.layoutFor(ctx); l != nil {
+				f.releaseLayout(l)
+			}
+		}
+	}
 	return f, nil
+}
+
+// OpenAccess is Open with the access method for this File (AccessDefault:
+// the Client's, from Options.Policy.Access).
+func (c *Client) OpenAccess(ctx context.Context, path string, flag int, perm uint32, access Access) (*File, error) {
+	return c.open(ctx, path, flag, perm, access)
+}
+
+// filesOf returns the open Files with handle fh.
+func (c *Client) filesOf(fh []byte) []*File {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var fs []*File
+	for g := range c.files {
+		if bytes.Equal(g.fh, fh) {
+			fs = append(fs, g)
+		}
+	}
+	return fs
+}
+
+// setSize tells every open File of the file with handle fh its new size
+// after a truncate.
+func (c *Client) setSize(fh []byte, size uint64) {
+	for _, g := range c.filesOf(fh) {
+		g.mu.Lock()
+		g.size, g.sizeKnown = size, true
+		g.mu.Unlock()
+	}
+}
+
+// writable reports whether the File was opened for writing.
+func (f *File) writable() bool { return f.access&nfs4.OPEN4_SHARE_ACCESS_WRITE != 0 }
+
+// Access returns the File's access method. O_SYNC Files always behave as
+// AccessDirect, whatever this says.
+func (f *File) Access() Access { return Access(f.acc.Load()) }
+
+// SetAccess switches the File's access method (AccessDefault: back to the
+// Client's). Data the File's old method holds for the file is written back
+// first; an error doing so is returned and the method is left unchanged.
+// It may be called at any time, but I/O racing with it may use either
+// method.
+func (f *File) SetAccess(ctx context.Context, a Access) error {
+	if a == AccessDefault {
+		a = f.c.pol.Access
+	}
+	if a < AccessDirect || a > AccessCached {
+		return pathErr("setaccess", f.path, syscall.EINVAL)
+	}
+	if Access(f.acc.Load()) != a && f.c.cache.pending(f.ino) {
+		if err := f.c.cache.flushAll(ctx, f, f.ino); err != nil {
+			return pathErr("setaccess", f.path, err)
+		}
+	}
+	f.acc.Store(int32(a))
+	return nil
+}
+
+// mode is the access method in effect for the next I/O.
+func (f *File) mode() Access {
+	if f.flag&os.O_SYNC != 0 {
+		return AccessDirect
+	}
+	return Access(f.acc.Load())
 }
 
 // OpenHandle opens an existing file by its file handle (from Lookup or
@@ -152,7 +247,7 @@ func (c *Client) OpenHandle(ctx context.Context, fh []byte, flag int) (*File, er
 			Owner:       nfs4.OpenOwner4{Clientid: cid, Owner: f.openOwner},
 			Openhow:     nfs4.Openflag4{Opentype: nfs4.OPEN4_NOCREATE},
 			Claim:       nfs4.OpenClaim4{Claim: nfs4.CLAIM_FH},
-		}}}
+		}}, getattr(statBits)}
 	})
 	if err != nil {
 		return nil, pathErr("open", name, err)
@@ -160,16 +255,15 @@ func (c *Client) OpenHandle(ctx context.Context, fh []byte, flag int) (*File, er
 	ok := res[1].Opopen.Resok4
 	f.stateid = ok.Stateid
 	c.dropDelegation(f.fh, &ok.Delegation)
-	c.mu.Lock()
-	c.files[f] = struct{}{}
-	c.mu.Unlock()
-	if flag&os.O_TRUNC != 0 && f.access&nfs4.OPEN4_SHARE_ACCESS_WRITE != 0 {
-		if err := f.truncate(ctx, 0); err != nil {
-			f.Close()
-			return nil, err
+	var ap *Attr
+	if a, err := lastAttr(res); err == nil {
+		ap = &a
+		f.size, f.sizeKnown = a.Size, true
+		if a.Type != TypeRegular {
+			f.layOff = true
 		}
 	}
-	return f, nil
+	return c.opened(ctx, f, ap, AccessDefault)
 }
 
 func shareAccess(flag int) uint32 {
@@ -234,20 +328,44 @@ func (f *File) ReadAtContext(ctx context.Context, p []byte, off int64) (int, err
 	if len(p) == 0 {
 		return 0, nil
 	}
-	if l := f.layoutFor(ctx); l != nil {
-		n, err := f.pnfsRead(ctx, l, p, off)
-		f.releaseLayout(l)
-		if err != nil && err != io.EOF {
-			return n, pathErr("read", f.path, err)
+	if _, err := f.ioStateid(); err != nil {
+		return 0, pathErr("read", f.path, err)
+	}
+	var n int
+	var err error
+	if f.mode() == AccessCached {
+		n, err = f.c.cache.read(ctx, f, p, off)
+	} else {
+		// Whatever the cache or a gather buffer holds for the file goes
+		// to the server first (read-your-writes across Files).
+		if f.c.cache.pending(f.ino) {
+			if err := f.c.cache.flushAll(ctx, f, f.ino); err != nil {
+				return 0, pathErr("read", f.path, err)
+			}
 		}
-		return n, err
+		n, err = f.readDirect(ctx, p, off)
+	}
+	if err != nil && err != io.EOF {
+		return n, pathErr("read", f.path, err)
+	}
+	return n, err
+}
+
+// readDirect reads p at off from the data servers or the MDS, as asked.
+func (f *File) readDirect(ctx context.Context, p []byte, off int64) (int, error) {
+	if len(p) >= f.c.pol.SmallIOThreshold {
+		if l := f.layoutFor(ctx); l != nil {
+			n, err := f.pnfsRead(ctx, l, p, off)
+			f.releaseLayout(l)
+			return n, err
+		}
 	}
 	chunk := int(f.c.maxRead)
 	n, err := f.parallel(ctx, len(p), chunk, func(i, lo, hi int) (int, bool, error) {
 		return f.readChunk(ctx, p[lo:hi], off+int64(lo))
 	})
 	if err != nil {
-		return n, pathErr("read", f.path, err)
+		return n, err
 	}
 	if n < len(p) {
 		return n, io.EOF
@@ -354,9 +472,36 @@ func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, er
 	if len(p) == 0 {
 		return 0, nil
 	}
+	if _, err := f.ioStateid(); err != nil {
+		return 0, pathErr("write", f.path, err)
+	}
 	var n int
 	var err error
-	if l := f.layoutFor(ctx); l != nil {
+	switch f.mode() {
+	case AccessCached:
+		f.cacheWrote.Store(true)
+		n, err = f.c.cache.write(ctx, f, p, off)
+	case AccessODirect:
+		f.cacheWrote.Store(true)
+		n, err = f.c.cache.gather(ctx, f, p, off, f.c.pol.BlockSize)
+	default:
+		n, err = f.c.cache.writeThrough(ctx, f, p, off)
+	}
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	return n, pathErr("write", f.path, err)
+}
+
+// writeDirect writes p at off to the data servers or the MDS, as asked.
+func (f *File) writeDirect(ctx context.Context, p []byte, off int64) (int, error) {
+	var n int
+	var err error
+	var l *fileLayout
+	if len(p) >= f.c.pol.SmallIOThreshold {
+		l = f.layoutFor(ctx)
+	}
+	if l != nil {
 		n, err = f.pnfsRun(ctx, l, p, off, true)
 		f.releaseLayout(l)
 		if err == nil && f.flag&os.O_SYNC != 0 {
@@ -373,7 +518,7 @@ func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, er
 	if err == nil && n < len(p) {
 		err = io.ErrShortWrite
 	}
-	return n, pathErr("write", f.path, err)
+	return n, err
 }
 
 func (f *File) writeChunk(ctx context.Context, b []byte, off int64) (int, bool, error) {
@@ -487,38 +632,76 @@ func (f *File) Seek(offset int64, whence int) (int64, error) {
 	return base + offset, nil
 }
 
-// Stat returns the file's current attributes.
+// Stat returns the file's current attributes. While the File's cache or
+// gather buffer holds data not yet written back, the size includes it.
 func (f *File) Stat(ctx context.Context) (Attr, error) {
-	res, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), getattr(statBits)}))
+	a, err := f.statServer(ctx)
 	if err != nil {
 		return Attr{}, pathErr("stat", f.path, err)
 	}
-	a, err := lastAttr(res)
-	return a, pathErr("stat", f.path, err)
+	a.Size = f.c.cache.statSize(f.ino, a.Size)
+	return a, nil
 }
 
-// Truncate changes the file's size.
+func (f *File) statServer(ctx context.Context) (Attr, error) {
+	res, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), getattr(statBits)}))
+	if err != nil {
+		return Attr{}, err
+	}
+	return lastAttr(res)
+}
+
+// Truncate changes the file's size. Cached data of the file is written
+// back first and cached data past the new size dropped.
 func (f *File) Truncate(ctx context.Context, size uint64) error { return f.truncate(ctx, size) }
 
 func (f *File) truncate(ctx context.Context, size uint64) error {
+	if f.ino != nil && f.c.cache.pending(f.ino) {
+		if err := f.c.cache.flushAll(ctx, f, f.ino); err != nil {
+			return pathErr("truncate", f.path, err)
+		}
+	}
+	if f.ino != nil {
+		defer f.c.cache.truncated(f.ino, size)
+	}
 	// Writes through a layout must reach the MDS (LAYOUTCOMMIT) before
 	// the size changes, or a later LAYOUTCOMMIT could extend it again. The
 	// server recalls the layout for the SETATTR; returning it first saves
 	// that round of NFS4ERR_DELAY.
-	f.mu.Lock()
-	if l := f.lay; l != nil {
-		f.startRetireLocked(l, 0)
+	// Other Files of this Client share the server's layout state for the
+	// file: commit theirs too before any of them returns it.
+	if f.c.pnfs != nil {
+		sibs := f.c.filesOf(f.fh)
+		for _, g := range sibs {
+			g.mu.Lock()
+			l := g.lay
+			g.mu.Unlock()
+			if l != nil {
+				if err := g.syncLayout(ctx, l); err != nil {
+					g.mu.Lock()
+					g.layErr = errors.Join(g.layErr, err)
+					g.mu.Unlock()
+				}
+			}
+		}
+		for _, g := range append(sibs, f) {
+			g.mu.Lock()
+			if l := g.lay; l != nil {
+				g.startRetireLocked(l, 0)
+			}
+			g.mu.Unlock()
+		}
+		for _, g := range sibs {
+			g.waitRetired(ctx)
+		}
 	}
-	f.mu.Unlock()
 	f.waitRetired(ctx)
 	_, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
 		sid, _ := f.ioStateid()
 		return []nfs4.NfsArgop4{putfh(f.fh), setattrOp(sid, (&SetAttr{Size: &size}).encode())}
 	})
 	if err == nil {
-		f.mu.Lock()
-		f.size, f.sizeKnown = size, true
-		f.mu.Unlock()
+		f.c.setSize(f.fh, size)
 	}
 	return pathErr("truncate", f.path, err)
 }
@@ -533,7 +716,34 @@ func (f *File) Sync() error { return f.SyncContext(context.Background()) }
 // With pNFS, data written to data servers is committed there (COMMIT to
 // each of them, then LAYOUTCOMMIT to the MDS), and data written through
 // the MDS with a COMMIT to the MDS.
+//
+// Data the Client caches or gathers for the file is written back first,
+// and since any open File of the file may have carried it, every such
+// File of the Client commits.
 func (f *File) SyncContext(ctx context.Context) error {
+	if f.ino == nil {
+		return f.syncOwn(ctx)
+	}
+	errs := []error{pathErr("sync", f.path, f.c.cache.flushAll(ctx, f, f.ino))}
+	f.c.cache.mu.Lock()
+	ws := make([]*File, 0, len(f.ino.writers))
+	for w := range f.ino.writers {
+		if w != f {
+			ws = append(ws, w)
+		}
+	}
+	f.c.cache.mu.Unlock()
+	errs = append(errs, f.syncOwn(ctx))
+	for _, w := range ws {
+		if err := w.syncOwn(ctx); err != nil && !errors.Is(err, ErrClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// syncOwn commits what went out through this File.
+func (f *File) syncOwn(ctx context.Context) error {
 	var errs []error
 	if f.c.pnfs != nil {
 		f.waitRetired(ctx)
@@ -584,14 +794,18 @@ func (f *File) Close() error {
 	}
 	f.mu.Unlock()
 	var errs []error
-	if f.access&nfs4.OPEN4_SHARE_ACCESS_WRITE != 0 {
+	if f.writable() {
 		errs = append(errs, f.SyncContext(ctx))
 	}
+	f.c.cache.unregister(f)
 	f.mu.Lock()
 	locks := append([]lockRange(nil), f.locks...)
 	f.closed = true // no new layouts
 	lay := f.lay
 	f.mu.Unlock()
+	if lay != nil && f.c.pol.KeepLayouts && f.c.pnfs.keep(f, lay) {
+		lay = nil
+	}
 	if lay != nil {
 		// Policy: a File returns its layout when it is closed (the server
 		// would otherwise have to recall it later, for a truncate, a
@@ -611,12 +825,25 @@ func (f *File) Close() error {
 	f.c.mu.Lock()
 	delete(f.c.files, f)
 	f.c.mu.Unlock()
-	_, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
+	// After writes through the cache, the change attribute the next open
+	// compares with is the one after them.
+	noteChange := f.cacheWrote.Load()
+	res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
 		f.mu.Lock()
 		sid := f.stateid
 		f.mu.Unlock()
-		return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_CLOSE, Opclose: &nfs4.CLOSE4args{OpenStateid: sid}}}
+		ops := []nfs4.NfsArgop4{putfh(f.fh)}
+		if noteChange {
+			ops = append(ops, getattr(changeBits))
+		}
+		return append(ops, nfs4.NfsArgop4{Argop: nfs4.OP_CLOSE, Opclose: &nfs4.CLOSE4args{OpenStateid: sid}})
 	})
+	if err == nil && noteChange && len(res) == 3 && res[1].Opgetattr != nil && res[1].Opgetattr.Resok4 != nil {
+		var a Attr
+		if decodeFattr(&res[1].Opgetattr.Resok4.ObjAttributes, &a, nil) == nil {
+			f.c.cache.noteChange(f.ino, a.Change)
+		}
+	}
 	errs = append(errs, pathErr("close", f.path, err))
 	return errors.Join(errs...)
 }
@@ -684,7 +911,21 @@ func lockLen(length uint64) uint64 {
 // two Files conflict even within one Client. If the range is held by
 // someone else, Lock fails with an error matching syscall.EAGAIN unless
 // wait is set, in which case it polls until it gets the lock or ctx ends.
+//
+// Cached data of the file is written back and the clean part dropped once
+// the lock is taken, since the previous holder may have changed the file.
 func (f *File) Lock(ctx context.Context, off, length uint64, write, wait bool) error {
+	err := f.lock(ctx, off, length, write, wait)
+	if err == nil && f.mode() != AccessDirect {
+		if f.c.cache.pending(f.ino) {
+			err = pathErr("lock", f.path, f.c.cache.flushAll(ctx, f, f.ino))
+		}
+		f.c.cache.dropClean(f.ino)
+	}
+	return err
+}
+
+func (f *File) lock(ctx context.Context, off, length uint64, write, wait bool) error {
 	length = lockLen(length)
 	delay := 50 * time.Millisecond
 	for {
@@ -740,7 +981,14 @@ func (f *File) lockOp(cid nfs4.Clientid4, off, length uint64, write, wait, recla
 }
 
 // Unlock releases [off, off+length) (length 0: to the end of the file).
+// Data the Client caches or gathers for the file is written back and
+// committed first, for the next holder of the lock to see.
 func (f *File) Unlock(ctx context.Context, off, length uint64) error {
+	if f.ino != nil && f.c.cache.pending(f.ino) {
+		if err := f.SyncContext(ctx); err != nil {
+			return pathErr("unlock", f.path, err)
+		}
+	}
 	length = lockLen(length)
 	f.mu.Lock()
 	if f.lockStateid == nil {

@@ -86,7 +86,22 @@ func (c *Client) Stat(ctx context.Context, path string) (Attr, error) {
 		return Attr{}, pathErr("stat", path, err)
 	}
 	a, err := lastAttr(res)
+	if err == nil && a.Type == TypeRegular {
+		a.Size = c.cachedSize(a)
+	}
 	return a, pathErr("stat", path, err)
+}
+
+// cachedSize is a's size, or larger when this Client has written data to
+// the file that is not on the server yet.
+func (c *Client) cachedSize(a Attr) uint64 {
+	if c.cache == nil {
+		return a.Size
+	}
+	if ino := c.cache.byFileidLookup(a.Fileid); ino != nil {
+		return c.cache.statSize(ino, a.Size)
+	}
+	return a.Size
 }
 
 // Lstat is Stat; it exists for readers who look for the name.
@@ -247,8 +262,22 @@ func (c *Client) SetAttr(ctx context.Context, path string, sa SetAttr) error {
 	if sa.empty() {
 		return nil
 	}
+	var ino *inode
+	if sa.Size != nil {
+		// A size change must not be undone by cached data written back
+		// later, nor leave stale cached data past the new end.
+		if ino = c.cache.lookupPath(ctx, c, path); ino != nil && c.cache.pending(ino) {
+			if err := c.cache.flushAll(ctx, nil, ino); err != nil {
+				return pathErr("setattr", path, err)
+			}
+		}
+	}
 	ops := append(c.walk(splitPath(path)), setattrOp(nfs4.Stateid4{}, sa.encode()))
 	_, err := c.call(ctx, fixed(ops))
+	if err == nil && ino != nil {
+		c.cache.truncated(ino, *sa.Size)
+		c.setSize([]byte(ino.key), *sa.Size)
+	}
 	return pathErr("setattr", path, err)
 }
 

@@ -51,6 +51,12 @@ type pnfsClient struct {
 	mu      sync.Mutex
 	devices map[layout.DeviceID]*deviceEntry
 	servers map[string]*dataServer
+	kept    map[string]keptLayout // by file handle: layouts kept after Close
+	// lsid is the newest layout stateid seen per file handle. The server
+	// has one layout stateid per client and file, so Files of one Client
+	// that each hold a layout of the same file share it, and every
+	// LAYOUTGET by one of them moves its seqid for all.
+	lsid map[string]nfs4.Stateid4
 	closed  bool
 	wg      sync.WaitGroup // background layout returns
 }
@@ -65,6 +71,8 @@ func newPNFSClient(c *Client, types []uint32) *pnfsClient {
 				c: c, driver: d, typ: nfs4.Layouttype4(t),
 				devices: map[layout.DeviceID]*deviceEntry{},
 				servers: map[string]*dataServer{},
+				kept:    map[string]keptLayout{},
+				lsid:    map[string]nfs4.Stateid4{},
 			}
 		}
 	}
@@ -409,6 +417,7 @@ func (f *File) getLayout(ctx context.Context, p *pnfsClient) (*fileLayout, error
 		return nil, errors.New("nfs: LAYOUTGET: empty reply")
 	}
 	f.c.stats.layoutGets.Add(1)
+	p.noteLayoutStateid(f.fh, ok.LogrStateid)
 	l := &fileLayout{
 		stateid: ok.LogrStateid, iomode: iomode,
 		devs: map[layout.DeviceID]layout.Device{}, writes: map[string]*dsWrite{},
@@ -846,13 +855,59 @@ func (f *File) waitRetired(ctx context.Context) {
 
 func (f *File) layoutStateid(l *fileLayout) nfs4.Stateid4 {
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	return l.stateid
+	sid := l.stateid
+	f.mu.Unlock()
+	p := f.c.pnfs
+	p.mu.Lock()
+	if t, ok := p.lsid[string(f.fh)]; ok && t.Other == sid.Other && seqNewer(t.Seqid, sid.Seqid) {
+		sid = t
+	}
+	p.mu.Unlock()
+	return sid
+}
+
+// noteLayoutStateid records a layout stateid the server sent for f's file.
+func (p *pnfsClient) noteLayoutStateid(fh []byte, sid nfs4.Stateid4) {
+	p.mu.Lock()
+	if t, ok := p.lsid[string(fh)]; !ok || t.Other != sid.Other || seqNewer(sid.Seqid, t.Seqid) {
+		p.lsid[string(fh)] = sid
+	}
+	p.mu.Unlock()
+}
+
+// siblingHolds reports whether another open File of the Client holds a
+// layout of f's file: the server's layout state is shared with it, so f
+// must not return it.
+func (f *File) siblingHolds() bool {
+	c := f.c
+	c.mu.Lock()
+	var sibs []*File
+	for g := range c.files {
+		if g != f && bytes.Equal(g.fh, f.fh) {
+			sibs = append(sibs, g)
+		}
+	}
+	c.mu.Unlock()
+	for _, g := range sibs {
+		g.mu.Lock()
+		holds := (g.lay != nil && !g.lay.invalid) || g.layGetting
+		g.mu.Unlock()
+		if holds {
+			return true
+		}
+	}
+	return false
 }
 
 func (f *File) layoutReturn(ctx context.Context, l *fileLayout) {
 	p := f.c.pnfs
+	if f.siblingHolds() {
+		return // the sibling returns it (or a recall makes it)
+	}
 	sid := f.layoutStateid(l)
+	p.mu.Lock()
+	delete(p.lsid, string(f.fh))
+	p.mu.Unlock()
 	_, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_LAYOUTRETURN, Oplayoutreturn: &nfs4.LAYOUTRETURN4args{
 		LoraLayoutType: p.typ, LoraIomode: nfs4.LAYOUTIOMODE4_ANY,
 		LoraLayoutreturn: nfs4.Layoutreturn4{LrReturntype: nfs4.LAYOUTRETURN4_FILE, LrLayout: &nfs4.LayoutreturnFile4{
@@ -988,11 +1043,103 @@ func (p *pnfsClient) recall(a *nfs4.CBLAYOUTRECALL4args) nfs4.Nfsstat4 {
 		}
 		f.mu.Unlock()
 	}
+	if fh != nil && sid != nil {
+		p.noteLayoutStateid(fh, *sid)
+	}
+	if p.recallKept(fh, sid) {
+		matched = true
+	}
 	if !matched {
 		return nfs4.NFS4ERR_NOMATCHING_LAYOUT
 	}
 	c.stats.layoutRecalls.Add(1)
 	return nfs4.NFS4_OK
+}
+
+// keptLayout is a layout kept after its File was closed
+// (Policy.KeepLayouts), committed and unused, waiting for the next File
+// of the same file. owner is the closed File, which can still return it.
+type keptLayout struct {
+	owner *File
+	l     *fileLayout
+}
+
+// keep keeps f's layout l after Close instead of returning it. It reports
+// false if l cannot be kept (it is being returned already).
+func (p *pnfsClient) keep(f *File, l *fileLayout) bool {
+	f.mu.Lock()
+	if l.invalid || l.users > 0 || f.lay != l {
+		f.mu.Unlock()
+		return false
+	}
+	f.lay = nil
+	f.mu.Unlock()
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return false
+	}
+	old, had := p.kept[string(f.fh)]
+	p.kept[string(f.fh)] = keptLayout{owner: f, l: l}
+	p.mu.Unlock()
+	if had {
+		p.returnKept(old)
+	}
+	return true
+}
+
+// adoptKept gives f the layout kept for its file, if any.
+func (p *pnfsClient) adoptKept(f *File) {
+	p.mu.Lock()
+	k, ok := p.kept[string(f.fh)]
+	delete(p.kept, string(f.fh))
+	p.mu.Unlock()
+	if !ok {
+		return
+	}
+	f.mu.Lock()
+	fits := f.lay == nil && !f.closed && (k.l.iomode == nfs4.LAYOUTIOMODE4_RW || !f.writable())
+	if fits {
+		f.lay = k.l
+	}
+	f.mu.Unlock()
+	if !fits {
+		p.returnKept(k)
+	}
+}
+
+// returnKept returns a kept layout in the background.
+func (p *pnfsClient) returnKept(k keptLayout) {
+	p.goBG(func() {
+		ctx, cancel := context.WithTimeout(p.c.ctx, 30*time.Second)
+		defer cancel()
+		k.owner.layoutReturn(ctx, k.l)
+	})
+}
+
+// recallKept hands back the kept layouts a recall of fh (nil: all) asks
+// for, and reports whether there were any.
+func (p *pnfsClient) recallKept(fh []byte, sid *nfs4.Stateid4) bool {
+	p.mu.Lock()
+	var ks []keptLayout
+	for key, k := range p.kept {
+		if fh == nil || key == string(fh) {
+			ks = append(ks, k)
+			delete(p.kept, key)
+		}
+	}
+	p.mu.Unlock()
+	for _, k := range ks {
+		if sid != nil {
+			k.owner.mu.Lock()
+			if k.l.stateid.Other == sid.Other && seqNewer(sid.Seqid, k.l.stateid.Seqid) {
+				k.l.stateid = *sid
+			}
+			k.owner.mu.Unlock()
+		}
+		p.returnKept(k)
+	}
+	return len(ks) > 0
 }
 
 // seqNewer reports whether stateid seqid a is after b (RFC 8881 §8.2.2:

@@ -22,23 +22,31 @@
 // Entry and attribute timeouts are one second: a change made by another
 // NFS client becomes visible to stat(2) within a second, at the price of
 // one GETATTR per object per second of activity. Negative entries are not
-// cached at all, so a file created elsewhere is visible at once. The
-// access method ([Access]) decides what the kernel does with file data:
+// cached at all, so a file created elsewhere is visible at once.
+//
+// The access method ([Access]) decides what the kernel does with file
+// data, and selects the client library's access method of the same name
+// for what happens below it:
 //
 //   - [AccessCached] uses the kernel page cache. Open revalidates it by the
 //     NFS change attribute (close-to-open consistency): if the change
 //     attribute is the one seen at the previous open, the cache is kept
-//     (FOPEN_KEEP_CACHE), otherwise it is dropped.
+//     (FOPEN_KEEP_CACHE), otherwise it is dropped. The library caches and
+//     writes back in blocks (client.AccessCached).
 //   - [AccessODirect] uses the page cache but drops it at every open, and
 //     honours O_DIRECT opens by bypassing it for them (FOPEN_DIRECT_IO).
+//     The library gathers small contiguous writes (client.AccessODirect).
 //   - [AccessDirect] bypasses the page cache for every open: each read(2)
-//     and write(2) becomes READ/WRITE calls of the client library.
+//     and write(2) becomes one ReadAt or WriteAt of the library, which
+//     sends it on unchanged (client.AccessDirect).
 //
-// Writes are never cached by the kernel (no writeback cache): each write(2)
-// is an UNSTABLE WRITE, and close(2) sends COMMIT if anything was written
-// through the descriptor, so errors surface at close as NFS users expect.
-// The access flag is the seam where the client's own access methods (its
-// data caching and direct-to-data-server I/O) will plug in.
+// The kernel's writeback cache is never used: each write(2) reaches the
+// library at once. close(2) makes the library write back and COMMIT what
+// was written through the descriptor, so errors surface at close as NFS
+// users expect and another client that opens the file afterwards sees the
+// data. stat(2) of a file that is open asks the open File, so sizes count
+// data the library still holds. pNFS is the library's business: with a
+// server that offers layouts, I/O goes to the data servers.
 //
 // # Identity
 //
@@ -64,7 +72,7 @@
 // client, the mount therefore renames a file that is unlinked (or renamed
 // over) while open to a hidden ".shoal-silly.*" name in the same directory
 // and removes it at the last close.
-
+//
 // # Locks
 //
 // POSIX record locks (fcntl F_SETLK/F_SETLKW/F_GETLK) and flock(2) are

@@ -39,8 +39,9 @@ var (
 )
 
 func newHandle(f *client.File, c *client.Client, n *node) *handle {
-	n.opened()
-	return &handle{f: f, c: c, n: n, fsys: n.fsys}
+	h := &handle{f: f, c: c, n: n, fsys: n.fsys}
+	n.opened(h)
+	return h
 }
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
@@ -75,7 +76,7 @@ func (h *handle) sync(ctx context.Context) syscall.Errno {
 
 // Flush runs at every close(2) of a descriptor: commit what was written,
 // so that write errors reach close and the data is durable (close-to-open).
-func (h *handle) Flush(ctx context.Context) syscall.Errno { return h.sync(ctx) }
+func (h *handle) Flush(ctx context.Context) syscall.Errno { return h.sync(mutating(ctx)) }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	h.dirty.Store(true) // commit even if an earlier Flush already did: it is cheap
@@ -85,7 +86,8 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 // Release runs when the last descriptor is gone. Its error cannot reach
 // the application, so it is only logged.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
-	defer h.n.released(ctx)
+	ctx = mutating(ctx)
+	defer h.n.released(ctx, h)
 	if err := h.f.Close(); err != nil {
 		h.fsys.log.Warn("closing nfs file", "path", h.f.Name(), "err", err)
 		return toErrno(err)
@@ -140,7 +142,7 @@ func (h *handle) setlk(ctx context.Context, lk *fuse.FileLock, flags uint32, wai
 }
 
 func (h *handle) Setlk(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {
-	return h.setlk(ctx, lk, flags, false)
+	return h.setlk(mutating(ctx), lk, flags, false)
 }
 
 func (h *handle) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, flags uint32) syscall.Errno {

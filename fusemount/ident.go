@@ -80,6 +80,9 @@ func (f *fsys) clientFor(ctx context.Context, id ident) (*client.Client, error) 
 
 	opts := f.cfg.Client
 	opts.UID, opts.GID, opts.Root = id.uid, id.gid, f.cfg.Root
+	if opts.Policy.Access == client.AccessDefault {
+		opts.Policy.Access = f.cfg.Access.client()
+	}
 	if opts.Logger == nil {
 		opts.Logger = f.log
 	}

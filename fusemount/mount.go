@@ -45,6 +45,20 @@ func (a Access) String() string {
 	return fmt.Sprintf("Access(%d)", int(a))
 }
 
+// client is the client library's access method that goes with a:
+// the mount's method decides what the kernel caches, the library's what
+// it caches and gathers below that.
+func (a Access) client() client.Access {
+	switch a {
+	case AccessCached:
+		return client.AccessCached
+	case AccessODirect:
+		return client.AccessODirect
+	default:
+		return client.AccessDirect
+	}
+}
+
 // ParseAccess parses "cached", "odirect" or "direct".
 func ParseAccess(s string) (Access, error) {
 	for a, name := range accessNames {
@@ -79,6 +93,11 @@ func ParseURL(raw string) (addr, path string, err error) {
 	return net.JoinHostPort(host, port), path, nil
 }
 
+// maxIO is the largest FUSE READ or WRITE: one NFS READ or WRITE at the
+// usual 1 MiB server limit or below, and small enough that a reply plus
+// its header fits the default 1 MiB pipe go-fuse splices through.
+const maxIO = 512 << 10
+
 // Timeout is the kernel's entry and attribute cache lifetime.
 const Timeout = time.Second
 
@@ -100,7 +119,8 @@ type Config struct {
 	// AllowOther lets users other than the mounting one use the mount.
 	AllowOther bool
 	// Client is the template for every client connection; its UID, GID and
-	// Root are overwritten.
+	// Root are overwritten, and Policy.Access, if left at AccessDefault,
+	// is set from Access.
 	Client client.Options
 	// Logger receives diagnostics. Default: slog.Default().
 	Logger *slog.Logger
@@ -158,7 +178,7 @@ func New(ctx context.Context, dir string, cfg Config) (*Mount, error) {
 			Name:          "shoal",
 			EnableLocks:   true,
 			DisableXAttrs: true,
-			MaxWrite:      1 << 20,
+			MaxWrite:      maxIO,
 			Debug:         cfg.Debug,
 		},
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -31,6 +32,8 @@ type node struct {
 	// file while it was open (see sillyRename), removed by sillyClient at
 	// the last Release.
 	opens       int
+	handles     map[*handle]struct{} // the open handles, for Getattr
+	idle        chan struct{}        // closed when opens drops to zero
 	silly       string
 	sillyClient *client.Client
 }
@@ -102,6 +105,17 @@ func (n *node) target(ctx context.Context, name string) (*client.Client, string,
 	return c, p, errno
 }
 
+// mutating shields an operation that changes the server's state from
+// FUSE interrupts. The kernel interrupts a request whenever its caller gets
+// a signal (Go programs get SIGURG for preemption all the time), and
+// returns EINTR to the program if the file system does; the program then
+// retries (Go's os package always does). Had the server already carried
+// out the abandoned call, the retry fails (ENOENT after an unlink, EEXIST
+// after a create) for an operation that in fact succeeded. So changes run
+// to completion; only waits that may be endless (lock waits) and reads
+// stay interruptible.
+func mutating(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
 func typeBits(t client.FileType) uint32 {
 	switch t {
 	case client.TypeDir:
@@ -123,7 +137,7 @@ func typeBits(t client.FileType) uint32 {
 
 // blockSize is the st_blksize reported: the largest FUSE request, so that
 // cp and friends use whole-request buffers.
-const blockSize = 1 << 20
+const blockSize = maxIO
 
 func fillAttr(a *client.Attr, out *fuse.Attr) {
 	out.Ino = a.Fileid
@@ -167,7 +181,15 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	var a client.Attr
-	if h, ok := f.(*handle); ok {
+	h, ok := f.(*handle)
+	if !ok && n.fsys.cfg.Access != AccessDirect {
+		// stat(2) of an open file: ask an open File, which counts data
+		// the client library still holds back (cached and odirect
+		// methods) and works after the name is gone.
+		h = n.anyHandle()
+		ok = h != nil
+	}
+	if ok {
 		var err error
 		if a, err = h.f.Stat(ctx); err != nil {
 			return toErrno(err)
@@ -196,6 +218,7 @@ func stat(ctx context.Context, c *client.Client, p string) (client.Attr, syscall
 }
 
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx = mutating(ctx)
 	var sa client.SetAttr
 	set := false
 	if m, ok := in.GetMode(); ok {
@@ -255,6 +278,7 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = mutating(ctx)
 	c, p, errno := n.target(ctx, name)
 	if errno != 0 {
 		return nil, errno
@@ -273,6 +297,7 @@ type mknoder interface {
 }
 
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = mutating(ctx)
 	c, p, errno := n.target(ctx, name)
 	if errno != 0 {
 		return nil, errno
@@ -332,6 +357,7 @@ func (n *node) fuseFlags(flags uint32, a *client.Attr) uint32 {
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	ctx = mutating(ctx)
 	c, p, errno := n.target(ctx, name)
 	if errno != 0 {
 		return nil, nil, 0, errno
@@ -358,6 +384,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	ctx = mutating(ctx)
 	c, errno := n.fsys.client(ctx)
 	if errno != 0 {
 		return nil, 0, errno
@@ -385,6 +412,7 @@ func (n *node) remove(ctx context.Context, name string) syscall.Errno {
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	ctx = mutating(ctx)
 	c, p, errno := n.target(ctx, name)
 	if errno != 0 {
 		return errno
@@ -411,6 +439,19 @@ func (n *node) sillyRename(ctx context.Context, c *client.Client, name string) (
 	}
 	cn.mu.Lock()
 	defer cn.mu.Unlock()
+	if cn.opens > 0 && cn.silly == "" {
+		// The kernel sends RELEASE asynchronously after the last
+		// close(2), so a file closed a moment ago may still look open:
+		// give a pending release a little time before hiding the file.
+		idle := cn.idle
+		cn.mu.Unlock()
+		select {
+		case <-idle:
+		case <-time.After(releaseGrace):
+		case <-ctx.Done():
+		}
+		cn.mu.Lock()
+	}
 	if cn.opens == 0 || cn.silly != "" {
 		return false, 0
 	}
@@ -431,15 +472,38 @@ func (n *node) sillyRename(ctx context.Context, c *client.Client, name string) (
 
 // opened and released count a node's open handles; the last release
 // removes a silly-renamed file.
-func (n *node) opened() {
+func (n *node) opened(h *handle) {
 	n.mu.Lock()
+	if n.opens == 0 {
+		n.idle = make(chan struct{})
+		n.handles = make(map[*handle]struct{})
+	}
 	n.opens++
+	n.handles[h] = struct{}{}
 	n.mu.Unlock()
 }
 
-func (n *node) released(ctx context.Context) {
+// anyHandle returns one of the node's open handles, or nil.
+func (n *node) anyHandle() *handle {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for h := range n.handles {
+		return h
+	}
+	return nil
+}
+
+// releaseGrace is how long Unlink waits for a pending RELEASE.
+const releaseGrace = 100 * time.Millisecond
+
+func (n *node) released(ctx context.Context, h *handle) {
 	n.mu.Lock()
 	n.opens--
+	delete(n.handles, h)
+	if n.opens == 0 {
+		close(n.idle)
+		n.idle = nil
+	}
 	var silly string
 	var c *client.Client
 	if n.opens == 0 && n.silly != "" {
@@ -454,9 +518,12 @@ func (n *node) released(ctx context.Context) {
 	}
 }
 
-func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno { return n.remove(ctx, name) }
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return n.remove(mutating(ctx), name)
+}
 
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	ctx = mutating(ctx)
 	np, ok := newParent.(*node)
 	if !ok {
 		return syscall.EXDEV
@@ -488,12 +555,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return errno
 		}
 	}
-	err := c.Rename(ctx, from, to)
-	n.fsys.log.Warn("DEBUG rename", "from", from, "to", to, "err", err)
-	return toErrno(err)
+	return toErrno(c.Rename(ctx, from, to))
 }
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = mutating(ctx)
 	t, ok := target.(*node)
 	if !ok {
 		return nil, syscall.EXDEV
@@ -513,6 +579,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = mutating(ctx)
 	c, p, errno := n.target(ctx, name)
 	if errno != 0 {
 		return nil, errno

@@ -58,7 +58,13 @@ fi
 
 if [ "$SHOAL_KERNEL" = "1" ]; then
 	step "Linux kernel client in qemu"
-	gotestsum --format standard-verbose --jsonfile /tmp/shoal-kernel.json -- -count=1 -timeout 30m ./test/kernel/
+	# Shoal runs twice: `shoal serve`, then the pNFS cluster (`shoal up`,
+	# 4 data servers). A list of kinds runs in one `go test` (subtests
+	# TestKernel/shoal/... and TestKernel/shoal-pnfs/...), so one JSON file.
+	kinds=$SHOAL_KERNEL_SERVER
+	[ "$kinds" = shoal ] && kinds=shoal,shoal-pnfs
+	SHOAL_KERNEL_SERVER=$kinds gotestsum --format standard-verbose --jsonfile /tmp/shoal-kernel.json -- \
+		-count=1 -timeout 45m ./test/kernel/
 fi
 
 step "summary"

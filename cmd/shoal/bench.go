@@ -26,6 +26,7 @@ func newBenchCmd() *cobra.Command {
 		depth, files, reps, serverPID, clients                     int
 		timeout                                                    time.Duration
 		quick, keep                                                bool
+		x                                                          benchExtra
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -43,8 +44,20 @@ minimum and maximum. With --addr it benchmarks a running server instead.
 --transfer calls (timed until COMMIT and CLOSE), and after all writers
 finished read them back; with pNFS on and off (--pnfs), --reps times. It
 prints aggregate MB/s per data-server count and mode, with the CPU use of
-the servers and of the clients.`,
-		Example: `  shoal bench
+the servers and of the clients. --shared (one file, a segment per client),
+--random and --stonewall select IOR's other modes.
+
+--testbed (a running "shoal testbed") or --testbed-up (one brought up per
+--ds count at --rate, torn down after) run ior and --workloads meta
+(mdtest- and postmark-like small-file work) on the emulated cluster: each
+client process in a client namespace of its own, each cell with the link
+ceiling and the machine's CPU use. --target ganesha measures NFS-Ganesha
+run in the MDS namespace instead. "shoal bench plot" draws the plots of a
+directory of JSON reports; scripts/bench-papers.sh runs every sweep.`,
+		Example: `  shoal bench --testbed-up --ds 1,2,4,6 --clients 8 --rate 1gbit --workloads ior --block 128MiB --stonewall 20s --json ds.json
+  shoal bench --testbed --ds 6 --clients 8 --workloads meta --target ganesha --json meta-ganesha.json
+  shoal bench plot --dir docs/bench
+  shoal bench
   shoal bench --quick --targets shoal
   shoal bench --workloads ior --ds 1,2,4 --pnfs on,off --clients 4 --block 256MiB --transfer 1MiB --reps 3 --json ior.json
   shoal bench --workloads ior --quick
@@ -54,8 +67,21 @@ the servers and of the clients.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f := cmd.Flags()
 			ior := slices.Contains(groups, bench.IOR)
-			groups = slices.DeleteFunc(slices.Clone(groups), func(g string) bool { return g == bench.IOR })
-			classic := !ior || len(groups) > 0
+			meta := slices.Contains(groups, groupMeta)
+			groups = slices.DeleteFunc(slices.Clone(groups), func(g string) bool { return g == bench.IOR || g == groupMeta })
+			classic := (!ior && !meta) || len(groups) > 0
+			if x.testbed || x.testbedUp {
+				if classic {
+					return errors.New("--testbed runs only the ior and meta workloads (--workloads ior,meta)")
+				}
+				return runTestbedBench(cmd, x, ior, meta, quick, dsCounts, pnfs, clients, block, transfer, reps, timeout, files, jsonOut, script)
+			}
+			if x.target != bench.TargetShoal {
+				return errors.New("--target ganesha needs --testbed or --testbed-up (on loopback use --targets)")
+			}
+			if meta {
+				return errors.New("--workloads meta runs on the testbed (--testbed or --testbed-up)")
+			}
 			var iorCfg *bench.IORConfig
 			if ior {
 				if addr != "" {
@@ -66,6 +92,9 @@ the servers and of the clients.`,
 				}
 				c, err := iorConfig(f.Changed, quick, dsCounts, pnfs, clients, block, transfer, reps, timeout)
 				if err != nil {
+					return err
+				}
+				if err := x.applyIOR(&c); err != nil {
 					return err
 				}
 				c.Progress = cmd.ErrOrStderr()
@@ -120,9 +149,9 @@ the servers and of the clients.`,
 	fl.StringVar(&size, "size", "1GiB", "size of the sequentially written and read file")
 	fl.StringVar(&block, "block", "1MiB", "size of each READ and WRITE request; ior: how much each client writes and reads (default 256MiB)")
 	fl.IntVar(&depth, "depth", 16, "sequential READ/WRITE requests in flight at once")
-	fl.IntVar(&files, "files", 2000, "number of files for the create, stat and remove rates")
+	fl.IntVar(&files, "files", 2000, "number of files for the create, stat and remove rates; meta: files per client (default 500)")
 	fl.IntVar(&reps, "reps", 3, "repetitions of each measurement (the median is reported)")
-	fl.StringSliceVar(&groups, "workloads", nil, "workload groups to run: seq (write+read), small (create, stat, remove), ior (pNFS scaling); default seq,small")
+	fl.StringSliceVar(&groups, "workloads", nil, "workload groups to run: seq (write+read), small (create, stat, remove), ior (pNFS scaling), meta (mdtest- and postmark-like, testbed only); default seq,small")
 	fl.IntSliceVar(&dsCounts, "ds", []int{1, 2, 4}, "ior: data-server counts, a fresh cluster each")
 	fl.StringSliceVar(&pnfs, "pnfs", []string{"on", "off"}, "ior: client modes: on (I/O to the data servers), off (all I/O through the MDS)")
 	fl.IntVar(&clients, "clients", 4, "ior: client processes, one file each")
@@ -134,7 +163,8 @@ the servers and of the clients.`,
 	fl.StringVar(&profDir, "cpuprofile", "", "write CPU profiles of the Shoal server and of this client into this directory")
 	fl.StringVar(&script, "ganesha-script", "", "path of scripts/ganesha.sh (default: looked up from the working directory)")
 	fl.BoolVar(&keep, "keep", false, "keep the servers' temporary directories (data, logs) for inspection")
-	cmd.AddCommand(newBenchClientCmd())
+	x.flags(fl)
+	cmd.AddCommand(newBenchClientCmd(), newBenchPlotCmd())
 	return cmd
 }
 

@@ -44,11 +44,15 @@ By default it runs in the foreground until it is unmounted (shoal umount,
 fusermount3 -u, umount) or receives SIGINT/SIGTERM, on which it unmounts
 cleanly. With --foreground=false it detaches once the mount is up.
 
-Access methods (--access):
+Access methods (--access), each also selecting the client library's method
+of the same name:
   cached   kernel page cache, kept across opens while the file's NFS change
-           attribute is unchanged (close-to-open consistency)
-  odirect  page cache dropped at every open; O_DIRECT opens bypass it
-  direct   no page cache: every read and write goes to the server (direct_io)
+           attribute is unchanged (close-to-open consistency); the library
+           caches and writes back in blocks
+  odirect  page cache dropped at every open; O_DIRECT opens bypass it; the
+           library gathers small contiguous writes
+  direct   no page cache: every read and write goes to the library and on to
+           the server (or its data servers, with pNFS) unchanged
 
 Attributes and directory entries are cached by the kernel for 1 second.
 When run as root with --allow-other, every request uses its caller's uid and
@@ -118,7 +122,7 @@ checks permissions; otherwise all requests use --uid/--gid.`,
 	f.Uint32Var(&uid, "uid", uint32(os.Getuid()), "user id of the NFS credential (all requests, unless --allow-other as root)")
 	f.Uint32Var(&gid, "gid", uint32(os.Getgid()), "group id of the NFS credential")
 	f.BoolVar(&allowOther, "allow-other", false, "let other users use the mount; as root, each request uses its caller's uid/gid")
-	f.BoolVar(&foreground, "foreground", true, "stay in the foreground until unmounted (false: detach once mounted)")
+	f.BoolVar(&foreground, "foreground", true, "stay in the foreground until unmounted (false: detach once mounted; the detached process logs nowhere)")
 	f.BoolVar(&debug, "debug", false, "log every FUSE request")
 	f.Uint32Var(&minor, "minor-version", 0, "NFSv4 minor version (default: highest the server speaks)")
 	return cmd

@@ -34,6 +34,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newBenchCmd())
 	root.AddCommand(newTestbedCmd())
 	root.AddCommand(newMountCmd(), newUmountCmd())
+	root.AddCommand(newCpCmd())
 	addFileCmds(root)
 	return root
 }

@@ -25,9 +25,21 @@
 // is installed, dissected as an independent check of the server's XDR (the
 // "wire" subtest).
 //
+// # pNFS
+//
+// With SHOAL_KERNEL_SERVER=shoal-pnfs the server is `shoal up` (an MDS
+// and four data servers). The checks that need the servers' view come from
+// its Prometheus endpoint: the workload prints "SYNC tag" around the steps
+// to be measured and waits until the driver has scraped the endpoint and
+// typed "OK tag" on the console. The driver then compares the scrapes: each
+// data server's share of the 64 MiB file, and the layout recalls of the
+// truncate and remove steps. Whether the client gave a recalled layout
+// back is read from the capture, because Linux answers a recall of an idle
+// layout with NFS4ERR_NOMATCHING_LAYOUT and sends no LAYOUTRETURN.
+//
 // # Running
 //
 // The test is skipped unless SHOAL_KERNEL=1 or -kernel is given, so that
 // `go test ./...` stays fast. See README.md for the environment variables
-// that select the server (SHOAL_KERNEL_SERVER=ganesha|shoal|cmd).
+// that select the server (SHOAL_KERNEL_SERVER=ganesha|shoal|shoal-pnfs|cmd).
 package kernel

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os/exec"
 	"regexp"
 	"slices"
 	"strconv"
@@ -314,4 +315,78 @@ func (s *snapshots) window(name string) (before, after snapshot, err error) {
 		return nil, nil, fmt.Errorf("no metrics snapshots for %s (before %v, after %v; scrape errors %v)", name, okb, oka, s.errs)
 	}
 	return before, after, nil
+}
+
+// wireEvent is one frame of interest in a capture, in capture order:
+// either a marker LOOKUP of ".mark-TAG" (the guest's host_sync) or the
+// guest's reply to a CB_LAYOUTRECALL.
+type wireEvent struct {
+	mark   string // TAG of a marker, or ""
+	status int    // CB_COMPOUND status of a recall reply
+}
+
+// recallEvents lists the markers and CB_LAYOUTRECALL replies in a capture.
+// The markers delimit the workload's steps on the wire (the capture's
+// clock is qemu's virtual clock, which is not the driver's).
+//
+// The Linux 6.1 client answers a recall of a layout it is not using with
+// NFS4ERR_NOMATCHING_LAYOUT and forgets the layout (initiate_file_draining:
+// no segment in use, nothing to return), which RFC 8881 §12.5.5.1 lets the
+// server treat as returned; only a layout with I/O in flight is answered
+// NFS4_OK and followed by a LAYOUTRETURN.
+func recallEvents(ctx context.Context, capture string, ports []int) ([]wireEvent, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	args := []string{"-n", "-r", capture}
+	for _, p := range ports {
+		args = append(args, "-d", "tcp.port=="+strconv.Itoa(p)+",rpc")
+	}
+	// Replies come from the guest; the server's calls can share a frame
+	// with a reply of the fore channel, so select by source.
+	args = append(args, "-Y", `(nfs.cb.operation == 5 && ip.src == 10.0.2.15) || nfs.pathname.component contains ".mark-"`,
+		"-T", "fields", "-E", "separator=/t", "-e", "nfs.nfsstat4", "-e", "nfs.pathname.component", "-e", "nfs.cb.operation")
+	out, err := exec.CommandContext(ctx, "tshark", args...).Output()
+	if err != nil {
+		return nil, fmt.Errorf("tshark -r %s: %w", capture, err)
+	}
+	return parseRecallEvents(string(out)), nil
+}
+
+func parseRecallEvents(out string) []wireEvent {
+	var evs []wireEvent
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Split(l, "\t")
+		if len(f) < 3 {
+			continue
+		}
+		for _, name := range strings.Split(f[1], ",") {
+			if tag, ok := strings.CutPrefix(name, ".mark-"); ok {
+				evs = append(evs, wireEvent{mark: tag})
+			}
+		}
+		if strings.TrimSpace(f[2]) != "" && f[0] != "" {
+			if st, err := strconv.Atoi(strings.Split(f[0], ",")[0]); err == nil {
+				evs = append(evs, wireEvent{status: st})
+			}
+		}
+	}
+	return evs
+}
+
+// recallsBetween counts the recall replies by status between the markers
+// TAG-before and TAG-after; ok is false if a marker is missing.
+func recallsBetween(evs []wireEvent, tag string) (byStatus map[int]int, ok bool) {
+	in, seenBefore := false, false
+	byStatus = map[int]int{}
+	for _, e := range evs {
+		switch {
+		case e.mark == tag+"-before":
+			in, seenBefore = true, true
+		case e.mark == tag+"-after":
+			return byStatus, seenBefore
+		case in && e.mark == "":
+			byStatus[e.status]++
+		}
+	}
+	return byStatus, false
 }

@@ -344,7 +344,11 @@ step_live_check() {
 	touch /tmp/live.go
 	i=0
 	while [ ! -e /tmp/live.done ] && [ $i -lt 1800 ]; do sleep 0.1; i=$((i + 1)); done
-	[ -e /tmp/live.done ] || die "writer with an fd opened before the crash did not finish"
+	if [ ! -e /tmp/live.done ]; then
+		# Show where the writer is blocked (sysrq w: blocked tasks).
+		echo w >/proc/sysrq-trigger 2>/dev/null && dmesg | sed -n '/sysrq: Show Blocked State/,$p' | tail -n 60
+		die "writer with an fd opened before the crash did not finish"
+	fi
 	[ -e /tmp/live.wrote ] || die "write through an fd opened before the crash failed"
 	[ -e /tmp/live.closed ] || die "close of an fd opened before the crash failed"
 	drop_caches
@@ -454,8 +458,10 @@ step_pnfs_rm() {
 
 # host_sync TAG: with t_pnfs=1 the driver snapshots the servers' metrics
 # when it sees "SYNC TAG" and answers "OK TAG" on the console.
+# The LOOKUP of "$W/.mark-TAG" marks the point in the capture.
 host_sync() {
 	[ "${t_pnfs:-0}" = 1 ] || return 0
+	stat "$W/.mark-$1" >/dev/null 2>&1
 	echo "SYNC $1"
 	read -t 60 reply || echo "no reply from the driver to SYNC $1"
 }

@@ -78,7 +78,7 @@ func startServer(t *testing.T) string {
 }
 
 // startCluster runs a pNFS metadata server with two data servers.
-func startCluster(t *testing.T) string {
+func startCluster(t *testing.T) *localcluster.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -90,7 +90,7 @@ func startCluster(t *testing.T) string {
 		t.Fatalf("localcluster.Start: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return c.MDS.Addr.String()
+	return c
 }
 
 // mountpoint makes a directory that every uid may traverse, so that
@@ -150,7 +150,7 @@ func mount(t *testing.T, addr string, access fusemount.Access) string {
 func TestSingleServer(t *testing.T) {
 	requireFUSE(t)
 	addr := startServer(t)
-	for _, access := range []fusemount.Access{fusemount.AccessCached, fusemount.AccessDirect} {
+	for _, access := range []fusemount.Access{fusemount.AccessCached, fusemount.AccessODirect, fusemount.AccessDirect} {
 		t.Run(access.String(), func(t *testing.T) {
 			mnt := mount(t, addr, access)
 			// Both mounts share the server: each runs in its own directory.
@@ -158,20 +158,34 @@ func TestSingleServer(t *testing.T) {
 			if err := os.Mkdir(dir, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			runSuite(t, dir)
+			runSuite(t, dir, access != fusemount.AccessCached)
 		})
 	}
 }
 
 func TestCluster(t *testing.T) {
 	requireFUSE(t)
-	addr := startCluster(t)
-	runSuite(t, mount(t, addr, fusemount.AccessCached))
+	c := startCluster(t)
+	runSuite(t, mount(t, c.MDS.Addr.String(), fusemount.AccessCached), false)
+	// The file data went the pNFS way: layouts from the metadata server,
+	// WRITEs and READs to both data servers.
+	if n := c.MDS.Server.Stats().Ops["LAYOUTGET"]; n == 0 {
+		t.Error("the metadata server granted no layouts")
+	}
+	for i, ds := range c.DS {
+		if st := ds.Server.Stats(); st.WriteBytes == 0 || st.ReadBytes == 0 {
+			t.Errorf("data server %d: %d bytes written, %d read; want both > 0", i, st.WriteBytes, st.ReadBytes)
+		}
+	}
 }
 
-// runSuite runs every case in its own directory of the mount.
-func runSuite(t *testing.T, mnt string) {
+// runSuite runs every case (or with dataOnly, those that move file data)
+// in its own directory of the mount.
+func runSuite(t *testing.T, mnt string, dataOnly bool) {
 	for _, tc := range suite {
+		if dataOnly && !tc.data {
+			continue
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.root && os.Geteuid() != 0 {
 				t.Skip("needs root")
@@ -225,4 +239,38 @@ func errIs(err, target error) error {
 		return nil
 	}
 	return fmt.Errorf("got error %v, want %v", err, target)
+}
+
+// TestCloseToOpen checks the cached access method across two mounts of one
+// server: a reader that reopens a file sees what another mount wrote and
+// closed, even when the size did not change, and keeps its page cache when
+// nothing changed.
+func TestCloseToOpen(t *testing.T) {
+	requireFUSE(t)
+	addr := startServer(t)
+	a, b := mount(t, addr, fusemount.AccessCached), mount(t, addr, fusemount.AccessCached)
+	pa, pb := filepath.Join(a, "shared"), filepath.Join(b, "shared")
+	steps := []struct {
+		write   bool
+		content string // same length each time: size alone cannot tell
+	}{
+		{true, "first version"},
+		{true, "other version"},
+		{false, "other version"}, // unchanged: the reader keeps its cache
+		{true, "third version"},
+	}
+	for i, s := range steps {
+		if s.write {
+			if err := os.WriteFile(pa, []byte(s.content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := os.ReadFile(pb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != s.content {
+			t.Fatalf("step %d: other mount read %q, want %q", i, got, s.content)
+		}
+	}
 }

@@ -85,7 +85,10 @@ func testLocks(t *testing.T, dir string) {
 	// byte-range locks, so it would meet the fcntl lock above).
 	fp := filepath.Join(dir, "flocked")
 	write(t, fp, "f")
-	ff, err := os.Open(fp)
+	// Read-write: an exclusive flock is a write lock, which NFS grants
+	// only to opens for writing (EBADF otherwise, as with the kernel
+	// NFS client).
+	ff, err := os.OpenFile(fp, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

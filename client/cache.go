@@ -1,0 +1,878 @@
+package client
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"io"
+	"slices"
+	"sync"
+	"time"
+)
+
+// The data cache behind AccessCached and the gather buffer behind
+// AccessODirect.
+//
+// Both live per Client and per file handle (an inode), not per File, so
+// that every File of a Client that has the same file open sees the others'
+// writes (read-your-writes across Files) whatever access method each uses:
+// a direct read first writes back what the cache or the gather buffer holds
+// for the file, a direct write updates the cached copy.
+//
+// The cache is made of pages of pageSize bytes (64 KiB, smaller when the
+// block size is). A page knows one contiguous byte range of its data
+// ("known": read from the server or written by the application) and one
+// dirty range inside it. Keeping a single range each, instead of bitmaps,
+// keeps the bookkeeping of a 4 KiB write to a compare and a copy: a write
+// that would leave a gap in a partly known page first writes the page back
+// and starts over. Write-back collects dirty ranges that run from page to
+// page into requests of up to one block, aligned to block boundaries, so
+// that small application writes reach the server as block-size WRITEs; a
+// block that a write completes is written back in the background at once,
+// so the network works while the application fills the next one.
+//
+// One mutex guards the whole cache: the critical sections are copies of at
+// most one page, and all network I/O happens outside it. Pages being
+// fetched, written back or holding dirty data are never evicted, so a read
+// can never go to the server for a range whose newest bytes are only in
+// memory.
+
+// maxBackground bounds the background write-backs of a Client; past it the
+// writer that completed a block writes it back itself (back-pressure).
+const maxBackground = 4
+
+type dataCache struct {
+	c         *Client
+	pageSize  int
+	runMax    int // largest write-back request, a multiple of pageSize
+	maxPages  int
+	readahead int
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	inodes   map[string]*inode
+	byFileid map[uint64]*inode
+	lru      list.List // *page, most recently used at the front
+	npages   int
+	bg       chan struct{} // background write-back slots
+}
+
+type inode struct {
+	key     string
+	fileid  uint64
+	opens   int
+	writers map[*File]struct{} // open Files with write access
+	pages   map[int64]*page
+	ndirty  int   // pages with dirty data
+	wb      int   // write-back requests in flight
+	err     error // a background write-back failed; reported by Sync/Close
+	size    uint64
+	change  uint64
+	haveChg bool
+	seqEnd  int64 // where the last cached read ended (readahead)
+
+	gmu    sync.Mutex // serializes the gather buffer's users (with its I/O)
+	gbuf   []byte     // guarded by gmu and, for len, by the cache's mu
+	goff   int64
+	gowner *File
+}
+
+type page struct {
+	ino      *inode
+	idx      int64
+	data     []byte
+	klo, khi int // known range
+	dlo, dhi int // dirty range; empty when dlo == dhi
+	wb       int
+	fetching bool
+	stale    bool // written through while fetching: the fetch is not to be trusted
+	elem     *list.Element
+}
+
+func (pg *page) dirty() bool { return pg.dhi > pg.dlo }
+func (pg *page) busy() bool  { return pg.dirty() || pg.wb > 0 || pg.fetching }
+
+func newDataCache(c *Client, pol Policy) *dataCache {
+	ps := 64 << 10
+	for ps > pol.BlockSize && ps > 512 {
+		ps >>= 1
+	}
+	run := max(ps, pol.BlockSize/ps*ps)
+	dc := &dataCache{
+		c: c, pageSize: ps, runMax: run,
+		maxPages:  int(pol.CacheSize / int64(ps)),
+		readahead: pol.Readahead,
+		inodes:    map[string]*inode{},
+		byFileid:  map[uint64]*inode{},
+		bg:        make(chan struct{}, maxBackground),
+	}
+	dc.cond = sync.NewCond(&dc.mu)
+	return dc
+}
+
+// register attaches f to its inode at open and revalidates the cached data
+// with the change attribute (close-to-open: data cached before this open
+// is dropped if the file changed since). a is nil when the open returned
+// no attributes.
+func (dc *dataCache) register(f *File, a *Attr) {
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	key := string(f.fh)
+	ino := dc.inodes[key]
+	if ino == nil {
+		ino = &inode{key: key, writers: map[*File]struct{}{}, pages: map[int64]*page{}, seqEnd: -1}
+		dc.inodes[key] = ino
+	}
+	ino.opens++
+	if f.writable() {
+		ino.writers[f] = struct{}{}
+	}
+	if a != nil {
+		if ino.fileid != a.Fileid {
+			delete(dc.byFileid, ino.fileid)
+			ino.fileid = a.Fileid
+		}
+		dc.byFileid[a.Fileid] = ino
+		if ino.haveChg && ino.change != a.Change {
+			dc.invalidateLocked(ino, 0)
+		}
+		if ino.ndirty == 0 && ino.wb == 0 && len(ino.gbuf) == 0 {
+			ino.size = a.Size
+		} else {
+			ino.size = max(ino.size, a.Size)
+		}
+		ino.change, ino.haveChg = a.Change, true
+	}
+	f.ino = ino
+}
+
+// unregister detaches f at close, after it has written back and committed.
+// It waits for write-backs that may have picked f to carry them.
+func (dc *dataCache) unregister(f *File) {
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	ino := f.ino
+	delete(ino.writers, f)
+	for ino.wb > 0 {
+		dc.cond.Wait()
+	}
+	ino.opens--
+	dc.maybeDropLocked(ino)
+}
+
+func (dc *dataCache) maybeDropLocked(ino *inode) {
+	if ino.opens == 0 && len(ino.pages) == 0 && len(ino.gbuf) == 0 {
+		delete(dc.inodes, ino.key)
+		if dc.byFileid[ino.fileid] == ino {
+			delete(dc.byFileid, ino.fileid)
+		}
+	}
+}
+
+// noteChange records the change attribute after this client's own writes,
+// so that its next open keeps the cache.
+func (dc *dataCache) noteChange(ino *inode, change uint64) {
+	dc.mu.Lock()
+	ino.change, ino.haveChg = change, true
+	dc.mu.Unlock()
+}
+
+// invalidateLocked forgets cached data from byte from on: clean pages go,
+// dirty ones keep only their dirty range.
+func (dc *dataCache) invalidateLocked(ino *inode, from uint64) {
+	for idx, pg := range ino.pages {
+		start := uint64(idx) * uint64(dc.pageSize)
+		if start+uint64(dc.pageSize) <= from {
+			continue
+		}
+		if pg.busy() {
+			if pg.dirty() {
+				pg.klo, pg.khi = pg.dlo, pg.dhi
+			} else if !pg.fetching {
+				pg.klo, pg.khi = 0, 0
+			}
+			continue
+		}
+		if start < from {
+			cut := int(from - start)
+			pg.khi = min(pg.khi, cut)
+			pg.klo = min(pg.klo, pg.khi)
+			continue
+		}
+		dc.removeLocked(pg)
+	}
+	ino.seqEnd = -1
+}
+
+func (dc *dataCache) removeLocked(pg *page) {
+	delete(pg.ino.pages, pg.idx)
+	dc.lru.Remove(pg.elem)
+	dc.npages--
+}
+
+// allocLocked adds a page to ino, evicting a clean one if the cache is
+// full. It returns nil when nothing can be evicted.
+func (dc *dataCache) allocLocked(ino *inode, idx int64) *page {
+	if dc.npages >= dc.maxPages && !dc.evictLocked() {
+		return nil
+	}
+	pg := &page{ino: ino, idx: idx, data: make([]byte, dc.pageSize)}
+	pg.elem = dc.lru.PushFront(pg)
+	ino.pages[idx] = pg
+	dc.npages++
+	return pg
+}
+
+func (dc *dataCache) evictLocked() bool {
+	for e, n := dc.lru.Back(), 0; e != nil && n < dc.npages; e, n = e.Prev(), n+1 {
+		pg := e.Value.(*page)
+		if pg.busy() {
+			continue
+		}
+		dc.removeLocked(pg)
+		dc.maybeDropLocked(pg.ino)
+		return true
+	}
+	return false
+}
+
+// writer picks the File that carries ino's write-back: f if it may write,
+// else any open writer of the same file.
+func (dc *dataCache) writerLocked(ino *inode, f *File) *File {
+	if f != nil && f.writable() {
+		if _, ok := ino.writers[f]; ok {
+			return f
+		}
+	}
+	for w := range ino.writers {
+		return w
+	}
+	return nil
+}
+
+// errNoWriter is a write-back with no File left to carry it (only when an
+// application closes a File while writing through it).
+var errNoWriter = errors.New("nfs: cached data left without an open file to write it back")
+
+// run is one write-back request.
+type run struct {
+	off   int64
+	buf   []byte
+	pages []*page
+}
+
+// flush writes back ino's dirty pages in [lo, hi) (whole pages) and, with
+// wait, waits for every write-back of ino in flight, its own and others'.
+//
+// A page already being written back is left dirty until that write-back
+// is done, so that two WRITEs of the same bytes are never in flight at
+// once (the server could apply them in either order); with wait, flush
+// comes back for such pages.
+func (dc *dataCache) flush(ctx context.Context, f *File, ino *inode, lo, hi int64, wait bool) error {
+	var errs []error
+	for range 64 {
+		dc.mu.Lock()
+		runs, w := dc.collectLocked(ino, f, lo, hi)
+		dc.mu.Unlock()
+		errs = append(errs, dc.writeRuns(ctx, ino, w, runs))
+		if !wait {
+			break
+		}
+		dc.mu.Lock()
+		for ino.wb > 0 {
+			dc.cond.Wait()
+		}
+		errs = append(errs, ino.err)
+		ino.err = nil
+		more := dc.hasDirtyLocked(ino, lo, hi)
+		dc.mu.Unlock()
+		if !more || ctx.Err() != nil {
+			break
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (dc *dataCache) hasDirtyLocked(ino *inode, lo, hi int64) bool {
+	if ino.ndirty == 0 {
+		return false
+	}
+	ps := int64(dc.pageSize)
+	for i, pg := range ino.pages {
+		if pg.dirty() && i*ps < hi && (i+1)*ps > lo {
+			return true
+		}
+	}
+	return false
+}
+
+// collectLocked takes ino's dirty pages in [lo, hi) out of the dirty state
+// into write-back runs.
+func (dc *dataCache) collectLocked(ino *inode, f *File, lo, hi int64) ([]run, *File) {
+	if ino.ndirty == 0 {
+		return nil, nil
+	}
+	ps := int64(dc.pageSize)
+	var idxs []int64
+	if first, last := lo/ps, (hi-1)/ps; hi > lo && last-first < int64(len(ino.pages)) {
+		for i := first; i <= last; i++ {
+			if pg := ino.pages[i]; pg != nil && pg.dirty() && pg.wb == 0 {
+				idxs = append(idxs, i)
+			}
+		}
+	} else {
+		for i, pg := range ino.pages {
+			if pg.dirty() && pg.wb == 0 && i*ps < hi && (i+1)*ps > lo {
+				idxs = append(idxs, i)
+			}
+		}
+		slices.Sort(idxs)
+	}
+	if len(idxs) == 0 {
+		return nil, nil
+	}
+	w := dc.writerLocked(ino, f)
+	if w == nil {
+		ino.err = errors.Join(ino.err, errNoWriter)
+	}
+	var runs []run
+	var cur *run
+	var prev *page
+	for _, i := range idxs {
+		pg := ino.pages[i]
+		start := i*ps + int64(pg.dlo)
+		joins := cur != nil && prev.idx == i-1 && prev.dhi == dc.pageSize && pg.dlo == 0 &&
+			(i*ps)%int64(dc.runMax) != 0 && len(cur.buf)+pg.dhi <= dc.runMax
+		if !joins {
+			runs = append(runs, run{off: start})
+			cur = &runs[len(runs)-1]
+		}
+		cur.buf = append(cur.buf, pg.data[pg.dlo:pg.dhi]...)
+		cur.pages = append(cur.pages, pg)
+		pg.dlo, pg.dhi = 0, 0
+		pg.wb++
+		ino.ndirty--
+		prev = pg
+	}
+	ino.wb += len(runs)
+	return runs, w
+}
+
+// writeRuns sends runs (several at once) and ends their write-back.
+func (dc *dataCache) writeRuns(ctx context.Context, ino *inode, w *File, runs []run) error {
+	if len(runs) == 0 {
+		return nil
+	}
+	errs := make([]error, len(runs))
+	sem := make(chan struct{}, maxBackground)
+	var wg sync.WaitGroup
+	for i := range runs {
+		r := &runs[i]
+		if w == nil {
+			errs[i] = errNoWriter
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			_, errs[i] = w.writeDirect(ctx, r.buf, r.off)
+		}()
+	}
+	wg.Wait()
+	dc.mu.Lock()
+	for i := range runs {
+		for _, pg := range runs[i].pages {
+			pg.wb--
+			if errs[i] != nil && !pg.dirty() {
+				pg.klo, pg.khi = 0, 0 // not on the server: do not serve it either
+			}
+		}
+	}
+	ino.wb -= len(runs)
+	dc.cond.Broadcast()
+	dc.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// flushBackground writes back [lo, hi) of ino in the background if a slot
+// is free, and in the caller otherwise. Errors surface at Sync or Close.
+func (dc *dataCache) flushBackground(f *File, ino *inode, lo, hi int64) {
+	dc.mu.Lock()
+	runs, w := dc.collectLocked(ino, f, lo, hi)
+	dc.mu.Unlock()
+	if len(runs) == 0 {
+		return
+	}
+	note := func(err error) {
+		if err != nil {
+			dc.mu.Lock()
+			ino.err = errors.Join(ino.err, err)
+			dc.mu.Unlock()
+		}
+	}
+	select {
+	case dc.bg <- struct{}{}:
+		dc.c.wg.Add(1)
+		go func() {
+			defer dc.c.wg.Done()
+			defer func() { <-dc.bg }()
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(dc.c.ctx), 2*time.Minute)
+			defer cancel()
+			note(dc.writeRuns(ctx, ino, w, runs))
+		}()
+	default:
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(dc.c.ctx), 2*time.Minute)
+		defer cancel()
+		note(dc.writeRuns(ctx, ino, w, runs))
+	}
+}
+
+// flushAll writes back everything ino holds (gather buffer and dirty
+// pages) and waits for it.
+func (dc *dataCache) flushAll(ctx context.Context, f *File, ino *inode) error {
+	err := dc.flushGather(ctx, ino, 0, -1)
+	return errors.Join(err, dc.flush(ctx, f, ino, 0, 1<<62, true))
+}
+
+// pending reports whether ino holds data not yet on the server.
+func (dc *dataCache) pending(ino *inode) bool {
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	return ino.ndirty > 0 || ino.wb > 0 || len(ino.gbuf) > 0 || ino.err != nil
+}
+
+// cachedWrite is WriteAt for AccessCached.
+func (dc *dataCache) write(ctx context.Context, f *File, p []byte, off int64) (int, error) {
+	ino := f.ino
+	if err := dc.flushGather(ctx, ino, off, int64(len(p))); err != nil {
+		return 0, err
+	}
+	ps := int64(dc.pageSize)
+	pos := 0
+	for tries := 0; pos < len(p); {
+		at := off + int64(pos)
+		idx, po := at/ps, int(at%ps)
+		n := min(dc.pageSize-po, len(p)-pos)
+		dc.mu.Lock()
+		pg := ino.pages[idx]
+		if pg == nil {
+			pg = dc.allocLocked(ino, idx)
+		}
+		if pg == nil {
+			dc.mu.Unlock()
+			// Full of dirty or busy pages: write back, then retry; if even
+			// that does not help, write the rest through.
+			if tries++; tries > 3 {
+				m, err := dc.writeThrough(ctx, f, p[pos:], at)
+				return pos + m, err
+			}
+			if err := dc.makeRoom(ctx, f, ino); err != nil {
+				return pos, err
+			}
+			continue
+		}
+		if pg.fetching {
+			dc.cond.Wait()
+			dc.mu.Unlock()
+			continue
+		}
+		if pg.khi > pg.klo && (po > pg.khi || po+n < pg.klo) {
+			// Would leave a gap in the known range.
+			if pg.busy() {
+				dc.mu.Unlock()
+				if err := dc.flush(ctx, f, ino, idx*ps, (idx+1)*ps, true); err != nil {
+					return pos, err
+				}
+				continue
+			}
+			pg.klo, pg.khi = po, po
+		}
+		if pg.khi == pg.klo {
+			pg.klo, pg.khi = po, po+n
+		} else {
+			pg.klo, pg.khi = min(pg.klo, po), max(pg.khi, po+n)
+		}
+		copy(pg.data[po:po+n], p[pos:pos+n])
+		if !pg.dirty() {
+			pg.dlo, pg.dhi = po, po+n
+			ino.ndirty++
+		} else {
+			pg.dlo, pg.dhi = min(pg.dlo, po), max(pg.dhi, po+n)
+		}
+		dc.lru.MoveToFront(pg.elem)
+		ino.size = max(ino.size, uint64(at)+uint64(n))
+		dirtyPages := ino.ndirty
+		dc.mu.Unlock()
+		pos += n
+		tries = 0
+		// A completed block goes out now; too much dirty data goes out
+		// before the writer may go on.
+		end := at + int64(n)
+		if rm := int64(dc.runMax); end%rm == 0 {
+			if dc.blockDirty(ino, end-rm, end) {
+				dc.flushBackground(f, ino, end-rm, end)
+			}
+		}
+		if dirtyPages > dc.maxPages/2 {
+			if err := dc.flush(ctx, f, ino, 0, 1<<62, false); err != nil {
+				return pos, err
+			}
+		}
+	}
+	return pos, nil
+}
+
+// blockDirty reports whether [lo, hi) is entirely dirty.
+func (dc *dataCache) blockDirty(ino *inode, lo, hi int64) bool {
+	ps := int64(dc.pageSize)
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	for i := lo / ps; i*ps < hi; i++ {
+		pg := ino.pages[i]
+		if pg == nil || pg.dlo != 0 || pg.dhi != dc.pageSize {
+			return false
+		}
+	}
+	return true
+}
+
+// makeRoom writes back ino, and then every inode, until a page can be
+// evicted.
+func (dc *dataCache) makeRoom(ctx context.Context, f *File, ino *inode) error {
+	if err := dc.flush(ctx, f, ino, 0, 1<<62, true); err != nil {
+		return err
+	}
+	dc.mu.Lock()
+	if dc.npages < dc.maxPages || dc.evictLocked() {
+		dc.mu.Unlock()
+		return nil
+	}
+	var others []*inode
+	for _, o := range dc.inodes {
+		if o != ino && o.ndirty > 0 {
+			others = append(others, o)
+		}
+	}
+	dc.mu.Unlock()
+	var errs []error
+	for _, o := range others {
+		errs = append(errs, dc.flush(ctx, nil, o, 0, 1<<62, true))
+	}
+	return errors.Join(errs...)
+}
+
+// writeThrough writes p at off to the server and into the cached pages
+// that know the range. Dirty data of the file goes first, so that its
+// later write-back cannot overwrite p.
+func (dc *dataCache) writeThrough(ctx context.Context, f *File, p []byte, off int64) (int, error) {
+	ino := f.ino
+	if dc.pending(ino) {
+		if err := dc.flushAll(ctx, f, ino); err != nil {
+			return 0, err
+		}
+	}
+	n, err := f.writeDirect(ctx, p, off)
+	dc.update(ino, p[:n], off)
+	return n, err
+}
+
+// update copies freshly written bytes into the cached pages that know
+// their range, and notes the size.
+func (dc *dataCache) update(ino *inode, p []byte, off int64) {
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	ino.size = max(ino.size, uint64(off)+uint64(len(p)))
+	if len(ino.pages) == 0 || len(p) == 0 {
+		return
+	}
+	ps := int64(dc.pageSize)
+	for i := off / ps; i*ps < off+int64(len(p)); i++ {
+		pg := ino.pages[i]
+		if pg == nil {
+			continue
+		}
+		lo, hi := max(off, i*ps), min(off+int64(len(p)), (i+1)*ps)
+		plo, phi := int(lo-i*ps), int(hi-i*ps)
+		switch {
+		case pg.fetching:
+			// The fetch may carry older bytes for the range: let it know.
+			pg.stale = true
+		case plo <= pg.klo && phi >= pg.khi:
+			copy(pg.data[plo:phi], p[lo-off:hi-off])
+			pg.klo, pg.khi = plo, phi
+		case plo >= pg.khi || phi <= pg.klo:
+			// Outside what the page knows; the server has it.
+		default:
+			copy(pg.data[plo:phi], p[lo-off:hi-off])
+			pg.klo, pg.khi = min(pg.klo, plo), max(pg.khi, phi)
+		}
+	}
+}
+
+// read is ReadAt for AccessCached.
+func (dc *dataCache) read(ctx context.Context, f *File, p []byte, off int64) (int, error) {
+	ino := f.ino
+	if err := dc.flushGather(ctx, ino, off, int64(len(p))); err != nil {
+		return 0, err
+	}
+	dc.mu.Lock()
+	size := ino.size
+	dc.mu.Unlock()
+	end := uint64(off) + uint64(len(p))
+	if end > size {
+		// Maybe someone else made the file longer.
+		a, err := f.statServer(ctx)
+		if err != nil {
+			return 0, err
+		}
+		dc.mu.Lock()
+		ino.size = max(ino.size, a.Size)
+		size = ino.size
+		dc.mu.Unlock()
+	}
+	if uint64(off) >= size {
+		return 0, io.EOF
+	}
+	want := len(p)
+	if end > size {
+		want = int(size - uint64(off))
+	}
+	ps := int64(dc.pageSize)
+	pos := 0
+	for pos < want {
+		dc.mu.Lock()
+		seq := ino.seqEnd == off
+		for pos < want {
+			at := off + int64(pos)
+			idx, po := at/ps, int(at%ps)
+			n := min(dc.pageSize-po, want-pos)
+			pg := ino.pages[idx]
+			if pg == nil || pg.fetching || pg.klo > po || pg.khi < po+n {
+				break
+			}
+			copy(p[pos:pos+n], pg.data[po:po+n])
+			dc.lru.MoveToFront(pg.elem)
+			pos += n
+		}
+		if pos == want {
+			ino.seqEnd = off + int64(want)
+			dc.mu.Unlock()
+			break
+		}
+		at := off + int64(pos)
+		first := at / ps
+		if pg := ino.pages[first]; pg != nil && pg.fetching {
+			dc.cond.Wait()
+			dc.mu.Unlock()
+			continue
+		}
+		// Fetch from the missing page to the end of the request, plus
+		// readahead for a sequential reader, within the file and a
+		// quarter of the cache.
+		last := (off + int64(want) - 1) / ps
+		if seq || off == 0 {
+			last = (off + int64(want) + int64(dc.readahead) - 1) / ps
+		}
+		last = min(last, (int64(size)-1)/ps, first+int64(max(1, dc.maxPages/4))-1)
+		var window []*page
+		for i := first; i <= last; i++ {
+			pg := ino.pages[i]
+			if pg == nil {
+				if pg = dc.allocLocked(ino, i); pg == nil {
+					break
+				}
+			} else if pg.fetching || (pg.klo == 0 && pg.khi == dc.pageSize) {
+				break
+			}
+			pg.fetching = true
+			window = append(window, pg)
+		}
+		dc.mu.Unlock()
+		if len(window) == 0 {
+			// No room: read the rest around the cache.
+			if dc.pending(ino) {
+				if err := dc.flushAll(ctx, f, ino); err != nil {
+					return pos, err
+				}
+			}
+			n, err := f.readDirect(ctx, p[pos:want], at)
+			pos += n
+			if err != nil && err != io.EOF {
+				return pos, err
+			}
+			break
+		}
+		start := first * ps
+		buf := make([]byte, len(window)*dc.pageSize)
+		n, err := f.readDirect(ctx, buf, start)
+		if err == io.EOF {
+			err = nil
+		}
+		clear(buf[n:])
+		dc.mu.Lock()
+		for k, pg := range window {
+			pg.fetching = false
+			if err != nil || pg.stale {
+				pg.stale = false
+				if !pg.dirty() && pg.wb == 0 {
+					pg.klo, pg.khi = 0, 0
+				}
+				continue
+			}
+			src := buf[k*dc.pageSize : (k+1)*dc.pageSize]
+			if pg.khi > pg.klo {
+				copy(pg.data[:pg.klo], src[:pg.klo])
+				copy(pg.data[pg.khi:], src[pg.khi:])
+			} else {
+				copy(pg.data, src)
+			}
+			pg.klo, pg.khi = 0, dc.pageSize
+		}
+		dc.cond.Broadcast()
+		dc.mu.Unlock()
+		if err != nil {
+			return pos, err
+		}
+	}
+	if pos < len(p) {
+		return pos, io.EOF
+	}
+	return pos, nil
+}
+
+// truncated drops what the cache holds past size.
+func (dc *dataCache) truncated(ino *inode, size uint64) {
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	dc.invalidateLocked(ino, size)
+	ino.size = size
+	ino.haveChg = false
+}
+
+// dropClean forgets all clean cached data of ino (after a lock is taken:
+// another client may have changed the file under the lock before).
+func (dc *dataCache) dropClean(ino *inode) {
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	dc.invalidateLocked(ino, 0)
+	ino.haveChg = false
+}
+
+// statSize is the size to report for ino: the server's, or the cache's
+// when it holds data not yet written back.
+func (dc *dataCache) statSize(ino *inode, server uint64) uint64 {
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	if ino.ndirty > 0 || ino.wb > 0 || len(ino.gbuf) > 0 {
+		return max(server, ino.size)
+	}
+	return server
+}
+
+// byFile returns the inode of an open file with the given fileid.
+func (dc *dataCache) byFileidLookup(fileid uint64) *inode {
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	return dc.byFileid[fileid]
+}
+
+// --- AccessODirect: the gather buffer. ---
+
+// gather is WriteAt for AccessODirect.
+func (dc *dataCache) gather(ctx context.Context, f *File, p []byte, off int64, block int) (int, error) {
+	ino := f.ino
+	if dc.dirtyPages(ino) {
+		if err := dc.flush(ctx, f, ino, 0, 1<<62, true); err != nil {
+			return 0, err
+		}
+	}
+	ino.gmu.Lock()
+	defer ino.gmu.Unlock()
+	var errs error
+	if len(ino.gbuf) > 0 && (ino.goff+int64(len(ino.gbuf)) != off || ino.gowner != f) {
+		errs = dc.flushGatherLocked(ctx, ino)
+		if errs != nil {
+			return 0, errs
+		}
+	}
+	if len(ino.gbuf) == 0 && len(p) >= block {
+		n, err := f.writeDirect(ctx, p, off)
+		dc.update(ino, p[:n], off)
+		return n, err
+	}
+	done := 0
+	for done < len(p) {
+		if len(ino.gbuf) == 0 {
+			if cap(ino.gbuf) < block {
+				ino.gbuf = make([]byte, 0, block)
+			}
+			ino.goff, ino.gowner = off+int64(done), f
+		}
+		k := min(block-len(ino.gbuf), len(p)-done)
+		dc.mu.Lock()
+		ino.gbuf = append(ino.gbuf, p[done:done+k]...)
+		dc.mu.Unlock()
+		dc.update(ino, p[done:done+k], off+int64(done))
+		done += k
+		if len(ino.gbuf) >= block {
+			if err := dc.flushGatherLocked(ctx, ino); err != nil {
+				return done, err
+			}
+		}
+	}
+	return done, nil
+}
+
+func (dc *dataCache) dirtyPages(ino *inode) bool {
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	return ino.ndirty > 0 || ino.wb > 0
+}
+
+// flushGather writes the gather buffer if it overlaps [off, off+n) (n < 0:
+// whatever it holds).
+func (dc *dataCache) flushGather(ctx context.Context, ino *inode, off, n int64) error {
+	dc.mu.Lock()
+	empty := len(ino.gbuf) == 0
+	dc.mu.Unlock()
+	if empty {
+		return nil
+	}
+	ino.gmu.Lock()
+	defer ino.gmu.Unlock()
+	if len(ino.gbuf) == 0 || (n >= 0 && (off+n <= ino.goff || off >= ino.goff+int64(len(ino.gbuf)))) {
+		return nil
+	}
+	return dc.flushGatherLocked(ctx, ino)
+}
+
+func (dc *dataCache) flushGatherLocked(ctx context.Context, ino *inode) error {
+	if len(ino.gbuf) == 0 {
+		return nil
+	}
+	_, err := ino.gowner.writeDirect(ctx, ino.gbuf, ino.goff)
+	dc.mu.Lock()
+	ino.gbuf = ino.gbuf[:0]
+	ino.gowner = nil
+	dc.mu.Unlock()
+	return err
+}
+
+// lookupPath returns the inode of path if the cache has one.
+func (dc *dataCache) lookupPath(ctx context.Context, c *Client, path string) *inode {
+	dc.mu.Lock()
+	empty := len(dc.inodes) == 0
+	dc.mu.Unlock()
+	if empty {
+		return nil
+	}
+	fh, _, err := c.Lookup(ctx, path)
+	if err != nil {
+		return nil
+	}
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	return dc.inodes[string(fh)]
+}

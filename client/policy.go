@@ -1,0 +1,364 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+	"gopkg.in/yaml.v3"
+)
+
+// Access is how a File moves data between the application and the server.
+// See the package documentation ("Access methods") for the trade-offs.
+type Access int
+
+const (
+	// AccessDefault means "not chosen here": a File takes the Client's
+	// access method, and a Client takes AccessDirect.
+	AccessDefault Access = iota
+	// AccessDirect sends every ReadAt and WriteAt to the layout driver or
+	// the metadata server with its offset and length untouched, and
+	// COMMITs at Sync and Close. Nothing is cached or buffered.
+	AccessDirect
+	// AccessODirect caches no data but gathers contiguous small writes in
+	// a buffer of one block, written when a write is not contiguous with
+	// it, when it is full, and at Sync, Close, Truncate and reads of the
+	// range it holds.
+	AccessODirect
+	// AccessCached keeps a client-side data cache (bounded by
+	// Policy.CacheSize) with write-back in blocks of Policy.BlockSize,
+	// readahead for sequential reads and close-to-open consistency.
+	AccessCached
+)
+
+// String returns the name used in flags and config files.
+func (a Access) String() string {
+	switch a {
+	case AccessDefault:
+		return ""
+	case AccessDirect:
+		return "direct"
+	case AccessODirect:
+		return "odirect"
+	case AccessCached:
+		return "cached"
+	}
+	return fmt.Sprintf("Access(%d)", int(a))
+}
+
+// ParseAccess parses "cached", "odirect" or "direct" ("" is AccessDefault).
+func ParseAccess(s string) (Access, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "":
+		return AccessDefault, nil
+	case "direct":
+		return AccessDirect, nil
+	case "odirect", "o_direct":
+		return AccessODirect, nil
+	case "cached":
+		return AccessCached, nil
+	}
+	return AccessDefault, fmt.Errorf("client: unknown access method %q (want cached, odirect or direct)", s)
+}
+
+// Set implements pflag.Value.
+func (a *Access) Set(s string) error {
+	v, err := ParseAccess(s)
+	if err != nil {
+		return err
+	}
+	*a = v
+	return nil
+}
+
+// Type implements pflag.Value.
+func (a *Access) Type() string { return "access" }
+
+// MarshalText implements encoding.TextMarshaler.
+func (a Access) MarshalText() ([]byte, error) { return []byte(a.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (a *Access) UnmarshalText(b []byte) error { return a.Set(string(b)) }
+
+// LayoutFetch says when a File asks for a pNFS layout.
+type LayoutFetch int
+
+const (
+	// LayoutOnFirstIO asks for the layout at the first read or write (the
+	// default): files opened and closed without I/O cost no LAYOUTGET.
+	LayoutOnFirstIO LayoutFetch = iota
+	// LayoutOnOpen asks for it right after OPEN, so the first I/O does not
+	// wait for LAYOUTGET and GETDEVICEINFO.
+	LayoutOnOpen
+)
+
+// String returns the name used in flags and config files.
+func (l LayoutFetch) String() string {
+	if l == LayoutOnOpen {
+		return "open"
+	}
+	return "first-io"
+}
+
+// Set implements pflag.Value.
+func (l *LayoutFetch) Set(s string) error {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "first-io", "io", "first_io":
+		*l = LayoutOnFirstIO
+	case "open":
+		*l = LayoutOnOpen
+	default:
+		return fmt.Errorf("client: unknown layout fetch %q (want open or first-io)", s)
+	}
+	return nil
+}
+
+// Type implements pflag.Value.
+func (l *LayoutFetch) Type() string { return "when" }
+
+// MarshalText implements encoding.TextMarshaler.
+func (l LayoutFetch) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (l *LayoutFetch) UnmarshalText(b []byte) error { return l.Set(string(b)) }
+
+// Policy holds the client's I/O tunables. The zero value means "all
+// defaults"; each zero field takes the default documented on it (see also
+// DefaultPolicy and docs/client-policy.md for the measurements behind
+// them). A Policy is set per Client in Options.Policy; the access method
+// can also be chosen per File (OpenAccess, File.SetAccess).
+type Policy struct {
+	// Access is the Client's access method for Files that do not choose
+	// one. Default AccessDirect (the behaviour of earlier releases).
+	Access Access `yaml:"access"`
+	// BlockSize is the transfer size the cached and odirect methods
+	// gather writes into and read in. Default: the server's suggestion
+	// (the layout_blksize attribute, which Shoal's metadata server sets
+	// to its stripe unit), else 4 MiB. The direct method ignores it.
+	BlockSize int `yaml:"block_size"`
+	// MaxPerDS bounds the requests in flight to each data server, shared
+	// by all Files of the Client. Default 8. (Options.MaxPerDS is the
+	// older spelling; this field wins when both are set.)
+	MaxPerDS int `yaml:"max_per_ds"`
+	// LayoutFetch says when layouts are fetched. Default LayoutOnFirstIO.
+	LayoutFetch LayoutFetch `yaml:"layout_fetch"`
+	// KeepLayouts keeps a File's layout after Close (committed, not
+	// returned) for the next File of the Client that opens the same file;
+	// the server can still recall it. Default false: layouts are returned
+	// at Close.
+	KeepLayouts bool `yaml:"keep_layouts"`
+	// SmallIOThreshold: requests to the server shorter than this many bytes
+	// go through the metadata server instead of the data servers (one hop
+	// less of setup for tiny I/O; 0 never does). It applies to what is
+	// sent, i.e. after gathering for cached and odirect. Default 0.
+	SmallIOThreshold int `yaml:"small_io_threshold"`
+	// Readahead is how far the cached method reads ahead of a sequential
+	// reader. Default 8 MiB; negative turns readahead off.
+	Readahead int `yaml:"readahead"`
+	// CacheSize bounds the memory of the cached method's data cache,
+	// shared by all Files of the Client. Default 64 MiB.
+	CacheSize int64 `yaml:"cache_size"`
+}
+
+// Defaults of Policy, chosen from BenchmarkAccessMethods (see
+// docs/client-policy.md).
+const (
+	DefaultBlockSize = 4 << 20
+	DefaultReadahead = 8 << 20
+	DefaultCacheSize = 64 << 20
+	// minCacheBlocks is how many blocks the cache holds at least, so that
+	// write-back and readahead can overlap.
+	minCacheBlocks = 4
+)
+
+// DefaultPolicy returns the policy a Client uses when Options.Policy is
+// the zero value, with the server's block size suggestion not applied.
+func DefaultPolicy() Policy {
+	return Policy{
+		Access: AccessDirect, BlockSize: DefaultBlockSize, MaxPerDS: defaultMaxPerDS,
+		LayoutFetch: LayoutOnFirstIO, Readahead: DefaultReadahead, CacheSize: DefaultCacheSize,
+	}
+}
+
+// Validate reports settings that cannot work.
+func (p Policy) Validate() error {
+	var errs []error
+	if p.Access < AccessDefault || p.Access > AccessCached {
+		errs = append(errs, fmt.Errorf("access %d out of range", int(p.Access)))
+	}
+	if p.BlockSize < 0 {
+		errs = append(errs, fmt.Errorf("block_size %d < 0", p.BlockSize))
+	}
+	if p.BlockSize > 64<<20 {
+		errs = append(errs, fmt.Errorf("block_size %d > 64 MiB", p.BlockSize))
+	}
+	if p.MaxPerDS < 0 {
+		errs = append(errs, fmt.Errorf("max_per_ds %d < 0", p.MaxPerDS))
+	}
+	if p.SmallIOThreshold < 0 {
+		errs = append(errs, fmt.Errorf("small_io_threshold %d < 0", p.SmallIOThreshold))
+	}
+	if p.CacheSize < 0 {
+		errs = append(errs, fmt.Errorf("cache_size %d < 0", p.CacheSize))
+	}
+	if p.LayoutFetch != LayoutOnFirstIO && p.LayoutFetch != LayoutOnOpen {
+		errs = append(errs, fmt.Errorf("layout_fetch %d out of range", int(p.LayoutFetch)))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("client: invalid policy: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// withDefaults fills the zero fields. serverBlk is the server's block size
+// suggestion (0: none).
+func (p Policy) withDefaults(serverBlk uint32) Policy {
+	d := DefaultPolicy()
+	if p.Access == AccessDefault {
+		p.Access = d.Access
+	}
+	if p.BlockSize <= 0 {
+		p.BlockSize = d.BlockSize
+		if serverBlk >= 4<<10 && serverBlk <= 64<<20 {
+			p.BlockSize = int(serverBlk)
+		}
+	}
+	if p.MaxPerDS <= 0 {
+		p.MaxPerDS = d.MaxPerDS
+	}
+	switch {
+	case p.Readahead == 0:
+		p.Readahead = d.Readahead
+	case p.Readahead < 0:
+		p.Readahead = 0
+	}
+	if p.CacheSize <= 0 {
+		p.CacheSize = d.CacheSize
+	}
+	if p.CacheSize < int64(minCacheBlocks*p.BlockSize) {
+		p.CacheSize = int64(minCacheBlocks * p.BlockSize)
+	}
+	return p
+}
+
+// LoadPolicy reads a Policy from a YAML file. Keys are the yaml names of
+// the fields (access, block_size, max_per_ds, layout_fetch, keep_layouts,
+// small_io_threshold, readahead, cache_size); sizes are byte counts or
+// strings with a K, M or G suffix ("4M"). Unknown keys are errors.
+func LoadPolicy(path string) (Policy, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return Policy{}, fmt.Errorf("client: loading policy: %w", err)
+	}
+	return ParsePolicy(b)
+}
+
+// ParsePolicy is LoadPolicy on the contents of a file.
+func ParsePolicy(b []byte) (Policy, error) {
+	var raw struct {
+		Access           Access      `yaml:"access"`
+		BlockSize        byteSize    `yaml:"block_size"`
+		MaxPerDS         int         `yaml:"max_per_ds"`
+		LayoutFetch      LayoutFetch `yaml:"layout_fetch"`
+		KeepLayouts      bool        `yaml:"keep_layouts"`
+		SmallIOThreshold byteSize    `yaml:"small_io_threshold"`
+		Readahead        byteSize    `yaml:"readahead"`
+		CacheSize        byteSize    `yaml:"cache_size"`
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&raw); err != nil && !errors.Is(err, io.EOF) {
+		return Policy{}, fmt.Errorf("client: parsing policy: %w", err)
+	}
+	p := Policy{
+		Access: raw.Access, BlockSize: int(raw.BlockSize), MaxPerDS: raw.MaxPerDS,
+		LayoutFetch: raw.LayoutFetch, KeepLayouts: raw.KeepLayouts,
+		SmallIOThreshold: int(raw.SmallIOThreshold), Readahead: int(raw.Readahead),
+		CacheSize: int64(raw.CacheSize),
+	}
+	return p, p.Validate()
+}
+
+// byteSize is a size in bytes that config files and flags may write with a
+// K, M or G suffix (powers of 1024).
+type byteSize int64
+
+func parseByteSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "iB"), "B")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'k', 'K':
+			mult = 1 << 10
+		case 'm', 'M':
+			mult = 1 << 20
+		case 'g', 'G':
+			mult = 1 << 30
+		}
+		if mult > 1 {
+			t = t[:n-1]
+		}
+	}
+	v, err := strconv.ParseInt(t, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	return v * mult, nil
+}
+
+func (b *byteSize) UnmarshalText(t []byte) error {
+	v, err := parseByteSize(string(t))
+	if err != nil {
+		return err
+	}
+	*b = byteSize(v)
+	return nil
+}
+
+// sizeFlag is a pflag.Value for an int or int64 size field.
+type sizeFlag struct {
+	set func(int64)
+	get func() int64
+}
+
+func (s sizeFlag) String() string {
+	if s.get == nil {
+		return "0"
+	}
+	return fmt.Sprint(s.get())
+}
+func (s sizeFlag) Set(v string) error {
+	n, err := parseByteSize(v)
+	if err != nil {
+		return err
+	}
+	s.set(n)
+	return nil
+}
+func (s sizeFlag) Type() string { return "bytes" }
+
+// RegisterFlags adds flags for every Policy setting to fs, writing into p,
+// under the given prefix ("" or e.g. "client-"): access, block-size,
+// max-per-ds, layout-fetch, keep-layouts, small-io-threshold, readahead,
+// cache-size. Sizes accept K, M and G suffixes. Values already in p (say,
+// from LoadPolicy) are the flags' defaults, so flags override a config
+// file when the file is loaded first.
+func RegisterFlags(fs *pflag.FlagSet, prefix string, p *Policy) {
+	fs.Var(&p.Access, prefix+"access", "data access method: cached, odirect or direct")
+	fs.Var(sizeFlag{func(v int64) { p.BlockSize = int(v) }, func() int64 { return int64(p.BlockSize) }},
+		prefix+"block-size", "transfer size for cached/odirect I/O (0: server's layout_blksize, else 4M)")
+	fs.IntVar(&p.MaxPerDS, prefix+"max-per-ds", p.MaxPerDS, "max requests in flight per pNFS data server (0: 8)")
+	fs.Var(&p.LayoutFetch, prefix+"layout-fetch", "when to fetch pNFS layouts: open or first-io")
+	fs.BoolVar(&p.KeepLayouts, prefix+"keep-layouts", p.KeepLayouts, "keep pNFS layouts after close")
+	fs.Var(sizeFlag{func(v int64) { p.SmallIOThreshold = int(v) }, func() int64 { return int64(p.SmallIOThreshold) }},
+		prefix+"small-io-threshold", "send requests smaller than this through the metadata server (0: never)")
+	fs.Var(sizeFlag{func(v int64) { p.Readahead = int(v) }, func() int64 { return int64(p.Readahead) }},
+		prefix+"readahead", "readahead for sequential reads in cached mode (0: 8M, negative: off)")
+	fs.Var(sizeFlag{func(v int64) { p.CacheSize = v }, func() int64 { return p.CacheSize }},
+		prefix+"cache-size", "data cache size for cached mode (0: 64M)")
+}

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/shoalfs/shoal/bench"
+	"github.com/shoalfs/shoal/testbed"
+)
+
+// groupMeta is the --workloads name of the mdtest- and postmark-like
+// workloads.
+const groupMeta = "meta"
+
+// benchExtra holds the flags of the IOR options and of the testbed mode.
+type benchExtra struct {
+	shared, random, testbed, testbedUp bool
+	stonewall                          time.Duration
+	access, label, target, rate        string
+	tbName, tbDir                      string
+	tbClients, fileSize, transactions  int
+	poolFiles, ganeshaPort             int
+	seed                               int64
+	dirs                               []string
+	changed                            func(string) bool
+}
+
+func (x *benchExtra) flags(fl *pflag.FlagSet) {
+	x.changed = fl.Changed
+	fl.BoolVar(&x.shared, "shared", false, "ior: one shared file, each client its own segment (default: a file per client)")
+	fl.BoolVar(&x.random, "random", false, "ior: visit each client's transfers in a seeded random order (default: sequential)")
+	fl.DurationVar(&x.stonewall, "stonewall", 0, "ior: stop each phase after this long and report the bytes moved (0: move everything)")
+	fl.StringVar(&x.access, "access", "", "ior: client access method; Shoal's Go client offers direct (no client cache) only")
+	fl.StringVar(&x.label, "label", "", "sweep label stored in the JSON for `shoal bench plot`: ds, clients or block")
+	fl.StringVar(&x.target, "target", bench.TargetShoal, "testbed: server to measure, shoal or ganesha (NFS-Ganesha in the MDS namespace)")
+	fl.BoolVar(&x.testbed, "testbed", false, "run ior/meta on a running `shoal testbed` (its --ds must match)")
+	fl.BoolVar(&x.testbedUp, "testbed-up", false, "bring a testbed up for every --ds count and tear it down after")
+	fl.StringVar(&x.rate, "rate", testbed.DefaultRate, "testbed-up: per-link rate")
+	fl.StringVar(&x.tbName, "testbed-name", testbed.DefaultName, "testbed name")
+	fl.StringVar(&x.tbDir, "testbed-dir", "", "testbed directory (default $TMPDIR/NAME)")
+	fl.IntVar(&x.tbClients, "testbed-clients", 0, "testbed-up: client namespaces (default: --clients)")
+	fl.IntVar(&x.fileSize, "file-size", 4<<10, "meta: bytes written into each mdtest file")
+	fl.IntVar(&x.transactions, "transactions", 1000, "meta: postmark transactions per client (0: no postmark)")
+	fl.IntVar(&x.poolFiles, "pool-files", 200, "meta: postmark's initial files per client")
+	fl.Int64Var(&x.seed, "seed", 42, "meta: postmark RNG seed")
+	fl.StringSliceVar(&x.dirs, "dirs", []string{bench.DirUnique, bench.DirShared}, "meta: mdtest directory layouts, unique (one per client) and/or shared")
+	fl.IntVar(&x.ganeshaPort, "ganesha-port", 2050, "testbed: NFS-Ganesha's port in the MDS namespace")
+}
+
+// applyIOR copies the IOR options into c.
+func (x *benchExtra) applyIOR(c *bench.IORConfig) error {
+	c.Shared, c.Random, c.Stonewall, c.Access, c.Label = x.shared, x.random, x.stonewall, x.access, x.label
+	c.Target = x.target
+	if x.target != bench.TargetShoal && x.target != bench.TargetGanesha {
+		return fmt.Errorf("--target %q: want shoal or ganesha", x.target)
+	}
+	return c.Validate()
+}
+
+// runTestbedBench runs ior and/or meta on the emulated cluster.
+func runTestbedBench(cmd *cobra.Command, x benchExtra, ior, meta, quick bool, ds []int, pnfs []string, clients int,
+	block, transfer string, reps int, timeout time.Duration, files int, jsonOut, script string) error {
+	ctx := cmd.Context()
+	out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+	if os.Geteuid() != 0 {
+		return errors.New("the testbed needs root (network namespaces)")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the shoal binary: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	tc := &bench.TestbedCluster{Exe: exe, Logger: log}
+	if x.testbed {
+		st, err := testbed.Load(testbed.DirFor(x.tbName, x.tbDir))
+		if err != nil {
+			return fmt.Errorf("no running testbed %s (shoal testbed up): %w", x.tbName, err)
+		}
+		tc.State = st
+	} else {
+		m := x.tbClients
+		if m == 0 {
+			m = clients
+		}
+		tc.Up = &testbed.Config{Name: x.tbName, Dir: x.tbDir, Clients: m, Rate: x.rate, Binary: exe}
+	}
+	setup := bench.IORSetup{Cluster: tc, Clients: tc}
+	tmp, err := os.MkdirTemp("", "shoal-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	if x.target == bench.TargetGanesha {
+		if script == "" {
+			script = bench.FindScript(filepath.Join("scripts", "ganesha.sh"))
+		}
+		if script != "" {
+			script, _ = filepath.Abs(script)
+		}
+		setup.Cluster = &bench.GaneshaTestbed{Script: script, Dir: filepath.Join(tmp, "ganesha"), Testbed: tc, Port: x.ganeshaPort}
+		if x.testbedUp {
+			return errors.New("--target ganesha runs on a testbed that is up (--testbed)")
+		}
+	}
+	var errs []error
+	if ior {
+		changed := x.changed
+		c, err := iorConfig(changed, quick, ds, pnfs, clients, block, transfer, reps, timeout)
+		if err != nil {
+			return err
+		}
+		if err := x.applyIOR(&c); err != nil {
+			return err
+		}
+		c.LinkBitsPerSec = tc.LinkBitsPerSec()
+		if x.target == bench.TargetGanesha {
+			// Ganesha offers no layouts: a pNFS-on client would fall back
+			// to the same path, so one mode is measured.
+			c.PNFS = []bool{false}
+		}
+		c.Progress = errOut
+		fmt.Fprintf(errOut, "ior on testbed (%s): %d clients x %s in %s transfers; data servers %v; pNFS %s; %d reps\n",
+			x.target, c.Clients, bench.FormatSize(c.BlockSize), bench.FormatSize(int64(c.TransferSize)),
+			c.DataServers, bench.FormatPNFSModes(c.PNFS), c.Reps)
+		rep, runErr := bench.RunIOR(ctx, c, setup)
+		errs = append(errs, runErr)
+		if rep != nil {
+			fmt.Fprintln(out)
+			errs = append(errs, rep.WriteTable(out))
+			if jsonOut != "" {
+				errs = append(errs, writeJSONFile(jsonOut, rep.WriteJSON))
+			}
+		}
+	}
+	if meta && ctx.Err() == nil {
+		c := bench.DefaultMetaConfig()
+		if quick {
+			c = bench.QuickMetaConfig()
+		}
+		c.DataServers = ds[0]
+		if x.changed("clients") || !quick {
+			c.Clients = clients
+		}
+		if x.changed("files") {
+			c.Files = files
+		}
+		if x.changed("file-size") {
+			c.FileSize = x.fileSize
+		}
+		if x.changed("transactions") {
+			c.Transactions = x.transactions
+		}
+		if x.changed("pool-files") {
+			c.PoolFiles = x.poolFiles
+		}
+		if x.changed("timeout") {
+			c.Timeout = timeout
+		}
+		c.Seed, c.Dirs, c.Target, c.Label = x.seed, x.dirs, x.target, x.label
+		modes, err := bench.ParsePNFSModes(pnfs)
+		if err != nil || len(modes) == 0 {
+			return fmt.Errorf("--pnfs: %v", err)
+		}
+		c.PNFS = modes[0] && x.target == bench.TargetShoal
+		c.Progress = errOut
+		rep, runErr := bench.RunMeta(ctx, c, setup)
+		errs = append(errs, runErr)
+		if rep != nil {
+			fmt.Fprintln(out)
+			errs = append(errs, rep.WriteTable(out))
+			if jsonOut != "" {
+				path := jsonOut
+				if ior {
+					path = strings.TrimSuffix(jsonOut, ".json") + "-meta.json"
+				}
+				errs = append(errs, writeJSONFile(path, rep.WriteJSON))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func writeJSONFile(path string, write func(w io.Writer) error) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		f.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return f.Close()
+}
+
+// newBenchPlotCmd is `shoal bench plot`: the plots and the Markdown
+// tables of the JSON reports in a directory.
+func newBenchPlotCmd() *cobra.Command {
+	var dir, md string
+	cmd := &cobra.Command{
+		Use:   "plot",
+		Short: "Draw the benchmark plots (PNG and SVG) and tables from the JSON reports in a directory",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			res, err := bench.LoadResults(dir)
+			if err != nil {
+				return err
+			}
+			if len(res.IOR)+len(res.Meta) == 0 {
+				return fmt.Errorf("no ior or meta JSON reports in %s", dir)
+			}
+			files, err := res.WritePlots(dir)
+			for _, f := range files {
+				fmt.Fprintln(cmd.OutOrStdout(), f)
+			}
+			if err != nil {
+				return err
+			}
+			if md == "" {
+				md = filepath.Join(dir, "results.md")
+			}
+			err = writeJSONFile(md, res.WriteMarkdown)
+			if err == nil {
+				fmt.Fprintln(cmd.OutOrStdout(), md)
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", "docs/bench", "directory holding the JSON reports; the plots are written there")
+	cmd.Flags().StringVar(&md, "markdown", "", "write the tables here (default DIR/results.md)")
+	return cmd
+}

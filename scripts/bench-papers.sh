@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# bench-papers.sh — regenerate the pNFS benchmark results of
+# docs/benchmarks.md on an emulated cluster (shoal testbed), with the
+# baselines in the same run, and draw the plots.
+#
+#   sudo scripts/bench-papers.sh [OUTDIR]      (default docs/bench)
+#
+# Sweeps, all with --clients client processes each in its own namespace:
+#   1. data servers 1..6, 8 clients, pNFS on and off   -> ds.json
+#   2. clients 1,2,4,8 on 6 DS: Shoal pNFS on/off and NFS-Ganesha in the
+#      MDS namespace                                   -> clients-*.json
+#   3. transfer size 32KiB..4MiB, 8 clients, 6 DS      -> block-*.json
+#   4. small files (mdtest- and postmark-like): Shoal pNFS, pNFS off,
+#      NFS-Ganesha                                     -> meta-*.json
+#   5. the data-server sweep again at LOW_RATE        -> ds-LOW_RATE.json
+# then `shoal bench plot` writes the PNG/SVG plots and results.md.
+#
+# Environment: RATE (per-link rate, default 1gbit), CLIENTS (default 8),
+# MAXDS (default 6), STONEWALL (per phase, default 8s), BLOCK (bytes per
+# client, default 128MiB), SHOAL_BIN (a prebuilt shoal; default: go build),
+# STEPS (which of the sweeps 1-5 to run, default all; given, earlier
+# results in OUTDIR are kept), NAME (testbed name, default shoalbench), LOW_RATE (a second data-server
+# sweep at this lower rate, default 500mbit; empty: none). Needs root, ip, tc and, for the
+# baseline, ganesha.nfsd. Takes about 15-18 minutes on a 2-core machine.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+out=${1:-docs/bench}
+rate=${RATE:-1gbit}
+clients=${CLIENTS:-8}
+maxds=${MAXDS:-6}
+stonewall=${STONEWALL:-8s}
+block=${BLOCK:-128MiB}
+name=${NAME:-shoalbench}
+low=${LOW_RATE-500mbit}
+steps=" ${STEPS:-1 2 3 4 5} "
+want() { [[ $steps == *" $1 "* ]]; }
+mkdir -p "$out"
+if [ -z "${STEPS:-}" ]; then
+	rm -f "$out"/*.json
+fi
+
+bin=${SHOAL_BIN:-}
+if [ -z "$bin" ]; then
+	bin=$(mktemp -d)/shoal
+	go build -o "$bin" ./cmd/shoal
+fi
+
+down() { "$bin" testbed down --name "$name" >/dev/null 2>&1 || true; }
+trap down EXIT INT TERM
+down
+
+log="$out/tables.txt"
+[ -n "${STEPS:-}" ] || : >"$log"
+start=$(date +%s)
+step() { echo "== $(($(date +%s) - start))s: $*" | tee -a "$log" >&2; }
+
+common=(--workloads ior --reps 1 --stonewall "$stonewall" --testbed-name "$name")
+
+if want 1; then
+	step "1. data servers 1..$maxds, $clients clients, pNFS on/off, rate $rate"
+	"$bin" bench "${common[@]}" --testbed-up --rate "$rate" --ds "$(seq -s, 1 "$maxds")" \
+		--clients "$clients" --block "$block" --transfer 1MiB --label ds --json "$out/ds.json" | tee -a "$log"
+fi
+
+step "bring up $maxds DS, $clients clients for the remaining sweeps"
+"$bin" testbed up --name "$name" --ds "$maxds" --clients "$clients" --rate "$rate" >/dev/null
+
+want 2 && step "2. clients sweep on $maxds DS (Shoal pNFS on/off, NFS-Ganesha)"
+for c in 1 2 4 8; do
+	want 2 || break
+	[ "$c" -le "$clients" ] || continue
+	"$bin" bench "${common[@]}" --testbed --ds "$maxds" --clients "$c" --block "$block" --transfer 1MiB \
+		--label clients --json "$out/clients-shoal-$c.json" | tee -a "$log"
+	"$bin" bench "${common[@]}" --testbed --ds "$maxds" --clients "$c" --block "$block" --transfer 1MiB \
+		--target ganesha --ganesha-script scripts/ganesha.sh --label clients --json "$out/clients-ganesha-$c.json" | tee -a "$log" ||
+		echo "ganesha baseline failed (is ganesha.nfsd installed?)" >&2
+done
+
+want 3 && step "3. transfer-size sweep, $clients clients, $maxds DS"
+for t in 32KiB 64KiB 128KiB 256KiB 512KiB 1MiB 2MiB 4MiB; do
+	want 3 || break
+	"$bin" bench "${common[@]}" --stonewall 5s --testbed --ds "$maxds" --clients "$clients" --block 64MiB \
+		--transfer "$t" --label block --json "$out/block-$t.json" | tee -a "$log"
+done
+
+meta=(--workloads meta --testbed --testbed-name "$name" --ds "$maxds" --clients "$clients"
+	--files 200 --file-size 4096 --pool-files 100 --transactions 300)
+if want 4; then
+	step "4. small files: mdtest- and postmark-like"
+	"$bin" bench "${meta[@]}" --pnfs on --json "$out/meta-shoal-pnfs.json" | tee -a "$log"
+	"$bin" bench "${meta[@]}" --pnfs off --json "$out/meta-shoal-off.json" | tee -a "$log"
+	"$bin" bench "${meta[@]}" --target ganesha --ganesha-script scripts/ganesha.sh --json "$out/meta-ganesha.json" | tee -a "$log" ||
+		echo "ganesha baseline failed" >&2
+fi
+
+step "tear down"
+down
+
+if [ -n "$low" ] && want 5; then
+	step "5. data servers 1..$maxds again at $low per link: is the shape network-bound there?"
+	"$bin" bench "${common[@]}" --testbed-up --rate "$low" --ds "$(seq -s, 1 "$maxds")" \
+		--clients "$clients" --block "$block" --transfer 1MiB --label "ds-$low" --json "$out/ds-$low.json" | tee -a "$log"
+fi
+step "plots"
+"$bin" bench plot --dir "$out"
+step "done"
