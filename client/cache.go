@@ -38,8 +38,13 @@ import (
 // memory.
 
 // maxBackground bounds the background write-backs of a Client; past it the
-// writer that completed a block writes it back itself (back-pressure).
-const maxBackground = 4
+// writer that completed a block writes it back itself (back-pressure). One
+// measured best on a 2-core machine (docs/client-policy.md): more compete
+// for the CPU with the copying the application's writes need.
+const maxBackground = 1
+
+// maxFlushParallel bounds the write-back requests one flush has in flight.
+const maxFlushParallel = 4
 
 type dataCache struct {
 	c         *Client
@@ -70,6 +75,7 @@ type inode struct {
 	change  uint64
 	haveChg bool
 	seqEnd  int64 // where the last cached read ended (readahead)
+	raNext  int64 // where the next readahead window starts; 0: none
 
 	gmu    sync.Mutex // serializes the gather buffer's users (with its I/O)
 	gbuf   []byte     // guarded by gmu and, for len, by the cache's mu
@@ -186,9 +192,13 @@ func (dc *dataCache) invalidateLocked(ino *inode, from uint64) {
 			continue
 		}
 		if pg.busy() {
-			if pg.dirty() {
+			if pg.fetching {
+				pg.stale = true // what the fetch brings may be older
+			}
+			switch {
+			case pg.dirty():
 				pg.klo, pg.khi = pg.dlo, pg.dhi
-			} else if !pg.fetching {
+			case pg.wb == 0:
 				pg.klo, pg.khi = 0, 0
 			}
 			continue
@@ -213,17 +223,25 @@ func (dc *dataCache) removeLocked(pg *page) {
 // allocLocked adds a page to ino, evicting a clean one if the cache is
 // full. It returns nil when nothing can be evicted.
 func (dc *dataCache) allocLocked(ino *inode, idx int64) *page {
-	if dc.npages >= dc.maxPages && !dc.evictLocked() {
-		return nil
+	var data []byte
+	if dc.npages >= dc.maxPages {
+		if data = dc.evictLocked(); data == nil {
+			return nil
+		}
+	} else {
+		data = make([]byte, dc.pageSize)
 	}
-	pg := &page{ino: ino, idx: idx, data: make([]byte, dc.pageSize)}
+	// A recycled buffer keeps old bytes, but the page knows none of them.
+	pg := &page{ino: ino, idx: idx, data: data}
 	pg.elem = dc.lru.PushFront(pg)
 	ino.pages[idx] = pg
 	dc.npages++
 	return pg
 }
 
-func (dc *dataCache) evictLocked() bool {
+// evictLocked drops the least recently used idle page and returns its
+// buffer for reuse, or nil if every page is busy.
+func (dc *dataCache) evictLocked() []byte {
 	for e, n := dc.lru.Back(), 0; e != nil && n < dc.npages; e, n = e.Prev(), n+1 {
 		pg := e.Value.(*page)
 		if pg.busy() {
@@ -231,9 +249,9 @@ func (dc *dataCache) evictLocked() bool {
 		}
 		dc.removeLocked(pg)
 		dc.maybeDropLocked(pg.ino)
-		return true
+		return pg.data
 	}
-	return false
+	return nil
 }
 
 // writer picks the File that carries ino's write-back: f if it may write,
@@ -364,7 +382,7 @@ func (dc *dataCache) writeRuns(ctx context.Context, ino *inode, w *File, runs []
 		return nil
 	}
 	errs := make([]error, len(runs))
-	sem := make(chan struct{}, maxBackground)
+	sem := make(chan struct{}, maxFlushParallel)
 	var wg sync.WaitGroup
 	for i := range runs {
 		r := &runs[i]
@@ -545,7 +563,7 @@ func (dc *dataCache) makeRoom(ctx context.Context, f *File, ino *inode) error {
 		return err
 	}
 	dc.mu.Lock()
-	if dc.npages < dc.maxPages || dc.evictLocked() {
+	if dc.npages < dc.maxPages || dc.evictLocked() != nil {
 		dc.mu.Unlock()
 		return nil
 	}
@@ -676,18 +694,9 @@ func (dc *dataCache) read(ctx context.Context, f *File, p []byte, off int64) (in
 			last = (off + int64(want) + int64(dc.readahead) - 1) / ps
 		}
 		last = min(last, (int64(size)-1)/ps, first+int64(max(1, dc.maxPages/4))-1)
-		var window []*page
-		for i := first; i <= last; i++ {
-			pg := ino.pages[i]
-			if pg == nil {
-				if pg = dc.allocLocked(ino, i); pg == nil {
-					break
-				}
-			} else if pg.fetching || (pg.klo == 0 && pg.khi == dc.pageSize) {
-				break
-			}
-			pg.fetching = true
-			window = append(window, pg)
+		window := dc.startFetchLocked(ino, first, last)
+		if len(window) > 0 && last > (off+int64(want)-1)/ps {
+			ino.raNext = (first + int64(len(window))) * ps
 		}
 		dc.mu.Unlock()
 		if len(window) == 0 {
@@ -704,42 +713,108 @@ func (dc *dataCache) read(ctx context.Context, f *File, p []byte, off int64) (in
 			}
 			break
 		}
-		start := first * ps
-		buf := make([]byte, len(window)*dc.pageSize)
-		n, err := f.readDirect(ctx, buf, start)
-		if err == io.EOF {
-			err = nil
-		}
-		clear(buf[n:])
-		dc.mu.Lock()
-		for k, pg := range window {
-			pg.fetching = false
-			if err != nil || pg.stale {
-				pg.stale = false
-				if !pg.dirty() && pg.wb == 0 {
-					pg.klo, pg.khi = 0, 0
-				}
-				continue
-			}
-			src := buf[k*dc.pageSize : (k+1)*dc.pageSize]
-			if pg.khi > pg.klo {
-				copy(pg.data[:pg.klo], src[:pg.klo])
-				copy(pg.data[pg.khi:], src[pg.khi:])
-			} else {
-				copy(pg.data, src)
-			}
-			pg.klo, pg.khi = 0, dc.pageSize
-		}
-		dc.cond.Broadcast()
-		dc.mu.Unlock()
-		if err != nil {
+		if err := dc.fetch(ctx, f, window, first); err != nil {
 			return pos, err
 		}
 	}
+	dc.readAhead(f, ino, off+int64(want), size)
 	if pos < len(p) {
 		return pos, io.EOF
 	}
 	return pos, nil
+}
+
+// readAhead starts fetching the next readahead window in the background
+// when a sequential reader has read half of the current one, so that the
+// network works while the application consumes the cache.
+func (dc *dataCache) readAhead(f *File, ino *inode, end int64, size uint64) {
+	if dc.readahead <= 0 {
+		return
+	}
+	ps := int64(dc.pageSize)
+	dc.mu.Lock()
+	next := ino.raNext
+	if ino.seqEnd != end || next <= 0 || end < next-int64(dc.readahead)/2 || next >= int64(size) {
+		dc.mu.Unlock()
+		return
+	}
+	first := next / ps
+	last := min((next+int64(dc.readahead)-1)/ps, (int64(size)-1)/ps, first+int64(max(1, dc.maxPages/4))-1)
+	window := dc.startFetchLocked(ino, first, last)
+	if len(window) == 0 {
+		ino.raNext = 0
+		dc.mu.Unlock()
+		return
+	}
+	ino.raNext = (first + int64(len(window))) * ps
+	dc.mu.Unlock()
+	select {
+	case dc.bg <- struct{}{}:
+	default:
+		// Busy: fetch in the caller, still ahead of its next read.
+		_ = dc.fetch(context.Background(), f, window, first)
+		return
+	}
+	dc.c.wg.Add(1)
+	go func() {
+		defer dc.c.wg.Done()
+		defer func() { <-dc.bg }()
+		ctx, cancel := context.WithTimeout(dc.c.ctx, 2*time.Minute)
+		defer cancel()
+		_ = dc.fetch(ctx, f, window, first) // a failed readahead just leaves the pages unknown
+	}()
+}
+
+// startFetchLocked marks pages first..last (up to the first one that is
+// known entirely or being fetched, or that cannot be had) as being fetched.
+func (dc *dataCache) startFetchLocked(ino *inode, first, last int64) []*page {
+	var window []*page
+	for i := first; i <= last; i++ {
+		pg := ino.pages[i]
+		if pg == nil {
+			if pg = dc.allocLocked(ino, i); pg == nil {
+				break
+			}
+		} else if pg.fetching || (pg.klo == 0 && pg.khi == dc.pageSize) {
+			break
+		}
+		pg.fetching = true
+		window = append(window, pg)
+	}
+	return window
+}
+
+// fetch reads the pages of window (consecutive from page first) from the
+// server and fills in what they do not know.
+func (dc *dataCache) fetch(ctx context.Context, f *File, window []*page, first int64) error {
+	buf := make([]byte, len(window)*dc.pageSize)
+	n, err := f.readDirect(ctx, buf, first*int64(dc.pageSize))
+	if err == io.EOF {
+		err = nil
+	}
+	clear(buf[n:])
+	dc.mu.Lock()
+	defer dc.mu.Unlock()
+	for k, pg := range window {
+		pg.fetching = false
+		if err != nil || pg.stale {
+			pg.stale = false
+			if !pg.dirty() && pg.wb == 0 {
+				pg.klo, pg.khi = 0, 0
+			}
+			continue
+		}
+		src := buf[k*dc.pageSize : (k+1)*dc.pageSize]
+		if pg.khi > pg.klo {
+			copy(pg.data[:pg.klo], src[:pg.klo])
+			copy(pg.data[pg.khi:], src[pg.khi:])
+		} else {
+			copy(pg.data, src)
+		}
+		pg.klo, pg.khi = 0, dc.pageSize
+	}
+	dc.cond.Broadcast()
+	return err
 }
 
 // truncated drops what the cache holds past size.
@@ -875,4 +950,24 @@ func (dc *dataCache) lookupPath(ctx context.Context, c *Client, path string) *in
 	dc.mu.Lock()
 	defer dc.mu.Unlock()
 	return dc.inodes[string(fh)]
+}
+
+// flushOnClose writes back and commits, best effort, what the cache and
+// the gather buffers hold when the Client is closed with Files still open.
+func (dc *dataCache) flushOnClose(ctx context.Context) {
+	dc.mu.Lock()
+	var ws []*File
+	for _, ino := range dc.inodes {
+		if ino.ndirty > 0 || ino.wb > 0 || len(ino.gbuf) > 0 {
+			if w := dc.writerLocked(ino, nil); w != nil {
+				ws = append(ws, w)
+			}
+		}
+	}
+	dc.mu.Unlock()
+	for _, w := range ws {
+		if err := w.SyncContext(ctx); err != nil {
+			dc.c.log.Warn("writing back cached data at client close", "path", w.path, "err", err)
+		}
+	}
 }

@@ -303,8 +303,16 @@ func (c *Client) Close() error {
 		c.mu.Unlock()
 		return nil
 	}
-	c.closed = true
 	conn, sess := c.conn, c.sess
+	c.mu.Unlock()
+	if c.cache != nil {
+		// Files left open may hold data only in memory.
+		fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		c.cache.flushOnClose(fctx)
+		fcancel()
+	}
+	c.mu.Lock()
+	c.closed = true
 	c.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

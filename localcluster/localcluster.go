@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -240,7 +241,7 @@ func StartDS(ctx context.Context, cfg DSConfig) (*DS, error) {
 	if d.Store, err = store.NewLocal(cfg.Dir, store.LocalOptions{}); err != nil {
 		return nil, err
 	}
-	if d.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+	if d.ln, err = listenStable(cfg.Listen, cfg.Dir); err != nil {
 		d.Store.Close()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
@@ -410,4 +411,26 @@ func (c *Cluster) Close() error {
 		fb.Close()
 	}
 	return first
+}
+
+// listenStable listens on addr. When addr asks for any port (":0"), it
+// first tries the port this data server had last time (saved in dir): the
+// address is in clients' cached device info, and after a restart a client
+// with I/O in flight keeps retrying that address rather than fetching the
+// device again.
+func listenStable(addr, dir string) (net.Listener, error) {
+	portFile := filepath.Join(dir, "ds-port")
+	if host, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+		if b, err := os.ReadFile(portFile); err == nil {
+			if ln, err := net.Listen("tcp", net.JoinHostPort(host, strings.TrimSpace(string(b)))); err == nil {
+				return ln, nil
+			}
+		}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	_ = os.WriteFile(portFile, []byte(strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)), 0o600)
+	return ln, nil
 }

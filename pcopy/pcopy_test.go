@@ -234,7 +234,7 @@ func TestCopyTree(t *testing.T) {
 		{"cluster to cluster verify", pcopy.Endpoint{FS: a, Path: "/src"}, pcopy.Endpoint{FS: b, Path: "/c2cv"}, pcopy.Options{Verify: true, Chunk: 1 << 20, Jobs: 3}},
 		{"cluster to local", pcopy.Endpoint{FS: a, Path: "/src"}, pcopy.Endpoint{FS: local, Path: ldir + "/c2l"}, pcopy.Options{Verify: true}},
 		{"local to cluster", pcopy.Endpoint{FS: local, Path: ldir + "/src"}, pcopy.Endpoint{FS: b, Path: "/l2c"}, pcopy.Options{Chunk: 2 << 20}},
-		{"local to local", pcopy.Endpoint{FS: local, Path: ldir + "/src"}, pcopy.Endpoint{FS: local, Path: ldir + "/l2l"}, pcopy.Options{Jobs: 1}},
+		{"local to local", pcopy.Endpoint{FS: local, Path: ldir + "/src"}, pcopy.Endpoint{FS: local, Path: ldir + "/l2l"}, pcopy.Options{Jobs: 1, Verify: true, Chunk: 1 << 20}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.opts.Recursive = true

@@ -63,8 +63,10 @@ if want 1; then
 		--clients "$clients" --block "$block" --transfer 1MiB --label ds --json "$out/ds.json" | tee -a "$log"
 fi
 
-step "bring up $maxds DS, $clients clients for the remaining sweeps"
-"$bin" testbed up --name "$name" --ds "$maxds" --clients "$clients" --rate "$rate" >/dev/null
+if want 2 || want 3 || want 4; then
+	step "bring up $maxds DS, $clients clients for the remaining sweeps"
+	"$bin" testbed up --name "$name" --ds "$maxds" --clients "$clients" --rate "$rate" >/dev/null
+fi
 
 want 2 && step "2. clients sweep on $maxds DS (Shoal pNFS on/off, NFS-Ganesha)"
 for c in 1 2 4 8; do
