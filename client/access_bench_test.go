@@ -99,6 +99,7 @@ func benchAccess(b *testing.B, addr string, write bool, req int, pol client.Poli
 		c.Close()
 	}
 	b.SetBytes(total)
+	var closing time.Duration
 	b.ResetTimer()
 	for b.Loop() {
 		b.StopTimer()
@@ -126,11 +127,14 @@ func benchAccess(b *testing.B, addr string, write bool, req int, pol client.Poli
 				b.Fatal(n, err)
 			}
 		}
+		closeStart := time.Now()
 		if err := f.Close(); err != nil {
 			b.Fatal(err)
 		}
+		closing += time.Since(closeStart)
 		b.StopTimer()
 		c.Close()
 		b.StartTimer()
 	}
+	b.ReportMetric(float64(closing.Milliseconds())/float64(b.N), "close-ms/op")
 }

@@ -420,6 +420,17 @@ func TestPolicyConfig(t *testing.T) {
 	if p != want {
 		t.Fatalf("flags: %+v\nwant %+v", p, want)
 	}
+	// A file loaded after parsing, overridden by the flags given.
+	var flagged client.Policy
+	fs = pflag.NewFlagSet("t", pflag.ContinueOnError)
+	client.RegisterFlags(fs, "nfs-", &flagged)
+	if err := fs.Parse([]string{"--nfs-readahead=2M"}); err != nil {
+		t.Fatal(err)
+	}
+	file := client.Policy{Access: client.AccessODirect, Readahead: 4 << 20}
+	if got := client.MergeFlags(fs, "nfs-", file, flagged); got != (client.Policy{Access: client.AccessODirect, Readahead: 2 << 20}) {
+		t.Fatalf("MergeFlags = %+v", got)
+	}
 
 	cl := startCluster(t, 2)
 	c := dialT(t, cl.MDS.Addr.String(), client.Options{})
@@ -488,5 +499,43 @@ func TestLayoutPolicy(t *testing.T) {
 	}
 	if st := c.Stats(); st.LayoutRecalls != 1 {
 		t.Errorf("LayoutRecalls = %d, want 1", st.LayoutRecalls)
+	}
+}
+
+// TestSetAccessAndClientClose: switching a File's method writes back what
+// the old one held, and closing the Client writes back Files left open.
+func TestSetAccessAndClientClose(t *testing.T) {
+	addr := startCluster(t, 2).MDS.Addr.String()
+	ctx := t.Context()
+	c := dialer(addr, client.Options{Policy: client.Policy{Access: client.AccessCached}})(t)
+	f, err := c.Open(ctx, "/sa", os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("cached"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetAccess(ctx, client.AccessODirect); err != nil || f.Access() != client.AccessODirect {
+		t.Fatalf("SetAccess: %v, now %v", err, f.Access())
+	}
+	if _, err := f.WriteAt([]byte("+odirect"), 6); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.SetAccess(ctx, client.Access(42)); err == nil {
+		t.Error("SetAccess accepted a bogus method")
+	}
+	if err := c.Close(); err != nil { // f left open
+		t.Fatal(err)
+	}
+	c2 := dialT(t, addr, client.Options{})
+	g, err := c2.Open(ctx, "/sa", os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	got := make([]byte, 64)
+	n, _ := g.ReadAt(got, 0)
+	if string(got[:n]) != "cached+odirect" {
+		t.Fatalf("after client close: %q", got[:n])
 	}
 }

@@ -60,6 +60,7 @@ type dataCache struct {
 	lru      list.List // *page, most recently used at the front
 	npages   int
 	bg       chan struct{} // background write-back slots
+	bufs     sync.Pool     // *[]byte of capacity runMax
 }
 
 type inode struct {
@@ -362,7 +363,7 @@ func (dc *dataCache) collectLocked(ino *inode, f *File, lo, hi int64) ([]run, *F
 		joins := cur != nil && prev.idx == i-1 && prev.dhi == dc.pageSize && pg.dlo == 0 &&
 			(i*ps)%int64(dc.runMax) != 0 && len(cur.buf)+pg.dhi <= dc.runMax
 		if !joins {
-			runs = append(runs, run{off: start})
+			runs = append(runs, run{off: start, buf: dc.runBuf()})
 			cur = &runs[len(runs)-1]
 		}
 		cur.buf = append(cur.buf, pg.data[pg.dlo:pg.dhi]...)
@@ -411,7 +412,23 @@ func (dc *dataCache) writeRuns(ctx context.Context, ino *inode, w *File, runs []
 	ino.wb -= len(runs)
 	dc.cond.Broadcast()
 	dc.mu.Unlock()
+	for i := range runs {
+		// After an error (a cancelled context) a WRITE may still be
+		// reading the buffer: only buffers of completed runs are reused.
+		if b := runs[i].buf; cap(b) == dc.runMax && errs[i] == nil {
+			dc.bufs.Put(&b)
+		}
+		runs[i].buf = nil
+	}
 	return errors.Join(errs...)
+}
+
+// runBuf returns an empty write-back buffer of capacity runMax.
+func (dc *dataCache) runBuf() []byte {
+	if b, ok := dc.bufs.Get().(*[]byte); ok {
+		return (*b)[:0]
+	}
+	return make([]byte, 0, dc.runMax)
 }
 
 // flushBackground writes back [lo, hi) of ino in the background if a slot
@@ -930,6 +947,9 @@ func (dc *dataCache) flushGatherLocked(ctx context.Context, ino *inode) error {
 	_, err := ino.gowner.writeDirect(ctx, ino.gbuf, ino.goff)
 	dc.mu.Lock()
 	ino.gbuf = ino.gbuf[:0]
+	if err != nil {
+		ino.gbuf = nil // a cancelled WRITE may still read the old buffer
+	}
 	ino.gowner = nil
 	dc.mu.Unlock()
 	return err

@@ -303,7 +303,6 @@ func (c *Client) Close() error {
 		c.mu.Unlock()
 		return nil
 	}
-	conn, sess := c.conn, c.sess
 	c.mu.Unlock()
 	if c.cache != nil {
 		// Files left open may hold data only in memory.
@@ -312,7 +311,12 @@ func (c *Client) Close() error {
 		fcancel()
 	}
 	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
 	c.closed = true
+	conn, sess := c.conn, c.sess
 	c.mu.Unlock()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -80,9 +80,10 @@
 //     WRITEs; reads go to the server.
 //   - AccessCached keeps a data cache of [Policy].CacheSize bytes per
 //     Client with write-back: writes land in the cache, a block that a
-//     write completes goes out at once in the background (up to four
-//     blocks in flight, then the writer waits), and the rest at Sync, Close,
-//     Truncate, Lock/Unlock or under memory pressure. Sequential reads read
+//     write completes goes out at once in the background (one at a time;
+//     while one is in flight the writer sends the next itself), and the
+//     rest at Sync, Close, Truncate, Lock/Unlock or under memory
+//     pressure. Sequential reads read
 //     [Policy].Readahead ahead. Consistency is close-to-open: Close writes
 //     back and commits, and Open compares the file's change attribute with
 //     the one seen at the last Close by this Client, dropping the cached

@@ -56,9 +56,9 @@ type pnfsClient struct {
 	// has one layout stateid per client and file, so Files of one Client
 	// that each hold a layout of the same file share it, and every
 	// LAYOUTGET by one of them moves its seqid for all.
-	lsid map[string]nfs4.Stateid4
-	closed  bool
-	wg      sync.WaitGroup // background layout returns
+	lsid   map[string]nfs4.Stateid4
+	closed bool
+	wg     sync.WaitGroup // background layout returns
 }
 
 // newPNFSClient picks the first of the server's layout types that has a

@@ -157,7 +157,7 @@ type Policy struct {
 	// sent, i.e. after gathering for cached and odirect. Default 0.
 	SmallIOThreshold int `yaml:"small_io_threshold"`
 	// Readahead is how far the cached method reads ahead of a sequential
-	// reader. Default 8 MiB; negative turns readahead off.
+	// reader. Default 1 MiB; negative turns readahead off.
 	Readahead int `yaml:"readahead"`
 	// CacheSize bounds the memory of the cached method's data cache,
 	// shared by all Files of the Client. Default 64 MiB.
@@ -168,7 +168,7 @@ type Policy struct {
 // docs/client-policy.md).
 const (
 	DefaultBlockSize = 4 << 20
-	DefaultReadahead = 8 << 20
+	DefaultReadahead = 1 << 20
 	DefaultCacheSize = 64 << 20
 	// minCacheBlocks is how many blocks the cache holds at least, so that
 	// write-back and readahead can overlap.
@@ -358,7 +358,40 @@ func RegisterFlags(fs *pflag.FlagSet, prefix string, p *Policy) {
 	fs.Var(sizeFlag{func(v int64) { p.SmallIOThreshold = int(v) }, func() int64 { return int64(p.SmallIOThreshold) }},
 		prefix+"small-io-threshold", "send requests smaller than this through the metadata server (0: never)")
 	fs.Var(sizeFlag{func(v int64) { p.Readahead = int(v) }, func() int64 { return int64(p.Readahead) }},
-		prefix+"readahead", "readahead for sequential reads in cached mode (0: 8M, negative: off)")
+		prefix+"readahead", "readahead for sequential reads in cached mode (0: 1M, negative: off)")
 	fs.Var(sizeFlag{func(v int64) { p.CacheSize = v }, func() int64 { return p.CacheSize }},
 		prefix+"cache-size", "data cache size for cached mode (0: 64M)")
+}
+
+// MergeFlags returns base (say, from LoadPolicy) with every setting whose
+// flag was given on the command line taken from flags, the Policy that
+// RegisterFlags(fs, prefix, &flags) filled. This lets a config file be
+// loaded after flag parsing and still be overridden by explicit flags.
+func MergeFlags(fs *pflag.FlagSet, prefix string, base, flags Policy) Policy {
+	set := func(name string) bool { return fs.Changed(prefix + name) }
+	if set("access") {
+		base.Access = flags.Access
+	}
+	if set("block-size") {
+		base.BlockSize = flags.BlockSize
+	}
+	if set("max-per-ds") {
+		base.MaxPerDS = flags.MaxPerDS
+	}
+	if set("layout-fetch") {
+		base.LayoutFetch = flags.LayoutFetch
+	}
+	if set("keep-layouts") {
+		base.KeepLayouts = flags.KeepLayouts
+	}
+	if set("small-io-threshold") {
+		base.SmallIOThreshold = flags.SmallIOThreshold
+	}
+	if set("readahead") {
+		base.Readahead = flags.Readahead
+	}
+	if set("cache-size") {
+		base.CacheSize = flags.CacheSize
+	}
+	return base
 }
