@@ -376,7 +376,8 @@ func TestIORConfigValidate(t *testing.T) {
 		{"shared random stonewall", func(c *bench.IORConfig) { c.Shared, c.Random, c.Stonewall = true, true, time.Second }, true},
 		{"negative stonewall", func(c *bench.IORConfig) { c.Stonewall = -1 }, false},
 		{"direct access", func(c *bench.IORConfig) { c.Access = bench.AccessDirect }, true},
-		{"unknown access", func(c *bench.IORConfig) { c.Access = "cached" }, false},
+		{"cached access", func(c *bench.IORConfig) { c.Access = "cached" }, true},
+		{"unknown access", func(c *bench.IORConfig) { c.Access = "mmap" }, false},
 	}
 	for _, tc := range tests {
 		c := bench.DefaultIORConfig()
@@ -399,27 +400,25 @@ func TestIORModes(t *testing.T) {
 		stonewall time.Duration
 		perClient int64 // bytes each client moves
 		pnfs      bool
+		access    string
 	}{
-		{"shared sequential", true, false, 0, 1 << 20, false},
-		{"per-process random", false, true, 0, 1 << 20, true},
-		{"shared random", true, true, 0, 1 << 20, false},
-		{"stonewall", false, false, time.Nanosecond, 64 << 10, true},
-		// Concurrent writers of one file through pNFS: the MDS's
-		// LAYOUTCOMMIT reads the recorded size and writes the new one
-		// without excluding a concurrent LAYOUTCOMMIT, so a smaller
-		// last-write offset can overwrite a larger one and readers see
-		// EOF early. Run with SHOAL_BENCH_SHARED_PNFS=1 once fixed.
-		{"shared pNFS", true, false, 0, 1 << 20, true},
+		{"odirect", false, false, 0, 1 << 20, true, "odirect"},
+		{"cached random", false, true, 0, 1 << 20, true, "cached"},
+		{"shared sequential", true, false, 0, 1 << 20, false, ""},
+		{"per-process random", false, true, 0, 1 << 20, true, ""},
+		{"shared random", true, true, 0, 1 << 20, false, ""},
+		{"stonewall", false, false, time.Nanosecond, 64 << 10, true, ""},
+		// Concurrent writers of one file through pNFS: their
+		// LAYOUTCOMMITs must only ever grow the file (they once raced
+		// and shrank it, and readers saw EOF early).
+		{"shared pNFS", true, false, 0, 1 << 20, true, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.shared && tc.pnfs && os.Getenv("SHOAL_BENCH_SHARED_PNFS") != "1" {
-				t.Skip("known server bug: concurrent LAYOUTCOMMITs can shrink a shared file (set SHOAL_BENCH_SHARED_PNFS=1 to run)")
-			}
 			cfg := bench.QuickIORConfig()
 			cfg.DataServers, cfg.PNFS, cfg.Clients = []int{2}, []bool{tc.pnfs}, 3
 			cfg.BlockSize, cfg.TransferSize = 1<<20, 64<<10
-			cfg.Shared, cfg.Random, cfg.Stonewall = tc.shared, tc.random, tc.stonewall
+			cfg.Shared, cfg.Random, cfg.Stonewall, cfg.Access = tc.shared, tc.random, tc.stonewall, tc.access
 			rep, err := bench.RunIOR(t.Context(), cfg, bench.IORSetup{
 				Cluster: &bench.ClusterInProcess{Dir: t.TempDir()},
 				Clients: bench.InProcessLauncher{},

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/shoalfs/shoal/client"
 )
 
 // IOR is the name of the pNFS scaling workload.
@@ -47,9 +49,9 @@ type IORConfig struct {
 	// the bandwidth is what was moved by then; the read phase reads only
 	// what its writer wrote.
 	Stonewall time.Duration `json:"stonewall,omitempty"`
-	// Access is the client's access method. Shoal's Go client has one,
-	// "direct" (every call is an RPC, no client cache); others are
-	// refused until the client offers them.
+	// Access is the clients' access method (client.Policy.Access):
+	// "direct" (the default: every call an RPC, nothing cached),
+	// "odirect" or "cached".
 	Access string `json:"access,omitempty"`
 	// LinkBitsPerSec, if not zero, is each node's link rate (the
 	// testbed's); the report then gives every cell its ceiling, the raw
@@ -67,7 +69,7 @@ type IORConfig struct {
 	Progress io.Writer `json:"-"`
 }
 
-// Access methods.
+// AccessDirect is the default access method.
 const AccessDirect = "direct"
 
 // DefaultIORConfig is the benchmark of the pNFS issue: 1, 2 and 4 data
@@ -118,8 +120,9 @@ func (c *IORConfig) Validate() error {
 		return errors.New("negative timeout")
 	case c.Stonewall < 0:
 		return errors.New("negative stonewall")
-	case c.Access != "" && c.Access != AccessDirect:
-		return fmt.Errorf("access method %q: Shoal's client offers only %q", c.Access, AccessDirect)
+	}
+	if _, err := client.ParseAccess(c.Access); err != nil {
+		return err
 	}
 	for _, n := range c.DataServers {
 		if n < 1 || n > maxDataServers {
@@ -503,7 +506,7 @@ func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *C
 		specs[i] = ClientSpec{
 			Addr: ep.Addr, Root: ep.Root, Path: path, Index: i,
 			Phase: phase, Size: cfg.BlockSize, Transfer: cfg.TransferSize, PNFS: on,
-			Shared: cfg.Shared, Random: cfg.Random, Stonewall: cfg.Stonewall,
+			Shared: cfg.Shared, Random: cfg.Random, Stonewall: cfg.Stonewall, Access: cfg.Access,
 		}
 		if phase == PhaseRead && cfg.Stonewall > 0 && i < len(written) {
 			specs[i].Count = max(written[i], 1)

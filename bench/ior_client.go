@@ -47,6 +47,9 @@ type ClientSpec struct {
 	// Stonewall, if not zero, ends the phase once it has run that long:
 	// the client reports what it moved until then (IOR's -D).
 	Stonewall time.Duration `json:"stonewall,omitempty"`
+	// Access is the client's access method ("" or "direct", "odirect",
+	// "cached"; client.ParseAccess).
+	Access string `json:"access,omitempty"`
 	// Meta configures the mdtest- and postmark-like phases.
 	Meta *MetaSpec `json:"meta,omitempty"`
 	// MeasureCPU asks the client to report its process's CPU time; only
@@ -117,6 +120,11 @@ func RunClient(ctx context.Context, spec ClientSpec, in io.Reader, out io.Writer
 	}
 	opts := pnfsOptions(spec.PNFS)
 	opts.Root = spec.Root
+	access, err := client.ParseAccess(spec.Access)
+	if err != nil {
+		return fail(err)
+	}
+	opts.Policy.Access = access
 	c, err := client.Dial(ctx, spec.Addr, opts)
 	if err != nil {
 		return fail(fmt.Errorf("dial %s: %w", spec.Addr, err))

@@ -415,7 +415,8 @@ func RunMeta(ctx context.Context, cfg MetaConfig, setup IORSetup) (rep *MetaRepo
 		c.RemoveAll(rctx, base)
 		cancel()
 	}()
-	// dirFor gives each client's directory, creating them.
+	// dirsFor returns each client's directory under a new top directory
+	// name, creating them: one per client, or the top one for all.
 	dirsFor := func(name string, shared bool) ([]string, error) {
 		top := base + "/" + name
 		if err := c.Mkdir(ctx, top, 0o755); err != nil {

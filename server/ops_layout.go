@@ -183,38 +183,36 @@ func (c *compound) layoutCommit(a *nfs4.LAYOUTCOMMIT4args) opReply {
 		}
 		return failErr(errs[0])
 	}
-	// Compare with the recorded size, not the one merged from the data
-	// servers that GETATTR reports while layouts are out.
-	recorded, err := s.meta.GetAttr(c.ctx, o.fh.ino)
-	if err != nil {
-		return failErr(err)
-	}
-	s.cache.overlay(o.fh.ino, &recorded)
-	var sa meta.SetAttr
-	newSize := recorded.Size
-	if lw := a.LocaLastWriteOffset; lw.NoNewoffset && lw.NoOffset != nil {
-		if end := *lw.NoOffset + 1; end > recorded.Size {
-			sa.Mask |= meta.SetSize
-			sa.Size = end
-			newSize = end
-		}
-	}
-	switch t := a.LocaTimeModify; {
-	case t.NtTimechanged && t.NtTime != nil:
-		sa.Mask |= meta.SetMtime
-		sa.Mtime = time.Unix(t.NtTime.Seconds, int64(t.NtTime.Nseconds))
-	default:
-		sa.Mask |= meta.SetMtimeNow
-	}
 	if err := s.cache.flush(c.ctx, o.fh.ino); err != nil {
 		return failErr(err)
 	}
-	if _, err := s.meta.SetAttr(c.ctx, o.fh.ino, sa, time.Now()); err != nil {
+	// Wrote grows the recorded size to the last write offset inside one
+	// metadata transaction (never shrinking it), so concurrent LAYOUTCOMMITs
+	// of writers sharing a file cannot lose each other's extensions. The
+	// size merged from the data servers that GETATTR reports while layouts
+	// are out plays no part here.
+	var end uint64
+	if lw := a.LocaLastWriteOffset; lw.NoNewoffset && lw.NoOffset != nil {
+		end = *lw.NoOffset + 1
+	}
+	before, err := s.meta.GetAttr(c.ctx, o.fh.ino)
+	if err != nil {
 		return failErr(err)
 	}
+	after, err := s.meta.Wrote(c.ctx, o.fh.ino, end, time.Now())
+	if err != nil {
+		return failErr(err)
+	}
+	if t := a.LocaTimeModify; t.NtTimechanged && t.NtTime != nil {
+		mt := time.Unix(t.NtTime.Seconds, int64(t.NtTime.Nseconds))
+		if _, err := s.meta.SetAttr(c.ctx, o.fh.ino, meta.SetAttr{Mask: meta.SetMtime, Mtime: mt}, time.Now()); err != nil {
+			return failErr(err)
+		}
+	}
 	res := &nfs4.LAYOUTCOMMIT4resok{}
-	if sa.Mask&meta.SetSize != 0 {
-		res.LocrNewsize = nfs4.Newsize4{NsSizechanged: true, NsSize: &newSize}
+	if after.Size != before.Size {
+		size := after.Size
+		res.LocrNewsize = nfs4.Newsize4{NsSizechanged: true, NsSize: &size}
 	}
 	return ok(res)
 }

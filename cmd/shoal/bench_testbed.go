@@ -39,7 +39,7 @@ func (x *benchExtra) flags(fl *pflag.FlagSet) {
 	fl.BoolVar(&x.shared, "shared", false, "ior: one shared file, each client its own segment (default: a file per client)")
 	fl.BoolVar(&x.random, "random", false, "ior: visit each client's transfers in a seeded random order (default: sequential)")
 	fl.DurationVar(&x.stonewall, "stonewall", 0, "ior: stop each phase after this long and report the bytes moved (0: move everything)")
-	fl.StringVar(&x.access, "access", "", "ior: client access method; Shoal's Go client offers direct (no client cache) only")
+	fl.StringVar(&x.access, "access", "", "ior: the clients' access method: direct (default: no client cache), odirect (small writes gathered) or cached")
 	fl.StringVar(&x.label, "label", "", "sweep label stored in the JSON for `shoal bench plot`: ds, clients or block")
 	fl.StringVar(&x.target, "target", bench.TargetShoal, "testbed: server to measure, shoal or ganesha (NFS-Ganesha in the MDS namespace)")
 	fl.BoolVar(&x.testbed, "testbed", false, "run ior/meta on a running `shoal testbed` (its --ds must match)")
