@@ -173,6 +173,24 @@ func (s *Server) recallFile(ino uint64, fh []byte) bool {
 }
 
 func (s *Server) sendLayoutRecall(h state.LayoutHolder, file state.FileID, fh []byte) {
+	status := s.sendRecall(h, nfs4.Layoutrecall4{
+		LorRecalltype: nfs4.LAYOUTRECALL4_FILE,
+		LorLayout: &nfs4.LayoutrecallFile4{
+			LorFh:      fh,
+			LorOffset:  0,
+			LorLength:  ^uint64(0),
+			LorStateid: fromState(h.Stateid),
+		},
+	}, true)
+	if status == nfs4.NFS4ERR_NOMATCHING_LAYOUT {
+		// The client has no layout for the file: nothing to wait for.
+		s.st.m.RecallNoMatch(h.ClientID, file)
+	}
+}
+
+// sendRecall sends one CB_LAYOUTRECALL to a holder on the first of its
+// sessions that answers, and returns the client's status.
+func (s *Server) sendRecall(h state.LayoutHolder, recall nfs4.Layoutrecall4, changed bool) nfs4.Nfsstat4 {
 	ctx, cancel := context.WithTimeout(s.st.ctx, 15*time.Second)
 	defer cancel()
 	op := nfs4.NfsCbArgop4{
@@ -180,16 +198,8 @@ func (s *Server) sendLayoutRecall(h state.LayoutHolder, file state.FileID, fh []
 		Opcblayoutrecall: &nfs4.CBLAYOUTRECALL4args{
 			CloraType:    nfs4.LAYOUT4_NFSV4_1_FILES,
 			CloraIomode:  nfs4.LAYOUTIOMODE4_ANY,
-			CloraChanged: true,
-			CloraRecall: nfs4.Layoutrecall4{
-				LorRecalltype: nfs4.LAYOUTRECALL4_FILE,
-				LorLayout: &nfs4.LayoutrecallFile4{
-					LorFh:      fh,
-					LorOffset:  0,
-					LorLength:  ^uint64(0),
-					LorStateid: fromState(h.Stateid),
-				},
-			},
+			CloraChanged: changed,
+			CloraRecall:  recall,
 		},
 	}
 	for _, sid := range h.Sessions {
@@ -199,34 +209,27 @@ func (s *Server) sendLayoutRecall(h state.LayoutHolder, file state.FileID, fh []
 			s.log.Debug("CB_LAYOUTRECALL", "session", sid.String(), "err", err)
 			continue
 		}
-		if len(res) == 1 && res[0].Opcblayoutrecall != nil && res[0].Opcblayoutrecall.ClorrStatus == nfs4.NFS4ERR_NOMATCHING_LAYOUT {
-			// The client has no layout for the file: nothing to wait for.
-			s.st.m.RecallNoMatch(h.ClientID, file)
+		if len(res) == 1 && res[0].Opcblayoutrecall != nil {
+			return res[0].Opcblayoutrecall.ClorrStatus
 		}
-		return
+		return nfs4.NFS4_OK
 	}
+	return nfs4.NFS4ERR_DELAY
 }
 
-// recallAll recalls every layout (a data server joined or left, so the
-// device list changed).
+// recallAll recalls every layout, once per client (a data server joined or
+// left, so the device list changed).
 func (s *Server) recallAll() {
+	seen := map[state.ClientID]bool{}
 	for _, h := range s.st.m.BeginRecallAll() {
-		h := h
+		if seen[h.ClientID] {
+			continue
+		}
+		seen[h.ClientID] = true
 		go func() {
-			ctx, cancel := context.WithTimeout(s.st.ctx, 15*time.Second)
-			defer cancel()
-			op := nfs4.NfsCbArgop4{
-				Argop: nfs4.OP_CB_LAYOUTRECALL,
-				Opcblayoutrecall: &nfs4.CBLAYOUTRECALL4args{
-					CloraType:   nfs4.LAYOUT4_NFSV4_1_FILES,
-					CloraIomode: nfs4.LAYOUTIOMODE4_ANY,
-					CloraRecall: nfs4.Layoutrecall4{LorRecalltype: nfs4.LAYOUTRECALL4_ALL},
-				},
-			}
-			for _, sid := range h.Sessions {
-				if _, err := s.callback(ctx, sid, op); err == nil {
-					return
-				}
+			st := s.sendRecall(h, nfs4.Layoutrecall4{LorRecalltype: nfs4.LAYOUTRECALL4_ALL}, false)
+			if st == nfs4.NFS4ERR_NOMATCHING_LAYOUT {
+				s.st.m.LayoutReturnAll(h.ClientID)
 			}
 		}()
 	}
