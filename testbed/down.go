@@ -101,6 +101,10 @@ func teardown(ctx context.Context, s *State, log *slog.Logger) error {
 			errs = append(errs, err)
 		}
 	}
+	// After the processes: a data server still running keeps it busy.
+	if err := unmountData(s.Dir); err != nil {
+		errs = append(errs, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -224,6 +225,9 @@ func TestTestbed(t *testing.T) {
 		t.Fatalf("Load: %+v, %v", loaded, err)
 	}
 	c0, _ := s.Node("c0")
+	if mounted, err := isMountPoint(s.DataMount); s.Storage != StorageTmpfs || !mounted {
+		t.Fatalf("data storage %q at %q: mounted %v, %v; want the default tmpfs", s.Storage, s.DataMount, mounted, err)
+	}
 
 	t.Run("reachability", func(t *testing.T) {
 		for _, n := range s.Nodes {
@@ -288,6 +292,19 @@ func TestTestbed(t *testing.T) {
 		if err != nil || !bytes.Equal(got, data) {
 			t.Errorf("get returned %d bytes (err %v), want the %d put", len(got), err, len(data))
 		}
+		// The stripes landed on the tmpfs, in both data servers' directories.
+		var onTmpfs int64
+		filepath.WalkDir(s.DataMount, func(_ string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					onTmpfs += fi.Size()
+				}
+			}
+			return nil
+		})
+		if onTmpfs < int64(len(data)) {
+			t.Errorf("data tmpfs holds %d bytes of files, want at least the %d put", onTmpfs, len(data))
+		}
 	})
 
 	t.Run("measure", func(t *testing.T) {
@@ -307,6 +324,9 @@ func TestTestbed(t *testing.T) {
 		t.Fatalf("Down: %v", err)
 	}
 	assertGone(t, s)
+	if mounted, err := isMountPoint(s.DataMount); mounted || err != nil {
+		t.Errorf("data tmpfs %s still mounted after Down (%v)", s.DataMount, err)
+	}
 	if err := Down(ctx, name, dir, nil); err != nil {
 		t.Errorf("second Down: %v", err)
 	}

@@ -26,6 +26,7 @@ type benchExtra struct {
 	shared, random, testbed, testbedUp bool
 	stonewall                          time.Duration
 	access, label, target, rate        string
+	storage                            string
 	tbName, tbDir                      string
 	tbClients, fileSize, transactions  int
 	poolFiles, ganeshaPort             int
@@ -45,6 +46,7 @@ func (x *benchExtra) flags(fl *pflag.FlagSet) {
 	fl.BoolVar(&x.testbed, "testbed", false, "run ior/meta on a running `shoal testbed` (its --ds must match)")
 	fl.BoolVar(&x.testbedUp, "testbed-up", false, "bring a testbed up for every --ds count and tear it down after")
 	fl.StringVar(&x.rate, "rate", testbed.DefaultRate, "testbed-up: per-link rate")
+	fl.StringVar(&x.storage, "storage", testbed.StorageTmpfs, "testbed-up: data servers' storage, tmpfs or disk (see shoal testbed up --help)")
 	fl.StringVar(&x.tbName, "testbed-name", testbed.DefaultName, "testbed name")
 	fl.StringVar(&x.tbDir, "testbed-dir", "", "testbed directory (default $TMPDIR/NAME)")
 	fl.IntVar(&x.tbClients, "testbed-clients", 0, "testbed-up: client namespaces (default: --clients)")
@@ -91,7 +93,7 @@ func runTestbedBench(cmd *cobra.Command, x benchExtra, ior, meta, quick bool, ds
 		if m == 0 {
 			m = clients
 		}
-		tc.Up = &testbed.Config{Name: x.tbName, Dir: x.tbDir, Clients: m, Rate: x.rate, Binary: exe}
+		tc.Up = &testbed.Config{Name: x.tbName, Dir: x.tbDir, Clients: m, Rate: x.rate, Storage: x.storage, Binary: exe}
 	}
 	setup := bench.IORSetup{Cluster: tc, Clients: tc}
 	tmp, err := os.MkdirTemp("", "shoal-bench-")

@@ -54,6 +54,7 @@ func newTestbedUpCmd() *cobra.Command {
 		tf            testbedFlags
 		ds, clients   int
 		rate, binPath string
+		storage, size string
 	)
 	cmd := &cobra.Command{
 		Use:     "up",
@@ -70,7 +71,7 @@ func newTestbedUpCmd() *cobra.Command {
 			}
 			s, err := testbed.Up(cmd.Context(), testbed.Config{
 				Name: tf.name, Dir: tf.dir, DataServers: ds, Clients: clients, Rate: rate,
-				Binary: binPath, Logger: slog.Default(),
+				Storage: storage, TmpfsSize: size, Binary: binPath, Logger: slog.Default(),
 			})
 			if err != nil {
 				return err
@@ -84,6 +85,8 @@ func newTestbedUpCmd() *cobra.Command {
 	cmd.Flags().IntVar(&clients, "clients", 1, "number of client namespaces")
 	cmd.Flags().StringVar(&rate, "rate", testbed.DefaultRate, "rate limit of every link, each direction (tc notation: 800mbit, 1gbit, ...)")
 	cmd.Flags().StringVar(&binPath, "shoal", "", "shoal binary to run in the server namespaces (default: this one)")
+	cmd.Flags().StringVar(&storage, "storage", testbed.StorageTmpfs, "where data servers keep file data: tmpfs (one per testbed, like each DS having its own fast disk) or disk (all share this machine's disk)")
+	cmd.Flags().StringVar(&size, "tmpfs-size", testbed.DefaultTmpfsSize, "size limit of the data tmpfs")
 	return cmd
 }
 
@@ -95,7 +98,7 @@ func printTestbed(s *testbed.State, tf testbedFlags) {
 	if tf.dir != "" {
 		flags += " --dir " + tf.dir
 	}
-	fmt.Printf("shoal testbed %s: up, %s per link, state in %s/%s\n", s.Name, s.Rate, s.Dir, testbed.StateFile)
+	fmt.Printf("shoal testbed %s: up, %s per link, data on %s, state in %s/%s\n", s.Name, s.Rate, s.Storage, s.Dir, testbed.StateFile)
 	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "  NODE\tNAMESPACE\tIP\tSERVICE\tPID")
 	for _, n := range s.Nodes {
