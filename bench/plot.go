@@ -383,6 +383,9 @@ func (r *Results) WriteMarkdown(w io.Writer) error {
 					role, cores(cell.ClientCores), busy)
 			}
 		}
+		if strings.HasPrefix(sweep, SweepDS) {
+			writeChecks(w, CheckDS(reps))
+		}
 	}
 	if len(r.Meta) > 0 {
 		fmt.Fprint(w, "\n### Small files\n\n")

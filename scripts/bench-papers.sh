@@ -12,27 +12,35 @@
 #   3. transfer size 32KiB..4MiB, 8 clients, 6 DS      -> block-*.json
 #   4. small files (mdtest- and postmark-like): Shoal pNFS, pNFS off,
 #      NFS-Ganesha                                     -> meta-*.json
-#   5. the data-server sweep again at LOW_RATE        -> ds-LOW_RATE.json
+#   5. the data-server sweep again at RATE2 (faster links than the
+#      machine's CPU can fill: where the CPU, not the network, limits) -> ds-RATE2.json
 # then `shoal bench plot` writes the PNG/SVG plots and results.md.
 #
-# Environment: RATE (per-link rate, default 1gbit), CLIENTS (default 8),
+# Environment: RATE (per-link rate, default 500mbit: the rate at which this
+# 2-core machine moves the whole NFS stack of 6 DS x 8 clients without
+# running out of CPU; see docs/benchmarks.md), CLIENTS (default 8),
 # MAXDS (default 6), STONEWALL (per phase, default 8s), BLOCK (bytes per
-# client, default 128MiB), SHOAL_BIN (a prebuilt shoal; default: go build),
+# client, default 512MiB: more than a stonewall's worth, so every cell runs
+# for the stonewall time), REPS (repetitions of sweep 1, default 3; the
+# tables give median [min-max]), SHOAL_BIN (a prebuilt shoal; default: go build),
 # STEPS (which of the sweeps 1-5 to run, default all; given, earlier
-# results in OUTDIR are kept), NAME (testbed name, default shoalbench), LOW_RATE (a second data-server
-# sweep at this lower rate, default 500mbit; empty: none). Needs root, ip, tc and, for the
-# baseline, ganesha.nfsd. Takes about 15-18 minutes on a 2-core machine.
+# results in OUTDIR are kept), NAME (testbed name, default shoalbench), RATE2 (a second data-server
+# sweep at this rate, default 1gbit; empty: none), STORAGE (data servers' storage,
+# default tmpfs: see `shoal testbed up --help`). Needs root, ip, tc and, for the
+# baseline, ganesha.nfsd. Takes about 17 minutes on a 2-core machine.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
 out=${1:-docs/bench}
-rate=${RATE:-1gbit}
+rate=${RATE:-500mbit}
 clients=${CLIENTS:-8}
 maxds=${MAXDS:-6}
 stonewall=${STONEWALL:-8s}
-block=${BLOCK:-128MiB}
+block=${BLOCK:-512MiB}
+reps=${REPS:-3}
+storage=${STORAGE:-tmpfs}
 name=${NAME:-shoalbench}
-low=${LOW_RATE-500mbit}
+rate2=${RATE2-1gbit}
 steps=" ${STEPS:-1 2 3 4 5} "
 want() { [[ $steps == *" $1 "* ]]; }
 mkdir -p "$out"
@@ -59,13 +67,13 @@ common=(--workloads ior --reps 1 --stonewall "$stonewall" --testbed-name "$name"
 
 if want 1; then
 	step "1. data servers 1..$maxds, $clients clients, pNFS on/off, rate $rate"
-	"$bin" bench "${common[@]}" --testbed-up --rate "$rate" --ds "$(seq -s, 1 "$maxds")" \
+	"$bin" bench "${common[@]}" --reps "$reps" --testbed-up --rate "$rate" --storage "$storage" --ds "$(seq -s, 1 "$maxds")" \
 		--clients "$clients" --block "$block" --transfer 1MiB --label ds --json "$out/ds.json" | tee -a "$log"
 fi
 
 if want 2 || want 3 || want 4; then
 	step "bring up $maxds DS, $clients clients for the remaining sweeps"
-	"$bin" testbed up --name "$name" --ds "$maxds" --clients "$clients" --rate "$rate" >/dev/null
+	"$bin" testbed up --name "$name" --ds "$maxds" --clients "$clients" --rate "$rate" --storage "$storage" >/dev/null
 fi
 
 want 2 && step "2. clients sweep on $maxds DS (Shoal pNFS on/off, NFS-Ganesha)"
@@ -99,10 +107,10 @@ fi
 step "tear down"
 down
 
-if [ -n "$low" ] && want 5; then
-	step "5. data servers 1..$maxds again at $low per link: is the shape network-bound there?"
-	"$bin" bench "${common[@]}" --testbed-up --rate "$low" --ds "$(seq -s, 1 "$maxds")" \
-		--clients "$clients" --block "$block" --transfer 1MiB --label "ds-$low" --json "$out/ds-$low.json" | tee -a "$log"
+if [ -n "$rate2" ] && want 5; then
+	step "5. data servers 1..$maxds again at $rate2 per link: where does the CPU become the limit?"
+	"$bin" bench "${common[@]}" --testbed-up --rate "$rate2" --storage "$storage" --ds "$(seq -s, 1 "$maxds")" \
+		--clients "$clients" --block "$block" --transfer 1MiB --label "ds-$rate2" --json "$out/ds-$rate2.json" | tee -a "$log"
 fi
 step "plots"
 "$bin" bench plot --dir "$out"

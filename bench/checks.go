@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+)
+
+// Targets of the data-server sweep (the scaling shape of the pNFS
+// papers): pNFS reaches MinShare of the links its traffic crosses at every
+// data-server count and grows with it, the single server stays within
+// OneLinkBand of one link, and pNFS beats it by MinRatio at the largest
+// count.
+const (
+	MinShare    = 0.85
+	OneLinkBand = 0.15
+	MinRatio    = 4.5
+	// growSlack tolerates a step from N to N+1 data servers that is flat
+	// within noise once the clients' links, not the DSes, are the limit.
+	growSlack = 0.97
+)
+
+// Check is one verdict on a sweep.
+type Check struct {
+	What string
+	OK   bool
+	// Detail gives the numbers behind the verdict.
+	Detail string
+}
+
+// CheckDS judges one data-server sweep (pNFS on and off in the same
+// reports) against the targets above, per phase.
+func CheckDS(reps []*IORReport) []Check {
+	type key struct {
+		ds    int
+		pnfs  bool
+		phase string
+	}
+	cells := map[key]IORCell{}
+	var counts []int
+	for _, rep := range reps {
+		if rep.Config.Target != "" && rep.Config.Target != TargetShoal {
+			continue
+		}
+		for _, c := range rep.Cells {
+			cells[key{c.DataServers, c.PNFS, c.Phase}] = c
+			if !slices.Contains(counts, c.DataServers) {
+				counts = append(counts, c.DataServers)
+			}
+		}
+	}
+	slices.Sort(counts)
+	if len(counts) == 0 {
+		return nil
+	}
+	var out []Check
+	for _, phase := range []string{PhaseWrite, PhaseRead} {
+		var low, flat, offOut []string
+		grows := true
+		prev := 0.0
+		for _, n := range counts {
+			on, ok := cells[key{n, true, phase}]
+			if ok && on.CeilingMBps > 0 {
+				if on.Median < MinShare*on.CeilingMBps {
+					low = append(low, fmt.Sprintf("%d DS %.0f%%", n, 100*on.Median/on.CeilingMBps))
+				}
+				if prev > 0 && on.Median < growSlack*prev {
+					grows = false
+					flat = append(flat, fmt.Sprintf("%d DS %s < %s", n, num(on.Median), num(prev)))
+				}
+				prev = on.Median
+			}
+			off, ok := cells[key{n, false, phase}]
+			if ok && off.CeilingMBps > 0 {
+				if d := off.Median/off.CeilingMBps - 1; d < -OneLinkBand || d > OneLinkBand {
+					offOut = append(offOut, fmt.Sprintf("%d DS %.0f%%", n, 100*off.Median/off.CeilingMBps))
+				}
+			}
+		}
+		detail := func(bad []string) string {
+			if len(bad) == 0 {
+				return "every count"
+			}
+			return "misses: " + strings.Join(bad, ", ")
+		}
+		out = append(out,
+			Check{fmt.Sprintf("%s: pNFS >= %.0f%% of min(clients, DS) links", phase, 100*MinShare), len(low) == 0, detail(low)},
+			Check{fmt.Sprintf("%s: pNFS grows with the data servers", phase), grows, detail(flat)},
+			Check{fmt.Sprintf("%s: pNFS off within %.0f%% of one link", phase, 100*OneLinkBand), len(offOut) == 0, detail(offOut)},
+		)
+		top := counts[len(counts)-1]
+		on, okOn := cells[key{top, true, phase}]
+		off, okOff := cells[key{top, false, phase}]
+		if okOn && okOff && off.Median > 0 {
+			r := on.Median / off.Median
+			out = append(out, Check{fmt.Sprintf("%s: pNFS / pNFS off at %d DS >= %.1f", phase, top, MinRatio), r >= MinRatio,
+				fmt.Sprintf("%s / %s MB/s = %.1f", num(on.Median), num(off.Median), r)})
+		}
+	}
+	return out
+}
+
+// writeChecks writes the verdicts as a Markdown list.
+func writeChecks(w io.Writer, checks []Check) {
+	if len(checks) == 0 {
+		return
+	}
+	fmt.Fprint(w, "\nTargets (pNFS issue: scaling shape):\n\n")
+	for _, c := range checks {
+		v := "MET"
+		if !c.OK {
+			v = "NOT MET"
+		}
+		fmt.Fprintf(w, "- %s: **%s** (%s)\n", c.What, v, c.Detail)
+	}
+}
