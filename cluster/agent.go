@@ -439,6 +439,10 @@ func (a *Agent) serveRPC(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc
 		}
 		out := a.objWrite(&args)
 		out.EncodeXDR(res)
+		// objWrite hands args.Data only to Store's WriteAt, which as an
+		// io.WriterAt does not retain it, and the result holds no slice of
+		// it: the 1 MiB record buffer can be reused for the next write.
+		c.ReleaseArgsAfterReply()
 	case ctlproto.CTLPROC_OBJ_COMMIT:
 		var args ctlproto.CtlInoArgs
 		if !decodeArgs(c, &args) {

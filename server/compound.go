@@ -110,6 +110,15 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 
 	st := nfs4.NFS4_OK
 	done := 0
+	// The record buffer may be recycled after the reply only if every
+	// operation decoded from it is one whose handler keeps no reference to
+	// its arguments (argsrelease.go). The tag is copied into the reply.
+	release := true
+	defer func() {
+		if release {
+			call.ReleaseArgsAfterReply()
+		}
+	}()
 	for c.idx = 0; c.idx < n; c.idx++ {
 		peek := xdr.NewDecoder(d.Rest())
 		op := nfs4.NfsOpnum4(peek.Uint32())
@@ -129,6 +138,7 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 		}
 		var r opReply
 		var args nfs4.NfsArgop4
+		release = release && argsNotRetained[op]
 		args.DecodeXDR(d)
 		switch {
 		case d.Err() != nil:

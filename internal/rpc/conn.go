@@ -120,7 +120,7 @@ type Conn struct {
 	wmu sync.Mutex // serializes record writes
 
 	mu      sync.Mutex
-	pending map[uint32]chan []byte // outgoing calls awaiting a reply; nil once closed
+	pending map[uint32]chan reply // outgoing calls awaiting a reply; nil once closed
 	values  map[any]any
 	err     error // why the connection closed; wraps ErrConnClosed
 
@@ -176,7 +176,7 @@ func newConn(nc net.Conn, h Handler, cfg ConnConfig) *Conn {
 		h:        h,
 		cfg:      cfg,
 		log:      cfg.Logger.With("remote", nc.RemoteAddr().String()),
-		pending:  make(map[uint32]chan []byte),
+		pending:  make(map[uint32]chan reply),
 		sem:      make(chan struct{}, cfg.MaxInFlight),
 		done:     make(chan struct{}),
 		finished: make(chan struct{}),
@@ -319,7 +319,7 @@ func (c *Conn) readLoop() {
 	}()
 	rr := recordReader{r: bufio.NewReaderSize(c.nc, 64<<10), max: c.cfg.MaxRecord}
 	for {
-		rec, err := rr.next()
+		rec, rb, err := rr.next()
 		if err != nil {
 			switch {
 			case errors.Is(err, io.EOF):
@@ -334,7 +334,7 @@ func (c *Conn) readLoop() {
 		}
 		c.touch()
 		if len(rec) >= 8 && binary.BigEndian.Uint32(rec[4:]) == msgReply {
-			c.deliver(rec)
+			c.deliver(rec, rb)
 			continue
 		}
 		// Everything else is treated as a call; parseCall decides how
@@ -343,15 +343,22 @@ func (c *Conn) readLoop() {
 		select {
 		case c.sem <- struct{}{}:
 		case <-c.done:
+			rb.release() // no handler will see it
 			return
 		}
 		c.busy.Add(1)
 		c.handlers.Add(1)
-		go c.serve(rec)
+		go c.serve(rec, rb)
 	}
 }
 
-func (c *Conn) deliver(rec []byte) {
+// reply is an incoming reply record and, if it is pooled, its buffer.
+type reply struct {
+	rec []byte
+	rb  *recBuf
+}
+
+func (c *Conn) deliver(rec []byte, rb *recBuf) {
 	xid := binary.BigEndian.Uint32(rec)
 	c.mu.Lock()
 	ch := c.pending[xid]
@@ -359,12 +366,16 @@ func (c *Conn) deliver(rec []byte) {
 	c.mu.Unlock()
 	if ch == nil {
 		c.log.Debug("rpc: reply for unknown xid", "xid", xid)
+		rb.release() // nobody saw it
 		return
 	}
-	ch <- rec // buffered
+	ch <- reply{rec, rb} // buffered
 }
 
-func (c *Conn) serve(rec []byte) {
+// serve answers one call record. rb, if not nil, is the pooled buffer
+// holding rec; it goes back to its pool after the reply is written if
+// nothing can reference it any more (see Call.ReleaseArgsAfterReply).
+func (c *Conn) serve(rec []byte, rb *recBuf) {
 	defer func() {
 		c.touch()
 		c.busy.Add(-1)
@@ -377,54 +388,65 @@ func (c *Conn) serve(rec []byte) {
 		var ce *callError
 		if !errors.As(err, &ce) || ce.Fault == faultDrop {
 			c.log.Debug("rpc: dropping record", "err", err)
+			rb.release()
 			return
 		}
 		c.log.Debug("rpc: rejecting call", "err", err)
-		encodeFault(e, ce)
-	} else {
-		call.Conn = c
-		statAt := encodeAccepted(e, call.XID, Success)
-		stat := c.invoke(call, e)
-		switch stat {
-		case Success, ProgMismatch:
-			e.PutUint32At(statAt, uint32(stat))
-		default:
-			e.Reset()
-			encodeAccepted(e, call.XID, stat)
-		}
-		defer c.afterReply(call)
-		if e.Len()-4 > maxFragment {
-			c.log.Error("rpc: reply too large", "prog", call.Prog, "proc", call.Proc, "size", e.Len())
-			e.Reset()
-			encodeAccepted(e, call.XID, SystemErr)
-		}
+		encodeFault(e, ce) // copies nothing from rec but the xid
+		_ = c.writeRecord(e)
+		rb.release() // no handler saw the record
+		return
+	}
+	call.Conn = c
+	statAt := encodeAccepted(e, call.XID, Success)
+	stat, clean := c.invoke(call, e)
+	switch stat {
+	case Success, ProgMismatch:
+		e.PutUint32At(statAt, uint32(stat))
+	default:
+		e.Reset()
+		encodeAccepted(e, call.XID, stat)
+	}
+	if e.Len()-4 > maxFragment {
+		c.log.Error("rpc: reply too large", "prog", call.Prog, "proc", call.Proc, "size", e.Len())
+		e.Reset()
+		encodeAccepted(e, call.XID, SystemErr)
 	}
 	_ = c.writeRecord(e) // a failed write closes the connection
+	// The reply may splice slices of the record (OpaqueRef); it has been
+	// written (or abandoned) now, and writev does not keep them.
+	if c.afterReply(call) && clean && call.releaseArgs {
+		rb.release()
+	}
 }
 
 // afterReply runs the call's AfterReply callbacks, which are handler code
-// and so get the same panic protection.
-func (c *Conn) afterReply(call *Call) {
+// and so get the same panic protection. It reports whether they ran without
+// panicking.
+func (c *Conn) afterReply(call *Call) (clean bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			c.log.Error("rpc: AfterReply callback panic", "prog", call.Prog, "proc", call.Proc,
 				"panic", r, "stack", string(debug.Stack()))
+			clean = false
 		}
 	}()
 	call.runAfterReply()
+	return true
 }
 
 // invoke runs the handler, turning a panic into SYSTEM_ERR: one bad request
-// must not take the server down.
-func (c *Conn) invoke(call *Call, e *xdr.Encoder) (stat AcceptStat) {
+// must not take the server down. clean is false if the handler panicked,
+// in which case its ReleaseArgsAfterReply declaration is not trusted.
+func (c *Conn) invoke(call *Call, e *xdr.Encoder) (stat AcceptStat, clean bool) {
 	if c.h == nil {
-		return ProgUnavail
+		return ProgUnavail, true
 	}
 	defer func() {
 		if r := recover(); r != nil {
 			c.log.Error("rpc: handler panic", "prog", call.Prog, "vers", call.Vers, "proc", call.Proc,
 				"panic", r, "stack", string(debug.Stack()))
-			stat = SystemErr
+			stat, clean = SystemErr, false
 		}
 	}()
 	stat = c.h.ServeRPC(c.ctx, call, e)
@@ -432,7 +454,7 @@ func (c *Conn) invoke(call *Call, e *xdr.Encoder) (stat AcceptStat) {
 		c.log.Error("rpc: handler returned invalid accept_stat", "stat", uint32(stat), "prog", call.Prog, "proc", call.Proc)
 		stat = SystemErr
 	}
-	return stat
+	return stat, true
 }
 
 // writeRecord patches the record mark at the start of e and writes e as one
@@ -478,7 +500,37 @@ func (c *Conn) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueAut
 		args.EncodeXDR(e)
 	}
 	bufs := e.Buffers()
-	return c.roundTrip(ctx, xid, prog, vers, proc, cred, bufs, e.Len())
+	res, _, err := c.roundTrip(ctx, xid, prog, vers, proc, cred, bufs, e.Len())
+	return res, err // a pooled reply buffer is left to the garbage collector
+}
+
+// CallRelease is Call for a caller that knows when it is done with the
+// results. On success release is not nil; calling it declares that nothing
+// references res or anything decoded from it any more, and lets the
+// connection reuse the reply's buffer (see "Buffer reuse" in the package
+// documentation). Calling it is optional, further calls do nothing, and on
+// error there is nothing to release.
+func (c *Conn) CallRelease(ctx context.Context, prog, vers, proc uint32, cred OpaqueAuth, args xdr.Marshaler) (res []byte, release func(), err error) {
+	e := xdr.NewEncoder(256)
+	xid := c.nextXID()
+	encodeCallHeader(e, xid, prog, vers, proc, cred)
+	if args != nil {
+		args.EncodeXDR(e)
+	}
+	res, rb, err := c.roundTrip(ctx, xid, prog, vers, proc, cred, e.Buffers(), e.Len())
+	if err != nil {
+		return nil, nil, err
+	}
+	if rb == nil {
+		return res, func() {}, nil
+	}
+	var released atomic.Bool
+	return res, func() {
+		// Twice in a pool would hand one buffer to two records.
+		if released.CompareAndSwap(false, true) {
+			rb.release()
+		}
+	}, nil
 }
 
 // CallBuffers is Call with arguments already encoded as XDR in args, which
@@ -494,36 +546,40 @@ func (c *Conn) CallBuffers(ctx context.Context, prog, vers, proc uint32, cred Op
 		n += len(b)
 		bufs = append(bufs, b)
 	}
-	return c.roundTrip(ctx, xid, prog, vers, proc, cred, bufs, n)
+	res, _, err := c.roundTrip(ctx, xid, prog, vers, proc, cred, bufs, n)
+	return res, err
 }
 
 func (c *Conn) nextXID() uint32 { return c.xid.Add(1) }
 
-func (c *Conn) roundTrip(ctx context.Context, xid, prog, vers, proc uint32, cred OpaqueAuth, bufs net.Buffers, n int) ([]byte, error) {
+// roundTrip sends a call and waits for its reply. On success rb, if not
+// nil, is the pooled buffer res lives in; the caller may release it once
+// nothing references res.
+func (c *Conn) roundTrip(ctx context.Context, xid, prog, vers, proc uint32, cred OpaqueAuth, bufs net.Buffers, n int) (res []byte, rb *recBuf, err error) {
 	wrap := func(err error) error { return fmt.Errorf("rpc: call %d/%d/%d xid %#x: %w", prog, vers, proc, xid, err) }
 	if len(cred.Body) > maxAuthBody {
-		return nil, wrap(fmt.Errorf("credential body of %d bytes exceeds %d", len(cred.Body), maxAuthBody))
+		return nil, nil, wrap(fmt.Errorf("credential body of %d bytes exceeds %d", len(cred.Body), maxAuthBody))
 	}
 	if n-4 > maxFragment {
-		return nil, wrap(fmt.Errorf("call of %d bytes too large for one record", n))
+		return nil, nil, wrap(fmt.Errorf("call of %d bytes too large for one record", n))
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, wrap(err)
+		return nil, nil, wrap(err)
 	}
 	putRecordMark(bufs[0], n-4)
 
-	ch := make(chan []byte, 1)
+	ch := make(chan reply, 1)
 	c.mu.Lock()
 	if c.pending == nil {
 		err := c.err
 		c.mu.Unlock()
-		return nil, wrap(err)
+		return nil, nil, wrap(err)
 	}
 	if _, dup := c.pending[xid]; dup {
 		// 2^32 calls outstanding is impossible in practice, but a
 		// collision must never cross replies.
 		c.mu.Unlock()
-		return nil, wrap(errors.New("xid in use"))
+		return nil, nil, wrap(errors.New("xid in use"))
 	}
 	c.pending[xid] = ch
 	c.mu.Unlock()
@@ -532,31 +588,32 @@ func (c *Conn) roundTrip(ctx context.Context, xid, prog, vers, proc uint32, cred
 
 	if err := c.write(bufs); err != nil {
 		c.forget(xid)
-		return nil, wrap(err)
+		return nil, nil, wrap(err)
 	}
 	select {
-	case rec, ok := <-ch:
+	case r, ok := <-ch:
 		if !ok {
-			return nil, wrap(c.Err())
+			return nil, nil, wrap(c.Err())
 		}
-		res, err := parseReply(rec)
+		res, err := parseReply(r.rec)
 		if err != nil {
+			r.rb.release() // the errors below copy what they need
 			var ae *AcceptError
 			var re *RejectError
 			switch {
 			case errors.As(err, &ae):
 				ae.Prog, ae.Vers, ae.Proc = prog, vers, proc
-				return nil, ae
+				return nil, nil, ae
 			case errors.As(err, &re):
 				re.Prog, re.Vers, re.Proc = prog, vers, proc
-				return nil, re
+				return nil, nil, re
 			}
-			return nil, wrap(err)
+			return nil, nil, wrap(err)
 		}
-		return res, nil
+		return res, r.rb, nil
 	case <-ctx.Done():
 		c.forget(xid)
-		return nil, wrap(ctx.Err())
+		return nil, nil, wrap(ctx.Err())
 	}
 }
 

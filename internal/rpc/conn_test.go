@@ -73,7 +73,7 @@ func TestRecordReader(t *testing.T) {
 			var err error
 			for range 10 {
 				var r []byte
-				if r, err = rr.next(); err != nil {
+				if r, _, err = rr.next(); err != nil {
 					break
 				}
 				got = append(got, r)

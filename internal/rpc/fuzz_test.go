@@ -23,7 +23,7 @@ func FuzzRecordReader(f *testing.F) {
 		rr := recordReader{r: bytes.NewReader(stream), max: max}
 		total := 0
 		for range len(stream)/4 + 2 { // every record consumes at least a mark
-			r, err := rr.next()
+			r, rb, err := rr.next()
 			if err != nil {
 				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, ErrRecordTooLarge) {
 					t.Fatalf("unexpected error %v", err)
@@ -36,6 +36,7 @@ func FuzzRecordReader(f *testing.F) {
 			if len(r) > max || total > len(stream) || cap(r) > 2*max {
 				t.Fatalf("record of %d bytes (cap %d), %d total from %d input", len(r), cap(r), total, len(stream))
 			}
+			rb.release()
 		}
 		t.Fatal("reader did not terminate")
 	})

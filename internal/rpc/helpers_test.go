@@ -149,7 +149,7 @@ func (r *rawConn) send(b []byte) {
 
 func (r *rawConn) reply() ([]byte, error) {
 	r.t.Helper()
-	rec, err := r.rr.next()
+	rec, _, err := r.rr.next()
 	if err != nil {
 		r.t.Fatalf("reading reply: %v", err)
 	}

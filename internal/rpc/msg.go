@@ -97,15 +97,34 @@ type Call struct {
 
 	// Args is the call body after the header. It aliases a buffer that
 	// belongs to this call alone, so handlers may keep sub-slices of it for
-	// as long as they like (for example WRITE data handed to storage).
+	// as long as they like (for example WRITE data handed to storage),
+	// unless they call ReleaseArgsAfterReply. Cred.Body and Verf.Body
+	// alias the same buffer.
 	Args []byte
 
 	// Conn is the connection the call arrived on; upper layers use it to
 	// find per-connection state and to send backchannel calls.
 	Conn *Conn
 
-	afterReply []func()
+	afterReply  []func()
+	releaseArgs bool
 }
+
+// ReleaseArgsAfterReply declares that nothing derived from the call's
+// record — Args, Cred.Body, Verf.Body, any sub-slice of them or value
+// decoded from them that aliases them (XDR opaques, WRITE data), or anything
+// such a slice was handed to — is referenced once the reply has been
+// written and the AfterReply callbacks have returned. The connection may
+// then reuse the record's buffer for a later call, which saves allocating
+// and page-faulting a fresh one for every large record.
+//
+// A handler must call it only when it can show this for every path the
+// call took, including errors; not calling it is always safe, and the
+// buffer is then left to the garbage collector. Slices spliced into the
+// reply with OpaqueRef are fine, because the reply is written first. The
+// declaration is ignored if the handler panics. It must be made on the
+// goroutine serving the call, before the handler returns.
+func (c *Call) ReleaseArgsAfterReply() { c.releaseArgs = true }
 
 // AfterReply registers f to run once the reply to c has been written or has
 // failed to be written. Handlers use it to recycle buffers they spliced into

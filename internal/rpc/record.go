@@ -20,8 +20,10 @@ const maxFragment = lastFragment - 1
 var ErrRecordTooLarge = errors.New("rpc: record too large")
 
 // recordReader splits a byte stream into records. Every record is returned
-// in a freshly allocated slice that the reader never touches again, which is
-// what allows decoded values to alias it.
+// in a slice that the reader never touches again, which is what allows
+// decoded values to alias it: either freshly allocated, or, for large
+// single-fragment records, a pooled buffer that the record's owner may
+// release once nothing references it.
 type recordReader struct {
 	r   io.Reader
 	max int
@@ -30,38 +32,47 @@ type recordReader struct {
 
 // next returns the next complete record. It returns io.EOF only when the
 // stream ends cleanly between records; a stream that ends inside a record
-// yields io.ErrUnexpectedEOF.
-func (rr *recordReader) next() ([]byte, error) {
-	var rec []byte
+// yields io.ErrUnexpectedEOF. If rb is not nil the record lives in that
+// pooled buffer, and rb.release may be called once nothing references the
+// record; dropping rb instead is always safe.
+func (rr *recordReader) next() (rec []byte, rb *recBuf, err error) {
 	first := true
 	for {
 		if _, err := io.ReadFull(rr.r, rr.hdr[:]); err != nil {
 			if err == io.EOF && !first {
 				err = io.ErrUnexpectedEOF
 			}
-			return nil, err
+			return nil, nil, err
 		}
 		first = false
 		h := binary.BigEndian.Uint32(rr.hdr[:])
 		n := int(h & maxFragment)
 		total := len(rec)
 		if n > rr.max-total {
-			return nil, fmt.Errorf("%w: fragment of %d bytes after %d, limit %d", ErrRecordTooLarge, n, total, rr.max)
+			return nil, nil, fmt.Errorf("%w: fragment of %d bytes after %d, limit %d", ErrRecordTooLarge, n, total, rr.max)
 		}
 		if rec == nil && h&lastFragment != 0 {
-			// Common case: a single-fragment record, allocated exactly once.
-			rec = make([]byte, n)
-			if _, err := io.ReadFull(rr.r, rec); err != nil {
-				return nil, unexpected(err)
+			// Common case: a single-fragment record, allocated exactly
+			// once, or taken from a pool if it is large. Multi-fragment
+			// records are rare (Shoal never sends them) and not pooled.
+			if rb = getRecord(n, rr.max); rb != nil {
+				rec = rb.b[:n]
+			} else {
+				rec = make([]byte, n)
 			}
-			return rec, nil
+			if _, err := io.ReadFull(rr.r, rec); err != nil {
+				// Nothing references the buffer: the read failed.
+				rb.release()
+				return nil, nil, unexpected(err)
+			}
+			return rec, rb, nil
 		}
 		rec = slices.Grow(rec, n)[:total+n]
 		if _, err := io.ReadFull(rr.r, rec[total:]); err != nil {
-			return nil, unexpected(err)
+			return nil, nil, unexpected(err)
 		}
 		if h&lastFragment != 0 {
-			return rec, nil
+			return rec, nil, nil
 		}
 	}
 }

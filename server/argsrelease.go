@@ -1,0 +1,51 @@
+package server
+
+import "github.com/shoalfs/shoal/internal/nfs4"
+
+// argsNotRetained lists the operations whose handlers provably keep no
+// reference to their decoded arguments' bytes once the COMPOUND's reply has
+// been written. A COMPOUND that decodes only these lets the RPC layer
+// recycle its record buffer (rpc.Call.ReleaseArgsAfterReply), which is what
+// keeps a 1 MiB WRITE from costing a fresh, page-faulted 1 MiB allocation.
+//
+// Decoded arguments alias the record only through their []byte fields
+// (opaques, utf8 strings, filehandles); integers, fixed-size arrays
+// (session ids, stateids, verifiers) and bitmaps ([]uint32) are copies. The
+// audit, op by op — re-check it whenever one of these handlers changes:
+//
+//   - SEQUENCE: session id, slot and sequence ids are values. The slot's
+//     reply cache stores BytesSince, a copy of the encoded reply, so even
+//     spliced (OpaqueRef) argument bytes would not be cached by reference.
+//   - PUTFH: fhCodec.decode (and dsPutFH) parse the handle into the fhandle
+//     value struct and verify its MAC; the current and saved filehandles
+//     hold only that struct. No state records the raw handle.
+//   - PUTROOTFH, GETFH, SAVEFH, RESTOREFH: no arguments.
+//   - GETATTR: the attribute request is a []uint32 bitmap (decoded into
+//     fresh memory), used while encoding the reply.
+//   - READ: stateid and integers. The data buffer it splices into the reply
+//     is the server's own (readPool), not the request's.
+//   - WRITE: the payload is passed to store.File.WriteAt, which as an
+//     io.WriterAt must not retain it: store.Local pwrites it, the striped
+//     cluster backend sends it with a synchronous OBJ_WRITE whose writev
+//     completes before WriteAt returns, on every data server, even on
+//     errors (parallel waits for all stripes). The inode cache records only
+//     sizes and times; the stateid is a value.
+//   - COMMIT: integers.
+//
+// Everything else — OPEN and LOCK (owners), EXCHANGE_ID (client names),
+// LAYOUT* (layout bodies), names in LOOKUP/CREATE/RENAME, SETATTR and
+// VERIFY (fattr4 values), xattrs, CREATE_SESSION — is left out without
+// auditing, as are operations added later: missing an op from this list
+// costs an allocation, a wrong entry corrupts data.
+var argsNotRetained = map[nfs4.NfsOpnum4]bool{
+	nfs4.OP_SEQUENCE:  true,
+	nfs4.OP_PUTFH:     true,
+	nfs4.OP_PUTROOTFH: true,
+	nfs4.OP_GETFH:     true,
+	nfs4.OP_SAVEFH:    true,
+	nfs4.OP_RESTOREFH: true,
+	nfs4.OP_GETATTR:   true,
+	nfs4.OP_READ:      true,
+	nfs4.OP_WRITE:     true,
+	nfs4.OP_COMMIT:    true,
+}
