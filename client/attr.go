@@ -132,7 +132,19 @@ type fsInfo struct {
 	lease             uint32
 	layoutTypes       []uint32 // fs_layout_types: the pNFS layouts offered
 	layoutBlksize     uint32   // layout_blksize: the server's preferred I/O size
+	stat              FSStat   // space_* and files_*, for Client.Statfs
 }
+
+// FSStat holds the space and file counts of a file system, as statfs(2)
+// reports them, from the space_total/free/avail and files_total/free/avail
+// attributes. Counts the server does not support are zero.
+type FSStat struct {
+	Total, Free, Avail           uint64 // bytes; Avail is what the caller may use
+	Files, FilesFree, FilesAvail uint64 // file slots (inodes)
+}
+
+var fsStatBits = attrBits(nfs4.FATTR4_FILES_AVAIL, nfs4.FATTR4_FILES_FREE, nfs4.FATTR4_FILES_TOTAL,
+	nfs4.FATTR4_SPACE_AVAIL, nfs4.FATTR4_SPACE_FREE, nfs4.FATTR4_SPACE_TOTAL)
 
 var fsInfoBits = attrBits(nfs4.FATTR4_LEASE_TIME, nfs4.FATTR4_MAXREAD, nfs4.FATTR4_MAXWRITE,
 	nfs4.FATTR4_FS_LAYOUT_TYPES, nfs4.FATTR4_LAYOUT_BLKSIZE)
@@ -190,10 +202,20 @@ func decodeFattr(f *nfs4.Fattr4, a *Attr, fi *fsInfo) error {
 				d.Opaque(nfs4.NFS4_FHSIZE)
 			case nfs4.FATTR4_FILEID:
 				a.Fileid = d.Uint64()
-			case nfs4.FATTR4_FILES_AVAIL, nfs4.FATTR4_FILES_FREE, nfs4.FATTR4_FILES_TOTAL,
-				nfs4.FATTR4_MAXFILESIZE, nfs4.FATTR4_QUOTA_AVAIL_HARD, nfs4.FATTR4_QUOTA_AVAIL_SOFT,
-				nfs4.FATTR4_QUOTA_USED, nfs4.FATTR4_SPACE_AVAIL, nfs4.FATTR4_SPACE_FREE,
-				nfs4.FATTR4_SPACE_TOTAL, nfs4.FATTR4_MOUNTED_ON_FILEID, nfs4.FATTR4_SPACE_FREED:
+			case nfs4.FATTR4_FILES_AVAIL:
+				fi.stat.FilesAvail = d.Uint64()
+			case nfs4.FATTR4_FILES_FREE:
+				fi.stat.FilesFree = d.Uint64()
+			case nfs4.FATTR4_FILES_TOTAL:
+				fi.stat.Files = d.Uint64()
+			case nfs4.FATTR4_SPACE_AVAIL:
+				fi.stat.Avail = d.Uint64()
+			case nfs4.FATTR4_SPACE_FREE:
+				fi.stat.Free = d.Uint64()
+			case nfs4.FATTR4_SPACE_TOTAL:
+				fi.stat.Total = d.Uint64()
+			case nfs4.FATTR4_MAXFILESIZE, nfs4.FATTR4_QUOTA_AVAIL_HARD, nfs4.FATTR4_QUOTA_AVAIL_SOFT,
+				nfs4.FATTR4_QUOTA_USED, nfs4.FATTR4_MOUNTED_ON_FILEID, nfs4.FATTR4_SPACE_FREED:
 				d.Uint64()
 			case nfs4.FATTR4_MAXREAD:
 				fi.maxRead = d.Uint64()

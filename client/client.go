@@ -558,33 +558,48 @@ func (c *Client) call(ctx context.Context, build func() []nfs4.NfsArgop4) ([]nfs
 	return c.callRetry(ctx, maxDelayRetries, build)
 }
 
+// callRelease is call for READ paths that copy the data out: on success,
+// release (never nil then) lets the reply's buffer be reused once nothing
+// references res or anything in it, such as READ data. Not calling it is
+// safe.
+func (c *Client) callRelease(ctx context.Context, build func() []nfs4.NfsArgop4) (res []nfs4.NfsResop4, release func(), err error) {
+	return c.callRetryRelease(ctx, maxDelayRetries, build)
+}
+
 // callRetry is call with at most maxDelays retries of NFS4ERR_DELAY.
 func (c *Client) callRetry(ctx context.Context, maxDelays int, build func() []nfs4.NfsArgop4) ([]nfs4.NfsResop4, error) {
+	res, _, err := c.callRetryRelease(ctx, maxDelays, build)
+	return res, err // the reply buffer is left to the garbage collector
+}
+
+// callRetryRelease is callRetry returning the reply's release function with
+// a successful result (see callRelease).
+func (c *Client) callRetryRelease(ctx context.Context, maxDelays int, build func() []nfs4.NfsArgop4) ([]nfs4.NfsResop4, func(), error) {
 	delay := 10 * time.Millisecond
 	delays, graces, recoveries := 0, 0, 0
 	for {
 		_, sess, err := c.current()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		ops := build()
-		res, err := c.exec(ctx, sess, true, ops)
+		res, release, err := c.execRelease(ctx, sess, true, ops)
 		var se *StatusError
 		if err == nil || !errors.As(err, &se) {
 			if errors.Is(err, errSessionGone) && recoveries < 5 {
 				recoveries++
 				continue
 			}
-			return res, err
+			return res, release, err // release is nil on error
 		}
 		switch se.NFSStatus {
 		case nfs4.NFS4ERR_BADSESSION, nfs4.NFS4ERR_DEADSESSION, nfs4.NFS4ERR_STALE_CLIENTID:
 			if recoveries >= 5 {
-				return res, err
+				return res, nil, err
 			}
 			recoveries++
 			if rerr := c.recover(ctx, sess); rerr != nil {
-				return res, rerr
+				return res, nil, rerr
 			}
 			continue
 		case nfs4.NFS4ERR_BAD_STATEID, nfs4.NFS4ERR_STALE_STATEID:
@@ -593,33 +608,33 @@ func (c *Client) callRetry(ctx context.Context, maxDelays int, build func() []nf
 				recoveries++
 				continue
 			}
-			return res, err
+			return res, nil, err
 		case nfs4.NFS4ERR_DELAY, nfs4.NFS4ERR_RETRY_UNCACHED_REP:
 			// RETRY_UNCACHED_REP: a replayed request whose reply the server
 			// did not cache; only idempotent requests go uncached, so
 			// sending it again under a new sequence id is safe.
 			if delays >= maxDelays {
-				return res, err
+				return res, nil, err
 			}
 			delays++
 			c.stats.retries.Add(1)
 			if werr := sleep(ctx, delay); werr != nil {
-				return res, werr
+				return res, nil, werr
 			}
 			delay = min(2*delay, time.Second)
 			continue
 		case nfs4.NFS4ERR_GRACE:
 			if graces >= maxGraceRetries {
-				return res, err
+				return res, nil, err
 			}
 			graces++
 			c.stats.retries.Add(1)
 			if werr := sleep(ctx, time.Second); werr != nil {
-				return res, werr
+				return res, nil, werr
 			}
 			continue
 		}
-		return res, err
+		return res, nil, err
 	}
 }
 
@@ -657,9 +672,18 @@ func sleep(ctx context.Context, d time.Duration) error {
 // that an abandoned call (ctx cancelled) still completes and frees its slot
 // with a known sequence id.
 func (c *Client) exec(ctx context.Context, sess *session, reconnect bool, ops []nfs4.NfsArgop4) ([]nfs4.NfsResop4, error) {
+	res, _, err := c.execRelease(ctx, sess, reconnect, ops)
+	return res, err
+}
+
+// execRelease is exec that also returns, with a successful result, the
+// function that releases the reply's buffer (see callRelease). It is nil on
+// error: results returned with a *StatusError are left to the garbage
+// collector.
+func (c *Client) execRelease(ctx context.Context, sess *session, reconnect bool, ops []nfs4.NfsArgop4) ([]nfs4.NfsResop4, func(), error) {
 	slot, seq, highest, err := sess.slots.acquire(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	args := &nfs4.COMPOUND4args{Minorversion: c.minor.Load(), Argarray: make([]nfs4.NfsArgop4, 0, 1+len(ops))}
 	args.Argarray = append(args.Argarray, nfs4.NfsArgop4{Argop: nfs4.OP_SEQUENCE, Opsequence: &nfs4.SEQUENCE4args{
@@ -670,11 +694,12 @@ func (c *Client) exec(ctx context.Context, sess *session, reconnect bool, ops []
 	c.lastUse.Store(time.Now().UnixNano())
 
 	type result struct {
-		res *nfs4.COMPOUND4res
-		err error
+		res     *nfs4.COMPOUND4res
+		release func()
+		err     error
 	}
 	run := func() result {
-		res, err := c.roundTrip(sess, reconnect, args)
+		res, release, err := c.roundTrip(sess, reconnect, args)
 		advance, target := false, -1
 		if res != nil && len(res.Resarray) > 0 && res.Resarray[0].Resop == nfs4.OP_SEQUENCE {
 			if sr := res.Resarray[0].Opsequence; sr != nil && sr.SrStatus == nfs4.NFS4_OK && sr.SrResok4 != nil {
@@ -685,7 +710,7 @@ func (c *Client) exec(ctx context.Context, sess *session, reconnect bool, ops []
 			}
 		}
 		sess.slots.release(slot, advance, target)
-		return result{res, err}
+		return result{res, release, err}
 	}
 	var r result
 	if ctx.Done() == nil {
@@ -696,52 +721,58 @@ func (c *Client) exec(ctx context.Context, sess *session, reconnect bool, ops []
 		select {
 		case r = <-ch:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			// The abandoned reply, if it comes, is left to the garbage
+			// collector.
+			return nil, nil, ctx.Err()
 		}
 	}
 	if r.err != nil {
-		return nil, r.err
+		return nil, nil, r.err
 	}
 	res := r.res
 	if res.Status == nfs4.NFS4_OK && len(res.Resarray) != len(args.Argarray) {
-		return nil, fmt.Errorf("nfs: server answered %d of %d operations", len(res.Resarray), len(args.Argarray))
+		return nil, nil, fmt.Errorf("nfs: server answered %d of %d operations", len(res.Resarray), len(args.Argarray))
 	}
 	if len(res.Resarray) == 0 {
-		return nil, statusErr(nfs4.OP_SEQUENCE, res.Status)
+		return nil, nil, statusErr(nfs4.OP_SEQUENCE, res.Status)
 	}
 	out := res.Resarray[1:]
 	if res.Status != nfs4.NFS4_OK {
-		return out, statusErr(res.Resarray[len(res.Resarray)-1].Resop, res.Status)
+		return out, nil, statusErr(res.Resarray[len(res.Resarray)-1].Resop, res.Status)
 	}
-	return out, nil
+	return out, r.release, nil
 }
 
 // roundTrip sends args and decodes the reply, reconnecting and replaying
 // while the connection keeps failing (bounded by the reconnect logic).
-func (c *Client) roundTrip(sess *session, reconnect bool, args *nfs4.COMPOUND4args) (*nfs4.COMPOUND4res, error) {
+//
+// On success release (never nil) lets the reply's buffer be reused once
+// nothing references res; decoded opaques, such as READ data, alias it.
+func (c *Client) roundTrip(sess *session, reconnect bool, args *nfs4.COMPOUND4args) (_ *nfs4.COMPOUND4res, release func(), _ error) {
 	for attempt := 0; ; attempt++ {
 		conn, cur, err := c.current()
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if cur != sess {
-			return nil, errSessionGone
+			return nil, nil, errSessionGone
 		}
-		raw, err := conn.Call(c.ctx, nfs4.NFS4_PROGRAM, nfs4.NFS_V4, nfs4.NFSPROC4_COMPOUND, c.cred, args)
+		raw, release, err := conn.CallRelease(c.ctx, nfs4.NFS4_PROGRAM, nfs4.NFS_V4, nfs4.NFSPROC4_COMPOUND, c.cred, args)
 		if err != nil {
 			if !errors.Is(err, rpc.ErrConnClosed) || !reconnect || c.dsRole || c.ctx.Err() != nil || attempt >= 10 {
-				return nil, err
+				return nil, nil, err
 			}
 			if rerr := c.reconnect(conn); rerr != nil {
-				return nil, rerr
+				return nil, nil, rerr
 			}
 			continue
 		}
 		res := new(nfs4.COMPOUND4res)
 		if err := xdr.Unmarshal(raw, res); err != nil {
-			return nil, fmt.Errorf("nfs: decoding COMPOUND reply: %w", err)
+			release() // nothing decoded is used
+			return nil, nil, fmt.Errorf("nfs: decoding COMPOUND reply: %w", err)
 		}
-		return res, nil
+		return res, release, nil
 	}
 }
 

@@ -382,7 +382,7 @@ func (f *File) readChunk(ctx context.Context, b []byte, off int64) (int, bool, e
 			return n, false, err
 		}
 		want := uint32(len(b) - n)
-		res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
+		res, release, err := f.c.callRelease(ctx, func() []nfs4.NfsArgop4 {
 			sid, _ := f.ioStateid()
 			return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_READ, Opread: &nfs4.READ4args{
 				Stateid: sid, Offset: uint64(off) + uint64(n), Count: want,
@@ -393,9 +393,11 @@ func (f *File) readChunk(ctx context.Context, b []byte, off int64) (int, bool, e
 		}
 		ok := res[1].Opread.Resok4
 		got := copy(b[n:], ok.Data)
+		eof := ok.Eof
+		release() // the data is copied out; nothing else aliases the reply
 		f.c.stats.mdsIOBytes.Add(uint64(got))
 		n += got
-		if ok.Eof {
+		if eof {
 			return n, true, nil
 		}
 		if got == 0 {
@@ -635,11 +637,12 @@ func (f *File) Seek(offset int64, whence int) (int64, error) {
 // Stat returns the file's current attributes. While the File's cache or
 // gather buffer holds data not yet written back, the size includes it.
 func (f *File) Stat(ctx context.Context) (Attr, error) {
+	gen := f.c.cache.flushGen()
 	a, err := f.statServer(ctx)
 	if err != nil {
 		return Attr{}, pathErr("stat", f.path, err)
 	}
-	a.Size = f.c.cache.statSize(f.ino, a.Size)
+	a.Size = f.c.cache.statSize(f.ino, a.Size, gen)
 	return a, nil
 }
 

@@ -220,3 +220,47 @@ func TestUnlockForgetsCoveredRanges(t *testing.T) {
 		}
 	}
 }
+
+// TestStatSizeAfterWriteBack: a GETATTR answered while a write-back was in
+// flight may carry the size from before it, and once the write-back has
+// ended nothing is pending any more. statSize must still report the
+// cache's size for a GETATTR sent before the write-back ended (the race
+// behind a Stat that saw a file shorter than what was written to it).
+func TestStatSizeAfterWriteBack(t *testing.T) {
+	dc := newDataCache(&Client{}, Policy{BlockSize: 64 << 10, CacheSize: 1 << 20})
+	ino := &inode{key: "fh", pages: map[int64]*page{}, writers: map[*File]struct{}{}, size: 1000}
+	const server = 600 // what the server had before the write-back
+	tests := []struct {
+		name    string
+		pending bool // a write-back still in flight at statSize
+		ended   bool // one ended between the GETATTR and statSize
+		want    uint64
+	}{
+		{"idle", false, false, server},
+		{"in-flight", true, false, 1000},
+		{"ended-meanwhile", false, true, 1000},
+		{"ended-and-another-in-flight", true, true, 1000},
+	}
+	for _, tc := range tests {
+		ino.wb = 0
+		if tc.pending {
+			ino.wb = 1
+		}
+		var runs []run
+		if tc.ended {
+			// A write-back of one page, in flight when the GETATTR goes
+			// out; writeRuns ends it (with no File to carry it, it fails
+			// at once, which ends it all the same).
+			pg := &page{ino: ino, wb: 1}
+			runs = []run{{pages: []*page{pg}}}
+			ino.wb++
+		}
+		gen := dc.flushGen()
+		if err := dc.writeRuns(context.Background(), ino, nil, runs); tc.ended != (err != nil) {
+			t.Fatalf("%s: writeRuns: %v", tc.name, err)
+		}
+		if got := dc.statSize(ino, server, gen); got != tc.want {
+			t.Errorf("%s: statSize = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}

@@ -80,6 +80,10 @@ func lastAttr(res []nfs4.NfsResop4) (Attr, error) {
 // Stat returns the attributes of the object at path. Like lstat(2), it
 // does not follow a final symbolic link.
 func (c *Client) Stat(ctx context.Context, path string) (Attr, error) {
+	var gen uint64
+	if c.cache != nil {
+		gen = c.cache.flushGen()
+	}
 	ops := append(c.walk(splitPath(path)), getattr(statBits))
 	res, err := c.call(ctx, fixed(ops))
 	if err != nil {
@@ -87,25 +91,47 @@ func (c *Client) Stat(ctx context.Context, path string) (Attr, error) {
 	}
 	a, err := lastAttr(res)
 	if err == nil && a.Type == TypeRegular {
-		a.Size = c.cachedSize(a)
+		a.Size = c.cachedSize(a, gen)
 	}
 	return a, pathErr("stat", path, err)
 }
 
 // cachedSize is a's size, or larger when this Client has written data to
-// the file that is not on the server yet.
-func (c *Client) cachedSize(a Attr) uint64 {
+// the file that is not on the server yet (or was not when the GETATTR was
+// sent, at flushGen gen).
+func (c *Client) cachedSize(a Attr, gen uint64) uint64 {
 	if c.cache == nil {
 		return a.Size
 	}
 	if ino := c.cache.byFileidLookup(a.Fileid); ino != nil {
-		return c.cache.statSize(ino, a.Size)
+		return c.cache.statSize(ino, a.Size, gen)
 	}
 	return a.Size
 }
 
 // Lstat is Stat; it exists for readers who look for the name.
 func (c *Client) Lstat(ctx context.Context, path string) (Attr, error) { return c.Stat(ctx, path) }
+
+// Statfs returns the space and file counts of the file system holding
+// path, like statfs(2). A server computes them for the whole file system
+// (Shoal: the disk of its data directory, or for a pNFS metadata server
+// the sum over its data servers), not for path's directory alone.
+func (c *Client) Statfs(ctx context.Context, path string) (FSStat, error) {
+	ops := append(c.walk(splitPath(path)), getattr(fsStatBits))
+	res, err := c.call(ctx, fixed(ops))
+	if err != nil {
+		return FSStat{}, pathErr("statfs", path, err)
+	}
+	r := res[len(res)-1].Opgetattr
+	if r == nil || r.Resok4 == nil {
+		return FSStat{}, pathErr("statfs", path, errors.New("nfs: GETATTR result missing"))
+	}
+	var fi fsInfo
+	if err := decodeFattr(&r.Resok4.ObjAttributes, nil, &fi); err != nil {
+		return FSStat{}, pathErr("statfs", path, err)
+	}
+	return fi.stat, nil
+}
 
 // Lookup returns the file handle and attributes of path.
 func (c *Client) Lookup(ctx context.Context, path string) ([]byte, Attr, error) {
@@ -162,6 +188,52 @@ func (c *Client) MkdirAll(ctx context.Context, path string, mode uint32) error {
 func (c *Client) Symlink(ctx context.Context, target, path string) error {
 	t := []byte(target)
 	return c.create(ctx, "symlink", path, nfs4.Createtype4{Type: nfs4.NF4LNK, Linkdata: &t}, modeAttr(0o777))
+}
+
+// Mknod creates a file at path like mknod(2): mode holds the type and the
+// permission bits. syscall.S_IFIFO, S_IFSOCK, S_IFCHR and S_IFBLK create a
+// special file with CREATE (the device number, major and minor, only
+// matters for the last two); S_IFREG, or no type bits, creates an empty
+// regular file with an exclusive OPEN. Like mknod(2), S_IFDIR fails with
+// EPERM and any other type with EINVAL, without asking the server. Whether
+// a non-root caller may create devices is the server's decision; it
+// answers NFS4ERR_PERM (EPERM) when not, and NFS4ERR_BADTYPE (EINVAL) for
+// a type it does not support.
+func (c *Client) Mknod(ctx context.Context, path string, mode, major, minor uint32) error {
+	var ct nfs4.Createtype4
+	switch mode & syscall.S_IFMT {
+	case 0, syscall.S_IFREG:
+		f, err := c.Open(ctx, path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode&0o7777)
+		if err != nil {
+			return pathErr("mknod", path, unwrapPath(err))
+		}
+		return pathErr("mknod", path, unwrapPath(f.Close()))
+	case syscall.S_IFIFO:
+		ct.Type = nfs4.NF4FIFO
+	case syscall.S_IFSOCK:
+		ct.Type = nfs4.NF4SOCK
+	case syscall.S_IFCHR, syscall.S_IFBLK:
+		ct.Type = nfs4.NF4CHR
+		if mode&syscall.S_IFMT == syscall.S_IFBLK {
+			ct.Type = nfs4.NF4BLK
+		}
+		ct.Devdata = &nfs4.Specdata4{Specdata1: major, Specdata2: minor}
+	case syscall.S_IFDIR:
+		return pathErr("mknod", path, syscall.EPERM)
+	default:
+		return pathErr("mknod", path, syscall.EINVAL)
+	}
+	return c.create(ctx, "mknod", path, ct, modeAttr(mode))
+}
+
+// unwrapPath returns the error inside a *fs.PathError, so that it can be
+// wrapped again under another operation's name.
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
 
 // Readlink returns the target of the symbolic link at path.

@@ -6,9 +6,12 @@ import (
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/client/clienttest"
@@ -19,9 +22,15 @@ import (
 // root squashing off so the suite may chown, and returns its address.
 func startShoal(tb testing.TB) string {
 	tb.Helper()
+	return startShoalIn(tb, tb.TempDir())
+}
+
+// startShoalIn is startShoal with the server's data directory given.
+func startShoalIn(tb testing.TB, dir string) string {
+	tb.Helper()
 	noSquash := false
 	srv, err := server.New(server.Config{
-		Dir:     tb.TempDir(),
+		Dir:     dir,
 		Exports: []*server.Export{{Path: "/", RootSquash: &noSquash}},
 	})
 	if err != nil {
@@ -160,4 +169,91 @@ func TestMinorVersionFallback(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestUnprivileged runs clienttest.RunUnprivileged with a second client
+// whose AUTH_SYS credential is uid 1000.
+func TestUnprivileged(t *testing.T) {
+	targets := map[string]func(t *testing.T) (string, client.Options){
+		"shoal": func(t *testing.T) (string, client.Options) { return startShoal(t), client.Options{} },
+		"ganesha": func(t *testing.T) (string, client.Options) {
+			return ganeshaAddr(t), client.Options{Root: "/export"}
+		},
+	}
+	for name, target := range targets {
+		t.Run(name, func(t *testing.T) {
+			addr, opts := target(t)
+			user := opts
+			user.UID, user.GID = 1000, 1000
+			clienttest.RunUnprivileged(t, dialer(addr, opts), dialer(addr, user))
+		})
+	}
+}
+
+// TestStatfsMatchesDisk compares Client.Statfs with statfs(2) of the
+// directories the server keeps its data in: one for a single server, the
+// sum over the data servers for a pNFS metadata server (from their
+// heartbeats, so it is polled for until the first ones arrived), and
+// Ganesha's export directory.
+func TestStatfsMatchesDisk(t *testing.T) {
+	targets := map[string]func(t *testing.T) (addr string, opts client.Options, dirs []string){
+		"shoal": func(t *testing.T) (string, client.Options, []string) {
+			dir := t.TempDir()
+			return startShoalIn(t, dir), client.Options{}, []string{dir}
+		},
+		"pnfs": func(t *testing.T) (string, client.Options, []string) {
+			cl := startCluster(t, 2)
+			// Both data servers keep their data in temporary
+			// directories of the test, on the file system of this one.
+			dir := t.TempDir()
+			return cl.MDS.Addr.String(), client.Options{}, []string{dir, dir}
+		},
+		"ganesha": func(t *testing.T) (string, client.Options, []string) {
+			addr := ganeshaAddr(t)
+			return addr, client.Options{Root: "/export"}, []string{filepath.Join(ganesha.dir, "export")}
+		},
+	}
+	for name, target := range targets {
+		t.Run(name, func(t *testing.T) {
+			addr, opts, dirs := target(t)
+			c := dialT(t, addr, opts)
+			var want client.FSStat
+			for _, d := range dirs {
+				var st unix.Statfs_t
+				if err := unix.Statfs(d, &st); err != nil {
+					t.Fatal(err)
+				}
+				bs := uint64(st.Bsize)
+				want.Total += st.Blocks * bs
+				want.Free += st.Bfree * bs
+			}
+			var got client.FSStat
+			for range 300 { // data servers report every few seconds
+				var err error
+				if got, err = c.Statfs(t.Context(), "/"); err != nil {
+					t.Fatal(err)
+				}
+				if got.Total != 0 {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			// Other tests write meanwhile: free space may move a little.
+			tol := want.Total / 20
+			if got.Total != want.Total || diff(got.Free, want.Free) > tol || got.Avail > got.Free {
+				t.Errorf("statfs: total %d, free %d, avail %d; disk: total %d, free %d (tolerance %d)",
+					got.Total, got.Free, got.Avail, want.Total, want.Free, tol)
+			}
+			if got.Files == 0 || got.FilesFree == 0 || got.FilesFree > got.Files {
+				t.Errorf("statfs: %d files, %d free", got.Files, got.FilesFree)
+			}
+		})
+	}
+}
+
+func diff(a, b uint64) uint64 {
+	if a > b {
+		return a - b
+	}
+	return b - a
 }

@@ -77,6 +77,12 @@ func (c *compound) create(a *nfs4.CREATE4args) opReply {
 		}
 		args.Target = string(*a.Objtype.Linkdata)
 	case nfs4.NF4BLK, nfs4.NF4CHR:
+		// Device nodes need privilege, as with mknod(2) (CAP_MKNOD): a
+		// client that mounts the export with devices enabled would
+		// otherwise let any user reach any device.
+		if c.cred(dir.export).uid != 0 {
+			return fail(nfs4.NFS4ERR_PERM)
+		}
 		args.Type = meta.TypeBlock
 		if a.Objtype.Type == nfs4.NF4CHR {
 			args.Type = meta.TypeChar

@@ -52,6 +52,8 @@ func Run(t *testing.T, dial Dialer) {
 		{"SeekReadWrite", testSeek},
 		{"OpenHandle", testOpenHandle},
 		{"Reconnect", testReconnect},
+		{"Mknod", testMknod},
+		{"Statfs", testStatfs},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -621,6 +623,155 @@ func testReconnect(t *testing.T, e *env) {
 	defer g.Close()
 	if err := g.Lock(e.ctx, 0, 1, true, false); !errors.Is(err, syscall.EAGAIN) {
 		t.Fatalf("lock held across reconnect was lost: %v", err)
+	}
+}
+
+// testMknod creates every kind of file mknod(2) knows (the dialer's
+// credential must be root's, as for chown in testSetAttr) and checks its
+// type, permissions and device number, then the errors.
+func testMknod(t *testing.T, e *env) {
+	tests := []struct {
+		name         string
+		mode         uint32
+		major, minor uint32
+		typ          client.FileType
+		fmode        fs.FileMode // type bits of Attr.FileMode
+	}{
+		{"fifo", syscall.S_IFIFO | 0o640, 0, 0, client.TypeFIFO, fs.ModeNamedPipe},
+		{"socket", syscall.S_IFSOCK | 0o600, 0, 0, client.TypeSocket, fs.ModeSocket},
+		{"char", syscall.S_IFCHR | 0o620, 1, 3, client.TypeChar, fs.ModeDevice | fs.ModeCharDevice},
+		{"block", syscall.S_IFBLK | 0o660, 8, 17, client.TypeBlock, fs.ModeDevice},
+		{"char-big-numbers", syscall.S_IFCHR | 0o600, 4095, 1 << 19, client.TypeChar, fs.ModeDevice | fs.ModeCharDevice},
+		{"regular", syscall.S_IFREG | 0o604, 0, 0, client.TypeRegular, 0},
+		{"no-type", 0o644, 0, 0, client.TypeRegular, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p := e.path(tc.name)
+			if err := e.c.Mknod(e.ctx, p, tc.mode, tc.major, tc.minor); err != nil {
+				t.Fatalf("mknod %o: %v", tc.mode, err)
+			}
+			a, err := e.c.Stat(e.ctx, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.Type != tc.typ || a.Mode != tc.mode&0o7777 || a.FileMode().Type() != tc.fmode {
+				t.Fatalf("stat: type %v, mode %o, file mode %v; want %v, %o, %v", a.Type, a.Mode, a.FileMode(), tc.typ, tc.mode&0o7777, tc.fmode)
+			}
+			if a.RdevMajor != tc.major || a.RdevMinor != tc.minor {
+				t.Fatalf("rdev %d,%d; want %d,%d", a.RdevMajor, a.RdevMinor, tc.major, tc.minor)
+			}
+			if a.Size != 0 || a.Nlink != 1 {
+				t.Fatalf("size %d, nlink %d; want 0, 1", a.Size, a.Nlink)
+			}
+			ents, err := e.c.ReadDir(e.ctx, e.dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i := slices.IndexFunc(ents, func(d client.DirEntry) bool { return d.Name == tc.name }); i < 0 || ents[i].Attr.Type != tc.typ {
+				t.Fatalf("readdir does not list %s as a %v: %+v", tc.name, tc.typ, ents)
+			}
+			if err := e.c.Mknod(e.ctx, p, tc.mode, tc.major, tc.minor); !errors.Is(err, fs.ErrExist) || !errors.Is(err, syscall.EEXIST) {
+				t.Fatalf("mknod over an existing name: %v, want EEXIST", err)
+			}
+		})
+	}
+	writeFile(t, e, e.c, e.path("file"), []byte("x"))
+	errs := []struct {
+		name string
+		path string
+		mode uint32
+		want syscall.Errno
+	}{
+		{"missing-parent", e.path("nope/fifo"), syscall.S_IFIFO | 0o644, syscall.ENOENT},
+		{"parent-is-file", e.path("file/fifo"), syscall.S_IFIFO | 0o644, syscall.ENOTDIR},
+		{"over-directory", e.dir, syscall.S_IFIFO | 0o644, syscall.EEXIST},
+		{"directory", e.path("dir"), syscall.S_IFDIR | 0o755, syscall.EPERM},
+		{"bad-type", e.path("bad"), 0o170000 | 0o644, syscall.EINVAL},
+	}
+	for _, tc := range errs {
+		if err := e.c.Mknod(e.ctx, tc.path, tc.mode, 0, 0); !errors.Is(err, tc.want) {
+			t.Errorf("%s: mknod %s %o: %v, want %v", tc.name, tc.path, tc.mode, err, tc.want)
+		}
+	}
+	for _, name := range []string{"dir", "bad"} {
+		if _, err := e.c.Stat(e.ctx, e.path(name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("a rejected mknod left %s behind: %v", name, err)
+		}
+	}
+}
+
+// RunUnprivileged checks what a caller that is not root may not do: user
+// must dial with a credential other than root's (and root with root's, to
+// prepare). Creating a device is EPERM, creating anything in a directory
+// without write permission EACCES; FIFOs and sockets are for everyone.
+func RunUnprivileged(t *testing.T, root, user Dialer) {
+	e := newEnv(t, root)
+	if err := e.c.SetAttr(e.ctx, e.dir, client.SetAttr{Mode: ptr(uint32(0o777))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Mkdir(e.ctx, e.path("closed"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	u := user(t)
+	defer u.Close()
+	tests := []struct {
+		path string
+		mode uint32
+		want []syscall.Errno // any of these; none: must succeed
+	}{
+		{e.path("fifo"), syscall.S_IFIFO | 0o644, nil},
+		{e.path("socket"), syscall.S_IFSOCK | 0o644, nil},
+		{e.path("char"), syscall.S_IFCHR | 0o666, []syscall.Errno{syscall.EPERM}},
+		{e.path("block"), syscall.S_IFBLK | 0o666, []syscall.Errno{syscall.EPERM}},
+		{e.path("closed/fifo"), syscall.S_IFIFO | 0o644, []syscall.Errno{syscall.EACCES}},
+		// Both rules apply; which one a server checks first is its choice.
+		{e.path("closed/char"), syscall.S_IFCHR | 0o644, []syscall.Errno{syscall.EPERM, syscall.EACCES}},
+	}
+	for _, tc := range tests {
+		err := u.Mknod(e.ctx, tc.path, tc.mode, 1, 3)
+		if len(tc.want) == 0 {
+			if err != nil {
+				t.Errorf("mknod %s %o: %v", tc.path, tc.mode, err)
+			}
+			continue
+		}
+		if !slices.ContainsFunc(tc.want, func(w syscall.Errno) bool { return errors.Is(err, w) }) {
+			t.Errorf("mknod %s %o: %v, want %v", tc.path, tc.mode, err, tc.want)
+		}
+	}
+	for _, name := range []string{"char", "block", "closed/fifo", "closed/char"} {
+		if _, err := e.c.Stat(e.ctx, e.path(name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("a refused mknod left %s behind: %v", name, err)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// testStatfs checks that the space and file counts are present and
+// consistent; the servers' own tests compare them with their disks.
+func testStatfs(t *testing.T, e *env) {
+	st, err := e.c.Statfs(e.ctx, e.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Total == 0 || st.Free > st.Total || st.Avail > st.Free {
+		t.Errorf("space: total %d, free %d, avail %d; want 0 < total, avail <= free <= total", st.Total, st.Free, st.Avail)
+	}
+	if st.Files == 0 || st.FilesFree > st.Files || st.FilesAvail > st.FilesFree {
+		t.Errorf("files: total %d, free %d, avail %d; want 0 < total, avail <= free <= total", st.Files, st.FilesFree, st.FilesAvail)
+	}
+	// The file system's counts, whichever path asks.
+	root, err := e.c.Statfs(e.ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if root.Total != st.Total || root.Files != st.Files {
+		t.Errorf("statfs of / says total %d bytes, %d files; of %s %d, %d", root.Total, root.Files, e.dir, st.Total, st.Files)
+	}
+	if _, err := e.c.Statfs(e.ctx, e.path("nope")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("statfs of a missing path: %v, want ENOENT", err)
 	}
 }
 

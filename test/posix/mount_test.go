@@ -9,8 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/fusemount"
@@ -55,7 +58,13 @@ func noSquashExports() []*server.Export {
 // startServer runs a single Shoal server on a loopback port.
 func startServer(t *testing.T) string {
 	t.Helper()
-	srv, err := server.New(server.Config{Dir: t.TempDir(), Exports: noSquashExports(), Logger: quietLogger()})
+	return startServerIn(t, t.TempDir())
+}
+
+// startServerIn is startServer keeping the server's data in dir.
+func startServerIn(t *testing.T, dir string) string {
+	t.Helper()
+	srv, err := server.New(server.Config{Dir: dir, Exports: noSquashExports(), Logger: quietLogger()})
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}
@@ -273,4 +282,48 @@ func TestCloseToOpen(t *testing.T) {
 			t.Fatalf("step %d: other mount read %q, want %q", i, got, s.content)
 		}
 	}
+}
+
+// TestStatfs checks that statfs(2) on the mount (what df shows) reports
+// the space of the disk the server keeps its data on, and its file counts.
+func TestStatfs(t *testing.T) {
+	requireFUSE(t)
+	dir := t.TempDir()
+	mnt := mount(t, startServerIn(t, dir), fusemount.AccessCached)
+	var disk, got unix.Statfs_t
+	if err := unix.Statfs(dir, &disk); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Statfs(mnt, &got); err != nil {
+		t.Fatalf("statfs of the mount: %v", err)
+	}
+	total, free := disk.Blocks*uint64(disk.Bsize), disk.Bfree*uint64(disk.Bsize)
+	unit := uint64(got.Frsize)
+	// The mount counts in larger blocks, rounded down; other tests may
+	// write meanwhile, so free space is compared loosely.
+	tol := total / 20
+	if unit == 0 || got.Blocks*unit > total || total-got.Blocks*unit >= unit ||
+		diff(got.Bfree*unit, free) > tol+unit || got.Bavail > got.Bfree {
+		t.Errorf("mount: %d blocks of %d, %d free, %d available; disk: %d bytes, %d free",
+			got.Blocks, unit, got.Bfree, got.Bavail, total, free)
+	}
+	if got.Files == 0 || got.Ffree == 0 || got.Ffree > got.Files {
+		t.Errorf("mount: %d files, %d free", got.Files, got.Ffree)
+	}
+	if df, err := exec.LookPath("df"); err == nil {
+		// df -P: a header, then filesystem, 1024-blocks, used, available, ...
+		out := run(t, df, "-P", mnt)
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		f := strings.Fields(lines[len(lines)-1])
+		if len(f) < 4 || f[1] == "0" || f[1] == "-" {
+			t.Errorf("df shows no size for the mount:\n%s", out)
+		}
+	}
+}
+
+func diff(a, b uint64) uint64 {
+	if a > b {
+		return a - b
+	}
+	return b - a
 }

@@ -721,23 +721,74 @@ func testAppend(t *testing.T, dir string) {
 }
 
 func testMknod(t *testing.T, dir string) {
-	// A regular file through mknod works everywhere.
-	p := filepath.Join(dir, "reg")
-	if err := syscall.Mknod(p, syscall.S_IFREG|0o640, 0); err != nil {
-		t.Fatalf("mknod S_IFREG: %v", err)
+	root := os.Geteuid() == 0
+	// No group or other write bits: the umask leaves the modes alone.
+	tests := []struct {
+		name string
+		mode uint32
+		dev  uint64
+		root bool // devices need CAP_MKNOD
+	}{
+		{"reg", syscall.S_IFREG | 0o640, 0, false},
+		{"fifo", syscall.S_IFIFO | 0o644, 0, false},
+		{"sock", syscall.S_IFSOCK | 0o600, 0, false},
+		{"chr", syscall.S_IFCHR | 0o640, unix.Mkdev(1, 3), true},
+		{"blk", syscall.S_IFBLK | 0o604, unix.Mkdev(259, 1<<18), true},
 	}
-	if st := lstat(t, p); st.Mode&syscall.S_IFMT != syscall.S_IFREG || st.Mode&0o777 != 0o640 {
-		t.Fatalf("mknod S_IFREG made mode %o", st.Mode)
+	for _, tc := range tests {
+		p := filepath.Join(dir, tc.name)
+		err := unix.Mknod(p, tc.mode, int(tc.dev))
+		if tc.root && !root {
+			if !errors.Is(err, syscall.EPERM) {
+				t.Errorf("mknod %s as uid %d: %v, want EPERM", tc.name, os.Geteuid(), err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("mknod %s %o: %v", tc.name, tc.mode, err)
+			continue
+		}
+		// lstat goes to the server, not to what Mknod answered.
+		st := lstat(t, p)
+		if st.Mode != tc.mode || st.Rdev != tc.dev || st.Size != 0 || st.Nlink != 1 {
+			t.Errorf("%s: mode %o, rdev %#x, size %d, nlink %d; want mode %o, rdev %#x, empty, one link",
+				tc.name, st.Mode, st.Rdev, st.Size, st.Nlink, tc.mode, tc.dev)
+		}
+		if err := unix.Mknod(p, tc.mode, int(tc.dev)); !errors.Is(err, syscall.EEXIST) {
+			t.Errorf("mknod %s again: %v, want EEXIST", tc.name, err)
+		}
 	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "nope", "fifo"), 0o644); !errors.Is(err, syscall.ENOENT) {
+		t.Errorf("mkfifo under a missing directory: %v, want ENOENT", err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(dir, "reg", "fifo"), 0o644); !errors.Is(err, syscall.ENOTDIR) {
+		t.Errorf("mkfifo under a file: %v, want ENOTDIR", err)
+	}
+	// The FIFO is a pipe: the kernel serves it, the file system only names
+	// it. O_RDWR opens it without waiting for a peer.
 	fifo := filepath.Join(dir, "fifo")
-	err := syscall.Mkfifo(fifo, 0o644)
-	if errors.Is(err, syscall.EPERM) {
-		t.Skip("mkfifo: EPERM: the client library has no call to create special files yet")
-	}
+	fd, err := syscall.Open(fifo, syscall.O_RDWR|syscall.O_NONBLOCK, 0)
 	if err != nil {
-		t.Fatalf("mkfifo: %v", err)
+		t.Fatalf("open fifo: %v", err)
 	}
-	if st := lstat(t, fifo); st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
-		t.Fatalf("mkfifo made mode %o", st.Mode)
+	defer syscall.Close(fd)
+	if _, err := syscall.Write(fd, []byte("through the pipe")); err != nil {
+		t.Fatalf("write fifo: %v", err)
+	}
+	buf := make([]byte, 64)
+	n, err := syscall.Read(fd, buf)
+	if err != nil || string(buf[:n]) != "through the pipe" {
+		t.Fatalf("read fifo: %q, %v", buf[:n], err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := map[string]os.FileMode{}
+	for _, e := range ents {
+		types[e.Name()] = e.Type()
+	}
+	if types["fifo"] != os.ModeNamedPipe || types["sock"] != os.ModeSocket {
+		t.Errorf("readdir types: %v", types)
 	}
 }
