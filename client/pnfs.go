@@ -643,17 +643,24 @@ func (f *File) doPiece(ctx context.Context, l *fileLayout, pc piece, b []byte, w
 // dsCall runs one COMPOUND on a data server. A transport failure drops the
 // session and keeps the data server out of use for a while.
 func (f *File) dsCall(ctx context.Context, ds *dataServer, build func(cl *Client) []nfs4.NfsArgop4) (*Client, []nfs4.NfsResop4, error) {
+	cl, res, _, err := f.dsCallRelease(ctx, ds, build)
+	return cl, res, err
+}
+
+// dsCallRelease is dsCall that also returns, on success, the function that
+// releases the reply's buffer (see Client.callRelease).
+func (f *File) dsCallRelease(ctx context.Context, ds *dataServer, build func(cl *Client) []nfs4.NfsArgop4) (*Client, []nfs4.NfsResop4, func(), error) {
 	if err := ds.acquire(ctx); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer ds.release()
 	cl, err := ds.client(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, dsCallTimeout)
 	defer cancel()
-	res, err := cl.call(cctx, func() []nfs4.NfsArgop4 { return build(cl) })
+	res, release, err := cl.callRelease(cctx, func() []nfs4.NfsArgop4 { return build(cl) })
 	var se *StatusError
 	switch {
 	case err == nil:
@@ -662,13 +669,13 @@ func (f *File) dsCall(ctx context.Context, ds *dataServer, build func(cl *Client
 	default:
 		ds.fail(cl) // connection refused or reset, timeout, session lost
 	}
-	return cl, res, err
+	return cl, res, release, err
 }
 
 func (f *File) dsRead(ctx context.Context, ds *dataServer, e layout.Extent, b []byte) error {
 	for n := 0; n < len(b); {
 		var want uint32
-		_, res, err := f.dsCall(ctx, ds, func(cl *Client) []nfs4.NfsArgop4 {
+		_, res, release, err := f.dsCallRelease(ctx, ds, func(cl *Client) []nfs4.NfsArgop4 {
 			want = min(uint32(len(b)-n), cl.maxRead)
 			sid, _ := f.ioStateid()
 			return []nfs4.NfsArgop4{putfh(e.FH), {Argop: nfs4.OP_READ, Opread: &nfs4.READ4args{
@@ -680,9 +687,11 @@ func (f *File) dsRead(ctx context.Context, ds *dataServer, e layout.Extent, b []
 		}
 		ok := res[1].Opread.Resok4
 		got := copy(b[n:], ok.Data)
+		eof := ok.Eof
+		release() // the data is copied out; nothing else aliases the reply
 		f.c.stats.dsReadBytes.Add(uint64(got))
 		n += got
-		if ok.Eof || got == 0 {
+		if eof || got == 0 {
 			// Below the file size, what the data server does not have is
 			// a hole.
 			clear(b[n:])

@@ -39,7 +39,14 @@ type AgentConfig struct {
 	// itself.
 	Index    int
 	HasIndex bool
-	Logger   *slog.Logger
+	// MissedBeats is how many heartbeat intervals the agent waits for an
+	// answer from the MDS before it gives up on the connection and
+	// re-registers: the MDS's liveness window (RegistryConfig.MissedBeats),
+	// which REGISTER does not carry. It must be at least the MDS's, or the
+	// agent drops a connection the MDS still counts as live. Default 3,
+	// the registry's default.
+	MissedBeats int
+	Logger      *slog.Logger
 }
 
 // AgentStats counts the MDS-through object operations a DS served.
@@ -61,6 +68,10 @@ const stateidTTL = 2 * time.Second
 
 // maxCache bounds the stateid cache.
 const maxCache = 1 << 16
+
+// defaultMissedBeats is AgentConfig.MissedBeats's default; it matches
+// RegistryConfig.MissedBeats's.
+const defaultMissedBeats = 3
 
 // Reconnect backoff bounds.
 const (
@@ -139,6 +150,9 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (*Agent, error) {
 	}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
+	}
+	if a.cfg.MissedBeats <= 0 {
+		a.cfg.MissedBeats = defaultMissedBeats
 	}
 	a.log = a.log.With("ds", cfg.ID)
 	if cfg.HasIndex && cfg.Index >= 0 {
@@ -390,11 +404,23 @@ func (a *Agent) run() {
 	}
 }
 
-// heartbeatLoop returns when conn closes, a heartbeat is refused or fails,
-// or the agent closes.
+// heartbeatLoop heartbeats every interval and returns when conn closes, a
+// heartbeat is refused, the MDS has answered none for the liveness window
+// (MissedBeats intervals), or the agent closes.
+//
+// A slow answer is not a failure. The MDS judges the DS by when heartbeats
+// arrive, and on a loaded machine, or with the connection busy carrying
+// OBJ_READ replies ahead of the heartbeat, one answer can take several
+// intervals; closing the connection then would take a live DS out of
+// service and fail the MDS's object calls in flight on it. So a heartbeat
+// waits for its answer until the window since the last answer runs out,
+// the next one goes out as soon as it returns, and one that fails without
+// closing the connection is retried at the next tick within the window.
 func (a *Agent) heartbeatLoop(conn *rpc.Conn, interval time.Duration, reg uint64) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
+	window := time.Duration(a.cfg.MissedBeats) * interval
+	lastAnswer := time.Now() // REGISTER was answered just now
 	for {
 		select {
 		case <-a.ctx.Done():
@@ -403,18 +429,30 @@ func (a *Agent) heartbeatLoop(conn *rpc.Conn, interval time.Duration, reg uint64
 			return
 		case <-t.C:
 		}
+		deadline := lastAnswer.Add(window)
 		total, free := a.space()
-		ctx, cancel := context.WithTimeout(a.ctx, 2*interval)
+		ctx, cancel := context.WithDeadline(a.ctx, deadline)
 		var res ctlproto.CtlStatusRes
 		err := call(ctx, conn, ctlproto.CTLPROC_HEARTBEAT,
 			&ctlproto.CtlHeartbeatArgs{Registration: reg, Capacity: total, Free: free}, &res)
 		cancel()
 		if err == nil {
-			err = errOf(res.Status)
+			lastAnswer = time.Now()
+			if err := errOf(res.Status); err != nil {
+				a.log.Warn("cluster: heartbeat refused; registering again", "err", err)
+				return
+			}
+			continue
 		}
-		if err != nil {
-			a.log.Warn("cluster: heartbeat failed", "err", err)
+		switch {
+		case a.ctx.Err() != nil, errors.Is(err, rpc.ErrConnClosed):
 			return
+		case !time.Now().Before(deadline):
+			a.log.Warn("cluster: no heartbeat answer from the MDS within its liveness window; reconnecting",
+				"window", window, "last_answer", lastAnswer, "err", err)
+			return
+		default:
+			a.log.Warn("cluster: heartbeat failed; retrying", "err", err, "window_left", time.Until(deadline))
 		}
 	}
 }

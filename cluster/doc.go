@@ -82,14 +82,20 @@
 // own (Registry.Serve).
 //
 // A DS heartbeats every interval (from REGISTER, default 1 s); the MDS closes
-// the connection of a DS that missed 3 intervals, and a closed connection
-// takes the DS out of service (a Left event, a new Generation). The agent
-// reconnects with capped exponential backoff and re-registers, getting the
-// current fence list in the REGISTER reply. Striped surfaces a down or
-// failing DS as an error wrapping ErrUnavailable (or the DS's storage
-// error); it never substitutes zeros for a DS it could not reach. Striped
-// compares the boot verifiers in OBJ_WRITE and OBJ_COMMIT replies and
-// reports ErrDataLost from Sync when a DS restarted with uncommitted writes.
+// the connection of a DS that missed 3 intervals (RegistryConfig.MissedBeats),
+// and a closed connection takes the DS out of service (a Left event, a new
+// Generation). The agent waits for a slow heartbeat answer up to the same
+// window (AgentConfig.MissedBeats) since the last answer, rather than closing
+// a live connection, and with it the MDS's object calls in flight, over one
+// slow reply; only when the MDS has been silent for the whole window does it
+// give up. The MDS's monitor in turn judges no DS when it ran late itself,
+// since heartbeats may then be waiting unread. The agent reconnects with
+// capped exponential backoff and re-registers, getting the current fence
+// list in the REGISTER reply. Striped surfaces a down or failing DS as an
+// error wrapping ErrUnavailable (or the DS's storage error); it never
+// substitutes zeros for a DS it could not reach. Striped compares the boot
+// verifiers in OBJ_WRITE and OBJ_COMMIT replies and reports ErrDataLost from
+// Sync when a DS restarted with uncommitted writes.
 //
 // # Stateids and fencing
 //

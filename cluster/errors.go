@@ -135,6 +135,22 @@ func call(ctx context.Context, c *rpc.Conn, proc uint32, args xdr.Marshaler, res
 	return nil
 }
 
+// callRelease is call for results the caller is done with at a known
+// point: on success it returns the function that lets the connection
+// reuse the reply's buffer (rpc.Conn.CallRelease), which opaques decoded
+// into res alias. The caller must call it once nothing references them.
+func callRelease(ctx context.Context, c *rpc.Conn, proc uint32, args xdr.Marshaler, res xdr.Unmarshaler) (release func(), err error) {
+	b, release, err := c.CallRelease(ctx, ctlproto.SHOAL_CONTROL, ctlproto.SHOAL_CONTROL_V1, proc, rpc.OpaqueAuth{}, args)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if err := xdr.Unmarshal(b, res); err != nil {
+		release()
+		return nil, fmt.Errorf("cluster: proc %d: %w: %w", proc, rpc.ErrBadReply, err)
+	}
+	return release, nil
+}
+
 // decodeArgs decodes a call's arguments, requiring that all are consumed.
 func decodeArgs(c *rpc.Call, v xdr.Unmarshaler) bool {
 	return xdr.Unmarshal(c.Args, v) == nil

@@ -71,15 +71,19 @@ type testCluster struct {
 	stateFile string // OpenRegistry if set
 }
 
+// testMissedBeats is the liveness window of the test registries and
+// agents, in heartbeat intervals. Generous: heartbeats are not under test
+// except through closed connections (and heartbeat_test.go), and -race
+// slows everything down.
+const testMissedBeats = 200
+
 func testRegistryConfig(c *fakeChecker) RegistryConfig {
 	return RegistryConfig{
 		Secret:            []byte("cluster-secret"),
 		JoinToken:         []byte("join"),
 		HeartbeatInterval: 100 * time.Millisecond,
-		// Generous: heartbeats are not under test except through closed
-		// connections, and -race slows everything down.
-		MissedBeats:  200,
-		CheckStateid: c.check,
+		MissedBeats:       testMissedBeats,
+		CheckStateid:      c.check,
 	}
 }
 
@@ -167,6 +171,8 @@ func (tc *testCluster) startAgent(id string, st *store.Local) *Agent {
 		Store:     st,
 		JoinToken: []byte("join"),
 		Capacity:  func() (uint64, uint64) { return 1 << 40, 1 << 39 },
+		// As generous as the registry (testRegistryConfig).
+		MissedBeats: testMissedBeats,
 	})
 	if err != nil {
 		st.Close()

@@ -507,25 +507,46 @@ func (r *Registry) monitor() {
 	defer r.wg.Done()
 	t := time.NewTicker(r.interval)
 	defer t.Stop()
+	prev := time.Now()
 	for {
 		select {
 		case <-r.stop:
 			return
-		case now := <-t.C:
-			var dead []*rpc.Conn
-			r.mu.Lock()
-			for _, m := range r.byID {
-				if m.conn != nil && now.Sub(m.lastBeat) > time.Duration(r.missed)*r.interval {
-					r.log.Warn("cluster: data server missed heartbeats", "id", m.ds.ID, "last", m.lastBeat)
-					dead = append(dead, m.conn)
-				}
-			}
-			r.mu.Unlock()
-			for _, c := range dead {
-				c.Close()
-			}
+		case <-t.C:
+		}
+		now := time.Now()
+		dead := r.expired(now, now.Sub(prev))
+		prev = now
+		for _, c := range dead {
+			c.Close()
 		}
 	}
+}
+
+// expired returns the connections of DSes whose last heartbeat is older
+// than the liveness window (MissedBeats intervals) at now. since is how
+// long ago the monitor last looked. If that is more than two intervals,
+// the MDS itself did not run for a while (an overloaded machine, a paused
+// VM): heartbeats that arrived meanwhile may still be unread, and judging
+// DSes by them would drop live ones, so nobody is judged this time. A DS
+// that really died is judged at the next punctual look, and one whose
+// connection closed is out of service at once anyway (watch).
+func (r *Registry) expired(now time.Time, since time.Duration) []*rpc.Conn {
+	if since > 2*r.interval {
+		r.log.Warn("cluster: heartbeat monitor ran late; not judging data servers this time", "late", since-r.interval)
+		return nil
+	}
+	window := time.Duration(r.missed) * r.interval
+	var dead []*rpc.Conn
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, m := range r.byID {
+		if m.conn != nil && now.Sub(m.lastBeat) > window {
+			r.log.Warn("cluster: data server missed heartbeats", "id", m.ds.ID, "last", m.lastBeat, "window", window)
+			dead = append(dead, m.conn)
+		}
+	}
+	return dead
 }
 
 // watch takes m out of service when c, its registered connection, closes.

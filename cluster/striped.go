@@ -398,10 +398,15 @@ func (f *stripedFile) ReadAt(p []byte, off int64) (int, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
 		var res ctlproto.CtlReadRes
-		if err := call(ctx, conn, ctlproto.CTLPROC_OBJ_READ,
-			&ctlproto.CtlReadArgs{Ino: f.ino, Offset: pc.off, Count: uint32(len(dst))}, &res); err != nil {
+		release, err := callRelease(ctx, conn, ctlproto.CTLPROC_OBJ_READ,
+			&ctlproto.CtlReadArgs{Ino: f.ino, Offset: pc.off, Count: uint32(len(dst))}, &res)
+		if err != nil {
 			return viaFallback(fmt.Errorf("cluster: read ino %d at %d on %s: %w", f.ino, pc.off, id, err))
 		}
+		// res.Ok.Data aliases the reply's record buffer, which goes back
+		// to its pool once the data is copied into the caller's buffer;
+		// nothing else is kept from res.
+		defer release()
 		if res.Status == ctlproto.CTL_ERR_NOENT {
 			clear(dst)
 			return nil

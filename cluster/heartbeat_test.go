@@ -1,0 +1,267 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shoalfs/shoal/internal/ctlproto"
+	"github.com/shoalfs/shoal/internal/rpc"
+	"github.com/shoalfs/shoal/internal/xdr"
+)
+
+// heartbeatGate serves a registry over a real connection and can hold
+// the first heartbeat arriving after arm, injecting a slow MDS answer.
+type heartbeatGate struct {
+	reg *Registry
+
+	mu      sync.Mutex
+	armed   bool
+	held    chan struct{} // closed when the held heartbeat arrives
+	release chan struct{} // closing it lets the held heartbeat be answered
+	heldOn  *rpc.Conn
+	beats   map[*rpc.Conn]int // heartbeats answered, per connection
+}
+
+func (g *heartbeatGate) serveRPC(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
+	if c.Prog == ctlproto.SHOAL_CONTROL && c.Proc == ctlproto.CTLPROC_HEARTBEAT {
+		g.mu.Lock()
+		hold := g.armed
+		if hold {
+			g.armed = false
+			g.heldOn = c.Conn
+			close(g.held)
+		}
+		release := g.release
+		g.mu.Unlock()
+		if hold {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		defer func() {
+			g.mu.Lock()
+			g.beats[c.Conn]++
+			g.mu.Unlock()
+		}()
+	}
+	return g.reg.serveRPC(ctx, c, res)
+}
+
+// arm holds the next heartbeat until the returned release is called.
+func (g *heartbeatGate) arm() (held <-chan struct{}, release func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.armed = true
+	g.held = make(chan struct{})
+	g.release = make(chan struct{})
+	var once sync.Once
+	rel := g.release
+	return g.held, func() { once.Do(func() { close(rel) }) }
+}
+
+func (g *heartbeatGate) beatsOn(c *rpc.Conn) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.beats[c]
+}
+
+// startGatedRegistry runs a registry with the given heartbeat settings
+// behind a heartbeatGate, and one agent registered with it.
+func startGatedRegistry(t *testing.T, interval time.Duration, mdsMissed, agentMissed int) (*heartbeatGate, *Agent, chan Event) {
+	t.Helper()
+	cfg := testRegistryConfig(newFakeChecker())
+	cfg.HeartbeatInterval, cfg.MissedBeats = interval, mdsMissed
+	reg := NewRegistry(cfg)
+	events := make(chan Event, 100)
+	reg.Subscribe(func(ev Event) { events <- ev })
+	g := &heartbeatGate{reg: reg, beats: map[*rpc.Conn]int{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &rpc.Server{Handler: rpc.HandlerFunc(g.serveRPC), IdleTimeout: -1, Logger: discardLogger()}
+	served := make(chan struct{})
+	go func() { defer close(served); srv.Serve(ln) }()
+	tc := &testCluster{t: t}
+	st := tc.newStore()
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	defer cancel()
+	a, err := StartAgent(ctx, AgentConfig{
+		MDS: ln.Addr().String(), ID: "ds0", Addrs: []string{"127.0.0.1:2049"},
+		Store: st, JoinToken: []byte("join"), MissedBeats: agentMissed,
+		Capacity: func() (uint64, uint64) { return 1 << 40, 1 << 39 },
+	})
+	if err != nil {
+		srv.Close()
+		reg.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		a.Close()
+		srv.Close()
+		<-served
+		reg.Close()
+	})
+	if err := reg.WaitFor(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	return g, a, events
+}
+
+// TestSlowHeartbeatAnswer holds the MDS's answer to one heartbeat for
+// many heartbeat intervals, though within the liveness window, while the
+// MDS reads and writes through the DS: the agent must keep its connection
+// and registration, the MDS's object calls must succeed, and heartbeats
+// must go on afterwards on the same connection.
+func TestSlowHeartbeatAnswer(t *testing.T) {
+	const interval = 50 * time.Millisecond
+	// A 10 s window on both sides; the answer is held for 10 intervals,
+	// five times what the agent used to wait before closing.
+	g, a, events := startGatedRegistry(t, interval, 200, 200)
+	conn := agentConn(a)
+	s := NewStriped(g.reg, 64<<10)
+	data := pattern(3<<20, 9)
+
+	held, release := g.arm()
+	defer release()
+	select {
+	case <-held:
+	case <-time.After(waitBound):
+		t.Fatal("no heartbeat arrived")
+	}
+	start := time.Now()
+	// The DS serves the MDS's OBJ_WRITE and OBJ_READ while its heartbeat
+	// waits for an answer.
+	writeAll(t, s, 42, data, 0)
+	f, err := s.Open(42, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	got := make([]byte, len(data))
+	if n, err := f.ReadAt(got, 0); n != len(data) || err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("ReadAt while a heartbeat is held = %d, %v (equal %v)", n, err, bytes.Equal(got, data))
+	}
+	time.Sleep(time.Until(start.Add(10 * interval))) // the injected delay
+	release()
+
+	// The held heartbeat is answered, and two more follow on the same
+	// connection (heldOn is the MDS's end of it, conn the agent's).
+	g.mu.Lock()
+	heldOn := g.heldOn
+	g.mu.Unlock()
+	before := g.beatsOn(heldOn)
+	eventually(t, "heartbeats after the slow answer", func() bool { return g.beatsOn(heldOn) >= before+3 })
+	for _, c := range []*rpc.Conn{conn, heldOn} {
+		select {
+		case <-c.Done():
+			t.Fatal("the control connection closed after a slow heartbeat answer")
+		default:
+		}
+	}
+	if c := agentConn(a); c != conn {
+		t.Errorf("agent connection changed from %p to %p", conn, c)
+	}
+	if n := a.Stats().Registrations; n != 1 {
+		t.Errorf("agent registered %d times; a slow answer must not make it re-register", n)
+	}
+	for len(events) > 0 {
+		if ev := <-events; ev.Kind == Left {
+			t.Errorf("DS left service after a slow heartbeat answer: %+v", ev)
+		}
+	}
+	if ds := g.reg.DataServers(); len(ds) != 1 {
+		t.Errorf("in service: %+v", ds)
+	}
+	if n, err := f.ReadAt(got, 0); n != len(data) || !bytes.Equal(got, data) {
+		t.Fatalf("ReadAt after the slow heartbeat = %d, %v", n, err)
+	}
+}
+
+// TestSilentMDS holds a heartbeat answer past the agent's liveness
+// window (the MDS's own window is far longer, so the agent acts first):
+// the agent must give up on the connection and register again, not wait
+// forever.
+func TestSilentMDS(t *testing.T) {
+	g, a, events := startGatedRegistry(t, 20*time.Millisecond, 100_000, 5)
+	conn := agentConn(a)
+	held, release := g.arm()
+	defer release()
+	select {
+	case <-held:
+	case <-time.After(waitBound):
+		t.Fatal("no heartbeat arrived")
+	}
+	select {
+	case <-conn.Done():
+	case <-time.After(waitBound):
+		t.Fatal("the agent kept a connection the MDS never answered on")
+	}
+	eventually(t, "the agent to register again", func() bool { return a.Stats().Registrations >= 2 })
+	var left, joined bool
+	timeout := time.After(waitBound)
+	for !left || !joined {
+		select {
+		case ev := <-events:
+			left = left || ev.Kind == Left
+			joined = joined || (left && ev.Kind == Joined)
+		case <-timeout:
+			t.Fatalf("events after the silent connection: left %v, joined again %v", left, joined)
+		}
+	}
+}
+
+// TestMonitorJudgement checks the MDS's liveness verdicts on a registered
+// DS at chosen instants: late heartbeats drop it when the monitor looks on
+// time, but not when the monitor itself ran late (the MDS was stalled and
+// may not have read the heartbeats that arrived meanwhile).
+func TestMonitorJudgement(t *testing.T) {
+	const interval = time.Second
+	cfg := testRegistryConfig(newFakeChecker())
+	cfg.HeartbeatInterval, cfg.MissedBeats = interval, 3
+	reg := newRegistry(cfg) // no monitor of its own: the test is the clock
+	defer reg.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go reg.Serve(ln)
+	tc := &testCluster{t: t}
+	a := &Agent{cfg: AgentConfig{MDS: ln.Addr().String(), ID: "judged", Store: tc.newStore(), JoinToken: []byte("join")},
+		index: -1, fenced: map[uint64]struct{}{}, cache: map[cacheKey]cacheEntry{}, drainedCh: make(chan struct{})}
+	a.log = discardLogger()
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	defer a.cancel()
+	if err := a.connect(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer agentConn(a).Close()
+	reg.mu.Lock()
+	last := reg.byID["judged"].lastBeat
+	reg.mu.Unlock()
+	for _, tt := range []struct {
+		name     string
+		after    time.Duration // since the last heartbeat
+		since    time.Duration // since the monitor's previous look
+		wantDead bool
+	}{
+		{"fresh", interval, interval, false},
+		{"at the window", 3 * interval, interval, false},
+		{"missed, monitor on time", 3*interval + time.Millisecond, interval, true},
+		{"missed long ago, monitor on time", 30 * interval, 2 * interval, true},
+		{"missed, monitor stalled", 10 * interval, 10 * interval, false},
+		{"missed, monitor just late", 10 * interval, 2*interval + time.Millisecond, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dead := reg.expired(last.Add(tt.after), tt.since)
+			if got := len(dead) == 1; got != tt.wantDead || len(dead) > 1 {
+				t.Errorf("expired(+%v, since %v) = %d connections, want dead %v", tt.after, tt.since, len(dead), tt.wantDead)
+			}
+		})
+	}
+}
