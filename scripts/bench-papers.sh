@@ -19,13 +19,14 @@
 # Environment: RATE (per-link rate, default 500mbit: the rate at which this
 # 2-core machine moves the whole NFS stack of 6 DS x 8 clients without
 # running out of CPU; see docs/benchmarks.md), CLIENTS (default 8),
-# MAXDS (default 6), STONEWALL (per phase, default 8s), BLOCK (bytes per
+# MAXDS (default 6), STONEWALL (per phase, default 6s), BLOCK (bytes per
 # client, default 512MiB: more than a stonewall's worth, so every cell runs
 # for the stonewall time), REPS (repetitions of sweep 1, default 3; the
 # tables give median [min-max]), SHOAL_BIN (a prebuilt shoal; default: go build),
 # STEPS (which of the sweeps 1-5 to run, default all; given, earlier
 # results in OUTDIR are kept), NAME (testbed name, default shoalbench), RATE2 (a second data-server
-# sweep at this rate, default 1gbit; empty: none), STORAGE (data servers' storage,
+# sweep at this rate, default 1gbit; empty: none; RATE2_DS its data-server
+# counts, default 1,2,4,MAXDS), STORAGE (data servers' storage,
 # default tmpfs: see `shoal testbed up --help`). Needs root, ip, tc and, for the
 # baseline, ganesha.nfsd. Takes about 17 minutes on a 2-core machine.
 set -euo pipefail
@@ -35,12 +36,13 @@ out=${1:-docs/bench}
 rate=${RATE:-500mbit}
 clients=${CLIENTS:-8}
 maxds=${MAXDS:-6}
-stonewall=${STONEWALL:-8s}
+stonewall=${STONEWALL:-6s}
 block=${BLOCK:-512MiB}
 reps=${REPS:-3}
 storage=${STORAGE:-tmpfs}
 name=${NAME:-shoalbench}
 rate2=${RATE2-1gbit}
+rate2ds=${RATE2_DS:-1,2,4,$maxds}
 steps=" ${STEPS:-1 2 3 4 5} "
 want() { [[ $steps == *" $1 "* ]]; }
 mkdir -p "$out"
@@ -108,8 +110,8 @@ step "tear down"
 down
 
 if [ -n "$rate2" ] && want 5; then
-	step "5. data servers 1..$maxds again at $rate2 per link: where does the CPU become the limit?"
-	"$bin" bench "${common[@]}" --testbed-up --rate "$rate2" --storage "$storage" --ds "$(seq -s, 1 "$maxds")" \
+	step "5. data servers $rate2ds again at $rate2 per link: where does the CPU become the limit?"
+	"$bin" bench "${common[@]}" --testbed-up --rate "$rate2" --storage "$storage" --ds "$rate2ds" \
 		--clients "$clients" --block "$block" --transfer 1MiB --label "ds-$rate2" --json "$out/ds-$rate2.json" | tee -a "$log"
 fi
 step "plots"
