@@ -28,25 +28,64 @@
 // data, and selects the client library's access method of the same name
 // for what happens below it:
 //
-//   - [AccessCached] uses the kernel page cache. Open revalidates it by the
-//     NFS change attribute (close-to-open consistency): if the change
-//     attribute is the one seen at the previous open, the cache is kept
-//     (FOPEN_KEEP_CACHE), otherwise it is dropped. The library caches and
-//     writes back in blocks (client.AccessCached).
-//   - [AccessODirect] uses the page cache but drops it at every open, and
+//   - [AccessCached] uses the kernel page cache and its writeback cache
+//     (see below). Open revalidates the cache by the NFS change attribute
+//     (close-to-open consistency): if the change attribute is the one
+//     seen at the previous open or after this mount's own last writes,
+//     the cache is kept (FOPEN_KEEP_CACHE), otherwise it is dropped.
+//     Read-only opens use the library's cache and readahead
+//     (client.AccessCached); writable opens send the kernel's WRITEs on
+//     as they come (client.AccessDirect), since the kernel already
+//     gathers and holds them.
+//   - [AccessODirect] uses the page cache for reads but drops it at
+//     every open, writes through it (one FUSE_WRITE per write(2)), and
 //     honours O_DIRECT opens by bypassing it for them (FOPEN_DIRECT_IO).
 //     The library gathers small contiguous writes (client.AccessODirect).
 //   - [AccessDirect] bypasses the page cache for every open: each read(2)
 //     and write(2) becomes one ReadAt or WriteAt of the library, which
 //     sends it on unchanged (client.AccessDirect).
 //
-// The kernel's writeback cache is never used: each write(2) reaches the
-// library at once. close(2) makes the library write back and COMMIT what
-// was written through the descriptor, so errors surface at close as NFS
-// users expect and another client that opens the file afterwards sees the
-// data. stat(2) of a file that is open asks the open File, so sizes count
-// data the library still holds. pNFS is the library's business: with a
-// server that offers layouts, I/O goes to the data servers.
+// close(2) makes the library write back and COMMIT what was written
+// through the file, so errors surface at close as NFS users expect and
+// another client that opens the file afterwards sees the data. stat(2) of
+// a file that is open asks the open File, so sizes count data the library
+// still holds. pNFS is the library's business: with a server that offers
+// layouts, I/O goes to the data servers.
+//
+// # The writeback cache (AccessCached)
+//
+// With AccessCached the mount asks the kernel for its writeback cache
+// (FUSE_WRITEBACK_CACHE): write(2) only fills the page cache, and the
+// kernel writes dirty pages back in large WRITEs at fsync(2), before
+// every close(2) (before FUSE_FLUSH), and when its flusher runs, so small
+// sequential writes cost about what large ones do. It changes several
+// things the mount must allow for:
+//
+//   - The kernel reads through whatever handle a write(2) used, to fill
+//     the rest of a page it only partly overwrites. O_WRONLY opens
+//     therefore ask the server for read-write access, and fall back to
+//     write-only when the user may not read the file; reads through such
+//     a handle then go to the server with the write-only open, which may
+//     refuse them, failing the write(2) rather than filling the page with
+//     anything but the file's data.
+//   - Dirty pages go back through any writable handle of the inode, not
+//     necessarily the one they were written through (mmap writes too), so
+//     close(2) and fsync(2) commit every open handle of the file that has
+//     uncommitted writes.
+//   - The kernel keeps a file's size and mtime itself and never takes the
+//     server's size for an inode it holds. O_APPEND is the kernel's job.
+//     The mtime of buffered writes arrives as a SETATTR before the data;
+//     if it fails for lack of a name (a file removed while open) or of
+//     ownership it is dropped, since the WRITEs that follow set the mtime
+//     on the server anyway.
+//   - Because the kernel never takes the server's size, an open that
+//     finds the change attribute moved while nothing here had the file
+//     open makes the kernel drop the inode and retry with a fresh lookup
+//     (see evictChanged), so a file another client grew or shrank reads
+//     right after the reopen. A file that stays open here while another
+//     client changes its size keeps the kernel's size, and stat(2) of a
+//     file that is not reopened shows the size the kernel knows: the
+//     limits of the writeback cache on a shared file system.
 //
 // # Identity
 //

@@ -47,7 +47,9 @@ func (a Access) String() string {
 
 // client is the client library's access method that goes with a:
 // the mount's method decides what the kernel caches, the library's what
-// it caches and gathers below that.
+// it caches and gathers below that. Under the kernel's writeback cache
+// (AccessCached) writable opens switch to client.AccessDirect (see
+// fsys.openFile).
 func (a Access) client() client.Access {
 	switch a {
 	case AccessCached:
@@ -94,9 +96,14 @@ func ParseURL(raw string) (addr, path string, err error) {
 }
 
 // maxIO is the largest FUSE READ or WRITE: one NFS READ or WRITE at the
-// usual 1 MiB server limit or below, and small enough that a reply plus
-// its header fits the default 1 MiB pipe go-fuse splices through.
-const maxIO = 512 << 10
+// usual 1 MiB server limit, and the kernel's default limit (256 pages of
+// /proc/sys/fs/fuse/max_pages_limit). The kernel sends the requests of one
+// read(2) or write(2) through a direct_io open one after the other, so at
+// 512 KiB a 1 MiB read(2) took two round trips through FUSE and the
+// library and 1 MiB direct reads fell behind the cached method's. Replies
+// are ReadResultData, which go-fuse writes with writev, not through its
+// splice pipe, so they need not fit a pipe.
+const maxIO = 1 << 20
 
 // Timeout is the kernel's entry and attribute cache lifetime.
 const Timeout = time.Second
@@ -181,6 +188,16 @@ func New(ctx context.Context, dir string, cfg Config) (*Mount, error) {
 			MaxWrite:      maxIO,
 			Debug:         cfg.Debug,
 		},
+	}
+	if cfg.Access == AccessCached {
+		// The kernel's writeback cache: write(2) fills the page cache
+		// and the kernel sends dirty pages in large WRITEs later (at
+		// fsync, close, or when the flusher runs), instead of one
+		// synchronous FUSE_WRITE per write(2). That is what makes small
+		// sequential writes as fast as large ones. go-fuse offers it
+		// only through ExtraCapabilities, which it intersects with what
+		// the kernel offers. See doc.go for what it changes.
+		opts.MountOptions.ExtraCapabilities |= fuse.CAP_WRITEBACK_CACHE
 	}
 	if cfg.PerCaller {
 		// The kernel checks permissions against the cached attributes

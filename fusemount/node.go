@@ -28,6 +28,9 @@ type node struct {
 	// close-to-open revalidation of the page cache (AccessCached).
 	change      uint64
 	changeValid bool
+	// reval is set while an open that found the file changed waits for
+	// the kernel to retry it on a fresh inode (see evictChanged).
+	reval bool
 	// opens counts open handles; silly is where Unlink or Rename hid the
 	// file while it was open (see sillyRename), removed by sillyClient at
 	// the last Release.
@@ -251,11 +254,11 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	if set {
 		c, p, errno := n.target(ctx, "")
-		if errno != 0 {
-			return errno
+		if errno == 0 {
+			errno = toErrno(c.SetAttr(ctx, p, sa))
 		}
-		if err := c.SetAttr(ctx, p, sa); err != nil {
-			return toErrno(err)
+		if errno != 0 && !writebackTimes(n.fsys, h, in, errno) {
+			return errno
 		}
 	}
 	return n.Getattr(ctx, f, out)
@@ -289,34 +292,18 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	return n.lookupChild(ctx, c, p, out)
 }
 
-// mknoder is what the client library needs to offer for mknod(2): it has
-// no exported way to CREATE special files yet, so Mknod fails with EPERM
-// (as file systems without special files do) until it does.
-type mknoder interface {
-	Mknod(ctx context.Context, path string, mode, major, minor uint32) error
-}
-
+// Mknod creates regular files, FIFOs, sockets and devices through the
+// client library, which rejects directories (EPERM) and unknown types
+// (EINVAL) as mknod(2) does; the kernel has already checked CAP_MKNOD for
+// devices. The entry comes from a fresh LOOKUP, so it carries the type and
+// rdev the server stored.
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	ctx = mutating(ctx)
 	c, p, errno := n.target(ctx, name)
 	if errno != 0 {
 		return nil, errno
 	}
-	if mode&syscall.S_IFMT == syscall.S_IFREG {
-		f, err := c.Open(ctx, p, syscall.O_WRONLY|syscall.O_CREAT|syscall.O_EXCL, mode&07777)
-		if err != nil {
-			return nil, toErrno(err)
-		}
-		if err := f.Close(); err != nil {
-			return nil, toErrno(err)
-		}
-		return n.lookupChild(ctx, c, p, out)
-	}
-	mk, ok := any(c).(mknoder)
-	if !ok {
-		return nil, syscall.EPERM
-	}
-	if err := mk.Mknod(ctx, p, mode, unix.Major(uint64(dev)), unix.Minor(uint64(dev))); err != nil {
+	if err := c.Mknod(ctx, p, mode, unix.Major(uint64(dev)), unix.Minor(uint64(dev))); err != nil {
 		return nil, toErrno(err)
 	}
 	return n.lookupChild(ctx, c, p, out)
@@ -362,11 +349,13 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
-	of := openFlags(flags) | syscall.O_CREAT
+	extra := syscall.O_CREAT
 	if flags&syscall.O_EXCL != 0 {
-		of |= syscall.O_EXCL
+		extra |= syscall.O_EXCL
 	}
-	f, err := c.Open(ctx, p, of, mode&07777)
+	f, writeOnly, err := n.fsys.openFile(ctx, flags, func(of int) (*client.File, error) {
+		return c.Open(ctx, p, of|extra, mode&07777)
+	})
 	if err != nil {
 		return nil, nil, 0, toErrno(err)
 	}
@@ -380,7 +369,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if cn == nil {
 		cn = n
 	}
-	return ch, newHandle(f, c, cn), cn.fuseFlags(flags, &a), 0
+	return ch, newHandle(f, c, cn, writeOnly), cn.fuseFlags(flags, &a), 0
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -389,7 +378,10 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if errno != 0 {
 		return nil, 0, errno
 	}
-	f, err := c.OpenHandle(ctx, n.handle(), openFlags(flags))
+	fh := n.handle()
+	f, writeOnly, err := n.fsys.openFile(ctx, flags, func(of int) (*client.File, error) {
+		return c.OpenHandle(ctx, fh, of)
+	})
 	if err != nil {
 		return nil, 0, toErrno(err)
 	}
@@ -399,8 +391,15 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			f.Close()
 			return nil, 0, toErrno(err)
 		}
+		if n.evictChanged(&a) {
+			// The kernel retries the open with a fresh lookup.
+			if err := f.Close(); err != nil {
+				n.fsys.log.Debug("closing nfs file", "path", f.Name(), "err", err)
+			}
+			return nil, 0, syscall.ESTALE
+		}
 	}
-	return newHandle(f, c, n), n.fuseFlags(flags, &a), 0
+	return newHandle(f, c, n, writeOnly), n.fuseFlags(flags, &a), 0
 }
 
 func (n *node) remove(ctx context.Context, name string) syscall.Errno {
@@ -602,11 +601,25 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	return []byte(s), 0
 }
 
-// Statfs reports the block size and name length. The client library does
-// not expose the space attributes (space_total/free/avail) yet, so the
-// block counts are zero, which df(1) shows as an unknown size.
+// Statfs reports the server's space and file counts (see client.Statfs)
+// in blocks of blockSize, rounded down; df(1) counts in Frsize units, so
+// Frsize is blockSize too. The counts are the whole file system's, so they
+// are asked for at the root, which also answers fstatfs(2) on a file
+// that was removed while open.
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
-	*out = fuse.StatfsOut{Bsize: blockSize, Frsize: blockSize, NameLen: 255}
+	c, errno := n.fsys.client(ctx)
+	if errno != 0 {
+		return errno
+	}
+	st, err := c.Statfs(ctx, "/")
+	if err != nil {
+		return toErrno(err)
+	}
+	*out = fuse.StatfsOut{
+		Blocks: st.Total / blockSize, Bfree: st.Free / blockSize, Bavail: st.Avail / blockSize,
+		Files: st.Files, Ffree: st.FilesFree,
+		Bsize: blockSize, Frsize: blockSize, NameLen: 255,
+	}
 	return 0
 }
 
