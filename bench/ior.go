@@ -701,18 +701,28 @@ func iorNotes(rep *IORReport) []string {
 	for _, r := range rep.Runs {
 		load = max(load, r.LoadAfter[0])
 	}
+	// The machine-wide busy fraction also holds what no process is
+	// charged for (the kernel forwarding emulated links) and other
+	// tenants' work; the load average counts the benchmark's own client
+	// processes, so it is reported but judges nothing.
+	busy := -1.0
+	for _, cell := range rep.Cells {
+		busy = max(busy, cell.Busy)
+	}
 	if busiest >= 0 && ncpu > 0 {
 		verdict := "the CPU was not saturated"
 		switch {
 		case busiest >= 0.8*ncpu:
 			verdict = "CPU-BOUND: the figures measure CPU cost per byte, not the network, the disks or pNFS parallelism"
-		case load >= ncpu:
-			verdict = fmt.Sprintf("but the load average reached %.1f: the cores were shared with other work, so the figures are bound by the CPU the benchmark could get", load)
+		case busy >= 0.85:
+			verdict = fmt.Sprintf("but the machine was %.0f%% busy in the busiest cell (kernel packet forwarding and any other work on top): the CPU may have been the limit there", 100*busy)
+		case busy >= 0:
+			verdict = fmt.Sprintf("the CPU was not saturated (machine at most %.0f%% busy)", 100*busy)
 		}
 		notes = append(notes, fmt.Sprintf("the benchmark's processes used at most %.2f of %d cores (busiest cell, servers + clients): %s", busiest, rep.Machine.NumCPU, verdict))
 	}
 	if ncpu > 0 && load >= ncpu {
-		notes = append(notes, fmt.Sprintf("the machine was busy with other work too (load average up to %.1f on %d cores): differences within the min-max ranges are noise", load, rep.Machine.NumCPU))
+		notes = append(notes, fmt.Sprintf("load average up to %.1f on %d cores (it counts the benchmark's own processes): differences within the min-max ranges are noise", load, rep.Machine.NumCPU))
 	}
 	return notes
 }
