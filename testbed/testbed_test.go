@@ -90,7 +90,7 @@ func TestPlan(t *testing.T) {
 			if strings.Join(got, " ") != strings.Join(tt.want, " ") {
 				t.Errorf("nodes = %v, want %v", got, tt.want)
 			}
-			if s.MDS != "10.77.0.1:2049" || s.Switch != "shoaltb-sw" || s.Rate != "1gbit" {
+			if s.MDS != "10.77.0.1:2049" || s.Switch != "shoaltb-sw" || s.Rate != DefaultRate || s.Storage != StorageTmpfs {
 				t.Errorf("state = %+v", s)
 			}
 		})
