@@ -146,16 +146,19 @@ func TestShoalReplay(t *testing.T) {
 	clienttest.RunReplay(t, startShoal(t), client.Options{})
 }
 
+// shoalAndGanesha are the two servers a client test runs against, each
+// with the options its export needs (Ganesha's is skipped unless enabled).
+var shoalAndGanesha = map[string]func(t *testing.T) (string, client.Options){
+	"shoal": func(t *testing.T) (string, client.Options) { return startShoal(t), client.Options{} },
+	"ganesha": func(t *testing.T) (string, client.Options) {
+		return ganeshaAddr(t), client.Options{Root: "/export"}
+	},
+}
+
 // TestMinorVersionFallback asks for NFSv4.3, which no server speaks: the
 // client must step down on NFS4ERR_MINOR_VERS_MISMATCH.
 func TestMinorVersionFallback(t *testing.T) {
-	targets := map[string]func(t *testing.T) (string, client.Options){
-		"shoal": func(t *testing.T) (string, client.Options) { return startShoal(t), client.Options{} },
-		"ganesha": func(t *testing.T) (string, client.Options) {
-			return ganeshaAddr(t), client.Options{Root: "/export"}
-		},
-	}
-	for name, target := range targets {
+	for name, target := range shoalAndGanesha {
 		t.Run(name, func(t *testing.T) {
 			addr, opts := target(t)
 			opts.MinorVersion = 3
@@ -174,13 +177,7 @@ func TestMinorVersionFallback(t *testing.T) {
 // TestUnprivileged runs clienttest.RunUnprivileged with a second client
 // whose AUTH_SYS credential is uid 1000.
 func TestUnprivileged(t *testing.T) {
-	targets := map[string]func(t *testing.T) (string, client.Options){
-		"shoal": func(t *testing.T) (string, client.Options) { return startShoal(t), client.Options{} },
-		"ganesha": func(t *testing.T) (string, client.Options) {
-			return ganeshaAddr(t), client.Options{Root: "/export"}
-		},
-	}
-	for name, target := range targets {
+	for name, target := range shoalAndGanesha {
 		t.Run(name, func(t *testing.T) {
 			addr, opts := target(t)
 			user := opts
