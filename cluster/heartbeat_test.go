@@ -64,6 +64,20 @@ func (g *heartbeatGate) arm() (held <-chan struct{}, release func()) {
 	return g.held, func() { once.Do(func() { close(rel) }) }
 }
 
+// holdNext arms the gate and waits until a heartbeat is held; the returned
+// func releases it.
+func (g *heartbeatGate) holdNext(t *testing.T) (release func()) {
+	t.Helper()
+	held, release := g.arm()
+	select {
+	case <-held:
+	case <-time.After(waitBound):
+		release()
+		t.Fatal("no heartbeat arrived")
+	}
+	return release
+}
+
 func (g *heartbeatGate) beatsOn(c *rpc.Conn) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -127,13 +141,8 @@ func TestSlowHeartbeatAnswer(t *testing.T) {
 	s := NewStriped(g.reg, 64<<10)
 	data := pattern(3<<20, 9)
 
-	held, release := g.arm()
+	release := g.holdNext(t)
 	defer release()
-	select {
-	case <-held:
-	case <-time.After(waitBound):
-		t.Fatal("no heartbeat arrived")
-	}
 	start := time.Now()
 	// The DS serves the MDS's OBJ_WRITE and OBJ_READ while its heartbeat
 	// waits for an answer.
@@ -190,13 +199,7 @@ func TestSlowHeartbeatAnswer(t *testing.T) {
 func TestSilentMDS(t *testing.T) {
 	g, a, events := startGatedRegistry(t, 20*time.Millisecond, 100_000, 5)
 	conn := agentConn(a)
-	held, release := g.arm()
-	defer release()
-	select {
-	case <-held:
-	case <-time.After(waitBound):
-		t.Fatal("no heartbeat arrived")
-	}
+	defer g.holdNext(t)()
 	select {
 	case <-conn.Done():
 	case <-time.After(waitBound):
