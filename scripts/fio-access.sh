@@ -8,14 +8,19 @@
 #   SIZE=512m RUNS=5 scripts/fio-access.sh      # bigger file, more runs
 #
 # Environment: SHOAL (binary; default: built from this checkout), SIZE (fio
-# --size), BSS (block sizes), METHODS, RUNS (runs per cell; the table shows
+# --size, per stream), BSS (block sizes of the one-stream pass), JOBS and
+# PBSS (streams and block sizes of the parallel pass; JOBS=0 skips it),
+# METHODS, RUNS (runs per cell; the table shows
 # the median), RUNTIME (fio --runtime cap per pass, seconds), DOC (markdown
 # output; DOC= to skip), KEEP=1 (keep work dir).
 #
 # Each (method, bs): mount, fio write (crc32c verify headers, end_fsync),
 # unmount and remount so the read cannot come from the FUSE page cache, fio
 # read with --verify=crc32c --do_verify=1 (data checked, read MB/s includes
-# the crc32c check), unmount. The runs go round all cells in turn (run 1 of
+# the crc32c check), unmount. Two passes: one stream (one fio process, one
+# request at a time), and JOBS streams (fio --numjobs=JOBS, each process
+# streaming its own SIZE file, aggregate MB/s), the shape of an MPI-IO
+# application whose processes each move large blocks, for PBSS block sizes. The runs go round all cells in turn (run 1 of
 # every cell, then run 2, ...) so that a noisy stretch of the shared
 # machine does not land on one cell only. Everything listens on 127.0.0.1
 # only; the cluster and mounts started here are stopped and the work
@@ -24,13 +29,15 @@ set -euo pipefail
 
 SIZE=${SIZE:-256m}
 BSS=${BSS:-"4k 64k 1m 4m"}
+JOBS=${JOBS:-4}
+PBSS=${PBSS:-"64k 1m 4m"}
 METHODS=${METHODS:-"cached odirect direct"}
 RUNS=${RUNS:-3}
 RUNTIME=${RUNTIME:-120}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 DOC=${DOC-$repo/docs/access-methods.md}
 cmdline="$0${*:+ $*}"
-envline="SIZE=$SIZE BSS=\"$BSS\" METHODS=\"$METHODS\" RUNS=$RUNS RUNTIME=$RUNTIME"
+envline="SIZE=$SIZE BSS=\"$BSS\" JOBS=$JOBS PBSS=\"$PBSS\" METHODS=\"$METHODS\" RUNS=$RUNS RUNTIME=$RUNTIME"
 work=$(mktemp -d "${TMPDIR:-/tmp}/shoal-fio-access.XXXXXX")
 up_pid=
 mnt=$work/mnt
@@ -94,17 +101,19 @@ unmount() {
 	echo "unmount of $mnt timed out" >&2
 	exit 1
 }
-fio_pass() { # fio_pass RW BS EXTRA... -> prints MB/s (10^6 bytes/s)
-	local rw=$1 bs=$2 out=$work/fio.$1.json
-	shift 2
+fio_pass() { # fio_pass STREAMS RW BS EXTRA... -> prints aggregate MB/s (10^6 bytes/s)
+	local streams=$1 rw=$2 bs=$3 out=$work/fio.$2.json
+	shift 3
 	# From the work directory, without a verify state file: fio would
-	# otherwise leave one in the current directory.
+	# otherwise leave one in the current directory. Each of the STREAMS
+	# processes moves its own SIZE file; group reporting sums them.
 	(cd "$work" && fio --name=w --rw="$rw" --bs="$bs" --size="$SIZE" --ioengine=psync --runtime="$RUNTIME" \
-		--directory="$mnt" --output-format=json --verify=crc32c --verify_state_save=0 "$@") >"$out"
+		--numjobs="$streams" --group_reporting --directory="$mnt" --output-format=json \
+		--verify=crc32c --verify_state_save=0 "$@") >"$out"
 	local errs
-	errs=$(jq '.jobs[0].error' "$out")
-	[[ $errs == 0 ]] || { echo "fio $rw bs=$bs: error $errs" >&2; exit 1; }
-	printf '%.1f\n' "$(jq -r ".jobs[0].$rw.bw_bytes / 1e6" "$out")"
+	errs=$(jq '[.jobs[].error] | add' "$out")
+	[[ $errs == 0 ]] || { echo "fio $rw bs=$bs streams=$streams: error $errs" >&2; exit 1; }
+	printf '%.1f\n' "$(jq -r "[.jobs[].$rw.bw_bytes] | add / 1e6" "$out")"
 }
 
 median() { # median VALUE... (middle value; mean of the two middle ones for an even count)
@@ -112,32 +121,38 @@ median() { # median VALUE... (middle value; mean of the two middle ones for an e
 		if (NR % 2) printf "%.1f\n", v[(NR + 1) / 2]; else printf "%.1f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
-# 3. fio per method and block size, RUNS times round all cells.
+# 3. fio per pass, method and block size, RUNS times round all cells. Keys
+# of W, R (medians) and WRUNS, RRUNS (every run): STREAMS,METHOD,BS.
+passes=(1)
+((JOBS > 1)) && passes+=("$JOBS")
+bss_of() { if (($1 == 1)); then echo "$BSS"; else echo "$PBSS"; fi; }
 declare -A W R WRUNS RRUNS
 for run in $(seq 1 "$RUNS"); do
-	for m in $METHODS; do
-		for bs in $BSS; do
-			mount_as "$m"
-			rm -f "$mnt"/w.0.0
-			w=$(fio_pass write "$bs" --end_fsync=1 --do_verify=0)
-			unmount
-			mount_as "$m"
-			r=$(fio_pass read "$bs" --do_verify=1 --invalidate=1)
-			rm -f "$mnt"/w.0.0
-			unmount
-			WRUNS[$m,$bs]+="${WRUNS[$m,$bs]:+ }$w"
-			RRUNS[$m,$bs]+="${RRUNS[$m,$bs]:+ }$r"
-			printf 'run %d/%d %-8s %-4s write %8s MB/s  read+verify %8s MB/s\n' "$run" "$RUNS" "$m" "$bs" "$w" "$r"
+	for p in "${passes[@]}"; do
+		for m in $METHODS; do
+			for bs in $(bss_of "$p"); do
+				mount_as "$m"
+				rm -f "$mnt"/w.*
+				w=$(fio_pass "$p" write "$bs" --end_fsync=1 --do_verify=0)
+				unmount
+				mount_as "$m"
+				r=$(fio_pass "$p" read "$bs" --do_verify=1 --invalidate=1)
+				rm -f "$mnt"/w.*
+				unmount
+				k=$p,$m,$bs
+				WRUNS[$k]+="${WRUNS[$k]:+ }$w"
+				RRUNS[$k]+="${RRUNS[$k]:+ }$r"
+				printf 'run %d/%d streams %d %-8s %-4s write %8s MB/s  read+verify %8s MB/s\n' \
+					"$run" "$RUNS" "$p" "$m" "$bs" "$w" "$r"
+			done
 		done
 	done
 done
-for m in $METHODS; do
-	for bs in $BSS; do
-		# shellcheck disable=SC2086 # word splitting of the run list is intended
-		W[$m,$bs]=$(median ${WRUNS[$m,$bs]})
-		# shellcheck disable=SC2086
-		R[$m,$bs]=$(median ${RRUNS[$m,$bs]})
-	done
+for k in "${!WRUNS[@]}"; do
+	# shellcheck disable=SC2086 # word splitting of the run list is intended
+	W[$k]=$(median ${WRUNS[$k]})
+	# shellcheck disable=SC2086
+	R[$k]=$(median ${RRUNS[$k]})
 done
 
 # 4. postmark on the cached mount.
@@ -161,53 +176,65 @@ rm -rf "$mnt/pm"
 unmount
 echo "postmark (cached, 500 files, 2000 transactions): $pm_status in ${pm_time:-?} s"
 
-# 5. Table.
-table() {
+
+# 5. Tables.
+table() { # table STREAMS
 	echo "| method | bs | write MB/s | read MB/s | write runs | read runs |"
 	echo "|---|---|---:|---:|---:|---:|"
+	local m bs k
 	for m in $METHODS; do
-		for bs in $BSS; do
-			echo "| $m | $bs | ${W[$m,$bs]} | ${R[$m,$bs]} | ${WRUNS[$m,$bs]// / \/ } | ${RRUNS[$m,$bs]// / \/ } |"
+		for bs in $(bss_of "$1"); do
+			k=$1,$m,$bs
+			echo "| $m | $bs | ${W[$k]} | ${R[$k]} | ${WRUNS[$k]// / \/ } | ${RRUNS[$k]// / \/ } |"
 		done
 	done
 }
-echo
-table | sed '2d;s/^| //;s/ |$//;s/ | /\t/g' | column -t -s $'\t'
+for p in "${passes[@]}"; do
+	echo
+	echo "$p stream(s):"
+	table "$p" | sed '2d;s/^| //;s/ |$//;s/ | /\t/g' | column -t -s $'\t'
+done
 
-# The issue's checks, on the medians: cached 4k writes >= 80% of cached
-# 1m writes; direct 1m the fastest method for large sequential I/O, i.e.
-# direct 1m >= cached and odirect at 1m and at 4m, for writes and for reads.
+# The issue's checks, on the medians: cached 4k writes >= 80% of cached 1m
+# writes (one stream); direct 1m the fastest method for large sequential
+# I/O, i.e. direct 1m >= cached and odirect at 1m and at 4m, for writes and
+# for reads, in each pass.
 checks() {
-	local c4=${W[cached,4k]:-} c1=${W[cached,1m]:-}
+	local c4=${W[1,cached,4k]:-} c1=${W[1,cached,1m]:-}
 	if [[ -n $c4 && -n $c1 ]]; then
 		local pct
 		pct=$(echo "scale=0; 100 * $c4 / $c1" | bc)
-		echo "- cached 4k write = $pct% of cached 1m write (want >= 80%): $( ((pct >= 80)) && echo holds || echo DOES NOT HOLD)"
+		echo "- cached 4k write = $pct% of cached 1m write, one stream (want >= 80%): $( ((pct >= 80)) && echo holds || echo DOES NOT HOLD)"
 	fi
-	[[ -n ${W[direct,1m]:-} ]] || return 0
-	local dir k v d slower beaten
-	for dir in write read; do
-		slower=() beaten=()
-		if [[ $dir == write ]]; then d=${W[direct,1m]}; else d=${R[direct,1m]}; fi
-		for m in $METHODS; do
-			[[ $m == direct ]] && continue
-			for bs in 1m 4m; do
-				k=$m,$bs
-				[[ -n ${W[$k]:-} ]] || continue
-				if [[ $dir == write ]]; then v=${W[$k]}; else v=${R[$k]}; fi
-				if (($(echo "$d >= $v" | bc))); then slower+=("$m $bs $v"); else beaten+=("$m $bs $v"); fi
+	local p dir k v d m bs slower beaten
+	for p in "${passes[@]}"; do
+		[[ -n ${W[$p,direct,1m]:-} ]] || continue
+		for dir in write read; do
+			slower=() beaten=()
+			if [[ $dir == write ]]; then d=${W[$p,direct,1m]}; else d=${R[$p,direct,1m]}; fi
+			for m in $METHODS; do
+				[[ $m == direct ]] && continue
+				for bs in 1m 4m; do
+					k=$p,$m,$bs
+					[[ -n ${W[$k]:-} ]] || continue
+					if [[ $dir == write ]]; then v=${W[$k]}; else v=${R[$k]}; fi
+					if (($(echo "$d >= $v" | bc))); then slower+=("$m $bs $v"); else beaten+=("$m $bs $v"); fi
+				done
 			done
+			if ((${#beaten[@]} == 0)); then
+				echo "- large sequential $dir, $p stream(s): direct 1m ($d MB/s) >= $(IFS=,; echo "${slower[*]}" | sed 's/,/, /g'): holds"
+			else
+				echo "- large sequential $dir, $p stream(s): direct 1m ($d MB/s) is beaten by $(IFS=,; echo "${beaten[*]}" | sed 's/,/, /g'): DOES NOT HOLD"
+			fi
 		done
-		if ((${#beaten[@]} == 0)); then
-			echo "- large sequential $dir: direct 1m ($d MB/s) >= $(IFS=,; echo "${slower[*]}" | sed 's/,/, /g'): holds"
-		else
-			echo "- large sequential $dir: direct 1m ($d MB/s) is beaten by $(IFS=,; echo "${beaten[*]}" | sed 's/,/, /g'): DOES NOT HOLD"
-		fi
 	done
 }
 echo
 checks
 
+# The generated part of DOC ends at this marker; what follows it (notes
+# added by hand) is kept.
+marker='<!-- end of scripts/fio-access.sh output -->'
 if [[ -n $DOC ]]; then
 	{
 		echo "# Access methods: fio sequential throughput"
@@ -215,17 +242,18 @@ if [[ -n $DOC ]]; then
 		echo "Generated by \`scripts/fio-access.sh\` on $(date -u +%Y-%m-%d) ($(uname -sr), $(nproc) cores)."
 		echo
 		echo "Machine note: 2 cores, shared and noisy; numbers vary run to run by tens of percent"
-		echo "and the client, FUSE, MDS and both data servers all share those cores. Each cell ran"
-		echo "$RUNS times (round all cells in turn); the MB/s columns are the medians, the runs"
-		echo "columns every run in order."
+		echo "and fio, the FUSE client, the MDS and both data servers all share those cores. Each"
+		echo "cell ran $RUNS times (round all cells in turn); the MB/s columns are the medians, the"
+		echo "runs columns every run in order."
 		echo
 		echo "Command: \`$envline $cmdline\`"
 		echo
 		echo "Setup: one \`shoal up --ds 2\` on 127.0.0.1; \`shoal mount --access METHOD\`; per block size"
-		echo "\`fio --name=w --rw=write --bs=BS --size=$SIZE --ioengine=psync --end_fsync=1 --verify=crc32c --do_verify=0\`,"
+		echo "\`fio --name=w --rw=write --bs=BS --size=$SIZE --ioengine=psync --numjobs=STREAMS --group_reporting --end_fsync=1 --verify=crc32c --do_verify=0\`,"
 		echo "then unmount and remount (drops the FUSE page cache), then"
-		echo "\`fio --name=w --rw=read --bs=BS --size=$SIZE --ioengine=psync --verify=crc32c --do_verify=1 --invalidate=1\`"
-		echo "(read MB/s includes the crc32c check of every block). MB/s = 10^6 bytes/s from fio's JSON."
+		echo "\`fio --name=w --rw=read --bs=BS --size=$SIZE --ioengine=psync --numjobs=STREAMS --group_reporting --verify=crc32c --do_verify=1 --invalidate=1\`"
+		echo "(read MB/s includes the crc32c check of every block). Each stream is one fio process with"
+		echo "its own $SIZE file; MB/s = 10^6 bytes/s summed over the streams, from fio's JSON."
 		echo
 		echo "The cached mount uses the kernel's writeback cache: write(2) fills the page cache and"
 		echo "the kernel sends large WRITEs later (fio's end_fsync waits for them, so the write MB/s"
@@ -236,10 +264,19 @@ if [[ -n $DOC ]]; then
 		echo "\`shoal up\`'s 1 MiB stripe unit a 1 MiB request goes to one data server. cached writes"
 		echo "are written back by the kernel with several 1 MiB WRITEs in flight, odirect writes are"
 		echo "gathered by the library into 4 MiB blocks that span both data servers, and cached and"
-		echo "odirect reads get the library's readahead. So direct 1m can lead reads (no copy into a"
-		echo "cache, one request per read) but need not lead writes, where the others overlap requests."
-		echo
-		table
+		echo "odirect reads get the library's readahead. With one stream, direct pays each request's"
+		echo "full round trip while the others overlap requests; with several streams the machine's"
+		echo "two cores are the limit and the method that copies least (direct) moves the most."
+		for p in "${passes[@]}"; do
+			echo
+			if ((p == 1)); then
+				echo "## One stream (one fio process, one request at a time)"
+			else
+				echo "## $p streams (fio --numjobs=$p: $p processes, each streaming its own file)"
+			fi
+			echo
+			table "$p"
+		done
 		echo
 		echo "postmark on the cached mount (500 files of 500 B-10 kB, 2000 transactions): $pm_status"
 		echo "(${pm_time:-?} s total)."
@@ -247,6 +284,11 @@ if [[ -n $DOC ]]; then
 		echo "Checks from this run:"
 		echo
 		checks
+		echo
+		echo "$marker"
+		if [[ -f $DOC ]] && grep -qF "$marker" "$DOC"; then
+			sed "1,/^${marker//\//\\/}\$/d" "$DOC"
+		fi
 	} >"$DOC.tmp"
 	mv "$DOC.tmp" "$DOC"
 	echo "wrote $DOC"
