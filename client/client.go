@@ -164,9 +164,15 @@ const (
 	// maxIOSize caps one READ or WRITE even when the server allows more:
 	// several 1 MiB requests in flight keep the pipe fuller than one big one.
 	maxIOSize = 1 << 20
-	// maxRetries bounds NFS4ERR_DELAY and NFS4ERR_GRACE retries.
-	maxDelayRetries = 30
+	// maxGraceRetries bounds NFS4ERR_GRACE retries (one a second).
 	maxGraceRetries = 180
+	// defaultLease stands in for the server's lease_time until it is known
+	// (and when the server reports none).
+	defaultLease = 90 * time.Second
+	// delayMargin is what delayBudget adds to two leases: the server's
+	// lease sweep runs a fraction of a lease late, and the caller's retry
+	// backoff (up to a second) may land just after the revocation.
+	delayMargin = 10 * time.Second
 	// defaultMaxPerDS is Options.MaxPerDS's default.
 	defaultMaxPerDS = 8
 )
@@ -507,7 +513,7 @@ func (c *Client) readFSInfo(ctx context.Context) error {
 	c.cache = newDataCache(c, c.pol)
 	c.lease = time.Duration(fi.lease) * time.Second
 	if c.lease <= 0 {
-		c.lease = 90 * time.Second
+		c.lease = defaultLease
 	}
 	if !c.opts.PNFSOff {
 		c.pnfs = newPNFSClient(c, fi.layoutTypes)
@@ -555,7 +561,7 @@ func (c *Client) current() (*rpc.Conn, *session, error) {
 // connection loss and server restarts. On an operation error the results
 // so far are returned together with a *StatusError.
 func (c *Client) call(ctx context.Context, build func() []nfs4.NfsArgop4) ([]nfs4.NfsResop4, error) {
-	return c.callRetry(ctx, maxDelayRetries, build)
+	return c.callRetry(ctx, delayBudget(c.lease), build)
 }
 
 // callRelease is call for READ paths that copy the data out: on success,
@@ -563,20 +569,39 @@ func (c *Client) call(ctx context.Context, build func() []nfs4.NfsArgop4) ([]nfs
 // references res or anything in it, such as READ data. Not calling it is
 // safe.
 func (c *Client) callRelease(ctx context.Context, build func() []nfs4.NfsArgop4) (res []nfs4.NfsResop4, release func(), err error) {
-	return c.callRetryRelease(ctx, maxDelayRetries, build)
+	return c.callRetryRelease(ctx, delayBudget(c.lease), build)
 }
 
-// callRetry is call with at most maxDelays retries of NFS4ERR_DELAY.
-func (c *Client) callRetry(ctx context.Context, maxDelays int, build func() []nfs4.NfsArgop4) ([]nfs4.NfsResop4, error) {
-	res, _, err := c.callRetryRelease(ctx, maxDelays, build)
+// delayBudget is how long call keeps retrying NFS4ERR_DELAY, counted from
+// the first DELAY, for a server whose lease is lease (0: not known yet).
+//
+// A server answers DELAY while it waits for another client, for example
+// to return a layout it recalled before a REMOVE of the file's last link.
+// If that client has died, the server waits until its lease runs out and
+// revokes its state (as RFC 8881 allows), which happens at most a lease
+// after the holder's last renewal plus the server's sweep delay, so two
+// leases and a margin outlast it. A fixed retry count would give up first
+// with the usual 90 s lease and turn a dead client into EIO elsewhere.
+func delayBudget(lease time.Duration) time.Duration {
+	if lease <= 0 {
+		lease = defaultLease
+	}
+	return 2*lease + delayMargin
+}
+
+// callRetry is call retrying NFS4ERR_DELAY for up to budget after the
+// first one; budget 0 returns the first DELAY at once.
+func (c *Client) callRetry(ctx context.Context, budget time.Duration, build func() []nfs4.NfsArgop4) ([]nfs4.NfsResop4, error) {
+	res, _, err := c.callRetryRelease(ctx, budget, build)
 	return res, err // the reply buffer is left to the garbage collector
 }
 
 // callRetryRelease is callRetry returning the reply's release function with
 // a successful result (see callRelease).
-func (c *Client) callRetryRelease(ctx context.Context, maxDelays int, build func() []nfs4.NfsArgop4) ([]nfs4.NfsResop4, func(), error) {
+func (c *Client) callRetryRelease(ctx context.Context, budget time.Duration, build func() []nfs4.NfsArgop4) ([]nfs4.NfsResop4, func(), error) {
 	delay := 10 * time.Millisecond
-	delays, graces, recoveries := 0, 0, 0
+	var firstDelay time.Time // zero until the first NFS4ERR_DELAY
+	graces, recoveries := 0, 0
 	for {
 		_, sess, err := c.current()
 		if err != nil {
@@ -613,10 +638,15 @@ func (c *Client) callRetryRelease(ctx context.Context, maxDelays int, build func
 			// RETRY_UNCACHED_REP: a replayed request whose reply the server
 			// did not cache; only idempotent requests go uncached, so
 			// sending it again under a new sequence id is safe.
-			if delays >= maxDelays {
+			// The budget is time, not a count: the backoff is capped at a
+			// second, and what the server waits for ends after a lease.
+			now := time.Now()
+			if firstDelay.IsZero() {
+				firstDelay = now
+			}
+			if budget <= 0 || now.Sub(firstDelay) >= budget {
 				return res, nil, err
 			}
-			delays++
 			c.stats.retries.Add(1)
 			if werr := sleep(ctx, delay); werr != nil {
 				return res, nil, werr

@@ -41,8 +41,12 @@
 // the request; a request abandoned by its caller (context cancelled) keeps
 // its slot until the reply arrives, so sequence ids never go out of step.
 //
-// NFS4ERR_DELAY is retried with exponential backoff (up to 30 times), and
-// NFS4ERR_GRACE once a second (up to 3 minutes), so callers see neither.
+// NFS4ERR_DELAY is retried with exponential backoff (10 ms doubling to 1 s)
+// for up to two of the server's leases plus a margin after the first one:
+// long enough for the server to revoke a dead client it is waiting for
+// (say, to return a recalled layout before a REMOVE). NFS4ERR_GRACE is
+// retried once a second (up to 3 minutes). Callers see neither unless the
+// wait runs out or their context is cancelled.
 //
 // # Failures and recovery
 //
