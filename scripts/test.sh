@@ -18,7 +18,7 @@ export SHOAL_KERNEL_SERVER=${SHOAL_KERNEL_SERVER:-shoal}
 step() { printf '\n==== %s ====\n' "$*"; }
 
 step "install dependencies"
-pkgs=(qemu-system-x86 busybox-static tshark nfs-ganesha nfs-ganesha-vfs fuse3 cpio kmod gcc libc6-dev iproute2 rsync git)
+pkgs=(qemu-system-x86 busybox-static tshark nfs-ganesha nfs-ganesha-vfs fuse3 cpio kmod gcc libc6-dev iproute2 rsync git fio postmark)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # The kernel-client test fetches Debian's kernel package with apt-get

@@ -52,6 +52,8 @@ var suite = []testCase{
 	{name: "dd", data: true, tool: "dd", fn: testDd},
 	{name: "rsync", data: true, tool: "rsync", fn: testRsync},
 	{name: "git", tool: "git", fn: testGit},
+	{name: "fio", data: true, tool: "fio", fn: testFio},
+	{name: "postmark", data: true, tool: "postmark", fn: testPostmark},
 }
 
 func write(t *testing.T, p, data string) {

@@ -271,3 +271,77 @@ func testGit(t *testing.T, dir string) {
 	run(t, "git", "clone", "-q", dir, clone)
 	diffTrees(t, filepath.Join(dir, "src"), filepath.Join(clone, "src"))
 }
+
+// testFio runs fio through the mount with crc32c verification: a
+// sequential write of large blocks and a random write of small ones, each
+// read back and checked by fio after an fsync, then a separate read-only
+// pass that checks the sequential file again through a fresh open (for the
+// cached method, after the write's own pages were synced).
+func testFio(t *testing.T, dir string) {
+	jobs := []struct {
+		name, rw, bs, size string
+	}{
+		{"seq", "write", "1m", "24m"},
+		{"rand", "randwrite", "4k", "2m"},
+	}
+	for _, j := range jobs {
+		// --verify_state_save=0: fio would otherwise leave a state file in
+		// its working directory, which command() must not set.
+		run(t, "fio", "--name="+j.name, "--directory="+dir, "--rw="+j.rw, "--bs="+j.bs, "--size="+j.size,
+			"--ioengine=psync", "--end_fsync=1", "--verify=crc32c", "--do_verify=1", "--verify_fatal=1",
+			"--verify_state_save=0", "--output-format=terse")
+	}
+	// The same block size as the write: fio's verify header records it.
+	run(t, "fio", "--name=seq", "--directory="+dir, "--rw=read", "--bs=1m", "--size=24m", "--ioengine=psync",
+		"--verify=crc32c", "--do_verify=1", "--verify_fatal=1", "--verify_state_save=0", "--invalidate=1",
+		"--output-format=terse")
+}
+
+// testPostmark runs postmark's small-file transactions (create, delete,
+// read, append) in the mount. postmark checks every call's result and
+// removes what it made at the end, so the directory must be empty after.
+func testPostmark(t *testing.T, dir string) {
+	loc := filepath.Join(dir, "pm")
+	if err := os.Mkdir(loc, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "pm.cfg")
+	script := fmt.Sprintf("set location %s\nset number 200\nset transactions 600\nset size 500 20000\nset subdirectories 4\nrun\nquit\n", loc)
+	if err := os.WriteFile(cfg, []byte(script), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := run(t, "postmark", cfg)
+	for _, want := range []string{"Creating files...Done", "Performing transactions", "Deleting files...Done"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("postmark output lacks %q:\n%s", want, out)
+		}
+	}
+	// Every file postmark created, it deleted again ("N created", "N deleted").
+	created, deleted := postmarkCount(out, "created"), postmarkCount(out, "deleted")
+	if created < 200 || created != deleted {
+		t.Fatalf("postmark created %d files and deleted %d; want equal and >= 200:\n%s", created, deleted, out)
+	}
+	left, err := os.ReadDir(loc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(left) != 0 {
+		names := make([]string, 0, len(left))
+		for _, e := range left {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("postmark left %v behind", names)
+	}
+}
+
+// postmarkCount returns N from postmark's "N <what> (...)" summary line.
+func postmarkCount(out, what string) int {
+	for _, line := range strings.Split(out, "\n") {
+		var n int
+		var w string
+		if _, err := fmt.Sscanf(strings.TrimSpace(line), "%d %s", &n, &w); err == nil && w == what {
+			return n
+		}
+	}
+	return -1
+}
