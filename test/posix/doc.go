@@ -2,7 +2,9 @@
 // Shoal in-process (a single server, and a two-data-server pNFS cluster),
 // mounts it with FUSE through package fusemount, and checks the mount with
 // the system calls and tools applications use (open, rename, link, chmod,
-// fcntl locks, cp, tar, dd, rsync, git).
+// fcntl locks, cp, tar, dd, rsync, git, and fio and postmark with their
+// data checked: fio verifies every block by crc32c, postmark must delete
+// every file it created).
 //
 // The suite needs /dev/fuse and either root or fusermount3; without them it
 // skips. Running it as root adds the cases that need root: chown, and
