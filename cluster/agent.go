@@ -8,6 +8,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -39,12 +40,14 @@ type AgentConfig struct {
 	// itself.
 	Index    int
 	HasIndex bool
-	// MissedBeats is how many heartbeat intervals the agent waits for an
-	// answer from the MDS before it gives up on the connection and
-	// re-registers: the MDS's liveness window (RegistryConfig.MissedBeats),
-	// which REGISTER does not carry. It must be at least the MDS's, or the
-	// agent drops a connection the MDS still counts as live. Default 3,
-	// the registry's default.
+	// MissedBeats, if positive, overrides how many heartbeat intervals the
+	// agent waits for an answer from the MDS before it gives up on the
+	// connection and re-registers; it is for tests and for an operator who
+	// wants the DS to be more patient than the MDS. Leave it zero: the
+	// window is the MDS's (RegistryConfig.MissedBeats), and the agent
+	// learns it from every REGISTER reply, so the two cannot disagree. An
+	// override below the MDS's makes the agent drop connections the MDS
+	// still counts as live.
 	MissedBeats int
 	Logger      *slog.Logger
 }
@@ -69,8 +72,9 @@ const stateidTTL = 2 * time.Second
 // maxCache bounds the stateid cache.
 const maxCache = 1 << 16
 
-// defaultMissedBeats is AgentConfig.MissedBeats's default; it matches
-// RegistryConfig.MissedBeats's.
+// defaultMissedBeats is the liveness window the agent uses if a REGISTER
+// reply carries none (zero), which a conforming MDS never sends; it is
+// RegistryConfig.MissedBeats's default.
 const defaultMissedBeats = 3
 
 // Reconnect backoff bounds.
@@ -112,6 +116,7 @@ type Agent struct {
 	secret    []byte
 	index     int
 	interval  time.Duration
+	missed    int // liveness window in intervals, from REGISTER or the override
 	reg       uint64
 	err       error // terminal error (drained, version, auth)
 	fenced    map[uint64]struct{}
@@ -150,9 +155,6 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (*Agent, error) {
 	}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
-	}
-	if a.cfg.MissedBeats <= 0 {
-		a.cfg.MissedBeats = defaultMissedBeats
 	}
 	a.log = a.log.With("ds", cfg.ID)
 	if cfg.HasIndex && cfg.Index >= 0 {
@@ -351,6 +353,7 @@ func (a *Agent) connect(ctx context.Context) error {
 	if a.interval <= 0 {
 		a.interval = time.Second
 	}
+	a.missed = missedBeats(a.cfg.MissedBeats, ok.MissedBeats)
 	// The MDS's fence list is authoritative; cached answers predate it.
 	clear(a.fenced)
 	for _, id := range ok.Fenced {
@@ -359,8 +362,38 @@ func (a *Agent) connect(ctx context.Context) error {
 	clear(a.cache)
 	a.mu.Unlock()
 	a.stats.registrations.Add(1)
-	a.log.Info("cluster: registered with the MDS", "mds", a.cfg.MDS, "index", ok.Index)
+	a.log.Info("cluster: registered with the MDS", "mds", a.cfg.MDS, "index", ok.Index,
+		"heartbeat", time.Duration(ok.HeartbeatMs)*time.Millisecond, "missed_beats", ok.MissedBeats)
 	return nil
+}
+
+// missedBeats returns the agent's liveness window in heartbeat intervals:
+// the AgentConfig.MissedBeats override if positive, else the MDS's window
+// from the REGISTER reply, else (an MDS that sent none) defaultMissedBeats.
+func missedBeats(override int, fromMDS uint32) int {
+	switch {
+	case override > 0:
+		return override
+	case fromMDS > 0 && uint64(fromMDS) <= uint64(maxInt):
+		return int(fromMDS)
+	}
+	return defaultMissedBeats
+}
+
+// maxInt is the largest int, for checking conversions from uint32 on
+// 32-bit platforms.
+const maxInt = int(^uint(0) >> 1)
+
+// livenessWindow is missed intervals, saturating instead of overflowing
+// for an absurd window from the MDS.
+func livenessWindow(missed int, interval time.Duration) time.Duration {
+	if missed <= 0 || interval <= 0 {
+		return 0
+	}
+	if time.Duration(missed) > math.MaxInt64/interval {
+		return math.MaxInt64
+	}
+	return time.Duration(missed) * interval
 }
 
 func (a *Agent) space() (total, free uint64) {
@@ -380,9 +413,9 @@ func (a *Agent) run() {
 	defer close(a.done)
 	for {
 		a.mu.Lock()
-		conn, interval, reg := a.conn, a.interval, a.reg
+		conn, interval, missed, reg := a.conn, a.interval, a.missed, a.reg
 		a.mu.Unlock()
-		a.heartbeatLoop(conn, interval, reg)
+		a.heartbeatLoop(conn, interval, missed, reg)
 		conn.Close()
 		a.mu.Lock()
 		if a.conn == conn {
@@ -406,7 +439,8 @@ func (a *Agent) run() {
 
 // heartbeatLoop heartbeats every interval and returns when conn closes, a
 // heartbeat is refused, the MDS has answered none for the liveness window
-// (MissedBeats intervals), or the agent closes.
+// (missed intervals, the MDS's own window learnt at REGISTER), or the
+// agent closes.
 //
 // A slow answer is not a failure. The MDS judges the DS by when heartbeats
 // arrive, and on a loaded machine, or with the connection busy carrying
@@ -416,10 +450,10 @@ func (a *Agent) run() {
 // waits for its answer until the window since the last answer runs out,
 // the next one goes out as soon as it returns, and one that fails without
 // closing the connection is retried at the next tick within the window.
-func (a *Agent) heartbeatLoop(conn *rpc.Conn, interval time.Duration, reg uint64) {
+func (a *Agent) heartbeatLoop(conn *rpc.Conn, interval time.Duration, missed int, reg uint64) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
-	window := time.Duration(a.cfg.MissedBeats) * interval
+	window := livenessWindow(missed, interval)
 	lastAnswer := time.Now() // REGISTER was answered just now
 	for {
 		select {

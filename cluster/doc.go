@@ -30,7 +30,7 @@
 //
 //	proc           dir       args → result
 //	REGISTER       DS→MDS    revision, join token, id, addrs, space, preferred index, boot verifier
-//	                         → secret, stripe index, heartbeat interval, registration no., fenced client ids
+//	                         → secret, stripe index, heartbeat interval, liveness window, registration no., fenced client ids
 //	HEARTBEAT      DS→MDS    registration no., space → status
 //	CHECK_STATEID  DS→MDS    ino, stateid[16], write → status, client id
 //	OBJ_READ       MDS→DS    ino, offset, count → eof, object size, data
@@ -55,7 +55,9 @@
 // is 1 and other versions are answered PROG_MISMATCH. Within version 1,
 // REGISTER carries the DS's protocol revision and the MDS answers a revision
 // it does not speak with CTL_ERR_VERSION and the range it does; the agent
-// then stops (ErrVersion) rather than retrying forever.
+// then stops (ErrVersion) rather than retrying forever. The current
+// revision is 2 (the REGISTER reply gained the liveness window) and the
+// MDS speaks only it, so MDS and DSes must be upgraded together.
 //
 // # Stripe indexes
 //
@@ -85,10 +87,13 @@
 // the connection of a DS that missed 3 intervals (RegistryConfig.MissedBeats),
 // and a closed connection takes the DS out of service (a Left event, a new
 // Generation). The agent waits for a slow heartbeat answer up to the same
-// window (AgentConfig.MissedBeats) since the last answer, rather than closing
-// a live connection, and with it the MDS's object calls in flight, over one
-// slow reply; only when the MDS has been silent for the whole window does it
-// give up. The MDS's monitor in turn judges no DS when it ran late itself,
+// window since the last answer, rather than closing a live connection, and
+// with it the MDS's object calls in flight, over one slow reply; only when
+// the MDS has been silent for the whole window does it give up. The window
+// is the MDS's, so REGISTER's reply carries it and the agent adopts it: an
+// operator who widens it on the MDS does not also have to find every DS
+// (AgentConfig.MissedBeats only overrides it, for tests or a DS meant to
+// be more patient). The MDS's monitor in turn judges no DS when it ran late itself,
 // since heartbeats may then be waiting unread. The agent reconnects with
 // capped exponential backoff and re-registers, getting the current fence
 // list in the REGISTER reply. Striped surfaces a down or failing DS as an

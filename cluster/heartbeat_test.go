@@ -268,3 +268,157 @@ func TestMonitorJudgement(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentAdoptsMDSWindow runs a registry whose liveness window is 6
+// intervals, twice the default, and holds one heartbeat answer for 4
+// intervals: past any window of 3 (counted from the answer before, which
+// came before the held heartbeat was sent), within one of 6. An agent left
+// unconfigured learns 6 from REGISTER and keeps its connection, where the
+// fixed 3 it used to assume makes it drop the connection and re-register,
+// as an explicit override of 3 still does.
+func TestAgentAdoptsMDSWindow(t *testing.T) {
+	const (
+		interval  = 250 * time.Millisecond
+		mdsMissed = 12 // a 3 s window: the 1 s hold below stays well inside it on a loaded machine
+		hold      = 4 * interval
+	)
+	for _, tt := range []struct {
+		name        string
+		agentMissed int // AgentConfig.MissedBeats
+		wantMissed  int // the window the agent uses
+		wantDrop    bool
+	}{
+		{"learnt from REGISTER", 0, mdsMissed, false},
+		{"override of 3", 3, 3, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g, a, events := startGatedRegistry(t, interval, mdsMissed, tt.agentMissed)
+			a.mu.Lock()
+			missed := a.missed
+			a.mu.Unlock()
+			if missed != tt.wantMissed {
+				t.Fatalf("agent's liveness window is %d intervals, want %d", missed, tt.wantMissed)
+			}
+			conn := agentConn(a)
+			release := g.holdNext(t)
+			defer release()
+			if tt.wantDrop {
+				// The agent gives up on the unanswered heartbeat by itself.
+				select {
+				case <-conn.Done():
+				case <-time.After(waitBound):
+					t.Fatal("the agent with a 3-interval window kept a connection unanswered for 4")
+				}
+				release()
+				eventually(t, "the agent to register again", func() bool { return a.Stats().Registrations >= 2 })
+				return
+			}
+			time.Sleep(hold) // the injected delay, as in TestSlowHeartbeatAnswer
+			release()
+			g.mu.Lock()
+			heldOn := g.heldOn
+			g.mu.Unlock()
+			closed := func() bool {
+				for _, c := range []*rpc.Conn{conn, heldOn} {
+					select {
+					case <-c.Done():
+						return true
+					default:
+					}
+				}
+				return false
+			}
+			before := g.beatsOn(heldOn)
+			eventually(t, "heartbeats after the held answer", func() bool { return closed() || g.beatsOn(heldOn) >= before+2 })
+			if closed() {
+				t.Fatal("the control connection closed within the MDS's liveness window")
+			}
+			if n := a.Stats().Registrations; n != 1 {
+				t.Errorf("agent registered %d times; it must wait out the MDS's window", n)
+			}
+			for len(events) > 0 {
+				if ev := <-events; ev.Kind == Left {
+					t.Errorf("DS left service within the MDS's liveness window: %+v", ev)
+				}
+			}
+		})
+	}
+}
+
+// TestRegisterReplyWindow checks that REGISTER's reply carries the
+// registry's heartbeat interval and liveness window, defaults applied.
+func TestRegisterReplyWindow(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		missed     int // RegistryConfig.MissedBeats
+		wantMissed uint32
+	}{
+		{"default", 0, 3},
+		{"negative", -1, 3},
+		{"wider", 6, 6},
+		{"huge", 100_000, 100_000},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testRegistryConfig(newFakeChecker())
+			cfg.HeartbeatInterval, cfg.MissedBeats = 250*time.Millisecond, tt.missed
+			reg := NewRegistry(cfg)
+			defer reg.Close()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			go reg.Serve(ln)
+			ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+			defer cancel()
+			conn, err := rpc.Dial(ctx, "tcp", ln.Addr().String(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			var res ctlproto.CtlRegisterRes
+			err = call(ctx, conn, ctlproto.CTLPROC_REGISTER, &ctlproto.CtlRegisterArgs{
+				Revision: ctlproto.CTL_VERSION, Token: []byte("join"), DsId: "w", PreferredIndex: ctlproto.CTL_NO_INDEX}, &res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != ctlproto.CTL_OK || res.Ok == nil {
+				t.Fatalf("REGISTER: %+v", res)
+			}
+			if res.Ok.HeartbeatMs != 250 || res.Ok.MissedBeats != tt.wantMissed {
+				t.Errorf("REGISTER reply: heartbeat %d ms, %d missed beats; want 250 ms, %d", res.Ok.HeartbeatMs, res.Ok.MissedBeats, tt.wantMissed)
+			}
+		})
+	}
+}
+
+// TestMissedBeats checks how the agent picks its liveness window.
+func TestMissedBeats(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		override int
+		fromMDS  uint32
+		want     int
+	}{
+		{"learnt", 0, 6, 6},
+		{"learnt default", 0, 3, 3},
+		{"override", 10, 6, 10},
+		{"override below the MDS's", 2, 6, 2},
+		{"negative override ignored", -1, 6, 6},
+		{"MDS sent none", 0, 0, defaultMissedBeats},
+		{"large", 0, 1_000_000, 1_000_000},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := missedBeats(tt.override, tt.fromMDS); got != tt.want {
+				t.Errorf("missedBeats(%d, %d) = %d, want %d", tt.override, tt.fromMDS, got, tt.want)
+			}
+		})
+	}
+	// A window too long to represent saturates rather than wrapping to a
+	// negative duration, which would make the agent give up at once.
+	if w := livenessWindow(1<<30, time.Duration(1<<32-1)*time.Millisecond); w <= 0 {
+		t.Errorf("livenessWindow of an absurd window = %v", w)
+	}
+	if w := livenessWindow(6, time.Second); w != 6*time.Second {
+		t.Errorf("livenessWindow(6, 1s) = %v", w)
+	}
+}

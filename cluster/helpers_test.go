@@ -71,10 +71,10 @@ type testCluster struct {
 	stateFile string // OpenRegistry if set
 }
 
-// testMissedBeats is the liveness window of the test registries and
-// agents, in heartbeat intervals. Generous: heartbeats are not under test
-// except through closed connections (and heartbeat_test.go), and -race
-// slows everything down.
+// testMissedBeats is the liveness window of the test registries, in
+// heartbeat intervals; their agents learn it at REGISTER. Generous:
+// heartbeats are not under test except through closed connections (and
+// heartbeat_test.go), and -race slows everything down.
 const testMissedBeats = 200
 
 func testRegistryConfig(c *fakeChecker) RegistryConfig {
@@ -171,8 +171,6 @@ func (tc *testCluster) startAgent(id string, st *store.Local) *Agent {
 		Store:     st,
 		JoinToken: []byte("join"),
 		Capacity:  func() (uint64, uint64) { return 1 << 40, 1 << 39 },
-		// As generous as the registry (testRegistryConfig).
-		MissedBeats: testMissedBeats,
 	})
 	if err != nil {
 		st.Close()

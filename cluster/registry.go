@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"slices"
 	"sync"
@@ -76,7 +77,10 @@ type RegistryConfig struct {
 	// HeartbeatInterval is how often DSes heartbeat (default 1s).
 	HeartbeatInterval time.Duration
 	// MissedBeats is how many intervals without a heartbeat take a DS out
-	// of service (default 3).
+	// of service (default 3). It is sent to every DS in the REGISTER reply,
+	// and the DS waits as long for a heartbeat answer before it gives up on
+	// the connection: the liveness window is decided here, once, so a
+	// larger window set on the MDS needs no matching setting on the DSes.
 	MissedBeats int
 	// CheckStateid answers CHECK_STATEID: it returns the client id owning
 	// stateid if it is valid for I/O (write or read) on ino, or one of
@@ -604,6 +608,8 @@ func (r *Registry) serveRPC(ctx context.Context, c *rpc.Call, res *xdr.Encoder) 
 const maxIndex = 4096
 
 func (r *Registry) register(c *rpc.Conn, a *ctlproto.CtlRegisterArgs) ctlproto.CtlRegisterRes {
+	// Only the current revision: a revision-1 DS would misread the reply,
+	// which gained missed_beats in revision 2.
 	if a.Revision != ctlproto.CTL_VERSION {
 		return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_ERR_VERSION,
 			Versions: &ctlproto.CtlVersionRange{Low: ctlproto.CTL_VERSION, High: ctlproto.CTL_VERSION}}
@@ -675,6 +681,7 @@ func (r *Registry) register(c *rpc.Conn, a *ctlproto.CtlRegisterArgs) ctlproto.C
 		Secret:       r.cfg.Secret,
 		Index:        uint32(m.ds.Index),
 		HeartbeatMs:  uint32(r.interval / time.Millisecond),
+		MissedBeats:  uint32(min(int64(r.missed), math.MaxUint32)),
 		Registration: m.reg,
 	}
 	for id := range r.fenced {

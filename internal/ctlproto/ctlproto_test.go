@@ -39,9 +39,9 @@ func TestRoundTrip(t *testing.T) {
 	}{
 		{"register", &CtlRegisterArgs{Revision: CTL_VERSION, Token: []byte("t"), DsId: "ds0", Addrs: []string{"a:1", "b:2"},
 			Capacity: 1 << 40, Free: 7, PreferredIndex: CTL_NO_INDEX, BootVerifier: CtlVerifier{1, 2, 3}}, &CtlRegisterArgs{}},
-		{"register ok", &CtlRegisterRes{Status: CTL_OK, Ok: &CtlRegisterOk{Secret: []byte("s"), Index: 3, HeartbeatMs: 1000,
+		{"register ok", &CtlRegisterRes{Status: CTL_OK, Ok: &CtlRegisterOk{Secret: []byte("s"), Index: 3, HeartbeatMs: 1000, MissedBeats: 3,
 			Registration: 9, Fenced: []uint64{1, 2}}}, &CtlRegisterRes{}},
-		{"register version", &CtlRegisterRes{Status: CTL_ERR_VERSION, Versions: &CtlVersionRange{Low: 1, High: 1}}, &CtlRegisterRes{}},
+		{"register version", &CtlRegisterRes{Status: CTL_ERR_VERSION, Versions: &CtlVersionRange{Low: CTL_VERSION, High: CTL_VERSION}}, &CtlRegisterRes{}},
 		{"read ok", &CtlReadRes{Status: CTL_OK, Ok: &CtlReadOk{Eof: true, Size: 10, Data: []byte("0123456789")}}, &CtlReadRes{}},
 		{"read err", &CtlReadRes{Status: CTL_ERR_IO}, &CtlReadRes{}},
 		{"write", &CtlWriteArgs{Ino: 1, Offset: 2, Stable: true, Data: []byte("abc")}, &CtlWriteArgs{}},

@@ -8,7 +8,7 @@ import (
 	"github.com/shoalfs/shoal/internal/xdr"
 )
 
-const CTL_VERSION = 1
+const CTL_VERSION = 2
 
 const CTL_MAX_ID = 255
 
@@ -164,6 +164,7 @@ type CtlRegisterOk struct {
 	Secret       []byte
 	Index        uint32
 	HeartbeatMs  uint32
+	MissedBeats  uint32
 	Registration uint64
 	Fenced       []uint64
 }
@@ -173,6 +174,7 @@ func (v *CtlRegisterOk) EncodeXDR(e *xdr.Encoder) {
 	e.Opaque(v.Secret)
 	e.Uint32(v.Index)
 	e.Uint32(v.HeartbeatMs)
+	e.Uint32(v.MissedBeats)
 	e.Uint64(v.Registration)
 	e.Uint32(uint32(len(v.Fenced)))
 	for i0 := range v.Fenced {
@@ -185,6 +187,7 @@ func (v *CtlRegisterOk) DecodeXDR(d *xdr.Decoder) {
 	v.Secret = d.Opaque(CTL_MAX_SECRET)
 	v.Index = d.Uint32()
 	v.HeartbeatMs = d.Uint32()
+	v.MissedBeats = d.Uint32()
 	v.Registration = d.Uint64()
 	if n0 := d.ArrayLen(CTL_MAX_FENCED, 8); n0 > 0 {
 		v.Fenced = make([]uint64, n0)
