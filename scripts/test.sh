@@ -7,6 +7,7 @@
 #   SHOAL_FUZZTIME=60s   time per fuzz target (0 to skip)
 #   SHOAL_KERNEL=0       skip the qemu kernel-client test
 #   SHOAL_GANESHA=0      skip the Ganesha peer tests
+#   SHOAL_SCRIPTS=0      skip the smoke runs of the benchmark scripts
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,7 +19,7 @@ export SHOAL_KERNEL_SERVER=${SHOAL_KERNEL_SERVER:-shoal}
 step() { printf '\n==== %s ====\n' "$*"; }
 
 step "install dependencies"
-pkgs=(qemu-system-x86 busybox-static tshark nfs-ganesha nfs-ganesha-vfs fuse3 cpio kmod gcc libc6-dev iproute2 rsync git fio postmark)
+pkgs=(qemu-system-x86 busybox-static tshark nfs-ganesha nfs-ganesha-vfs fuse3 cpio kmod gcc libc6-dev iproute2 rsync git fio postmark jq bc)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # The kernel-client test fetches Debian's kernel package with apt-get
@@ -65,6 +66,14 @@ if [ "$SHOAL_KERNEL" = "1" ]; then
 	[ "$kinds" = shoal ] && kinds=shoal,shoal-pnfs
 	SHOAL_KERNEL_SERVER=$kinds gotestsum --format standard-verbose --jsonfile /tmp/shoal-kernel.json -- \
 		-count=1 -timeout 45m ./test/kernel/
+fi
+
+if [ "${SHOAL_SCRIPTS:-1}" = "1" ] && [ -e /dev/fuse ]; then
+	step "benchmark scripts smoke (tiny sizes; the real runs are separate commands)"
+	# Keeps the long benchmark commands working: fio through every access
+	# method, one stream and two, and shoal cp against cp -r between mounts.
+	SIZE=8m RUNS=1 BSS="4k 1m" PBSS=1m JOBS=2 DOC= ./scripts/fio-access.sh
+	FILES=4 SIZE_MB=2 DS=2 ./scripts/cp-vs-fuse.sh
 fi
 
 step "summary"
