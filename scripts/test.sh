@@ -2,7 +2,8 @@
 # Shoal's full test run: installs what the tests need (Debian packages, Go
 # modules), then runs vet, the unit and integration tests with the race
 # detector, the fuzz smoke, the Go client suite against NFS-Ganesha, and the
-# Linux kernel client workload in qemu.
+# Linux kernel client workload in qemu, then smoke runs of the benchmark
+# scripts at tiny sizes.
 #
 #   SHOAL_FUZZTIME=60s   time per fuzz target (0 to skip)
 #   SHOAL_KERNEL=0       skip the qemu kernel-client test
