@@ -194,15 +194,16 @@ func (c *compound) createSession(a *nfs4.CREATESESSION4args) opReply {
 	if err != nil {
 		return failErr(err)
 	}
-	c.s.st.mu.Lock()
-	c.s.st.cbCred[res.SessionID] = cred
-	c.s.st.cbMinor[res.SessionID] = c.minor
-	c.s.st.mu.Unlock()
+	st, sid, minor := c.s.st, res.SessionID, c.minor
+	// The pin follows the Manager's binding, so a replay of this
+	// CREATE_SESSION on another connection pins nothing.
+	st.sessionChanged(sid, c.call.Conn, func() {
+		st.cbCred[sid] = cred
+		st.cbMinor[sid] = minor
+	})
 	var flags uint32
 	if res.ConnBackChan {
 		flags |= nfs4.CREATE_SESSION4_FLAG_CONN_BACK_CHAN
-		c.call.Conn.Pin()
-		sid := res.SessionID
 		c.call.AfterReply(func() { go c.s.probeBackchannel(sid) })
 	}
 	return ok(&nfs4.CREATESESSION4resok{
@@ -219,10 +220,7 @@ func (c *compound) destroySession(a *nfs4.DESTROYSESSION4args) opReply {
 	if err := c.s.st.m.DestroySession(id); err != nil {
 		return failErr(err)
 	}
-	c.s.st.mu.Lock()
-	delete(c.s.st.cbCred, id)
-	delete(c.s.st.cbMinor, id)
-	c.s.st.mu.Unlock()
+	c.s.st.sessionsGone(id)
 	return ok(nil)
 }
 
@@ -238,13 +236,14 @@ func (c *compound) bindConn(a *nfs4.BINDCONNTOSESSION4args) opReply {
 	default:
 		return fail(nfs4.NFS4ERR_INVAL)
 	}
-	got, err := c.s.st.m.BindConnToSession(state.SessionID(a.BctsaSessid), c.call.Conn, dir)
+	id := state.SessionID(a.BctsaSessid)
+	got, err := c.s.st.m.BindConnToSession(id, c.call.Conn, dir)
 	if err != nil {
 		return failErr(err)
 	}
-	if got&state.ChannelBack != 0 {
-		c.call.Conn.Pin()
-	}
+	// Pins a connection newly bound to the back channel, and unpins one
+	// rebound to the fore channel only.
+	c.s.st.sessionChanged(id, c.call.Conn, nil)
 	return ok(&nfs4.BINDCONNTOSESSION4resok{
 		BctsrSessid: a.BctsaSessid,
 		BctsrDir:    nfs4.ChannelDirFromServer4(got),
@@ -272,9 +271,8 @@ func (c *compound) backchannelCtl(a *nfs4.BACKCHANNELCTL4args) opReply {
 		return fail(nfs4.NFS4ERR_ENCR_ALG_UNSUPP)
 	}
 	c.seq.session.SetCBProgram(a.BcaCbProgram)
-	c.s.st.mu.Lock()
-	c.s.st.cbCred[c.seq.session.ID()] = cred
-	c.s.st.mu.Unlock()
+	st, id := c.s.st, c.seq.session.ID()
+	st.sessionChanged(id, nil, func() { st.cbCred[id] = cred })
 	return ok(nil)
 }
 

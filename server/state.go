@@ -24,11 +24,19 @@ type stateGlue struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
+	// mu guards the per-session maps below. It may be held while calling
+	// into the Manager (which never calls back with its locks held), never
+	// the other way round.
 	mu     sync.Mutex
 	cbCred map[state.SessionID]rpc.OpaqueAuth
 	// cbMinor is the minor version each session was created with; the
 	// client only accepts CB_COMPOUNDs of that minor version.
 	cbMinor map[state.SessionID]uint32
+	// pins holds the unpin function of each connection pinned (kept from
+	// idle close) because it is bound to a session's back channel: the
+	// server could not call back on a closed one. At most one pin per
+	// session and connection.
+	pins map[state.SessionID]map[*rpc.Conn]func()
 }
 
 // metaClients adapts the metadata engine to state.ClientStore.
@@ -88,7 +96,12 @@ func newStateGlue(s *Server) (*stateGlue, error) {
 		}
 		store = metaClients{s.meta}
 	}
-	g := &stateGlue{s: s, ctx: ctx, cancel: cancel, done: make(chan struct{}), cbCred: map[state.SessionID]rpc.OpaqueAuth{}, cbMinor: map[state.SessionID]uint32{}}
+	g := &stateGlue{
+		s: s, ctx: ctx, cancel: cancel, done: make(chan struct{}),
+		cbCred:  map[state.SessionID]rpc.OpaqueAuth{},
+		cbMinor: map[state.SessionID]uint32{},
+		pins:    map[state.SessionID]map[*rpc.Conn]func(){},
+	}
 	fore := state.DefaultForeLimits
 	fore.MaxRequestSize = s.cfg.MaxWrite + 64<<10
 	fore.MaxResponseSize = s.cfg.MaxRead + 64<<10
@@ -105,7 +118,8 @@ func newStateGlue(s *Server) (*stateGlue, error) {
 			}
 		},
 		OnPurge: func(p state.PurgeInfo) {
-			s.log.Info("client state purged", "clientid", fmt.Sprintf("%#x", uint64(p.ClientID)), "reason", p.Reason.String(), "files", len(p.Files))
+			s.log.Info("client state purged", "clientid", fmt.Sprintf("%#x", uint64(p.ClientID)), "reason", p.Reason.String(), "files", len(p.Files), "sessions", len(p.Sessions))
+			g.sessionsGone(p.Sessions...)
 		},
 	})
 	if err != nil {
@@ -140,10 +154,120 @@ func (g *stateGlue) stop() {
 	<-g.done
 }
 
+// sessionChanged brings what the server keeps for session id in line
+// with the Manager after an operation on the session: update, if non-nil,
+// records callback parameters (it runs with mu held), and conn, if
+// non-nil, is pinned exactly while the Manager has it bound to the
+// session's back channel. A session that is gone by now (destroyed or
+// purged concurrently) gets nothing recorded: checking under mu orders
+// this against sessionsGone, which the Manager's removal precedes.
+func (g *stateGlue) sessionChanged(id state.SessionID, conn *rpc.Conn, update func()) {
+	var unpin func()
+	g.mu.Lock()
+	sess, err := g.m.Session(id)
+	switch {
+	case err != nil:
+		unpin = g.forgetLocked(id)
+	default:
+		if update != nil {
+			update()
+		}
+		if conn != nil {
+			unpin = g.syncPinLocked(sess, conn)
+		}
+	}
+	g.mu.Unlock()
+	if unpin != nil {
+		unpin()
+	}
+}
+
+// syncPinLocked pins conn for sess if it is bound to the back channel and
+// not pinned yet, or returns the unpin function to call (outside mu) if
+// it is pinned but no longer bound there. Caller holds mu.
+func (g *stateGlue) syncPinLocked(sess *state.Session, conn *rpc.Conn) (unpin func()) {
+	id := sess.ID()
+	back := sess.Conns()[conn]&state.ChannelBack != 0
+	cur := g.pins[id][conn]
+	switch {
+	case back && cur == nil:
+		if g.pins[id] == nil {
+			g.pins[id] = make(map[*rpc.Conn]func())
+		}
+		g.pins[id][conn] = conn.Pin()
+	case !back && cur != nil:
+		g.dropPinLocked(id, conn)
+		return cur
+	}
+	return nil
+}
+
+func (g *stateGlue) dropPinLocked(id state.SessionID, conn *rpc.Conn) {
+	delete(g.pins[id], conn)
+	if len(g.pins[id]) == 0 {
+		delete(g.pins, id)
+	}
+}
+
+// forgetLocked drops everything kept for session id and returns a
+// function releasing its pins, to call outside mu. Caller holds mu.
+func (g *stateGlue) forgetLocked(id state.SessionID) (unpin func()) {
+	delete(g.cbCred, id)
+	delete(g.cbMinor, id)
+	pins := g.pins[id]
+	delete(g.pins, id)
+	if len(pins) == 0 {
+		return nil
+	}
+	return func() {
+		for _, u := range pins {
+			u()
+		}
+	}
+}
+
+// sessionsGone is the one place where the server learns that sessions
+// ended, by DESTROY_SESSION or with their client (DESTROY_CLIENTID,
+// lease expiry, a new incarnation or a replaced record): it drops their
+// callback parameters and unpins their back channel connections, which
+// may then be closed once idle. Call it after the Manager removed them.
+func (g *stateGlue) sessionsGone(ids ...state.SessionID) {
+	var unpins []func()
+	g.mu.Lock()
+	for _, id := range ids {
+		if u := g.forgetLocked(id); u != nil {
+			unpins = append(unpins, u)
+		}
+	}
+	g.mu.Unlock()
+	for _, u := range unpins {
+		u()
+	}
+}
+
+// connClosed forgets the pins of a closed connection, whose bindings the
+// Manager dropped in ConnClosed, so that sessions outliving many
+// back channel connections do not keep them all.
+func (g *stateGlue) connClosed(conn *rpc.Conn) {
+	var unpins []func()
+	g.mu.Lock()
+	for id, conns := range g.pins {
+		if u, ok := conns[conn]; ok {
+			unpins = append(unpins, u)
+			g.dropPinLocked(id, conn)
+		}
+	}
+	g.mu.Unlock()
+	for _, u := range unpins {
+		u()
+	}
+}
+
 // connState unbinds closed connections from their sessions.
 func (s *Server) connState(c *rpc.Conn, st rpc.ConnState) {
 	if st == rpc.StateClosed {
 		s.st.m.ConnClosed(c)
+		s.st.connClosed(c)
 	}
 }
 

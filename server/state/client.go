@@ -383,8 +383,10 @@ func (m *Manager) purgeClient(ctx context.Context, c *client, why PurgeReason, d
 	for id, s := range c.sessions {
 		delete(m.sessions, id)
 		s.kill()
+		info.Sessions = append(info.Sessions, id)
 	}
 	clear(c.sessions)
+	slices.SortFunc(info.Sessions, func(a, b SessionID) int { return bytes.Compare(a[:], b[:]) })
 	for _, o := range c.opens {
 		files[o.file.id] = struct{}{}
 		if why == PurgeExpired {

@@ -2,6 +2,7 @@ package state
 
 import (
 	"context"
+	"slices"
 	"testing"
 )
 
@@ -227,7 +228,7 @@ func TestLeaseExpiry(t *testing.T) {
 		wantErr(t, "renew b", h.m.Renew(b), nil)
 		h.m.Sweep(ctx)
 	}
-	if n := len(h.purged); n != 1 || h.purged[0].ClientID != a || h.purged[0].Reason != PurgeExpired {
+	if n := len(h.purged); n != 1 || h.purged[0].ClientID != a || h.purged[0].Reason != PurgeExpired || !slices.Equal(h.purged[0].Sessions, []SessionID{sa.ID()}) {
 		t.Fatalf("purged %+v", h.purged)
 	}
 	_, err = h.m.Lock(lockB)

@@ -55,6 +55,10 @@ type PurgeInfo struct {
 	// Files that had opens or locks of the client; the server may want to
 	// wake waiters or recall layouts on them.
 	Files []FileID
+	// Sessions of the client, destroyed with it; the server drops what it
+	// keeps per session (callback parameters, pinned back channel
+	// connections). Sorted.
+	Sessions []SessionID
 }
 
 // Config configures a Manager. Zero values get defaults.
