@@ -174,14 +174,41 @@ func (c *compound) layoutCommit(a *nfs4.LAYOUTCOMMIT4args) opReply {
 	if st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	if errs := s.st.m.TestStateid(id, []state.Stateid{sid}); errs[0] != nil && !a.LocaReclaim {
-		if errors.Is(errs[0], state.ErrStaleStateid) || errors.Is(errs[0], state.ErrBadStateid) {
-			// No such layout (e.g. one from before a restart): nothing to
-			// commit. NFS4ERR_STALE_STATEID makes the Linux client renew its
-			// lease and resend the same stateid forever.
+	if a.LocaReclaim && !s.st.m.InGrace() {
+		// RFC 8881 §18.42.3: a reclaiming LAYOUTCOMMIT outside the grace
+		// period is refused. Inside it, loca_reclaim changes nothing below:
+		// the stateid of the earlier boot is judged like any other.
+		return fail(nfs4.NFS4ERR_NO_GRACE)
+	}
+	if err := s.st.m.TestStateid(id, []state.Stateid{sid})[0]; err != nil {
+		switch {
+		case errors.Is(err, state.ErrStaleStateid) && sid.Type() == state.TypeLayout &&
+			s.st.m.HasWriteOpen(id, state.FileID(o.fh.ino)):
+			// A layout of an earlier boot: the client wrote to the data
+			// servers, then the MDS restarted before this LAYOUTCOMMIT.
+			// The Linux client never sets loca_reclaim and takes
+			// NFS4ERR_BADLAYOUT, NFS4ERR_GRACE and (newer kernels)
+			// NFS4ERR_STALE_STATEID here as "done"
+			// (fs/nfs/nfs4proc.c nfs4_layoutcommit_done), so refusing would
+			// silently lose the size growth of data that is on the data
+			// servers. RFC 8881 §18.42.3 lets the server accept the commit
+			// when it can check it. The check is the client's open of this
+			// file with write access, reclaimed or made after the restart:
+			// with it the client could extend the file by itself, so
+			// trusting its last write offset grants nothing new. A
+			// LAYOUTCOMMIT during grace is not refused either, so a commit
+			// right after the reclaim counts too.
+		case errors.Is(err, state.ErrStaleStateid) || errors.Is(err, state.ErrBadStateid):
+			// No such layout: one returned or revoked in this boot (a
+			// revoked client's late commit must not grow the file), or one
+			// of an earlier boot from a client that cannot write the file.
+			// BADLAYOUT rather than NFS4ERR_STALE_STATEID: on that, older
+			// Linux clients renew their lease and resend the same stateid
+			// forever.
 			return fail(nfs4.NFS4ERR_BADLAYOUT)
+		default:
+			return failErr(err)
 		}
-		return failErr(errs[0])
 	}
 	if err := s.cache.flush(c.ctx, o.fh.ino); err != nil {
 		return failErr(err)

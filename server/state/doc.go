@@ -38,8 +38,12 @@
 // negotiated ca_maxresponsesize_cached bytes, so a session costs at most
 // slots × that size. Slot.Complete copies the reply.
 //
-// Delegation and layout stateids are not implemented; StateType reserves
-// TypeDeleg and TypeLayout, and stateRef is where their state would hang.
+// Layout stateids (layout.go) track each client's layouts per file, with
+// recall, return and revocation of clients that do not return in time.
+// They are not persisted: after a restart a layout stateid reads as
+// stale (of an earlier boot), which the server tells apart from one
+// returned or revoked in this boot. Delegations are not implemented;
+// StateType reserves TypeDeleg.
 //
 // # Locking
 //

@@ -88,3 +88,83 @@ func TestCheckIOAny(t *testing.T) {
 		t.Fatalf("anonymous: %v", err)
 	}
 }
+
+// TestHasWriteOpen pins the query LAYOUTCOMMIT relies on to accept a layout
+// stateid of an earlier boot: only an open with write access, of this
+// client, of this file counts.
+func TestHasWriteOpen(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(h *harness, c, other ClientID)
+		want  bool
+	}{
+		{"no open", func(*harness, ClientID, ClientID) {}, false},
+		{"read open", func(h *harness, c, _ ClientID) { h.open(c, "o", 1, AccessRead, DenyNone) }, false},
+		{"write open", func(h *harness, c, _ ClientID) { h.open(c, "o", 1, AccessWrite, DenyNone) }, true},
+		{"read and write open", func(h *harness, c, _ ClientID) { h.open(c, "o", 1, AccessBoth, DenyNone) }, true},
+		{"write open by a second owner", func(h *harness, c, _ ClientID) {
+			h.open(c, "r", 1, AccessRead, DenyNone)
+			h.open(c, "w", 1, AccessWrite, DenyNone)
+		}, true},
+		{"write open of another file", func(h *harness, c, _ ClientID) { h.open(c, "o", 2, AccessBoth, DenyNone) }, false},
+		{"write open of another client", func(h *harness, _, other ClientID) { h.open(other, "o", 1, AccessBoth, DenyNone) }, false},
+		{"downgraded to read", func(h *harness, c, _ ClientID) {
+			h.open(c, "o", 1, AccessRead, DenyNone)
+			sid := h.open(c, "o", 1, AccessWrite, DenyNone)
+			if _, err := h.m.OpenDowngrade(c, sid, AccessRead, DenyNone); err != nil {
+				h.t.Fatalf("OpenDowngrade: %v", err)
+			}
+		}, false},
+		{"closed", func(h *harness, c, _ ClientID) {
+			sid := h.open(c, "o", 1, AccessBoth, DenyNone)
+			if _, err := h.m.Close(c, sid); err != nil {
+				h.t.Fatalf("Close: %v", err)
+			}
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			c, _ := h.client("c")
+			other, _ := h.client("other")
+			tc.setup(h, c, other)
+			if got := h.m.HasWriteOpen(c, 1); got != tc.want {
+				t.Fatalf("HasWriteOpen = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestLayoutOfEarlierBootAndReclaimedOpen follows the state of a client
+// whose layout outlived a restart: the old layout stateid is stale (not
+// bad), and once the client reclaims its open it holds a write open again.
+func TestLayoutOfEarlierBootAndReclaimedOpen(t *testing.T) {
+	h := newHarness(t)
+	c, _ := h.client("c")
+	o := h.open(c, "o", 7, AccessBoth, DenyNone)
+	ls, err := h.m.LayoutGet(c, o, 7, IOModeRW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.restart(2)
+	c2, _ := h.client("c")
+	wantErr(t, "layout stateid of the previous boot", h.m.TestStateid(c2, []Stateid{ls})[0], ErrStaleStateid)
+	if h.m.HasWriteOpen(c2, 7) {
+		t.Fatal("write open before the reclaim")
+	}
+	r, err := h.m.Open(OpenArgs{ClientID: c2, Owner: []byte("o"), File: 7, Access: AccessBoth, Reclaim: true})
+	if err != nil {
+		t.Fatalf("reclaim: %v", err)
+	}
+	if !h.m.HasWriteOpen(c2, 7) {
+		t.Fatal("no write open after the reclaim")
+	}
+	// A layout of this boot that was returned is unknown, not stale.
+	ls2, err := h.m.LayoutGet(c2, r.Stateid, 7, IOModeRW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := h.m.LayoutReturnFile(c2, ls2, 7); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "returned layout stateid", h.m.TestStateid(c2, []Stateid{ls2})[0], ErrBadStateid)
+}

@@ -280,6 +280,26 @@ func (m *Manager) CheckIO(id ClientID, sid Stateid, file FileID, write bool) err
 	return nil
 }
 
+// HasWriteOpen reports whether client id holds an open of file with write
+// access (by any of its open-owners). The server uses it to accept a
+// LAYOUTCOMMIT under a layout stateid of an earlier boot: such a client may
+// extend the file itself, so trusting its last write offset grants nothing
+// new.
+func (m *Manager) HasWriteOpen(id ClientID, file FileID) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	f := m.files[file]
+	if f == nil {
+		return false
+	}
+	for o := range f.opens {
+		if o.client.id == id && o.access&AccessWrite != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // TestStateid implements TEST_STATEID: one result per stateid, nil when
 // the stateid is valid for the client.
 func (m *Manager) TestStateid(id ClientID, sids []Stateid) []error {
