@@ -34,6 +34,9 @@ type fsys struct {
 	closed  bool
 
 	sillySeq atomic.Uint64 // names silly-renamed files uniquely
+	// kernelRA is the kernel readahead window of the mount in bytes, as
+	// set by New (0: not raised, the kernel's 128 KiB default).
+	kernelRA atomic.Int64
 }
 
 // identity returns the NFS identity for a FUSE request.

@@ -216,8 +216,35 @@ func New(ctx context.Context, dir string, cfg Config) (*Mount, error) {
 		fsys.close()
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
 	}
-	fsys.log.Info("mounted", "dir", dir, "server", cfg.Addr, "export", cfg.Root, "access", cfg.Access)
+	if ra := kernelReadaheadFor(cfg); cfg.Access != AccessDirect && ra > 0 {
+		// Page-cache reads (cached, and odirect without O_DIRECT) are
+		// prefetched by the kernel, which sends READs of up to maxIO
+		// ahead of the reader as background requests, several in
+		// flight; see fsys.readAccess for what this changes below.
+		if got, err := setKernelReadahead(dir, ra); err != nil {
+			fsys.log.Info("kernel readahead left at its default", "dir", dir, "err", err)
+		} else {
+			fsys.kernelRA.Store(int64(got))
+		}
+	}
+	fsys.log.Info("mounted", "dir", dir, "server", cfg.Addr, "export", cfg.Root, "access", cfg.Access,
+		"kernel_readahead", fsys.kernelRA.Load())
 	return &Mount{Dir: dir, server: srv, fsys: fsys}, nil
+}
+
+// kernelReadaheadFor is the kernel readahead window Mount asks for: the
+// client policy's Readahead (client.DefaultReadahead when zero), so one
+// setting sizes prefetching whichever layer does it; a negative Readahead
+// (readahead off) leaves the kernel's default alone.
+func kernelReadaheadFor(cfg Config) int {
+	switch ra := cfg.Client.Policy.Readahead; {
+	case ra < 0:
+		return 0
+	case ra == 0:
+		return client.DefaultReadahead
+	default:
+		return ra
+	}
 }
 
 // Wait blocks until the file system is unmounted (by Unmount, umount(8) or
