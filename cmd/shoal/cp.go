@@ -56,7 +56,7 @@ Exit status: 0 on success, 1 on errors, 2 if --verify found differences,
 				return fmt.Errorf("bad --jobs %d: want at least 1", opts.Jobs)
 			}
 			ctx := cmd.Context()
-			d := &dialer{ff: ff, maxPerDS: maxPerDS}
+			d := &dialer{ff: ff, maxPerDS: maxPerDS, maxPerDSFlag: cmd.Flags().Changed("max-per-ds")}
 			defer d.close()
 			src, err := d.endpoint(ctx, args[0])
 			if err != nil {
@@ -85,7 +85,7 @@ Exit status: 0 on success, 1 on errors, 2 if --verify found differences,
 	f.BoolVar(&opts.Verify, "verify", false, "check each file's SHA-256 at the destination against the source's")
 	f.BoolVarP(&quiet, "quiet", "q", false, "no progress and no summary")
 	f.IntVar(&maxPerDS, "max-per-ds", 16, "requests in flight to each data server")
-	ff.register(cmd)
+	ff.register(cmd, "max-per-ds")
 	return cmd
 }
 
@@ -176,9 +176,10 @@ func plural(n int64, one, many string) string {
 
 // dialer turns arguments into endpoints, with one client per server.
 type dialer struct {
-	ff       fileFlags
-	maxPerDS int
-	clients  map[string]*client.Client
+	ff           fileFlags
+	maxPerDS     int
+	maxPerDSFlag bool // --max-per-ds was given
+	clients      map[string]*client.Client
 }
 
 func (d *dialer) endpoint(ctx context.Context, arg string) (pcopy.Endpoint, error) {
@@ -194,17 +195,18 @@ func (d *dialer) endpoint(ctx context.Context, arg string) (pcopy.Endpoint, erro
 	}
 	c := d.clients[u.addr]
 	if c == nil {
-		groups, _ := os.Getgroups()
-		gids := make([]uint32, 0, len(groups))
-		for _, g := range groups {
-			gids = append(gids, uint32(g))
+		opts, err := d.ff.options()
+		if err != nil {
+			return pcopy.Endpoint{}, err
 		}
-		if d.ff.gid != uint32(os.Getgid()) {
-			gids = nil
+		// cp's own --max-per-ds (default 16, not the library's 8): given
+		// on the command line it wins over a --policy file, otherwise the
+		// file's max_per_ds does.
+		opts.MaxPerDS = d.maxPerDS
+		if d.maxPerDSFlag {
+			opts.Policy.MaxPerDS = d.maxPerDS
 		}
-		c, err = client.Dial(ctx, u.addr, client.Options{
-			UID: d.ff.uid, GID: d.ff.gid, GIDs: gids, DialTimeout: 10 * time.Second, MaxPerDS: d.maxPerDS,
-		})
+		c, err = client.Dial(ctx, u.addr, opts)
 		if err != nil {
 			return pcopy.Endpoint{}, err
 		}

@@ -33,11 +33,36 @@ const copyBufSize = 4 << 20
 
 type fileFlags struct {
 	uid, gid uint32
+	pol      *policyFlags
 }
 
-func (ff *fileFlags) register(cmd *cobra.Command) {
+// register adds the credential and client policy flags to cmd, except the
+// policy flags named in skip.
+func (ff *fileFlags) register(cmd *cobra.Command, skip ...string) {
 	cmd.Flags().Uint32Var(&ff.uid, "uid", uint32(os.Getuid()), "user id sent in AUTH_SYS credentials")
 	cmd.Flags().Uint32Var(&ff.gid, "gid", uint32(os.Getgid()), "group id sent in AUTH_SYS credentials")
+	ff.pol = addPolicyFlags(cmd, skip...)
+}
+
+// options returns the client options of the command line.
+func (ff *fileFlags) options() (client.Options, error) {
+	groups, _ := os.Getgroups()
+	gids := make([]uint32, 0, len(groups))
+	for _, g := range groups {
+		gids = append(gids, uint32(g))
+	}
+	if ff.gid != uint32(os.Getgid()) {
+		gids = nil // an explicit --gid should not come with the caller's groups
+	}
+	opts := client.Options{UID: ff.uid, GID: ff.gid, GIDs: gids, DialTimeout: 10 * time.Second}
+	if ff.pol != nil {
+		pol, err := ff.pol.policy()
+		if err != nil {
+			return client.Options{}, err
+		}
+		opts.Policy = pol
+	}
+	return opts, nil
 }
 
 // nfsURL is a parsed nfs://host:port/path.
@@ -65,15 +90,11 @@ func parseNFSURL(s string) (nfsURL, error) {
 
 // connect dials the server of u.
 func (ff *fileFlags) connect(ctx context.Context, u nfsURL) (*client.Client, error) {
-	groups, _ := os.Getgroups()
-	gids := make([]uint32, 0, len(groups))
-	for _, g := range groups {
-		gids = append(gids, uint32(g))
+	opts, err := ff.options()
+	if err != nil {
+		return nil, err
 	}
-	if ff.gid != uint32(os.Getgid()) {
-		gids = nil // an explicit --gid should not come with the caller's groups
-	}
-	return client.Dial(ctx, u.addr, client.Options{UID: ff.uid, GID: ff.gid, GIDs: gids, DialTimeout: 10 * time.Second})
+	return client.Dial(ctx, u.addr, opts)
 }
 
 // fileErr turns a client error into "op URL: reason" with a reason in

@@ -33,6 +33,7 @@ func newMountCmd() *cobra.Command {
 		foreground bool
 		debug      bool
 		minor      uint32
+		polFlags   *policyFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "mount nfs://host[:port]/path MOUNTPOINT",
@@ -57,7 +58,15 @@ of the same name:
 Attributes and directory entries are cached by the kernel for 1 second.
 When run as root with --allow-other, every request uses its caller's uid and
 gid as the NFS credential (one NFS session per identity) and the server
-checks permissions; otherwise all requests use --uid/--gid.`,
+checks permissions; otherwise all requests use --uid/--gid.
+
+The client library's policy flags (--block-size, --max-per-ds,
+--layout-fetch, --keep-layouts, --small-io-threshold, --readahead,
+--cache-size) and --policy FILE (YAML with the same settings) tune the
+library below the mount. --readahead also sets the kernel's readahead window
+for the mount (root only; default 1M): with a window of 512K or more, the
+kernel prefetches for cached reads and the library's cache stays out of
+their way.`,
 		Example: `  shoal mount nfs://127.0.0.1:2049/ /mnt/shoal
   shoal mount --access direct --foreground=false nfs://mds:2049/data /mnt/data
   sudo shoal mount --allow-other nfs://127.0.0.1:2049/ /mnt/shared`,
@@ -71,6 +80,14 @@ checks permissions; otherwise all requests use --uid/--gid.`,
 			if err != nil {
 				return err
 			}
+			pol, err := polFlags.policy()
+			if err != nil {
+				return err
+			}
+			// --access selects the kernel's handling and the library's
+			// method together (fusemount.Config.Access); a policy file's
+			// access setting does not apply to a mount.
+			pol.Access = client.AccessDefault
 			dir := args[1]
 			if st, err := os.Stat(dir); err != nil {
 				return fmt.Errorf("mount point: %w", err)
@@ -88,7 +105,7 @@ checks permissions; otherwise all requests use --uid/--gid.`,
 				GID:        gid,
 				PerCaller:  allowOther && os.Geteuid() == 0,
 				AllowOther: allowOther,
-				Client:     client.Options{MinorVersion: minor, DialTimeout: 10 * time.Second},
+				Client:     client.Options{MinorVersion: minor, DialTimeout: 10 * time.Second, Policy: pol},
 				Logger:     slog.Default(),
 				Debug:      debug,
 			}
@@ -125,6 +142,7 @@ checks permissions; otherwise all requests use --uid/--gid.`,
 	f.BoolVar(&foreground, "foreground", true, "stay in the foreground until unmounted (false: detach once mounted; the detached process logs nowhere)")
 	f.BoolVar(&debug, "debug", false, "log every FUSE request")
 	f.Uint32Var(&minor, "minor-version", 0, "NFSv4 minor version (default: highest the server speaks)")
+	polFlags = addPolicyFlags(cmd, "access")
 	return cmd
 }
 
