@@ -33,10 +33,15 @@
 //     (close-to-open consistency): if the change attribute is the one
 //     seen at the previous open or after this mount's own last writes,
 //     the cache is kept (FOPEN_KEEP_CACHE), otherwise it is dropped.
-//     Read-only opens use the library's cache and readahead
-//     (client.AccessCached); writable opens send the kernel's WRITEs on
-//     as they come (client.AccessDirect), since the kernel already
-//     gathers and holds them.
+//     The mount raises the kernel's readahead window to the policy's
+//     Readahead (default 1 MiB; needs root), so the kernel prefetches
+//     sequential reads with several large READs in flight, and read-only
+//     opens read through the library directly (client.AccessDirect);
+//     where the window stays at the kernel's 128 KiB they use the
+//     library's cache and readahead instead (client.AccessCached).
+//     Writable opens send the kernel's WRITEs on as they come
+//     (client.AccessDirect), since the kernel already gathers and holds
+//     them.
 //   - [AccessODirect] uses the page cache for reads but drops it at
 //     every open, writes through it (one FUSE_WRITE per write(2)), and
 //     honours O_DIRECT opens by bypassing it for them (FOPEN_DIRECT_IO).
