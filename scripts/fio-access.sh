@@ -8,8 +8,9 @@
 #   SIZE=512m RUNS=5 scripts/fio-access.sh      # bigger file, more runs
 #
 # Environment: SHOAL (binary; default: built from this checkout), SIZE (fio
-# --size, per stream), BSS (block sizes of the one-stream pass), JOBS and
-# PBSS (streams and block sizes of the parallel pass; JOBS=0 skips it),
+# --size of the one-stream pass), BSS (its block sizes), JOBS (stream
+# counts of the parallel passes; JOBS=0 skips them), PSIZE (--size per
+# stream in them; default SIZE), PBSS (their block sizes),
 # METHODS, RUNS (runs per cell; the table shows
 # the median), RUNTIME (fio --runtime cap per pass, seconds), DOC (markdown
 # output; DOC= to skip), KEEP=1 (keep work dir).
@@ -17,10 +18,11 @@
 # Each (method, bs): mount, fio write (crc32c verify headers, end_fsync),
 # unmount and remount so the read cannot come from the FUSE page cache, fio
 # read with --verify=crc32c --do_verify=1 (data checked, read MB/s includes
-# the crc32c check), unmount. Two passes: one stream (one fio process, one
-# request at a time), and JOBS streams (fio --numjobs=JOBS, each process
-# streaming its own SIZE file, aggregate MB/s), the shape of an MPI-IO
-# application whose processes each move large blocks, for PBSS block sizes. The runs go round all cells in turn (run 1 of
+# the crc32c check), unmount. Passes: one stream (one fio process, one
+# request at a time), and for each N in JOBS, N streams (fio --numjobs=N,
+# each process streaming its own PSIZE file, aggregate MB/s), the shape of
+# an MPI-IO application whose processes each move large blocks, for PBSS
+# block sizes. The runs go round all cells in turn (run 1 of
 # every cell, then run 2, ...) so that a noisy stretch of the shared
 # machine does not land on one cell only. Everything listens on 127.0.0.1
 # only; the cluster and mounts started here are stopped and the work
@@ -29,7 +31,8 @@ set -euo pipefail
 
 SIZE=${SIZE:-256m}
 BSS=${BSS:-"4k 64k 1m 4m"}
-JOBS=${JOBS:-4}
+JOBS=${JOBS:-"4 8"}
+PSIZE=${PSIZE:-$SIZE}
 PBSS=${PBSS:-"64k 1m 4m"}
 METHODS=${METHODS:-"cached odirect direct"}
 RUNS=${RUNS:-3}
@@ -37,7 +40,7 @@ RUNTIME=${RUNTIME:-120}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 DOC=${DOC-$repo/docs/access-methods.md}
 cmdline="$0${*:+ $*}"
-envline="SIZE=$SIZE BSS=\"$BSS\" JOBS=$JOBS PBSS=\"$PBSS\" METHODS=\"$METHODS\" RUNS=$RUNS RUNTIME=$RUNTIME"
+envline="SIZE=$SIZE BSS=\"$BSS\" JOBS=\"$JOBS\" PSIZE=$PSIZE PBSS=\"$PBSS\" METHODS=\"$METHODS\" RUNS=$RUNS RUNTIME=$RUNTIME"
 work=$(mktemp -d "${TMPDIR:-/tmp}/shoal-fio-access.XXXXXX")
 up_pid=
 mnt=$work/mnt
@@ -102,12 +105,13 @@ unmount() {
 	exit 1
 }
 fio_pass() { # fio_pass STREAMS RW BS EXTRA... -> prints aggregate MB/s (10^6 bytes/s)
-	local streams=$1 rw=$2 bs=$3 out=$work/fio.$2.json
+	local streams=$1 rw=$2 bs=$3 out=$work/fio.$2.json size=$SIZE
 	shift 3
+	((streams > 1)) && size=$PSIZE
 	# From the work directory, without a verify state file: fio would
 	# otherwise leave one in the current directory. Each of the STREAMS
-	# processes moves its own SIZE file; group reporting sums them.
-	(cd "$work" && fio --name=w --rw="$rw" --bs="$bs" --size="$SIZE" --ioengine=psync --runtime="$RUNTIME" \
+	# processes moves its own file; group reporting sums them.
+	(cd "$work" && fio --name=w --rw="$rw" --bs="$bs" --size="$size" --ioengine=psync --runtime="$RUNTIME" \
 		--numjobs="$streams" --group_reporting --directory="$mnt" --output-format=json \
 		--verify=crc32c --verify_state_save=0 "$@") >"$out"
 	local errs
@@ -124,7 +128,7 @@ median() { # median VALUE... (middle value; mean of the two middle ones for an e
 # 3. fio per pass, method and block size, RUNS times round all cells. Keys
 # of W, R (medians) and WRUNS, RRUNS (every run): STREAMS,METHOD,BS.
 passes=(1)
-((JOBS > 1)) && passes+=("$JOBS")
+for j in $JOBS; do ((j > 1)) && passes+=("$j"); done
 bss_of() { if (($1 == 1)); then echo "$BSS"; else echo "$PBSS"; fi; }
 declare -A W R WRUNS RRUNS
 for run in $(seq 1 "$RUNS"); do
@@ -249,11 +253,12 @@ if [[ -n $DOC ]]; then
 		echo "Command: \`$envline $cmdline\`"
 		echo
 		echo "Setup: one \`shoal up --ds 2\` on 127.0.0.1; \`shoal mount --access METHOD\`; per block size"
-		echo "\`fio --name=w --rw=write --bs=BS --size=$SIZE --ioengine=psync --numjobs=STREAMS --group_reporting --end_fsync=1 --verify=crc32c --do_verify=0\`,"
+		echo "\`fio --name=w --rw=write --bs=BS --size=SIZE --ioengine=psync --numjobs=STREAMS --group_reporting --end_fsync=1 --verify=crc32c --do_verify=0\`,"
 		echo "then unmount and remount (drops the FUSE page cache), then"
-		echo "\`fio --name=w --rw=read --bs=BS --size=$SIZE --ioengine=psync --numjobs=STREAMS --group_reporting --verify=crc32c --do_verify=1 --invalidate=1\`"
+		echo "\`fio --name=w --rw=read --bs=BS --size=SIZE --ioengine=psync --numjobs=STREAMS --group_reporting --verify=crc32c --do_verify=1 --invalidate=1\`"
 		echo "(read MB/s includes the crc32c check of every block). Each stream is one fio process with"
-		echo "its own $SIZE file; MB/s = 10^6 bytes/s summed over the streams, from fio's JSON."
+		echo "its own file of SIZE ($SIZE with one stream, $PSIZE each with several); MB/s = 10^6 bytes/s"
+		echo "summed over the streams, from fio's JSON."
 		echo
 		echo "The cached mount uses the kernel's writeback cache: write(2) fills the page cache and"
 		echo "the kernel sends large WRITEs later (fio's end_fsync waits for them, so the write MB/s"
