@@ -84,17 +84,7 @@ func TestLayoutCommitAfterMDSRestart(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			ctx := ctxT(t)
-			f := false
-			c, err := Start(ctx, Config{
-				Dir: dir, DataServers: 1, Listen: "127.0.0.1:0",
-				Exports: []*server.Export{{Path: "/", RootSquash: &f}},
-				Lease:   lease,
-				Logger:  slog.New(slog.DiscardHandler),
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { c.Close() })
+			c := startClusterIn(t, dir, 1, lease)
 			const owner = "restart-client"
 			cl, err := wiretest.Setup(ctx, c.MDS.Addr.String(), []byte(owner))
 			if err != nil {

@@ -20,11 +20,18 @@ import (
 
 func startCluster(t *testing.T, n int, lease time.Duration) *Cluster {
 	t.Helper()
+	return startClusterIn(t, t.TempDir(), n, lease)
+}
+
+// startClusterIn is startCluster keeping its state in dir, for tests that
+// restart a role on the same directory.
+func startClusterIn(t *testing.T, dir string, n int, lease time.Duration) *Cluster {
+	t.Helper()
 	f := false
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := Start(ctx, Config{
-		Dir: t.TempDir(), DataServers: n, Listen: "127.0.0.1:0",
+		Dir: dir, DataServers: n, Listen: "127.0.0.1:0",
 		Exports: []*server.Export{{Path: "/", RootSquash: &f}},
 		Lease:   lease,
 		Logger:  slog.New(slog.DiscardHandler),
