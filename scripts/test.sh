@@ -46,12 +46,42 @@ step "unit and integration tests (race detector)"
 gotestsum --format pkgname-and-test-fails --jsonfile /tmp/shoal-test.json -- \
 	-race -count=1 -timeout 20m $(go list ./... | grep -v /test/kernel)
 
+# fuzz_one PKG TARGET runs one fuzz target for $FUZZTIME. Go up to 1.26 has
+# a race in its fuzzing coordinator (go.dev/issue/75804, fixed in 1.27): when
+# the -fuzztime deadline fires while a worker is busy, the target can fail
+# with a bare "context deadline exceeded" and no failing input. A loaded CI
+# machine hits it now and then. Only that exact shape is forgiven, and only
+# after the target's corpus replays clean; a crasher, a hang or any other
+# error still fails the run.
+fuzz_clean=0 fuzz_race=0
+fuzz_one() {
+	local pkg=$1 target=$2 out rc=0
+	out=$(mktemp)
+	local corpus="$pkg/testdata/fuzz/$target"
+	local before
+	before=$(ls "$corpus" 2>/dev/null | sort | md5sum || true)
+	go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg" 2>&1 | tee "$out" || rc=$?
+	if [ "$rc" = 0 ]; then
+		fuzz_clean=$((fuzz_clean + 1))
+	elif grep -q '^    context deadline exceeded$' "$out" &&
+		! grep -q 'Failing input written' "$out" &&
+		[ "$(ls "$corpus" 2>/dev/null | sort | md5sum || true)" = "$before" ]; then
+		echo "--- $target: bare coordinator deadline (go.dev/issue/75804), no failing input; replaying the corpus"
+		go test -count=1 -run "^${target}\$" "$pkg"
+		fuzz_race=$((fuzz_race + 1))
+	else
+		rm -f "$out"
+		return 1
+	fi
+	rm -f "$out"
+}
+
 if [ "$FUZZTIME" != "0" ]; then
 	step "fuzz smoke ($FUZZTIME per target)"
 	# Every decoder that reads bytes from the network has a fuzz target.
 	while read -r pkg target; do
 		echo "--- $pkg $target"
-		go test -run '^$' -fuzz "^${target}\$" -fuzztime "$FUZZTIME" "$pkg"
+		fuzz_one "$pkg" "$target"
 	done < <(grep -rl --include='*_test.go' 'func Fuzz' . | while read -r f; do
 		d=$(dirname "$f")
 		grep -o 'func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/func //' | while read -r t; do echo "./${d#./} $t"; done
@@ -93,3 +123,6 @@ for line in sys.stdin:
     p += a == "pass"; f += a == "fail"; s += a == "skip"
 print(f"{p} passed, {f} failed, {s} skipped")
 '
+if [ "$FUZZTIME" != "0" ]; then
+	echo "fuzz: $((fuzz_clean + fuzz_race)) targets passed ($fuzz_race after the Go coordinator's deadline race, corpus replayed clean)"
+fi
