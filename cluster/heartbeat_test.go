@@ -234,16 +234,8 @@ func TestMonitorJudgement(t *testing.T) {
 		t.Fatal(err)
 	}
 	go reg.Serve(ln)
-	tc := &testCluster{t: t}
-	a := &Agent{cfg: AgentConfig{MDS: ln.Addr().String(), ID: "judged", Store: tc.newStore(), JoinToken: []byte("join")},
-		index: -1, fenced: map[uint64]struct{}{}, cache: map[cacheKey]cacheEntry{}, drainedCh: make(chan struct{})}
-	a.log = discardLogger()
-	a.ctx, a.cancel = context.WithCancel(context.Background())
-	defer a.cancel()
-	if err := a.connect(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer agentConn(a).Close()
+	_, stop := registerBareAgent(t, ln.Addr().String(), "judged")
+	defer stop()
 	reg.mu.Lock()
 	last := reg.byID["judged"].lastBeat
 	reg.mu.Unlock()

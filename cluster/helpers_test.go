@@ -241,6 +241,29 @@ func (tc *testCluster) newStore() *store.Local {
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+// registerBareAgent registers a DS named id with the MDS at mds and runs
+// nothing else: no heartbeat loop, no serving, so the test decides when
+// (or whether) the DS speaks again. stop closes the control connection and
+// cancels the agent; callers defer it so it runs before their registry's
+// Close, as an agent that goes away first would.
+func registerBareAgent(t *testing.T, mds, id string) (a *Agent, stop func()) {
+	t.Helper()
+	tc := &testCluster{t: t}
+	a = &Agent{cfg: AgentConfig{MDS: mds, ID: id, Store: tc.newStore(), JoinToken: []byte("join")},
+		index: -1, fenced: map[uint64]struct{}{}, cache: map[cacheKey]cacheEntry{}, drainedCh: make(chan struct{})}
+	a.log = discardLogger()
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	if err := a.connect(context.Background()); err != nil {
+		a.cancel()
+		t.Fatal(err)
+	}
+	conn := agentConn(a)
+	return a, func() {
+		conn.Close()
+		a.cancel()
+	}
+}
+
 // pattern returns n bytes that differ with position and seed and contain
 // no zero bytes, so misplaced or missing data shows.
 func pattern(n int, seed byte) []byte {

@@ -126,17 +126,8 @@ func TestMissedHeartbeats(t *testing.T) {
 		}
 	})
 	// A DS that registers and then never heartbeats.
-	tc := &testCluster{t: t}
-	st := tc.newStore()
-	a := &Agent{cfg: AgentConfig{MDS: ln.Addr().String(), ID: "silent", Store: st}, index: -1,
-		fenced: map[uint64]struct{}{}, cache: map[cacheKey]cacheEntry{}, drainedCh: make(chan struct{})}
-	a.log = discardLogger()
-	a.ctx, a.cancel = context.WithCancel(context.Background())
-	defer a.cancel()
-	if err := a.connect(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	defer agentConn(a).Close()
+	a, stop := registerBareAgent(t, ln.Addr().String(), "silent")
+	defer stop()
 	select {
 	case ev := <-left:
 		if ev.DS.ID != "silent" {
