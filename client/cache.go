@@ -917,7 +917,12 @@ func (dc *dataCache) gather(ctx context.Context, f *File, p []byte, off int64, b
 	for done < len(p) {
 		if len(ino.gbuf) == 0 {
 			if cap(ino.gbuf) < block {
-				ino.gbuf = make([]byte, 0, block)
+				// Under the cache's mu as well: register and friends read
+				// len(gbuf) holding only that lock.
+				buf := make([]byte, 0, block)
+				dc.mu.Lock()
+				ino.gbuf = buf
+				dc.mu.Unlock()
 			}
 			ino.goff, ino.gowner = off+int64(done), f
 		}
