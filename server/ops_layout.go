@@ -180,7 +180,7 @@ func (c *compound) layoutCommit(a *nfs4.LAYOUTCOMMIT4args) opReply {
 		// the stateid of the earlier boot is judged like any other.
 		return fail(nfs4.NFS4ERR_NO_GRACE)
 	}
-	if err := s.st.m.TestStateid(id, []state.Stateid{sid})[0]; err != nil {
+	if err := s.st.m.CheckLayoutCommit(id, sid, state.FileID(o.fh.ino)); err != nil {
 		switch {
 		case errors.Is(err, state.ErrStaleStateid) && sid.Type() == state.TypeLayout &&
 			s.st.m.HasWriteOpen(id, state.FileID(o.fh.ino)):
@@ -198,11 +198,23 @@ func (c *compound) layoutCommit(a *nfs4.LAYOUTCOMMIT4args) opReply {
 			// trusting its last write offset grants nothing new. A
 			// LAYOUTCOMMIT during grace is not refused either, so a commit
 			// right after the reclaim counts too.
-		case errors.Is(err, state.ErrStaleStateid) || errors.Is(err, state.ErrBadStateid):
-			// No such layout: one returned or revoked in this boot (a
-			// revoked client's late commit must not grow the file), or one
-			// of an earlier boot from a client that cannot write the file.
-			// BADLAYOUT rather than NFS4ERR_STALE_STATEID: on that, older
+		case errors.Is(err, state.ErrStaleStateid) || errors.Is(err, state.ErrBadStateid) ||
+			errors.Is(err, state.ErrBadLayout):
+			// No read/write layout of this file under this stateid: an
+			// open, lock or delegation stateid (loca_stateid is the layout
+			// stateid, RFC 8881 §18.42.3), a layout of another file or
+			// client, one granted for reading only, one returned or
+			// revoked in this boot (a revoked client's late commit must
+			// not grow the file), or one of an earlier boot from a client
+			// that cannot write the file. Growing the size on any of those
+			// would let a client publish a size it never wrote through a
+			// layout. NFS4ERR_BADLAYOUT ("layout specified is invalid")
+			// is also what Linux nfsd answers for any bad LAYOUTCOMMIT
+			// stateid ("fixup error code as per RFC5661" in
+			// nfsd4_layoutcommit), and the Linux client takes it as
+			// "done" (fs/nfs/nfs4proc.c nfs4_layoutcommit_done). Not
+			// NFS4ERR_BAD_STATEID, which that client hands to its generic
+			// error recovery, nor NFS4ERR_STALE_STATEID: on that, older
 			// Linux clients renew their lease and resend the same stateid
 			// forever.
 			return fail(nfs4.NFS4ERR_BADLAYOUT)

@@ -35,6 +35,9 @@ var (
 	ErrLayoutTryLater = errors.New("nfs4 state: layouts of this file are being recalled")
 	// ErrNoMatchingLayout is NFS4ERR_NOMATCHING_LAYOUT (10060).
 	ErrNoMatchingLayout = errors.New("nfs4 state: no matching layout")
+	// ErrBadLayout is NFS4ERR_BADLAYOUT (10050): the stateid names no
+	// read/write layout the client holds for the file.
+	ErrBadLayout = errors.New("nfs4 state: no read/write layout under this stateid")
 )
 
 type layoutState struct {
@@ -147,6 +150,49 @@ func (m *Manager) LayoutGet(id ClientID, sid Stateid, file FileID, iomode uint32
 		cur.iomode = iomode
 	}
 	return cur.sid, nil
+}
+
+// CheckLayoutCommit validates the stateid of a LAYOUTCOMMIT on file: it
+// must be the client's layout stateid for that very file (RFC 8881
+// §18.42.3), and the layout must have been granted LAYOUTIOMODE4_RW, since
+// only a client that may write through the layout may publish the size its
+// writes reached. It returns ErrBadLayout for anything else the client
+// sends of this boot: an open, lock or delegation stateid, a special
+// stateid, a layout stateid of another client or another file, one that was
+// returned or revoked, or one granted only LAYOUTIOMODE4_READ. The seqid is
+// checked as TestStateid does (ErrOldStateid, or ErrBadStateid for one
+// never issued), and a stateid of an earlier boot yields ErrStaleStateid,
+// whatever its type, so the caller can apply its own restart policy. A
+// layout being recalled still takes commits: the client commits what it
+// wrote before it returns the layout.
+func (m *Manager) CheckLayoutCommit(id ClientID, sid Stateid, file FileID) error {
+	if sid.IsSpecial() {
+		return fmt.Errorf("%w: special stateid %v", ErrBadLayout, sid)
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.fromEarlierBoot(sid) {
+		return ErrStaleStateid
+	}
+	if sid.Type() != TypeLayout {
+		return fmt.Errorf("%w: %v is a %v stateid", ErrBadLayout, sid, sid.Type())
+	}
+	l := m.layoutIDs[sid.Other]
+	switch {
+	case l == nil:
+		return fmt.Errorf("%w: unknown layout stateid %v", ErrBadLayout, sid)
+	case l.client.id != id:
+		return fmt.Errorf("%w: layout stateid %v of another client", ErrBadLayout, sid)
+	case l.file != file:
+		return fmt.Errorf("%w: layout stateid %v of another file", ErrBadLayout, sid)
+	}
+	if err := checkSeqid(sid.Seqid, l.sid.Seqid); err != nil {
+		return err
+	}
+	if l.iomode != IOModeRW {
+		return fmt.Errorf("%w: layout %v was granted for reading only", ErrBadLayout, sid)
+	}
+	return nil
 }
 
 // LayoutReturnFile implements LAYOUTRETURN of type FILE for a whole-file

@@ -168,3 +168,132 @@ func TestLayoutOfEarlierBootAndReclaimedOpen(t *testing.T) {
 	}
 	wantErr(t, "returned layout stateid", h.m.TestStateid(c2, []Stateid{ls2})[0], ErrBadStateid)
 }
+
+// TestCheckLayoutCommit pins which stateids may grow a file through
+// LAYOUTCOMMIT: only the client's own layout stateid of that file, granted
+// for read/write, with a current (or zero) seqid.
+func TestCheckLayoutCommit(t *testing.T) {
+	const file, other FileID = 1, 2
+	// setup returns the stateid to commit with on file.
+	for _, tc := range []struct {
+		name  string
+		setup func(h *harness, c, c2 ClientID) Stateid
+		want  error
+	}{
+		{"rw layout", func(h *harness, c, _ ClientID) Stateid {
+			return h.layout(c, h.open(c, "o", file, AccessBoth, DenyNone), file, IOModeRW)
+		}, nil},
+		{"rw layout, seqid 0", func(h *harness, c, _ ClientID) Stateid {
+			ls := h.layout(c, h.open(c, "o", file, AccessBoth, DenyNone), file, IOModeRW)
+			ls.Seqid = 0
+			return ls
+		}, nil},
+		{"read layout upgraded to rw", func(h *harness, c, _ ClientID) Stateid {
+			ls := h.layout(c, h.open(c, "o", file, AccessBoth, DenyNone), file, IOModeRead)
+			return h.layout(c, ls, file, IOModeRW)
+		}, nil},
+		{"rw layout being recalled", func(h *harness, c, _ ClientID) Stateid {
+			h.layout(c, h.open(c, "o", file, AccessBoth, DenyNone), file, IOModeRW)
+			return h.m.BeginRecall(file)[0].Stateid
+		}, nil},
+		{"old seqid", func(h *harness, c, _ ClientID) Stateid {
+			ls := h.layout(c, h.open(c, "o", file, AccessBoth, DenyNone), file, IOModeRW)
+			h.layout(c, ls, file, IOModeRW)
+			return ls
+		}, ErrOldStateid},
+		{"seqid never issued", func(h *harness, c, _ ClientID) Stateid {
+			ls := h.layout(c, h.open(c, "o", file, AccessBoth, DenyNone), file, IOModeRW)
+			ls.Seqid++
+			return ls
+		}, ErrBadStateid},
+		{"open stateid", func(h *harness, c, _ ClientID) Stateid {
+			o := h.open(c, "o", file, AccessBoth, DenyNone)
+			h.layout(c, o, file, IOModeRW)
+			return o
+		}, ErrBadLayout},
+		{"lock stateid", func(h *harness, c, _ ClientID) Stateid {
+			o := h.open(c, "o", file, AccessBoth, DenyNone)
+			h.layout(c, o, file, IOModeRW)
+			lk, err := h.m.Lock(LockArgs{ClientID: c, Type: WriteLock, Length: LengthToEOF,
+				NewLockOwner: true, OpenStateid: o, LockOwner: []byte("lo")})
+			if err != nil {
+				h.t.Fatalf("Lock: %v", err)
+			}
+			return lk
+		}, ErrBadLayout},
+		{"delegation-type stateid", func(h *harness, c, _ ClientID) Stateid {
+			o := h.open(c, "o", file, AccessBoth, DenyNone)
+			h.layout(c, o, file, IOModeRW)
+			o.Other[4] = byte(TypeDeleg)
+			return o
+		}, ErrBadLayout},
+		{"anonymous stateid", func(h *harness, c, _ ClientID) Stateid {
+			h.layout(c, h.open(c, "o", file, AccessBoth, DenyNone), file, IOModeRW)
+			return AnonymousStateid
+		}, ErrBadLayout},
+		{"read bypass stateid", func(h *harness, c, _ ClientID) Stateid {
+			h.layout(c, h.open(c, "o", file, AccessBoth, DenyNone), file, IOModeRW)
+			return ReadBypassStateid
+		}, ErrBadLayout},
+		{"layout of another file", func(h *harness, c, _ ClientID) Stateid {
+			h.layout(c, h.open(c, "o", file, AccessBoth, DenyNone), file, IOModeRW)
+			return h.layout(c, h.open(c, "o", other, AccessBoth, DenyNone), other, IOModeRW)
+		}, ErrBadLayout},
+		{"layout of another client", func(h *harness, c, c2 ClientID) Stateid {
+			h.layout(c, h.open(c, "o", file, AccessBoth, DenyNone), file, IOModeRW)
+			return h.layout(c2, h.open(c2, "o", file, AccessBoth, DenyNone), file, IOModeRW)
+		}, ErrBadLayout},
+		{"read-only layout", func(h *harness, c, _ ClientID) Stateid {
+			return h.layout(c, h.open(c, "o", file, AccessBoth, DenyNone), file, IOModeRead)
+		}, ErrBadLayout},
+		{"rw layout asked under a read open", func(h *harness, c, _ ClientID) Stateid {
+			return h.layout(c, h.open(c, "o", file, AccessRead, DenyNone), file, IOModeRW)
+		}, ErrBadLayout},
+		{"returned layout", func(h *harness, c, _ ClientID) Stateid {
+			ls := h.layout(c, h.open(c, "o", file, AccessBoth, DenyNone), file, IOModeRW)
+			if _, _, err := h.m.LayoutReturnFile(c, ls, file); err != nil {
+				h.t.Fatalf("LayoutReturnFile: %v", err)
+			}
+			return ls
+		}, ErrBadLayout},
+		{"returned with LAYOUTRETURN4_ALL", func(h *harness, c, _ ClientID) Stateid {
+			ls := h.layout(c, h.open(c, "o", file, AccessBoth, DenyNone), file, IOModeRW)
+			if err := h.m.LayoutReturnAll(c); err != nil {
+				h.t.Fatalf("LayoutReturnAll: %v", err)
+			}
+			return ls
+		}, ErrBadLayout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			c, _ := h.client("c")
+			c2, _ := h.client("c2")
+			sid := tc.setup(h, c, c2)
+			wantErr(t, "CheckLayoutCommit", h.m.CheckLayoutCommit(c, sid, file), tc.want)
+		})
+	}
+}
+
+// TestCheckLayoutCommitEarlierBoot: any stateid of an earlier boot is stale
+// (not bad), so the server can apply its restart policy to layout stateids.
+func TestCheckLayoutCommitEarlierBoot(t *testing.T) {
+	h := newHarness(t)
+	c, _ := h.client("c")
+	o := h.open(c, "o", 7, AccessBoth, DenyNone)
+	ls := h.layout(c, o, 7, IOModeRW)
+	h.restart(2)
+	c2, _ := h.client("c")
+	wantErr(t, "layout stateid of the previous boot", h.m.CheckLayoutCommit(c2, ls, 7), ErrStaleStateid)
+	wantErr(t, "open stateid of the previous boot", h.m.CheckLayoutCommit(c2, o, 7), ErrStaleStateid)
+	wantErr(t, "anonymous stateid", h.m.CheckLayoutCommit(c2, AnonymousStateid, 7), ErrBadLayout)
+}
+
+// layout runs LayoutGet and fails the test on error.
+func (h *harness) layout(c ClientID, sid Stateid, f FileID, iomode uint32) Stateid {
+	h.t.Helper()
+	ls, err := h.m.LayoutGet(c, sid, f, iomode)
+	if err != nil {
+		h.t.Fatalf("LayoutGet: %v", err)
+	}
+	return ls
+}
