@@ -281,3 +281,45 @@ func opPut(fh []byte) nfs4.NfsArgop4 {
 }
 
 func ref[T any](v T) *T { return &v }
+
+// TestLayoutGetGrantedIOMode asks for a read/write layout under a
+// read-only open. The server grants a READ layout, and its reply must say
+// READ: a client told RW would believe it may write through the layout,
+// and its LAYOUTCOMMIT would then be refused.
+func TestLayoutGetGrantedIOMode(t *testing.T) {
+	c := startLayoutCluster(t)
+	for _, tc := range []struct {
+		name   string
+		access uint32
+		want   nfs4.Layoutiomode4
+	}{
+		{"read open", nfs4.OPEN4_SHARE_ACCESS_READ, nfs4.LAYOUTIOMODE4_READ},
+		{"read-write open", nfs4.OPEN4_SHARE_ACCESS_BOTH, nfs4.LAYOUTIOMODE4_RW},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			name := "iomode-" + strings.ReplaceAll(tc.name, " ", "-")
+			e := &lcEnv{t: t, ctx: ctx, c: c, name: name}
+			e.cl = e.client(name)
+			e.open() // creates the file
+			file := nfs4.Component4(name)
+			res := e.compound(e.cl, "OPEN for reading", nfs4.NfsArgop4{Argop: nfs4.OP_PUTROOTFH},
+				nfs4.NfsArgop4{Argop: nfs4.OP_OPEN, Opopen: &nfs4.OPEN4args{
+					ShareAccess: tc.access,
+					Owner:       nfs4.OpenOwner4{Clientid: e.cl.ClientID, Owner: []byte("o2")},
+					Openhow:     nfs4.Openflag4{Opentype: nfs4.OPEN4_NOCREATE},
+					Claim:       nfs4.OpenClaim4{Claim: nfs4.CLAIM_NULL, File: &file},
+				}})
+			sid := res.Resarray[2].Opopen.Resok4.Stateid
+			res = e.compound(e.cl, "LAYOUTGET RW", opPut(e.fh), nfs4.NfsArgop4{Argop: nfs4.OP_LAYOUTGET, Oplayoutget: &nfs4.LAYOUTGET4args{
+				LogaLayoutType: nfs4.LAYOUT4_NFSV4_1_FILES, LogaIomode: nfs4.LAYOUTIOMODE4_RW,
+				LogaLength: ^uint64(0), LogaStateid: sid, LogaMaxcount: 1 << 16,
+			}})
+			lg := res.Resarray[2].Oplayoutget.LogrResok4
+			if len(lg.LogrLayout) != 1 || lg.LogrLayout[0].LoIomode != tc.want {
+				t.Fatalf("LAYOUTGET RW under a %s granted %+v, want iomode %v", tc.name, lg.LogrLayout, tc.want)
+			}
+		})
+	}
+}

@@ -77,6 +77,10 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 		NflFhList:           []nfs4.NfsFh4{dataFH},
 	})
 	c.setStateid(ls)
+	mode := a.LogaIomode
+	if mode == nfs4.LAYOUTIOMODE4_RW && s.st.m.LayoutIOMode(ls) != state.IOModeRW {
+		mode = nfs4.LAYOUTIOMODE4_READ // RW asked under a read-only open
+	}
 	return ok(&nfs4.LAYOUTGET4resok{
 		// Layouts stay cached after CLOSE, so a later truncate or remove
 		// of the file is a real recall (and a reopen needs no LAYOUTGET).
@@ -85,7 +89,7 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 		LogrLayout: []nfs4.Layout4{{
 			LoOffset:  0,
 			LoLength:  ^uint64(0),
-			LoIomode:  a.LogaIomode,
+			LoIomode:  mode,
 			LoContent: nfs4.LayoutContent4{LocType: nfs4.LAYOUT4_NFSV4_1_FILES, LocBody: body},
 		}},
 	})

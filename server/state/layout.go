@@ -195,6 +195,19 @@ func (m *Manager) CheckLayoutCommit(id ClientID, sid Stateid, file FileID) error
 	return nil
 }
 
+// LayoutIOMode returns the iomode granted so far under the layout stateid
+// sid (IOModeRead or IOModeRW), or 0 if there is no such layout. A
+// LAYOUTGET for RW under a read-only open is granted READ, and the reply
+// must say so.
+func (m *Manager) LayoutIOMode(sid Stateid) uint32 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if l := m.layoutIDs[sid.Other]; l != nil {
+		return l.iomode
+	}
+	return 0
+}
+
 // LayoutReturnFile implements LAYOUTRETURN of type FILE for a whole-file
 // range. It returns the layout stateid to report (seqid bumped), and
 // present=false when the client holds no layout for the file any more.
