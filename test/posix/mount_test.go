@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/shoalfs/shoal/bench"
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/fusemount"
 	"github.com/shoalfs/shoal/localcluster"
@@ -125,12 +126,18 @@ func mountpoint(t *testing.T) string {
 // failure; a mount that stays busy is detached so none is left behind.
 func mount(t *testing.T, addr string, access fusemount.Access) string {
 	t.Helper()
+	return mountRoot(t, addr, "/", access)
+}
+
+// mountRoot is mount of the directory export of the server's namespace.
+func mountRoot(t *testing.T, addr, export string, access fusemount.Access) string {
+	t.Helper()
 	dir := mountpoint(t)
 	root := os.Geteuid() == 0
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	m, err := fusemount.New(ctx, dir, fusemount.Config{
-		Addr: addr, Access: access,
+		Addr: addr, Root: export, Access: access,
 		UID: uint32(os.Getuid()), GID: uint32(os.Getgid()),
 		PerCaller: root, AllowOther: root,
 		Client: client.Options{DialTimeout: 10 * time.Second},
@@ -185,6 +192,42 @@ func TestCluster(t *testing.T) {
 		if st := ds.Server.Stats(); st.WriteBytes == 0 || st.ReadBytes == 0 {
 			t.Errorf("data server %d: %d bytes written, %d read; want both > 0", i, st.WriteBytes, st.ReadBytes)
 		}
+	}
+}
+
+// TestGanesha mounts NFS-Ganesha, a server Shoal did not write, with
+// every access method and runs the suite on it: the mount must serve any
+// NFSv4.1 server through the client library, not only Shoal's.
+func TestGanesha(t *testing.T) {
+	if os.Getenv("SHOAL_GANESHA") != "1" {
+		t.Skip("set SHOAL_GANESHA=1 to run against NFS-Ganesha")
+	}
+	requireFUSE(t)
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &bench.Ganesha{Script: filepath.Join(wd, "..", "..", "scripts", "ganesha.sh"), Dir: t.TempDir()}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ep, err := g.Start(ctx)
+	if err != nil {
+		t.Fatalf("starting NFS-Ganesha: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := ep.Stop(context.Background()); err != nil {
+			t.Errorf("stopping NFS-Ganesha: %v", err)
+		}
+	})
+	for _, access := range []fusemount.Access{fusemount.AccessCached, fusemount.AccessODirect, fusemount.AccessDirect} {
+		t.Run(access.String(), func(t *testing.T) {
+			mnt := mountRoot(t, ep.Addr, ep.Root, access)
+			dir := filepath.Join(mnt, access.String())
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			runSuite(t, dir, access != fusemount.AccessCached)
+		})
 	}
 }
 
