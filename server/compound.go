@@ -147,7 +147,10 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 			r = fail(nfs4.NFS4ERR_NOTSUPP)
 		case c.idx == 0 && op == nfs4.OP_SEQUENCE:
 			var cached []byte
-			r, cached = c.sequence(args.Opsequence)
+			// The rest of the arguments is fingerprinted now, while the
+			// record buffer is certainly ours (it may be recycled after
+			// the reply).
+			r, cached = c.sequence(args.Opsequence, tag, d.Rest())
 			if cached != nil {
 				// A retransmission: answer with the reply cached in the slot.
 				e.Truncate(start)

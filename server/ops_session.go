@@ -51,9 +51,11 @@ func (c *compound) principal() string {
 	return "none"
 }
 
-// sequence evaluates SEQUENCE. A non-nil []byte is a cached reply to send
-// instead of evaluating the COMPOUND.
-func (c *compound) sequence(a *nfs4.SEQUENCE4args) (opReply, []byte) {
+// sequence evaluates SEQUENCE. tag is the COMPOUND's tag and ops the
+// encoded operations after SEQUENCE; they are fingerprinted for false retry
+// detection (reqhash.go) and not retained. A non-nil []byte is a cached
+// reply to send instead of evaluating the COMPOUND.
+func (c *compound) sequence(a *nfs4.SEQUENCE4args, tag, ops []byte) (opReply, []byte) {
 	// Check the request against the session's limits before the slot is
 	// touched: a failed SEQUENCE must leave the slot unchanged (RFC 8881
 	// §18.46.3), or the client's next request would get this error replayed.
@@ -65,6 +67,7 @@ func (c *compound) sequence(a *nfs4.SEQUENCE4args) (opReply, []byte) {
 		SequenceID:    a.SaSequenceid,
 		SlotID:        a.SaSlotid,
 		HighestSlotID: a.SaHighestSlotid,
+		RequestHash:   requestHash(tag, c.minor, c.nops-1, ops),
 		Conn:          c.call.Conn,
 	})
 	if err != nil {
