@@ -653,6 +653,16 @@ func (c *Client) callRetryRelease(ctx context.Context, budget time.Duration, bui
 			}
 			delay = min(2*delay, time.Second)
 			continue
+		case nfs4.NFS4ERR_SEQ_FALSE_RETRY:
+			// Refused at SEQUENCE, so not executed; the slot has moved
+			// past the lost request (execRelease), and a resend goes out
+			// under the next sequence id.
+			if recoveries >= 5 {
+				return res, nil, err
+			}
+			recoveries++
+			c.stats.retries.Add(1)
+			continue
 		case nfs4.NFS4ERR_GRACE:
 			if graces >= maxGraceRetries {
 				return res, nil, err
@@ -735,8 +745,12 @@ func (c *Client) execRelease(ctx context.Context, sess *session, reconnect bool,
 			if sr := res.Resarray[0].Opsequence; sr != nil && sr.SrStatus == nfs4.NFS4_OK && sr.SrResok4 != nil {
 				advance = true
 				target = int(sr.SrResok4.SrTargetHighestSlotid)
-			} else if sr != nil && sr.SrStatus == nfs4.NFS4ERR_RETRY_UNCACHED_REP {
-				advance = true // the server did execute our sequence id
+			} else if sr != nil && (sr.SrStatus == nfs4.NFS4ERR_RETRY_UNCACHED_REP || sr.SrStatus == nfs4.NFS4ERR_SEQ_FALSE_RETRY) {
+				// The server did execute a request under this sequence
+				// id. For SEQ_FALSE_RETRY it was an earlier one whose
+				// reply this client never saw (the slot was freed without
+				// moving on); this one was not run.
+				advance = true
 			}
 		}
 		sess.slots.release(slot, advance, target)
