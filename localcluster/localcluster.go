@@ -49,8 +49,11 @@ type MDS struct {
 
 // MDSConfig configures StartMDS.
 type MDSConfig struct {
-	Listen     string
-	Dir        string
+	Listen string
+	Dir    string
+	// MetaURL selects the metadata engine (see server.Config.MetaURL):
+	// "" for bbolt in Dir, or etcd://HOST:PORT[,HOST:PORT...]/PREFIX.
+	MetaURL    string
 	StripeUnit uint64
 	Exports    []*server.Export
 	Lease      time.Duration
@@ -161,6 +164,7 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 	ds := &dataServers{}
 	srv, err := server.New(server.Config{
 		Dir:     cfg.Dir,
+		MetaURL: cfg.MetaURL,
 		Exports: cfg.Exports,
 		Lease:   cfg.Lease,
 		Logger:  cfg.Logger.With("role", "mds"),
@@ -322,6 +326,8 @@ type Cluster struct {
 type Config struct {
 	Dir         string
 	DataServers int
+	// MetaURL selects the MDS's metadata engine (see MDSConfig.MetaURL).
+	MetaURL string
 	// Listen is the MDS address; data servers listen on the same host with
 	// ports chosen by the kernel.
 	Listen string
@@ -346,7 +352,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("bad listen address %q: %w", cfg.Listen, err)
 	}
 	mds, err := StartMDS(MDSConfig{
-		Listen: cfg.Listen, Dir: filepath.Join(cfg.Dir, "mds"), StripeUnit: cfg.StripeUnit,
+		Listen: cfg.Listen, Dir: filepath.Join(cfg.Dir, "mds"), MetaURL: cfg.MetaURL, StripeUnit: cfg.StripeUnit,
 		Exports: cfg.Exports, Lease: cfg.Lease, Logger: cfg.Logger, Metrics: cfg.Metrics,
 	})
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +12,8 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/meta/etcdtest"
+	"github.com/shoalfs/shoal/meta/metatest"
 )
 
 // TestNamespace runs the scripts in testdata/. Commands take absolute paths,
@@ -24,16 +25,19 @@ import (
 //	stat PATH                             readlink PATH
 //	chmod PATH MODE                       truncate PATH SIZE
 //	reopen
+//
+// The scripts run against every engine and must give the same output.
 func TestNamespace(t *testing.T) {
+	t.Run("bolt", func(t *testing.T) { runNamespace(t, openBolt(meta.BoltOptions{NoSync: true})) })
+	t.Run("etcd", func(t *testing.T) {
+		runNamespace(t, openEtcd(etcdtest.Start(t, 1, etcdtest.Options{NoFsync: true})))
+	})
+}
+
+func runNamespace(t *testing.T, opener metatest.Opener) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, file string) {
 		dir := t.TempDir()
-		open := func() meta.Engine {
-			e, err := meta.OpenBolt(filepath.Join(dir, "meta.db"), meta.BoltOptions{NoSync: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			return e
-		}
+		open := func() meta.Engine { return opener(t, dir) }
 		e := open()
 		defer func() { e.Close() }()
 		h := &nsHarness{e: e, now: time.Unix(1000, 0)}

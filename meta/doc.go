@@ -9,9 +9,8 @@
 // Delete, prefix Scan inside Update/View transactions), and the generic
 // engine in engine.go implements every Engine method as a single KV
 // transaction. Storage backends only implement the KV interface, one file
-// each: kv_bolt.go uses bbolt (a single local file), and a distributed
-// store such as etcd can be added behind the same interface without touching
-// namespace logic. For that reason no backend type leaks through the KV
+// each: kv_bolt.go uses bbolt (a single local file) and kv_etcd.go an etcd
+// v3 cluster, with no namespace logic of their own. For that reason no backend type leaks through the KV
 // interface, transaction bodies may be retried (they only read and write
 // their transaction), and every transaction is small and bounded: a
 // namespace operation touches a handful of keys and ReadDir reads at most
@@ -50,6 +49,53 @@
 // round, so there is no timer and no added latency for a lone caller. If a
 // call fails after writing inside a shared transaction, the shared
 // transaction is abandoned and each call is replayed in its own.
+//
+// # The etcd engine
+//
+// OpenBolt is the default: one local file, fast, and as available as the
+// machine it is on. OpenEtcd keeps the same namespace in an existing etcd
+// cluster (v3 API) for when one machine is not enough: the metadata
+// survives the loss of the metadata server's disk or machine, and a
+// replacement metadata server started elsewhere on the same etcd
+// endpoints and prefix carries on with the same file handles. Servers
+// select it with server.Config.MetaURL, and the command line with
+// `shoal mds --meta etcd://HOST:PORT[,HOST:PORT...]/PREFIX --dir DIR` (or
+// `shoal serve --meta ...`); DIR still holds the server's local files
+// (`shoal serve` keeps file data there).
+//
+// Every key lives under the prefix (default "/shoal/"), so several Shoal
+// clusters can share one etcd. Transactions are serializable, and a
+// mutation returns only once etcd has committed it, which means written to
+// a quorum of members' logs and applied. A View reads at a single etcd
+// revision. An Update is optimistic: it reads a generation key, which fixes
+// its snapshot revision, runs against that snapshot with its writes
+// buffered (its reads and scans see its own writes), and commits with one
+// etcd Txn that applies the writes and replaces the generation key only if
+// the generation key is unchanged. Every committing Update replaces it, so
+// the condition holds exactly when nothing committed since the snapshot,
+// deletions included, which a compare on the keys read would miss. On a
+// conflict the Update runs again, a bounded number of times. A commit
+// whose reply is lost (leader change, timeout) is resolved, not guessed:
+// the engine fences the old generation and then checks etcd's history to
+// see whether its own commit was the one that replaced it.
+//
+// Any two concurrent Updates conflict, so the engine assumes a single
+// active metadata server per prefix. It serialises its own Updates, so
+// only a second process writing the same prefix causes retries; two
+// metadata servers on one prefix stay consistent but are not a supported
+// configuration, because the NFS server keeps state in memory (opens,
+// locks, caches) that assumes it owns the namespace.
+//
+// Each transaction must fit etcd's limits: --max-txn-ops (default 128, one
+// of which is the generation key) and --max-request-bytes (default 1.5 MiB).
+// Engine transactions are far smaller: the largest, a rename that replaces
+// a symlink, writes 10 keys (the etcd conformance test runs with a budget
+// of 32 operations to keep it so), and the largest value is a symlink
+// target of at most 64 KiB. A transaction that would not fit fails whole with
+// ErrTxnTooLarge; it is never split, which would break its atomicity.
+// Reads are not limited: scans page through etcd (EtcdOptions.ScanPage),
+// so a large directory is never loaded at once. Each read is a round trip
+// to etcd, so a ReadDir costs two reads per entry.
 //
 // # Inode numbers and change
 //

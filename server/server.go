@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,8 +25,14 @@ import (
 
 // Config configures a Server.
 type Config struct {
-	// Dir holds the metadata database and file data.
+	// Dir holds the metadata database (unless MetaURL names another
+	// engine) and file data.
 	Dir string
+	// MetaURL selects the metadata engine: "" or "bolt" for a bbolt
+	// database in Dir (meta.db), or "etcd://host:port[,host:port...]/prefix"
+	// for an etcd cluster, with all keys under prefix (see meta.OpenEtcd).
+	// Only one server may use an etcd prefix at a time.
+	MetaURL string
 	// Exports to serve. Empty means one read-write export of "/" with root
 	// squashing.
 	Exports []*Export
@@ -113,7 +120,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s.ns = ns
-	m, err := meta.OpenBolt(filepath.Join(cfg.Dir, "meta.db"), meta.BoltOptions{GroupCommit: true})
+	m, err := openMeta(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("server: open metadata: %w", err)
 	}
@@ -161,6 +168,22 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.rpc = &rpc.Server{Handler: s, Logger: s.log, ConnState: s.connState}
 	return s, nil
+}
+
+// openMeta opens the metadata engine cfg.MetaURL names.
+func openMeta(cfg Config) (meta.Engine, error) {
+	switch u := cfg.MetaURL; {
+	case u == "" || u == "bolt":
+		return meta.OpenBolt(filepath.Join(cfg.Dir, "meta.db"), meta.BoltOptions{GroupCommit: true})
+	case strings.HasPrefix(u, "etcd://"):
+		opts, err := meta.ParseEtcdURL(u)
+		if err != nil {
+			return nil, err
+		}
+		return meta.OpenEtcd(context.Background(), opts)
+	default:
+		return nil, fmt.Errorf("unknown metadata engine %q: want bolt or etcd://HOST:PORT[,HOST:PORT...]/PREFIX", u)
+	}
 }
 
 // resolveExports finds (creating if needed) each export's root directory.

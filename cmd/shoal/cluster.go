@@ -28,6 +28,7 @@ func exportsFor(noRootSquash bool) []*server.Export {
 func newMDSCmd() *cobra.Command {
 	var (
 		listen, dir  string
+		metaURL      string
 		unit         uint64
 		lease        time.Duration
 		noRootSquash bool
@@ -40,18 +41,21 @@ func newMDSCmd() *cobra.Command {
 			if dir == "" {
 				return fmt.Errorf("--dir is required")
 			}
+			if err := checkMetaURL(metaURL); err != nil {
+				return err
+			}
 			reg, err := startMetrics(metrics)
 			if err != nil {
 				return err
 			}
 			m, err := localcluster.StartMDS(localcluster.MDSConfig{
-				Listen: listen, Dir: dir, StripeUnit: unit, Lease: lease,
+				Listen: listen, Dir: dir, MetaURL: metaURL, StripeUnit: unit, Lease: lease,
 				Exports: exportsFor(noRootSquash), Logger: slog.Default(), Metrics: registerer(reg),
 			})
 			if err != nil {
 				return err
 			}
-			slog.Info("shoal mds ready", "listen", m.Addr.String(), "dir", dir,
+			slog.Info("shoal mds ready", "listen", m.Addr.String(), "dir", dir, "meta", metaURL,
 				"ds", fmt.Sprintf("shoal ds --mds %s --listen HOST:PORT --dir DIR", m.Addr))
 			<-cmd.Context().Done()
 			slog.Info("shutting down")
@@ -60,6 +64,7 @@ func newMDSCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:2049", "address for NFS clients and data servers")
 	cmd.Flags().StringVar(&dir, "dir", "", "metadata directory")
+	cmd.Flags().StringVar(&metaURL, "meta", "bolt", metaFlagHelp)
 	cmd.Flags().Uint64Var(&unit, "stripe-unit", localcluster.DefaultStripeUnit, "stripe unit in bytes (multiple of 64)")
 	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time")
 	cmd.Flags().BoolVar(&noRootSquash, "no-root-squash", false, "do not map root to the anonymous user")

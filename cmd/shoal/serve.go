@@ -8,11 +8,13 @@ import (
 	"net"
 	"os"
 	"runtime/pprof"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 	"gopkg.in/yaml.v3"
 
+	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/server"
 )
 
@@ -21,6 +23,7 @@ import (
 type serveConfig struct {
 	Listen   string           `yaml:"listen"`
 	Dir      string           `yaml:"dir"`
+	Meta     string           `yaml:"meta"` // metadata engine: "bolt" (default) or "etcd://host:port[,...]/prefix"
 	Lease    time.Duration    `yaml:"lease"`
 	MaxIO    uint32           `yaml:"max_io"`
 	Exports  []*server.Export `yaml:"exports"`
@@ -49,6 +52,7 @@ func loadServeConfig(path string) (*serveConfig, error) {
 func newServeCmd() *cobra.Command {
 	var (
 		listen, dir, config string
+		metaURL             string
 		cpuprofile          string
 		metrics             string
 		lease               time.Duration
@@ -69,6 +73,12 @@ func newServeCmd() *cobra.Command {
 			}
 			if cmd.Flags().Changed("dir") || cfg.Dir == "" {
 				cfg.Dir = dir
+			}
+			if cmd.Flags().Changed("meta") || cfg.Meta == "" {
+				cfg.Meta = metaURL
+			}
+			if err := checkMetaURL(cfg.Meta); err != nil {
+				return err
 			}
 			if cmd.Flags().Changed("metrics") {
 				cfg.Metrics = metrics
@@ -101,6 +111,7 @@ func newServeCmd() *cobra.Command {
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:2049", "address to listen on")
 	cmd.Flags().StringVar(&dir, "dir", "", "data directory (metadata database and file data)")
 	cmd.Flags().StringVar(&config, "config", "", "YAML configuration file")
+	cmd.Flags().StringVar(&metaURL, "meta", "bolt", metaFlagHelp)
 	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time; the grace period after restart lasts as long")
 	cmd.Flags().BoolVar(&noRootSquash, "no-root-squash", false, "do not map root to the anonymous user (for tests and trusted clients)")
 	// --cpuprofile is for `shoal bench --cpuprofile`: the profile covers the
@@ -120,6 +131,7 @@ func runServer(ctx context.Context, cfg *serveConfig) error {
 		Metrics:      registerer(reg),
 		MetricLabels: map[string]string{"role": "server", "instance": "serve"},
 		Dir:          cfg.Dir,
+		MetaURL:      cfg.Meta,
 		Exports:      cfg.Exports,
 		Lease:        cfg.Lease,
 		MaxRead:      cfg.MaxIO,
@@ -134,7 +146,7 @@ func runServer(ctx context.Context, cfg *serveConfig) error {
 		srv.Close()
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	slog.Info("shoal serve ready", "listen", ln.Addr().String(), "dir", cfg.Dir,
+	slog.Info("shoal serve ready", "listen", ln.Addr().String(), "dir", cfg.Dir, "meta", cfg.Meta,
 		"mount", fmt.Sprintf("mount -t nfs4 -o vers=4.2,port=%d %s:/ /mnt", ln.Addr().(*net.TCPAddr).Port, ln.Addr().(*net.TCPAddr).IP))
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -146,6 +158,23 @@ func runServer(ctx context.Context, cfg *serveConfig) error {
 		srv.Close()
 		return err
 	}
+}
+
+const metaFlagHelp = "metadata engine: bolt (a database in --dir) or etcd://HOST:PORT[,HOST:PORT...]/PREFIX (an etcd cluster; file data stays in --dir)"
+
+// checkMetaURL validates a --meta value, so that a typo fails before the
+// server starts.
+func checkMetaURL(u string) error {
+	if u == "" || u == "bolt" {
+		return nil
+	}
+	if !strings.HasPrefix(u, "etcd://") {
+		return fmt.Errorf("--meta %q: want bolt or etcd://HOST:PORT[,HOST:PORT...]/PREFIX", u)
+	}
+	if _, err := meta.ParseEtcdURL(u); err != nil {
+		return fmt.Errorf("--meta: %w", err)
+	}
+	return nil
 }
 
 // startCPUProfile starts a CPU profile into path and returns the function

@@ -1,0 +1,576 @@
+package meta
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// EtcdOptions configures the etcd engine.
+type EtcdOptions struct {
+	// Endpoints of the etcd cluster ("host:port" or URLs). Ignored when
+	// Client is set.
+	Endpoints []string
+	// Prefix under which all of this Shoal cluster's keys live, so several
+	// Shoal clusters can share one etcd (default "/shoal"). A "/" is
+	// appended if missing, so "/a" and "/ab" do not overlap.
+	Prefix string
+	// DialTimeout bounds connecting and the first request (default 5s).
+	DialTimeout time.Duration
+	// RequestTimeout bounds each etcd request (default 5s).
+	RequestTimeout time.Duration
+	// TLS, Username and Password authenticate to etcd (optional).
+	TLS                *tls.Config
+	Username, Password string
+	// Client, if set, is used instead of dialing; the engine does not
+	// close it.
+	Client *clientv3.Client
+	// MaxTxnOps is the etcd server's --max-txn-ops (default 128) and
+	// MaxTxnBytes its --max-request-bytes (default 1.5 MiB). A
+	// transaction that would exceed them fails with ErrTxnTooLarge
+	// instead of being split, which would break its atomicity.
+	MaxTxnOps   int
+	MaxTxnBytes int
+	// MaxRetries bounds how often one transaction is rerun after a
+	// conflict or a transient etcd error (default 20).
+	MaxRetries int
+	// ScanPage is the number of keys fetched per request by a scan
+	// (default 512).
+	ScanPage int
+}
+
+// ErrTxnTooLarge is returned when one metadata transaction would exceed
+// etcd's per-transaction limits.
+var ErrTxnTooLarge = errors.New("meta: transaction exceeds etcd limits")
+
+// errConflict reports that a concurrent transaction committed first.
+var errConflict = errors.New("meta: etcd transaction conflict")
+
+// etcdKV implements kvStore on etcd v3.
+//
+// Keys live under prefix+"d/"; prefix+"gen" is the store's generation
+// key, rewritten with a fresh nonce by every committing Update. An Update
+// reads gen (which fixes its snapshot revision R and gen's mod revision
+// M), runs fn against the snapshot at R with writes buffered, and commits
+// with one etcd Txn: If(mod_revision(gen) == M) Then(writes, put gen).
+// The condition holds only if no other Update committed since R, so the
+// snapshot fn saw is exactly the state the writes apply to: every
+// committed Update is equivalent to running alone at its commit revision.
+// A per-key or range compare would miss keys deleted after R (a deleted
+// key has no mod revision left to compare); the generation key does not.
+// The price is that any two concurrent Updates conflict, which costs
+// nothing here: Shoal runs one active metadata server, and this process
+// serialises its own Updates (mu), so conflicts only arise between
+// processes.
+type etcdKV struct {
+	cli       *clientv3.Client
+	own       bool
+	data, gen string
+	opts      EtcdOptions
+	mu        sync.Mutex
+	closed    atomic.Bool
+	// commitTimeout bounds the commit Txn (RequestTimeout; tests shorten
+	// it to lose replies). resolved counts commits whose outcome had to be
+	// resolved.
+	commitTimeout time.Duration
+	resolved      atomic.Int64
+}
+
+var _ kvStore = (*etcdKV)(nil)
+
+func (o *EtcdOptions) fillDefaults() {
+	if o.Prefix == "" {
+		o.Prefix = "/shoal"
+	}
+	if !strings.HasSuffix(o.Prefix, "/") {
+		o.Prefix += "/"
+	}
+	if o.DialTimeout <= 0 {
+		o.DialTimeout = 5 * time.Second
+	}
+	if o.RequestTimeout <= 0 {
+		o.RequestTimeout = 5 * time.Second
+	}
+	if o.MaxTxnOps <= 0 {
+		o.MaxTxnOps = 128
+	}
+	if o.MaxTxnBytes <= 0 {
+		o.MaxTxnBytes = 3 << 19 // 1.5 MiB
+	}
+	if o.MaxRetries <= 0 {
+		o.MaxRetries = 20
+	}
+	if o.ScanPage <= 0 {
+		o.ScanPage = 512
+	}
+}
+
+func openEtcdKV(ctx context.Context, opts EtcdOptions) (*etcdKV, error) {
+	opts.fillDefaults()
+	s := &etcdKV{cli: opts.Client, data: opts.Prefix + "d/", gen: opts.Prefix + "gen", opts: opts, commitTimeout: opts.RequestTimeout}
+	if s.cli == nil {
+		if len(opts.Endpoints) == 0 {
+			return nil, errors.New("meta: etcd: no endpoints")
+		}
+		cli, err := clientv3.New(clientv3.Config{
+			Endpoints:   opts.Endpoints,
+			DialTimeout: opts.DialTimeout,
+			TLS:         opts.TLS,
+			Username:    opts.Username,
+			Password:    opts.Password,
+			Context:     context.WithoutCancel(ctx),
+			// Errors reach the caller; the client's own logging of
+			// reconnects would only be noise in Shoal's log.
+			Logger: zap.NewNop(),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("meta: etcd %v: %w", opts.Endpoints, err)
+		}
+		s.cli, s.own = cli, true
+	}
+	// The client dials lazily: one request tells an unreachable cluster
+	// apart now rather than on the first metadata operation.
+	pctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
+	defer cancel()
+	if _, err := s.cli.Get(pctx, s.gen); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("meta: etcd %v: %w", opts.Endpoints, err)
+	}
+	return s, nil
+}
+
+func (s *etcdKV) Close() error {
+	if s.closed.Swap(true) {
+		return errKVClosed
+	}
+	if s.own {
+		if err := s.cli.Close(); err != nil {
+			return fmt.Errorf("meta: etcd close: %w", err)
+		}
+	}
+	return nil
+}
+
+// retry runs attempt until it succeeds, fails for good or runs out of
+// tries. Conflicts and transient etcd errors are retried with jittered
+// exponential backoff.
+func (s *etcdKV) retry(what string, attempt func() error) error {
+	backoff := 2 * time.Millisecond
+	for i := 0; ; i++ {
+		if s.closed.Load() {
+			return errKVClosed
+		}
+		err := attempt()
+		if err == nil || !retryable(err) {
+			return err
+		}
+		if i+1 >= s.opts.MaxRetries {
+			return fmt.Errorf("meta: etcd %s: gave up after %d attempts: %w", what, i+1, err)
+		}
+		time.Sleep(backoff/2 + rand.N(backoff))
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// storeError marks an error from etcd itself (as opposed to one fn
+// returned because of what it read).
+type storeError struct{ err error }
+
+func (e *storeError) Error() string { return "meta: etcd: " + e.err.Error() }
+func (e *storeError) Unwrap() error { return e.err }
+
+func retryable(err error) bool {
+	if errors.Is(err, errConflict) {
+		return true
+	}
+	var se *storeError
+	if !errors.As(err, &se) {
+		return false
+	}
+	// Requests etcd rejected as malformed or too big fail the same way
+	// every time; everything else (no leader, timeouts, a compacted
+	// snapshot revision, connection loss) may pass on a later try.
+	switch rpctypes.ErrorDesc(se.err) {
+	case rpctypes.ErrorDesc(rpctypes.ErrGRPCTooManyOps), rpctypes.ErrorDesc(rpctypes.ErrGRPCRequestTooLarge),
+		rpctypes.ErrorDesc(rpctypes.ErrGRPCDuplicateKey), rpctypes.ErrorDesc(rpctypes.ErrGRPCEmptyKey),
+		rpctypes.ErrorDesc(rpctypes.ErrGRPCPermissionDenied), rpctypes.ErrorDesc(rpctypes.ErrGRPCInvalidAuthToken),
+		rpctypes.ErrorDesc(rpctypes.ErrGRPCAuthFailed):
+		return false
+	}
+	return !errors.Is(se.err, context.Canceled)
+}
+
+func (s *etcdKV) View(fn func(kvTxn) error) error {
+	if s.closed.Load() {
+		return errKVClosed
+	}
+	return s.retry("view", func() error {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		t := &etcdTxn{s: s, ctx: ctx}
+		err := fn(t)
+		if t.err != nil {
+			return t.err
+		}
+		return err
+	})
+}
+
+func (s *etcdKV) Update(fn func(kvTxn) error) error {
+	if s.closed.Load() {
+		return errKVClosed
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.retry("update", func() error { return s.tryUpdate(fn) })
+}
+
+func (s *etcdKV) tryUpdate(fn func(kvTxn) error) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	rctx, rcancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+	resp, err := s.cli.Get(rctx, s.gen)
+	rcancel()
+	if err != nil {
+		return &storeError{err}
+	}
+	var genRev int64
+	if len(resp.Kvs) > 0 {
+		genRev = resp.Kvs[0].ModRevision
+	}
+	t := &etcdTxn{s: s, ctx: ctx, rev: resp.Header.Revision, writes: map[string]etcdWrite{}}
+	err = fn(t)
+	if t.err != nil {
+		return t.err // fn's error, if any, came from a failed read
+	}
+	if err != nil {
+		return err
+	}
+	if len(t.writes) == 0 {
+		return nil // read-only: serialisable at the snapshot revision
+	}
+	ops, err := s.commitOps(t.writes)
+	if err != nil {
+		return err
+	}
+	nonce := newNonce()
+	ops = append(ops, clientv3.OpPut(s.gen, string(nonce)))
+	rctx, rcancel = context.WithTimeout(ctx, s.commitTimeout)
+	tr, err := s.cli.Txn(rctx).
+		If(clientv3.Compare(clientv3.ModRevision(s.gen), "=", genRev)).
+		Then(ops...).
+		Commit()
+	rcancel()
+	if err != nil {
+		if !retryable(&storeError{err}) {
+			return &storeError{err}
+		}
+		return s.resolve(ctx, genRev, nonce, err)
+	}
+	if !tr.Succeeded {
+		return errConflict
+	}
+	return nil
+}
+
+// commitOps turns buffered writes into etcd operations in key order,
+// checking etcd's per-transaction limits (the generation put included).
+func (s *etcdKV) commitOps(writes map[string]etcdWrite) ([]clientv3.Op, error) {
+	if len(writes)+1 > s.opts.MaxTxnOps {
+		return nil, fmt.Errorf("%w: %d writes and the generation key, etcd allows %d operations", ErrTxnTooLarge, len(writes), s.opts.MaxTxnOps)
+	}
+	keys := make([]string, 0, len(writes))
+	size := 64 + len(s.gen) + nonceLen
+	for k, w := range writes {
+		keys = append(keys, k)
+		size += 16 + len(k) + len(w.val)
+	}
+	if size > s.opts.MaxTxnBytes {
+		return nil, fmt.Errorf("%w: about %d bytes, etcd allows %d", ErrTxnTooLarge, size, s.opts.MaxTxnBytes)
+	}
+	slices.Sort(keys)
+	ops := make([]clientv3.Op, 0, len(keys)+1)
+	for _, k := range keys {
+		if w := writes[k]; w.del {
+			ops = append(ops, clientv3.OpDelete(s.data+k))
+		} else {
+			ops = append(ops, clientv3.OpPut(s.data+k, string(w.val)))
+		}
+	}
+	return ops, nil
+}
+
+// resolve decides whether a commit whose reply was lost (timeout, leader
+// change, connection reset) took effect. Retrying blindly could apply fn
+// twice (a create would then report "exists"), and concluding "not
+// committed" from a read is unsafe while the request may still be applied
+// later. So resolve first fences: a Txn that moves gen past genRev if it
+// is still there. After that, gen's first change after genRev is final:
+// if it carries our nonce the commit happened, otherwise it never will
+// (its condition can no longer hold).
+func (s *etcdKV) resolve(ctx context.Context, genRev int64, nonce []byte, cause error) error {
+	s.resolved.Add(1)
+	var last error = cause
+	for i := 0; i < s.opts.MaxRetries; i++ {
+		if i > 0 {
+			time.Sleep(time.Duration(min(i*50, 1000)) * time.Millisecond)
+		}
+		if s.closed.Load() {
+			break
+		}
+		rctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+		_, err := s.cli.Txn(rctx).
+			If(clientv3.Compare(clientv3.ModRevision(s.gen), "=", genRev)).
+			Then(clientv3.OpPut(s.gen, string(newNonce()))).
+			Commit()
+		cancel()
+		if err != nil {
+			last = err
+			continue // the fence's own outcome is unknown: fence again
+		}
+		first, err := s.firstGenAfter(ctx, genRev)
+		if err != nil {
+			last = err
+			continue
+		}
+		if bytes.Equal(first, nonce) {
+			return nil
+		}
+		return errConflict // not committed and never will be: run fn again
+	}
+	return fmt.Errorf("meta: etcd commit outcome unknown: %w", last)
+}
+
+// firstGenAfter returns the value gen was first given after revision rev.
+func (s *etcdKV) firstGenAfter(ctx context.Context, rev int64) ([]byte, error) {
+	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), s.opts.RequestTimeout)
+	defer cancel()
+	for wr := range s.cli.Watch(wctx, s.gen, clientv3.WithRev(rev+1)) {
+		if err := wr.Err(); err != nil {
+			return nil, err
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypePut {
+				return ev.Kv.Value, nil
+			}
+		}
+	}
+	if err := wctx.Err(); err != nil {
+		return nil, err
+	}
+	return nil, errors.New("meta: etcd watch closed")
+}
+
+const nonceLen = 16
+
+func newNonce() []byte {
+	b := make([]byte, nonceLen)
+	_, _ = crand.Read(b)
+	return b
+}
+
+type etcdWrite struct {
+	val []byte
+	del bool
+}
+
+// etcdTxn reads one etcd revision and, in an Update, buffers writes.
+type etcdTxn struct {
+	s   *etcdKV
+	ctx context.Context
+	// rev is the snapshot revision; in a View it is fixed by the first
+	// read.
+	rev    int64
+	writes map[string]etcdWrite // nil in a View
+	err    error                // first etcd error; fails the attempt
+}
+
+var _ kvTxn = (*etcdTxn)(nil)
+
+// get issues a range read at the snapshot revision. Reads after the first
+// are serialisable (answered by whichever member the client talks to,
+// without a round trip to the leader): a revision's contents never change,
+// so a member that has applied rev answers exactly as the leader would,
+// and one that has not says so (ErrFutureRev) and is asked linearisably.
+func (t *etcdTxn) get(key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if t.err != nil {
+		return nil, t.err
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, t.s.opts.RequestTimeout)
+	defer cancel()
+	var resp *clientv3.GetResponse
+	var err error
+	if t.rev == 0 {
+		resp, err = t.s.cli.Get(ctx, key, opts...)
+		if err == nil {
+			t.rev = resp.Header.Revision
+		}
+	} else {
+		opts = append(opts, clientv3.WithRev(t.rev))
+		resp, err = t.s.cli.Get(ctx, key, append(opts, clientv3.WithSerializable())...)
+		if errors.Is(err, rpctypes.ErrFutureRev) {
+			resp, err = t.s.cli.Get(ctx, key, opts...)
+		}
+	}
+	if err != nil {
+		t.err = &storeError{err}
+		return nil, t.err
+	}
+	return resp, nil
+}
+
+func (t *etcdTxn) Get(key []byte) ([]byte, error) {
+	if w, ok := t.writes[string(key)]; ok {
+		if w.del {
+			return nil, nil
+		}
+		return w.val, nil
+	}
+	resp, err := t.get(t.s.data + string(key))
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, nil
+	}
+	return nonNil(resp.Kvs[0].Value), nil
+}
+
+func (t *etcdTxn) Put(key, val []byte) error {
+	if t.writes == nil {
+		return errors.New("meta: etcd: write in a read-only transaction")
+	}
+	// Non-nil even when empty: a nil value means "absent" to Get's callers.
+	t.writes[string(key)] = etcdWrite{val: append([]byte{}, val...)}
+	return nil
+}
+
+func (t *etcdTxn) Delete(key []byte) error {
+	if t.writes == nil {
+		return errors.New("meta: etcd: write in a read-only transaction")
+	}
+	t.writes[string(key)] = etcdWrite{del: true}
+	return nil
+}
+
+// Scan pages through the snapshot, merging the transaction's buffered
+// writes in key order. Writes made by fn during the scan are not seen by
+// the scan itself.
+func (t *etcdTxn) Scan(prefix, start []byte, fn func(k, v []byte) bool) error {
+	from := prefix
+	if bytes.Compare(start, prefix) > 0 {
+		from = start
+	}
+	end := clientv3.GetPrefixRangeEnd(t.s.data + string(prefix))
+	var pending []string // buffered keys in range, sorted
+	for k := range t.writes {
+		if strings.HasPrefix(k, string(prefix)) && k >= string(from) {
+			pending = append(pending, k)
+		}
+	}
+	slices.Sort(pending)
+	// emitPending emits buffered puts with keys below limit (all if
+	// limit is nil); it reports false once fn asks to stop.
+	emitPending := func(limit *string) bool {
+		for len(pending) > 0 && (limit == nil || pending[0] < *limit) {
+			k := pending[0]
+			pending = pending[1:]
+			if w := t.writes[k]; !w.del && !fn([]byte(k), w.val) {
+				return false
+			}
+		}
+		return true
+	}
+	cursor := t.s.data + string(from)
+	for page := 0; ; page++ {
+		resp, err := t.get(cursor, clientv3.WithRange(end), clientv3.WithLimit(int64(t.s.opts.ScanPage)))
+		if err != nil {
+			return err
+		}
+		for _, kv := range resp.Kvs {
+			k := string(kv.Key[len(t.s.data):])
+			if !emitPending(&k) {
+				return nil
+			}
+			if len(pending) > 0 && pending[0] == k {
+				continue // shadowed by a buffered write, emitted above if a put
+			}
+			if !fn([]byte(k), nonNil(kv.Value)) {
+				return nil
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		cursor = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	emitPending(nil)
+	return nil
+}
+
+// nonNil maps the nil that protobuf decodes an empty value to back to an
+// empty value, since nil means "absent".
+func nonNil(v []byte) []byte {
+	if v == nil {
+		return []byte{}
+	}
+	return v
+}
+
+// OpenEtcd opens the metadata engine on an etcd cluster and initialises
+// the root directory if the prefix is new.
+func OpenEtcd(ctx context.Context, opts EtcdOptions) (Engine, error) {
+	kv, err := openEtcdKV(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	e := newKVEngine(kv)
+	if err := e.Init(ctx); err != nil {
+		kv.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// ParseEtcdURL parses "etcd://host:port[,host:port...]/prefix" into
+// options (endpoints and prefix; an empty path means the default prefix).
+func ParseEtcdURL(s string) (EtcdOptions, error) {
+	u, err := url.Parse(s)
+	if err != nil {
+		return EtcdOptions{}, fmt.Errorf("meta: etcd URL %q: %w", s, err)
+	}
+	if u.Scheme != "etcd" {
+		return EtcdOptions{}, fmt.Errorf("meta: etcd URL %q: scheme must be etcd://", s)
+	}
+	if u.Host == "" {
+		return EtcdOptions{}, fmt.Errorf("meta: etcd URL %q: no endpoints", s)
+	}
+	if u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+		return EtcdOptions{}, fmt.Errorf("meta: etcd URL %q: only endpoints and a prefix are supported", s)
+	}
+	var opts EtcdOptions
+	for _, ep := range strings.Split(u.Host, ",") {
+		if ep == "" {
+			return EtcdOptions{}, fmt.Errorf("meta: etcd URL %q: empty endpoint", s)
+		}
+		opts.Endpoints = append(opts.Endpoints, ep)
+	}
+	if p := strings.TrimSuffix(u.Path, "/"); p != "" {
+		opts.Prefix = p
+	}
+	return opts, nil
+}
