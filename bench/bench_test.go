@@ -569,3 +569,65 @@ func TestPlots(t *testing.T) {
 		}
 	}
 }
+
+// TestSmallIOThreshold: the workloads pass --small-io-threshold to their
+// clients, and the reports show where the bytes went: 4 KiB requests
+// through the MDS without layouts below the threshold, to the data
+// servers with one (-1: never through the MDS).
+func TestSmallIOThreshold(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		threshold int
+		wantDS    bool
+	}{
+		{"never", -1, true},
+		{"above 4 KiB", 4<<10 + 1, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			mc := bench.QuickMetaConfig()
+			mc.DataServers, mc.Clients, mc.Files, mc.Transactions = 2, 1, 4, 0
+			mc.Dirs, mc.SmallIOThreshold = []string{bench.DirUnique}, tt.threshold
+			mrep, err := bench.RunMeta(t.Context(), mc, bench.IORSetup{
+				Cluster: &bench.ClusterInProcess{Dir: t.TempDir()},
+				Clients: bench.InProcessLauncher{},
+			})
+			if err != nil {
+				t.Fatalf("meta: %v", err)
+			}
+			for _, r := range mrep.Runs {
+				if r.Phase != bench.PhaseMDCreate && r.Phase != bench.PhaseMDRead {
+					continue
+				}
+				viaDS := r.DSBytes == uint64(r.Bytes) && r.MDSBytes == 0 && r.LayoutGets == uint64(mc.Files)
+				viaMDS := r.DSBytes == 0 && r.MDSBytes == uint64(r.Bytes) && r.LayoutGets == 0
+				if r.Bytes != int64(mc.Files*mc.FileSize) || (tt.wantDS && !viaDS) || (!tt.wantDS && !viaMDS) {
+					t.Errorf("%s: %d bytes, %d via DS, %d via MDS, %d layouts; want via DS %v",
+						r.Phase, r.Bytes, r.DSBytes, r.MDSBytes, r.LayoutGets, tt.wantDS)
+				}
+			}
+
+			ic := bench.QuickIORConfig()
+			ic.DataServers, ic.PNFS, ic.Clients = []int{2}, []bool{true}, 1
+			ic.BlockSize, ic.TransferSize, ic.SmallIOThreshold = 64<<10, 4<<10, tt.threshold
+			irep, err := bench.RunIOR(t.Context(), ic, bench.IORSetup{
+				Cluster: &bench.ClusterInProcess{Dir: t.TempDir()},
+				Clients: bench.InProcessLauncher{},
+			})
+			if err != nil {
+				t.Fatalf("ior: %v", err)
+			}
+			for _, r := range irep.Runs {
+				if want := map[bool]float64{true: 1, false: 0}[tt.wantDS]; r.DSShare != want {
+					t.Errorf("ior %s: %.2f of the bytes via the data servers, want %.0f", r.Phase, r.DSShare, want)
+				}
+			}
+			var table bytes.Buffer
+			if err := irep.WriteTable(&table); err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("small-I/O threshold %d", tt.threshold); !strings.Contains(table.String(), want) {
+				t.Errorf("ior table lacks %q:\n%s", want, table.String())
+			}
+		})
+	}
+}

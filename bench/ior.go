@@ -53,6 +53,9 @@ type IORConfig struct {
 	// "direct" (the default: every call an RPC, nothing cached),
 	// "odirect" or "cached".
 	Access string `json:"access,omitempty"`
+	// SmallIOThreshold is the clients' client.Policy.SmallIOThreshold
+	// (0: the library's default).
+	SmallIOThreshold int `json:"small_io_threshold,omitempty"`
 	// LinkBitsPerSec, if not zero, is each node's link rate (the
 	// testbed's); the report then gives every cell its ceiling, the raw
 	// capacity of the links the traffic crosses.
@@ -122,6 +125,9 @@ func (c *IORConfig) Validate() error {
 		return errors.New("negative stonewall")
 	}
 	if _, err := client.ParseAccess(c.Access); err != nil {
+		return err
+	}
+	if err := (client.Policy{SmallIOThreshold: c.SmallIOThreshold}).Validate(); err != nil {
 		return err
 	}
 	for _, n := range c.DataServers {
@@ -507,6 +513,7 @@ func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *C
 			Addr: ep.Addr, Root: ep.Root, Path: path, Index: i,
 			Phase: phase, Size: cfg.BlockSize, Transfer: cfg.TransferSize, PNFS: on,
 			Shared: cfg.Shared, Random: cfg.Random, Stonewall: cfg.Stonewall, Access: cfg.Access,
+			SmallIOThreshold: cfg.SmallIOThreshold,
 		}
 		if phase == PhaseRead && cfg.Stonewall > 0 && i < len(written) {
 			specs[i].Count = max(written[i], 1)

@@ -50,6 +50,10 @@ type ClientSpec struct {
 	// Access is the client's access method ("" or "direct", "odirect",
 	// "cached"; client.ParseAccess).
 	Access string `json:"access,omitempty"`
+	// SmallIOThreshold is the client's client.Policy.SmallIOThreshold:
+	// requests shorter than it go through the metadata server (0: the
+	// library's default).
+	SmallIOThreshold int `json:"small_io_threshold,omitempty"`
 	// Meta configures the mdtest- and postmark-like phases.
 	Meta *MetaSpec `json:"meta,omitempty"`
 	// MeasureCPU asks the client to report its process's CPU time; only
@@ -125,6 +129,7 @@ func RunClient(ctx context.Context, spec ClientSpec, in io.Reader, out io.Writer
 		return fail(err)
 	}
 	opts.Policy.Access = access
+	opts.Policy.SmallIOThreshold = spec.SmallIOThreshold
 	c, err := client.Dial(ctx, spec.Addr, opts)
 	if err != nil {
 		return fail(fmt.Errorf("dial %s: %w", spec.Addr, err))

@@ -45,6 +45,9 @@ func (r *IORReport) WriteTable(w io.Writer) error {
 	if c.Stonewall > 0 {
 		stonewall = fmt.Sprintf(", stonewall %v", c.Stonewall)
 	}
+	if c.SmallIOThreshold != 0 {
+		stonewall += fmt.Sprintf(", small-I/O threshold %d", c.SmallIOThreshold)
+	}
 	fmt.Fprintf(w, "ior (%s): %d clients x %s in %s transfers, %s, %s%s, %d reps; servers %s, clients %s\n",
 		targetName(c.Target), c.Clients, FormatSize(c.BlockSize), FormatSize(int64(c.TransferSize)), layout, order, stonewall, c.Reps, r.Servers, r.Clients)
 	if c.LinkBitsPerSec > 0 {

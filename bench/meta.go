@@ -268,15 +268,18 @@ type MetaConfig struct {
 	Dirs        []string `json:"dirs"`
 	// Postmark: per client, a pool of PoolFiles files of MinSize to
 	// MaxSize bytes and Transactions transactions; Seed seeds the RNGs.
-	PoolFiles    int           `json:"pool_files"`
-	Transactions int           `json:"transactions"`
-	MinSize      int           `json:"min_size"`
-	MaxSize      int           `json:"max_size"`
-	Seed         int64         `json:"seed"`
-	Target       string        `json:"target,omitempty"`
-	Label        string        `json:"label,omitempty"`
-	Timeout      time.Duration `json:"timeout"`
-	Progress     io.Writer     `json:"-"`
+	PoolFiles    int   `json:"pool_files"`
+	Transactions int   `json:"transactions"`
+	MinSize      int   `json:"min_size"`
+	MaxSize      int   `json:"max_size"`
+	Seed         int64 `json:"seed"`
+	// SmallIOThreshold is the clients' client.Policy.SmallIOThreshold
+	// (0: the library's default).
+	SmallIOThreshold int           `json:"small_io_threshold,omitempty"`
+	Target           string        `json:"target,omitempty"`
+	Label            string        `json:"label,omitempty"`
+	Timeout          time.Duration `json:"timeout"`
+	Progress         io.Writer     `json:"-"`
 }
 
 // DefaultMetaConfig: 4 clients × 500 files of 4 KiB, unique and shared
@@ -320,7 +323,7 @@ func (c *MetaConfig) Validate() error {
 			return fmt.Errorf("directory layout %q: want %s or %s", d, DirUnique, DirShared)
 		}
 	}
-	return nil
+	return (client.Policy{SmallIOThreshold: c.SmallIOThreshold}).Validate()
 }
 
 // MetaRun is one measured phase.
@@ -340,6 +343,12 @@ type MetaRun struct {
 	RoleCores   map[string]float64 `json:"server_cores_by_role,omitempty"`
 	ClientCores float64            `json:"client_cores"`
 	Busy        float64            `json:"machine_cpu_busy"`
+	// DSBytes and MDSBytes are the clients' payload bytes that went to
+	// the data servers and through the metadata server, LayoutGets the
+	// layouts they obtained: what the small-I/O threshold did.
+	DSBytes    uint64 `json:"ds_bytes"`
+	MDSBytes   uint64 `json:"mds_bytes"`
+	LayoutGets uint64 `json:"layout_gets"`
 }
 
 // MetaReport is the outcome of RunMeta.
@@ -441,7 +450,8 @@ func RunMeta(ctx context.Context, cfg MetaConfig, setup IORSetup) (rep *MetaRepo
 			specs[i] = ClientSpec{Addr: ep.Addr, Root: ep.Root, Index: i, Phase: phase, PNFS: cfg.PNFS,
 				Meta: &MetaSpec{Dir: dirs[i], Files: cfg.Files, FileSize: cfg.FileSize,
 					PoolFiles: cfg.PoolFiles, Transactions: cfg.Transactions,
-					MinSize: cfg.MinSize, MaxSize: cfg.MaxSize, Seed: cfg.Seed}}
+					MinSize: cfg.MinSize, MaxSize: cfg.MaxSize, Seed: cfg.Seed},
+				SmallIOThreshold: cfg.SmallIOThreshold}
 		}
 		bar.next(strings.TrimSpace(phase + " " + dir))
 		cr, err := runClients(ctx, setup.Clients, ep, specs, phaseTO, bar)
@@ -452,6 +462,9 @@ func RunMeta(ctx context.Context, cfg MetaConfig, setup IORSetup) (rep *MetaRepo
 		for _, r := range cr.Results {
 			mr.Ops += r.Transfers
 			mr.Bytes += r.Bytes
+			mr.DSBytes += r.DSBytes
+			mr.MDSBytes += r.MDSBytes
+			mr.LayoutGets += r.LayoutGets
 		}
 		mr.Rate = float64(mr.Ops) / mr.Seconds
 		if cr.RoleCPU != nil && cr.Window > 0 {
@@ -507,14 +520,18 @@ func (r *MetaReport) WriteJSON(w io.Writer) error {
 // WriteTable writes the rates for a terminal.
 func (r *MetaReport) WriteTable(w io.Writer) error {
 	c := r.Config
-	fmt.Fprintf(w, "meta (%s): %d clients, %d files of %s each (mdtest); postmark %d files of %s-%s, %d transactions each, seed %d; %d DS, pNFS %s\n",
+	fmt.Fprintf(w, "meta (%s): %d clients, %d files of %s each (mdtest); postmark %d files of %s-%s, %d transactions each, seed %d; %d DS, pNFS %s",
 		targetName(c.Target), c.Clients, c.Files, FormatSize(int64(c.FileSize)), c.PoolFiles,
 		FormatSize(int64(c.MinSize)), FormatSize(int64(c.MaxSize)), c.Transactions, c.Seed, c.DataServers, modeName(c.PNFS))
+	if c.SmallIOThreshold != 0 {
+		fmt.Fprintf(w, ", small-I/O threshold %d", c.SmallIOThreshold)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "phase\tdir\tops/s\tops\tseconds\tserver cores\tclient cores\tmachine busy")
+	fmt.Fprintln(tw, "phase\tdir\tops/s\tops\tseconds\tserver cores\tclient cores\tmachine busy\tDS share\tlayouts")
 	for _, m := range r.Runs {
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%d\t%.2f\t%s\t%s\t%.0f%%\n", m.Phase, m.Dir, m.Rate, m.Ops, m.Seconds,
-			cores(m.ServerCores), cores(m.ClientCores), 100*m.Busy)
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%d\t%.2f\t%s\t%s\t%.0f%%\t%s\t%d\n", m.Phase, m.Dir, m.Rate, m.Ops, m.Seconds,
+			cores(m.ServerCores), cores(m.ClientCores), 100*m.Busy, dsShare(m.DSBytes, m.MDSBytes), m.LayoutGets)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -523,6 +540,15 @@ func (r *MetaReport) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "FAILED: %s\n", e)
 	}
 	return nil
+}
+
+// dsShare renders the data servers' share of the payload bytes, "-"
+// when nothing moved.
+func dsShare(ds, mds uint64) string {
+	if ds+mds == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", 100*float64(ds)/float64(ds+mds))
 }
 
 func targetName(t string) string {

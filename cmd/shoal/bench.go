@@ -79,8 +79,17 @@ directory of JSON reports; scripts/bench-papers.sh runs every sweep.`,
 			if x.target != bench.TargetShoal {
 				return errors.New("--target ganesha needs --testbed or --testbed-up (on loopback use --targets)")
 			}
+			var metaCfg *bench.MetaConfig
 			if meta {
-				return errors.New("--workloads meta runs on the testbed (--testbed or --testbed-up)")
+				if addr != "" {
+					return errors.New("--workloads meta starts its own cluster; it cannot use --addr")
+				}
+				c, err := x.metaConfig(quick, dsCounts, pnfs, clients, files, timeout)
+				if err != nil {
+					return err
+				}
+				c.Progress = cmd.ErrOrStderr()
+				metaCfg = &c
 			}
 			var iorCfg *bench.IORConfig
 			if ior {
@@ -102,7 +111,7 @@ directory of JSON reports; scripts/bench-papers.sh runs every sweep.`,
 			}
 			if !classic {
 				return runBench(cmd.Context(), cmd, nil, iorCfg, benchSetup{
-					jsonOut: jsonOut, profDir: profDir, keep: keep, servers: servers,
+					jsonOut: jsonOut, profDir: profDir, keep: keep, servers: servers, meta: metaCfg,
 				})
 			}
 			cfg := bench.DefaultConfig()
@@ -137,7 +146,7 @@ directory of JSON reports; scripts/bench-papers.sh runs every sweep.`,
 			return runBench(cmd.Context(), cmd, &cfg, iorCfg, benchSetup{
 				targets: targets, addr: addr, root: root, jsonOut: jsonOut,
 				profDir: profDir, script: script, keep: keep, servers: servers,
-				targetsSet: f.Changed("targets"), serverPID: serverPID,
+				targetsSet: f.Changed("targets"), serverPID: serverPID, meta: metaCfg,
 			})
 		},
 	}
@@ -151,7 +160,7 @@ directory of JSON reports; scripts/bench-papers.sh runs every sweep.`,
 	fl.IntVar(&depth, "depth", 16, "sequential READ/WRITE requests in flight at once")
 	fl.IntVar(&files, "files", 2000, "number of files for the create, stat and remove rates; meta: files per client (default 500)")
 	fl.IntVar(&reps, "reps", 3, "repetitions of each measurement (the median is reported)")
-	fl.StringSliceVar(&groups, "workloads", nil, "workload groups to run: seq (write+read), small (create, stat, remove), ior (pNFS scaling), meta (mdtest- and postmark-like, testbed only); default seq,small")
+	fl.StringSliceVar(&groups, "workloads", nil, "workload groups to run: seq (write+read), small (create, stat, remove), ior (pNFS scaling), meta (mdtest- and postmark-like; on loopback a \"shoal up\" cluster of the first --ds count, client mode the first --pnfs); default seq,small")
 	fl.IntSliceVar(&dsCounts, "ds", []int{1, 2, 4}, "ior: data-server counts, a fresh cluster each")
 	fl.StringSliceVar(&pnfs, "pnfs", []string{"on", "off"}, "ior: client modes: on (I/O to the data servers), off (all I/O through the MDS)")
 	fl.IntVar(&clients, "clients", 4, "ior: client processes, one file each")
@@ -254,6 +263,9 @@ type benchSetup struct {
 	servers                                       string // ior: up or split
 	keep, targetsSet                              bool
 	serverPID                                     int
+	// meta, if not nil, is the meta workload, run on a `shoal up`
+	// cluster after the others.
+	meta *bench.MetaConfig
 }
 
 // runBench runs the classic workloads (cfg) and the ior workload (iorCfg),
@@ -302,6 +314,13 @@ func runBench(ctx context.Context, cmd *cobra.Command, cfg *bench.Config, iorCfg
 			jsonOut = strings.TrimSuffix(jsonOut, ".json") + "-ior.json"
 		}
 		runErr = errors.Join(runErr, runIOR(ctx, cmd, *iorCfg, jsonOut, s.profDir, s.servers, tmp))
+	}
+	if s.meta != nil && ctx.Err() == nil {
+		jsonOut := s.jsonOut
+		if (cfg != nil || iorCfg != nil) && jsonOut != "" {
+			jsonOut = strings.TrimSuffix(jsonOut, ".json") + "-meta.json"
+		}
+		runErr = errors.Join(runErr, runMetaLocal(ctx, cmd, *s.meta, jsonOut, tmp))
 	}
 	if ctx.Err() != nil && runErr == nil {
 		runErr = ctx.Err()
@@ -354,6 +373,36 @@ func runIOR(ctx context.Context, cmd *cobra.Command, cfg bench.IORConfig, jsonOu
 			return errors.Join(runErr, fmt.Errorf("write %s: %w", jsonOut, err))
 		}
 		fmt.Fprintf(errOut, "ior: JSON report in %s\n", jsonOut)
+	}
+	return runErr
+}
+
+// runMetaLocal runs the meta workload on a `shoal up` cluster on
+// loopback, with client processes of this binary.
+func runMetaLocal(ctx context.Context, cmd *cobra.Command, cfg bench.MetaConfig, jsonOut, tmp string) error {
+	out := cmd.OutOrStdout()
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the shoal binary: %w", err)
+	}
+	logs := filepath.Join(tmp, "meta-clients")
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		return err
+	}
+	setup := bench.IORSetup{
+		Cluster: &bench.ClusterProcess{Exe: exe, Dir: filepath.Join(tmp, "meta")},
+		Clients: &bench.ProcessLauncher{Exe: exe, LogDir: logs},
+	}
+	rep, runErr := bench.RunMeta(ctx, cfg, setup)
+	if rep == nil {
+		return runErr
+	}
+	fmt.Fprintln(out)
+	if err := rep.WriteTable(out); err != nil {
+		return errors.Join(runErr, err)
+	}
+	if jsonOut != "" {
+		runErr = errors.Join(runErr, writeJSONFile(jsonOut, rep.WriteJSON))
 	}
 	return runErr
 }

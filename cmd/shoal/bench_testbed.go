@@ -26,7 +26,7 @@ type benchExtra struct {
 	shared, random, testbed, testbedUp bool
 	stonewall                          time.Duration
 	access, label, target, rate        string
-	storage                            string
+	storage, smallIO                   string
 	tbName, tbDir                      string
 	tbClients, fileSize, transactions  int
 	poolFiles, ganeshaPort             int
@@ -56,16 +56,78 @@ func (x *benchExtra) flags(fl *pflag.FlagSet) {
 	fl.Int64Var(&x.seed, "seed", 42, "meta: postmark RNG seed")
 	fl.StringSliceVar(&x.dirs, "dirs", []string{bench.DirUnique, bench.DirShared}, "meta: mdtest directory layouts, unique (one per client) and/or shared")
 	fl.IntVar(&x.ganeshaPort, "ganesha-port", 2050, "testbed: NFS-Ganesha's port in the MDS namespace")
+	fl.StringVar(&x.smallIO, "small-io-threshold", "0", "ior, meta: the clients' client.Policy.SmallIOThreshold, requests shorter than this go through the MDS (0: the library's default)")
+}
+
+// smallIOThreshold parses --small-io-threshold (a size such as 4097 or
+// 64KiB; negative values are passed on for the library to judge).
+func (x *benchExtra) smallIOThreshold() (int, error) {
+	s := strings.TrimSpace(x.smallIO)
+	neg := strings.HasPrefix(s, "-")
+	v, err := bench.ParseSize(strings.TrimPrefix(s, "-"))
+	if err != nil || v > 1<<30 {
+		return 0, fmt.Errorf("--small-io-threshold %q: want a size up to 1GiB", x.smallIO)
+	}
+	if neg {
+		v = -v
+	}
+	return int(v), nil
 }
 
 // applyIOR copies the IOR options into c.
 func (x *benchExtra) applyIOR(c *bench.IORConfig) error {
 	c.Shared, c.Random, c.Stonewall, c.Access, c.Label = x.shared, x.random, x.stonewall, x.access, x.label
 	c.Target = x.target
+	t, err := x.smallIOThreshold()
+	if err != nil {
+		return err
+	}
+	c.SmallIOThreshold = t
 	if x.target != bench.TargetShoal && x.target != bench.TargetGanesha {
 		return fmt.Errorf("--target %q: want shoal or ganesha", x.target)
 	}
 	return c.Validate()
+}
+
+// metaConfig builds the meta workload's configuration from the flags:
+// the defaults (or the quick ones), overridden by every flag given
+// explicitly. Only the first --ds count and --pnfs mode are used.
+func (x *benchExtra) metaConfig(quick bool, ds []int, pnfs []string, clients, files int, timeout time.Duration) (bench.MetaConfig, error) {
+	c := bench.DefaultMetaConfig()
+	if quick {
+		c = bench.QuickMetaConfig()
+	}
+	if len(ds) > 0 {
+		c.DataServers = ds[0]
+	}
+	if x.changed("clients") || !quick {
+		c.Clients = clients
+	}
+	if x.changed("files") {
+		c.Files = files
+	}
+	if x.changed("file-size") {
+		c.FileSize = x.fileSize
+	}
+	if x.changed("transactions") {
+		c.Transactions = x.transactions
+	}
+	if x.changed("pool-files") {
+		c.PoolFiles = x.poolFiles
+	}
+	if x.changed("timeout") {
+		c.Timeout = timeout
+	}
+	c.Seed, c.Dirs, c.Target, c.Label = x.seed, x.dirs, x.target, x.label
+	modes, err := bench.ParsePNFSModes(pnfs)
+	if err != nil || len(modes) == 0 {
+		return c, fmt.Errorf("--pnfs: %v", err)
+	}
+	c.PNFS = modes[0] && x.target == bench.TargetShoal
+	if c.SmallIOThreshold, err = x.smallIOThreshold(); err != nil {
+		return c, err
+	}
+	return c, c.Validate()
 }
 
 // runTestbedBench runs ior and/or meta on the emulated cluster.
@@ -144,35 +206,10 @@ func runTestbedBench(cmd *cobra.Command, x benchExtra, ior, meta, quick bool, ds
 		}
 	}
 	if meta && ctx.Err() == nil {
-		c := bench.DefaultMetaConfig()
-		if quick {
-			c = bench.QuickMetaConfig()
+		c, err := x.metaConfig(quick, ds, pnfs, clients, files, timeout)
+		if err != nil {
+			return err
 		}
-		c.DataServers = ds[0]
-		if x.changed("clients") || !quick {
-			c.Clients = clients
-		}
-		if x.changed("files") {
-			c.Files = files
-		}
-		if x.changed("file-size") {
-			c.FileSize = x.fileSize
-		}
-		if x.changed("transactions") {
-			c.Transactions = x.transactions
-		}
-		if x.changed("pool-files") {
-			c.PoolFiles = x.poolFiles
-		}
-		if x.changed("timeout") {
-			c.Timeout = timeout
-		}
-		c.Seed, c.Dirs, c.Target, c.Label = x.seed, x.dirs, x.target, x.label
-		modes, err := bench.ParsePNFSModes(pnfs)
-		if err != nil || len(modes) == 0 {
-			return fmt.Errorf("--pnfs: %v", err)
-		}
-		c.PNFS = modes[0] && x.target == bench.TargetShoal
 		c.Progress = errOut
 		rep, runErr := bench.RunMeta(ctx, c, setup)
 		errs = append(errs, runErr)

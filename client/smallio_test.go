@@ -1,0 +1,135 @@
+package client_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/shoalfs/shoal/client"
+)
+
+// TestSmallIOThresholdDefault: with the default policy a small file
+// written and read through the library goes through the metadata server
+// and never costs a layout, while a 4 MiB write and read still go to the
+// data servers. It fails if the default threshold were 0 (every request
+// through the data servers) or above 4 MiB.
+func TestSmallIOThresholdDefault(t *testing.T) {
+	if d := client.DefaultPolicy().SmallIOThreshold; d <= 4<<10 || d != client.DefaultSmallIOThreshold {
+		t.Fatalf("DefaultPolicy().SmallIOThreshold = %d, want DefaultSmallIOThreshold (%d) > 4 KiB", d, client.DefaultSmallIOThreshold)
+	}
+	addr := startCluster(t, 2).MDS.Addr.String()
+	for _, tt := range []struct {
+		name   string
+		policy client.Policy
+		size   int
+		// wantDS: the I/O goes to the data servers with a layout.
+		wantDS bool
+	}{
+		{name: "default 1 B", size: 1},
+		{name: "default 4 KiB", size: 4 << 10},
+		{name: "default just below", size: client.DefaultSmallIOThreshold - 1},
+		{name: "default at threshold", size: client.DefaultSmallIOThreshold, wantDS: true},
+		{name: "default 4 MiB", size: 4 << 20, wantDS: true},
+		{name: "never 4 KiB", policy: client.Policy{SmallIOThreshold: -1}, size: 4 << 10, wantDS: true},
+		{name: "explicit 8K 4 KiB", policy: client.Policy{SmallIOThreshold: 8 << 10}, size: 4 << 10},
+		{name: "explicit 8K 16 KiB", policy: client.Policy{SmallIOThreshold: 8 << 10}, size: 16 << 10, wantDS: true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := t.Context()
+			// A Client of its own, so its counters are this case's alone.
+			c := dialT(t, addr, client.Options{Policy: tt.policy})
+			path := fmt.Sprintf("/smallio-%d-%d", tt.size, tt.policy.SmallIOThreshold)
+			want := bytes.Repeat([]byte{byte(tt.size)}, tt.size)
+			want[0], want[len(want)-1] = 'a', 'z'
+			f, err := c.Open(ctx, path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt(want, 0); err != nil {
+				t.Fatalf("write: %v", err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatalf("close after write: %v", err)
+			}
+			f, err = c.Open(ctx, path, os.O_RDONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]byte, tt.size)
+			if n, err := f.ReadAt(got, 0); n != tt.size {
+				t.Fatalf("read %d of %d bytes: %v", n, tt.size, err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatalf("close after read: %v", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Fatal("read back other bytes than written")
+			}
+			st := c.Stats()
+			total := uint64(2 * tt.size)
+			if tt.wantDS {
+				if st.LayoutGets == 0 || st.DSWriteBytes != uint64(tt.size) || st.DSReadBytes != uint64(tt.size) || st.MDSIOBytes != 0 {
+					t.Errorf("stats %+v: want the %d bytes written and read via the data servers with a layout", st, tt.size)
+				}
+			} else if st.LayoutGets != 0 || st.LayoutReturns != 0 || st.DSWriteBytes+st.DSReadBytes != 0 || st.MDSIOBytes != total {
+				t.Errorf("stats %+v: want no layout and all %d bytes through the MDS", st, total)
+			}
+			// Whatever path wrote it, another Client reading through the
+			// other path sees the same bytes.
+			other := client.Policy{SmallIOThreshold: 1 << 30}
+			if !tt.wantDS {
+				other.SmallIOThreshold = -1
+			}
+			c2 := dialT(t, addr, client.Options{Policy: other})
+			g, err := c2.Open(ctx, path, os.O_RDONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			clear(got)
+			if n, err := g.ReadAt(got, 0); n != tt.size || !bytes.Equal(got, want) {
+				t.Fatalf("other path: read %d of %d bytes (%v), equal %v", n, tt.size, err, bytes.Equal(got, want))
+			}
+		})
+	}
+}
+
+// TestSmallIOThresholdSettings: 0 is the default and negative means
+// never, from YAML and from flags alike.
+func TestSmallIOThresholdSettings(t *testing.T) {
+	for _, tt := range []struct {
+		yaml string
+		want int
+	}{
+		{"", 0},
+		{"small_io_threshold: -1\n", -1},
+		{"small_io_threshold: 4097\n", 4097},
+		{"small_io_threshold: 1M\n", 1 << 20},
+	} {
+		p, err := client.ParsePolicy([]byte(tt.yaml))
+		if err != nil || p.SmallIOThreshold != tt.want {
+			t.Errorf("ParsePolicy(%q) = %d, %v; want %d", tt.yaml, p.SmallIOThreshold, err, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		arg  string
+		want int
+	}{
+		{"--small-io-threshold=-1", -1},
+		{"--small-io-threshold=0", 0},
+		{"--small-io-threshold=64K", 64 << 10},
+	} {
+		var p client.Policy
+		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+		client.RegisterFlags(fs, "", &p)
+		if err := fs.Parse([]string{tt.arg}); err != nil || p.SmallIOThreshold != tt.want {
+			t.Errorf("%s: %d, %v; want %d", tt.arg, p.SmallIOThreshold, err, tt.want)
+		}
+		if err := p.Validate(); err != nil {
+			t.Errorf("%s: %v", tt.arg, err)
+		}
+	}
+}
