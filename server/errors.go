@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/meta"
 )
@@ -26,6 +27,11 @@ var errTable = []struct {
 	{meta.ErrInval, nfs4.NFS4ERR_INVAL},
 	{meta.ErrNameTooLong, nfs4.NFS4ERR_NAMETOOLONG},
 	{errBadHandle, nfs4.NFS4ERR_BADHANDLE},
+	// A data server that cannot be reached now (restarting, or not yet
+	// registered) is transient: the client retries, as it would for a
+	// server that is busy. NFS4ERR_SERVERFAULT would be a hard I/O error.
+	{cluster.ErrUnavailable, nfs4.NFS4ERR_DELAY},
+	{cluster.ErrNoDataServers, nfs4.NFS4ERR_DELAY},
 	{context.Canceled, nfs4.NFS4ERR_DELAY},
 	{context.DeadlineExceeded, nfs4.NFS4ERR_DELAY},
 }

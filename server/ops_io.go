@@ -1,12 +1,14 @@
 package server
 
 import (
+	"encoding/binary"
 	"errors"
 	"io"
 	"io/fs"
 	"sync"
 	"time"
 
+	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/store"
@@ -105,7 +107,7 @@ func (c *compound) write(a *nfs4.WRITE4args) opReply {
 	}
 	committed := nfs4.UNSTABLE4
 	if a.Stable != nfs4.UNSTABLE4 {
-		if err := f.Sync(); err != nil {
+		if err := c.s.dataLost(f.Sync()); err != nil {
 			return failErr(err)
 		}
 		if c.s.ds == nil {
@@ -121,7 +123,7 @@ func (c *compound) write(a *nfs4.WRITE4args) opReply {
 			committed = nfs4.DATA_SYNC4
 		}
 	}
-	return ok(&nfs4.WRITE4resok{Count: uint32(len(a.Data)), Committed: committed, Writeverf: c.s.writeVerf})
+	return ok(&nfs4.WRITE4resok{Count: uint32(len(a.Data)), Committed: committed, Writeverf: c.s.verifier()})
 }
 
 func (c *compound) commit(a *nfs4.COMMIT4args) opReply {
@@ -129,7 +131,7 @@ func (c *compound) commit(a *nfs4.COMMIT4args) opReply {
 	if st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	if err := c.s.data.Sync(uint64(o.fh.ino)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := c.s.dataLost(c.s.data.Sync(uint64(o.fh.ino))); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return failErr(err)
 	}
 	if c.s.ds == nil {
@@ -137,7 +139,7 @@ func (c *compound) commit(a *nfs4.COMMIT4args) opReply {
 			return failErr(err)
 		}
 	}
-	return ok(&nfs4.COMMIT4resok{Writeverf: c.s.writeVerf})
+	return ok(&nfs4.COMMIT4resok{Writeverf: c.s.verifier()})
 }
 
 // readPool recycles READ buffers of the maximum read size: a fresh 1 MiB
@@ -157,4 +159,29 @@ func (s *Server) putReadBuf(b []byte) {
 	if cap(b) >= int(s.cfg.MaxRead) {
 		readPool.Put(&b)
 	}
+}
+
+// verifier is the write verifier WRITE and COMMIT report. It is the
+// verifier of this start, changed each time a data server lost writes it
+// had not committed (dataLost), so that clients resend what they wrote
+// UNSTABLE through this server before then.
+func (s *Server) verifier() [8]byte {
+	v := s.writeVerf
+	g := binary.BigEndian.Uint32(v[4:]) ^ s.verfGen.Load()
+	binary.BigEndian.PutUint32(v[4:], g)
+	return v
+}
+
+// dataLost filters the error of a sync of data written through this server.
+// cluster.ErrDataLost says a data server restarted while holding uncommitted
+// writes: what this sync covers is stable now, but earlier UNSTABLE writes
+// may be gone. Changing the verifier (RFC 8881 §18.3.3) makes every client
+// that wrote them resend; the sync itself succeeded.
+func (s *Server) dataLost(err error) error {
+	if errors.Is(err, cluster.ErrDataLost) {
+		s.verfGen.Add(1)
+		s.log.Warn("a data server lost uncommitted writes; write verifier changed so clients resend", "err", err)
+		return nil
+	}
+	return err
 }

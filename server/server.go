@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -66,8 +67,10 @@ type Server struct {
 	cache *inodeCache
 
 	// writeVerf changes on every start, so clients detect that uncommitted
-	// UNSTABLE writes may have been lost (RFC 8881 §18.32.3).
+	// UNSTABLE writes may have been lost (RFC 8881 §18.32.3). verfGen
+	// changes it during a run too: see Server.verifier.
 	writeVerf [8]byte
+	verfGen   atomic.Uint32
 	// owner and scope identify this server instance to clients (EXCHANGE_ID).
 	owner, scope []byte
 	bootTime     time.Time
