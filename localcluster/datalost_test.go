@@ -23,21 +23,7 @@ func TestDataServerRestartChangesVerifier(t *testing.T) {
 	dir := t.TempDir()
 	ctx := ctxT(t)
 	c := startClusterIn(t, dir, 2, lease)
-	cl, err := wiretest.Setup(ctx, c.MDS.Addr.String(), []byte("datalost"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	res, err := cl.Compound(
-		op(nfs4.NfsArgop4{Argop: nfs4.OP_PUTROOTFH}),
-		openOp(cl.ClientID, nfs4.OPEN4_SHARE_ACCESS_BOTH, nfs4.OpenClaim4{Claim: nfs4.CLAIM_NULL, File: ptr(nfs4.Component4("f"))}, true),
-		op(nfs4.NfsArgop4{Argop: nfs4.OP_GETFH}),
-	)
-	if status(t, res, err) != nfs4.NFS4_OK {
-		t.Fatalf("OPEN: %v", wiretest.Check(res))
-	}
-	sid := res.Resarray[2].Opopen.Resok4.Stateid
-	fh := bytes.Clone(res.Resarray[3].Opgetfh.Resok4.Object)
+	cl, sid, fh := openThroughMDS(t, c, "datalost")
 	// Two MiB: with the 1 MiB stripe unit both data servers hold some.
 	data := bytes.Repeat([]byte("shoal-dl"), (2<<20)/8)
 	write := func(what string) [8]byte {
@@ -114,23 +100,8 @@ func TestDataServerRestartChangesVerifier(t *testing.T) {
 // (the data server may be restarting), never NFS4ERR_SERVERFAULT, which
 // the Linux client turns into EIO at once.
 func TestDataServerDownIsDelay(t *testing.T) {
-	ctx := ctxT(t)
 	c := startClusterIn(t, t.TempDir(), 2, 30*time.Second)
-	cl, err := wiretest.Setup(ctx, c.MDS.Addr.String(), []byte("ds-down"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	res, err := cl.Compound(
-		op(nfs4.NfsArgop4{Argop: nfs4.OP_PUTROOTFH}),
-		openOp(cl.ClientID, nfs4.OPEN4_SHARE_ACCESS_BOTH, nfs4.OpenClaim4{Claim: nfs4.CLAIM_NULL, File: ptr(nfs4.Component4("f"))}, true),
-		op(nfs4.NfsArgop4{Argop: nfs4.OP_GETFH}),
-	)
-	if status(t, res, err) != nfs4.NFS4_OK {
-		t.Fatalf("OPEN: %v", wiretest.Check(res))
-	}
-	sid := res.Resarray[2].Opopen.Resok4.Stateid
-	fh := bytes.Clone(res.Resarray[3].Opgetfh.Resok4.Object)
+	cl, sid, fh := openThroughMDS(t, c, "ds-down")
 	if err := c.DS[0].Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -156,4 +127,25 @@ func TestDataServerDownIsDelay(t *testing.T) {
 	if delays == 0 {
 		t.Errorf("no WRITE touched the closed data server (statuses %v): nothing was tested", got)
 	}
+}
+
+// openThroughMDS sets up a client named owner on c's metadata server and
+// creates and opens file "f" for reading and writing; it takes no layout.
+// The client is closed when the test ends.
+func openThroughMDS(t *testing.T, c *Cluster, owner string) (*wiretest.Client, nfs4.Stateid4, []byte) {
+	t.Helper()
+	cl, err := wiretest.Setup(ctxT(t), c.MDS.Addr.String(), []byte(owner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	res, err := cl.Compound(
+		op(nfs4.NfsArgop4{Argop: nfs4.OP_PUTROOTFH}),
+		openOp(cl.ClientID, nfs4.OPEN4_SHARE_ACCESS_BOTH, nfs4.OpenClaim4{Claim: nfs4.CLAIM_NULL, File: ptr(nfs4.Component4("f"))}, true),
+		op(nfs4.NfsArgop4{Argop: nfs4.OP_GETFH}),
+	)
+	if status(t, res, err) != nfs4.NFS4_OK {
+		t.Fatalf("OPEN: %v", wiretest.Check(res))
+	}
+	return cl, res.Resarray[2].Opopen.Resok4.Stateid, bytes.Clone(res.Resarray[3].Opgetfh.Resok4.Object)
 }

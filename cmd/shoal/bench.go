@@ -364,13 +364,8 @@ func runIOR(ctx context.Context, cmd *cobra.Command, cfg bench.IORConfig, jsonOu
 		return errors.Join(runErr, err)
 	}
 	if jsonOut != "" {
-		f, err := os.Create(jsonOut)
-		if err == nil {
-			err = rep.WriteJSON(f)
-			err = errors.Join(err, f.Close())
-		}
-		if err != nil {
-			return errors.Join(runErr, fmt.Errorf("write %s: %w", jsonOut, err))
+		if err := writeJSONFile(jsonOut, rep.WriteJSON); err != nil {
+			return errors.Join(runErr, err)
 		}
 		fmt.Fprintf(errOut, "ior: JSON report in %s\n", jsonOut)
 	}
