@@ -30,6 +30,7 @@
 //	'K' 'f'                          inodes in use (uint64)
 //	'C' key                          configuration value
 //	'c' key                          NFSv4.1 client record (opaque)
+//	'O' ino(8)                       orphan: an unlinked regular file kept while open
 //
 // An inode record is a version byte (1) followed by fixed-width fields:
 // type, mode, nlink, uid, gid, rdev, size, four timestamps as seconds(8) +

@@ -430,6 +430,9 @@ func (e *kvEngine) Link(ctx context.Context, ino Ino, parent Ino, name string, n
 		if n.Type == TypeDirectory {
 			return fmt.Errorf("link %d: %w", ino, ErrIsDir)
 		}
+		if n.Nlink == 0 {
+			return fmt.Errorf("link orphan %d: %w", ino, ErrNotFound)
+		}
 		dir, err := x.dir(parent)
 		if err != nil {
 			return err
@@ -475,10 +478,15 @@ func (x *tx) unlink(dirIno Ino, dir *inode, name string, d dentry, now time.Time
 	n.Change++
 	n.Ctime = now
 	a := n.Attr
-	if n.Nlink == 0 {
+	if n.Nlink == 0 && n.Type != TypeRegular {
 		return a, x.deleteInode(d.ino, n)
 	}
 	x.dirty[d.ino] = true
+	if n.Nlink == 0 {
+		// A regular file may still be open on some client: keep it as an
+		// orphan until the server frees it (see Engine.Remove).
+		return a, x.t.Put(orphanKey(d.ino), []byte{1})
+	}
 	return a, nil
 }
 
@@ -716,6 +724,70 @@ func (e *kvEngine) StatFS(ctx context.Context) (StatFS, error) {
 		return err
 	})
 	return st, err
+}
+
+// pOrphan prefixes the orphan set: one key per orphan, the inode number
+// big-endian (so a scan yields inode order), with a one-byte placeholder
+// value.
+const pOrphan = 'O'
+
+func orphanKey(ino Ino) []byte { return be.AppendUint64([]byte{pOrphan}, uint64(ino)) }
+
+// orphanPage bounds the keys one Orphans transaction reads.
+const orphanPage = 1024
+
+func (e *kvEngine) Orphans(ctx context.Context) ([]Ino, error) {
+	var out []Ino
+	start := []byte{pOrphan}
+	// Page through the set so that every transaction stays small; each
+	// page starts after the last key of the previous one. An orphan made
+	// concurrently below the current page is missed, which is fine for
+	// the intended use, at startup before serving.
+	for {
+		var page []Ino
+		err := e.view(ctx, func(x *tx) error {
+			page = page[:0]
+			return x.t.Scan([]byte{pOrphan}, start, func(k, _ []byte) bool {
+				if len(k) != 9 {
+					return true
+				}
+				page = append(page, Ino(be.Uint64(k[1:])))
+				return len(page) < orphanPage
+			})
+		})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < orphanPage {
+			return out, nil
+		}
+		start = orphanKey(page[len(page)-1] + 1)
+	}
+}
+
+func (e *kvEngine) FreeOrphan(ctx context.Context, ino Ino) (Attr, error) {
+	var a Attr
+	err := e.update(ctx, func(x *tx) error {
+		a = Attr{}
+		n, err := x.inode(ino)
+		if errors.Is(err, ErrStale) {
+			// Freed already; drop a mark that might have outlived it.
+			return x.t.Delete(orphanKey(ino))
+		}
+		if err != nil {
+			return err
+		}
+		if n.Nlink != 0 {
+			return fmt.Errorf("free orphan %d: has %d links: %w", ino, n.Nlink, ErrInval)
+		}
+		a = n.Attr
+		if err := x.t.Delete(orphanKey(ino)); err != nil {
+			return err
+		}
+		return x.deleteInode(ino, n)
+	})
+	return a, err
 }
 
 func clientKey(key []byte) []byte { return append([]byte{pClient}, key...) }

@@ -141,8 +141,8 @@ type ChangeInfo struct {
 type RenameResult struct {
 	// Replaced is the inode that dstName named before the rename, with its
 	// attributes after the rename; Ino is zero if nothing was replaced. A
-	// Replaced.Attr.Nlink of zero means the inode is gone and the caller
-	// should delete its data.
+	// Replaced.Attr.Nlink of zero means its last link went away: a regular
+	// file is then an orphan (see Engine.Remove), anything else is gone.
 	Replaced Node
 	Src, Dst ChangeInfo
 }
@@ -193,15 +193,35 @@ type Engine interface {
 	// returns ErrExist together with the existing inode, so the server can
 	// implement UNCHECKED4 and EXCLUSIVE4_1 semantics.
 	Create(ctx context.Context, parent Ino, name string, args CreateArgs, now time.Time) (Node, ChangeInfo, error)
-	// Link adds name in parent for the non-directory ino.
+	// Link adds name in parent for the non-directory ino. An orphan (Nlink
+	// zero) cannot be linked again: that yields ErrNotFound, as link(2) of
+	// an unlinked file gives ENOENT.
 	Link(ctx context.Context, ino Ino, parent Ino, name string, now time.Time) (Attr, ChangeInfo, error)
-	// Remove unlinks name from parent. Non-directories lose one link and
-	// are deleted at zero; directories must be empty. The returned
-	// Attr.Nlink is zero when the inode was deleted.
+	// Remove unlinks name from parent; directories must be empty. The
+	// returned Attr.Nlink is zero when the last link went away. Inodes of
+	// every type but regular files are then deleted in the same
+	// transaction. A regular file instead becomes an orphan: its inode
+	// stays, with Nlink zero, and is recorded in a persistent orphan set,
+	// because NFS clients may still hold it open and POSIX keeps an open
+	// file's data until the last close. An orphan has no name (Lookup of
+	// the removed name fails as for any missing name), but GetAttr,
+	// SetAttr and Wrote work on it and StatFS counts it as used, until
+	// the caller frees it with FreeOrphan.
 	Remove(ctx context.Context, parent Ino, name string, now time.Time) (Node, ChangeInfo, error)
 	// Rename atomically moves srcName in srcParent to dstName in dstParent,
-	// replacing dstName following POSIX rules.
+	// replacing dstName following POSIX rules. A replaced regular file
+	// whose last link this was becomes an orphan, as with Remove.
 	Rename(ctx context.Context, srcParent Ino, srcName string, dstParent Ino, dstName string, now time.Time) (RenameResult, error)
+	// Orphans returns the orphan set (see Remove) in inode order. The set
+	// survives restarts, so a server can free, after a crash, the orphans
+	// nobody holds open any more.
+	Orphans(ctx context.Context) ([]Ino, error)
+	// FreeOrphan deletes the orphan ino and its mark in the orphan set and
+	// returns its last attributes; deleting the file data is the caller's
+	// job. It is idempotent: an inode that no longer exists yields a zero
+	// Attr (Type 0) and no error. An inode that has links refuses with
+	// ErrInval and is left alone.
+	FreeOrphan(ctx context.Context, ino Ino) (Attr, error)
 	Readlink(ctx context.Context, ino Ino) (string, error)
 	// ReadDir returns up to max entries of dir whose cookie is greater than
 	// cookie, in cookie order; eof reports that no entries follow. max

@@ -8,6 +8,7 @@ import (
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/server/state"
 )
 
 func init() {
@@ -144,13 +145,12 @@ func (c *compound) stickyDenied(dir *object, name string) bool {
 	return err == nil && nd.Attr.UID != cr.uid
 }
 
-// released drops the data of an inode whose last link went away.
+// released handles an inode that lost a link: a regular file whose last
+// link went away is an orphan, freed with its data once nobody holds it
+// open (orphans.go).
 func (c *compound) released(ino meta.Ino, a meta.Attr) {
 	if a.Nlink == 0 && a.Type == meta.TypeRegular {
-		c.s.cache.forget(ino)
-		if err := c.s.data.Remove(uint64(ino)); err != nil {
-			c.log.Warn("remove data", "ino", ino, "err", err)
-		}
+		c.s.st.orphans.orphaned(ino)
 	}
 }
 
@@ -382,16 +382,26 @@ func sortedKeys(m map[string]child) []string {
 }
 
 // recallLastLink recalls the layouts of name in dir when the operation
-// would drop the file's last link (REMOVE, or RENAME over it): the data
-// servers' objects go away with it (RFC 8881 §12.5.5.1). It reports whether
-// the caller may go ahead; otherwise the client is told to retry
-// (NFS4ERR_DELAY) while holders return their layouts.
+// would drop the file's last link (REMOVE, or RENAME over it) and so free
+// it: the data servers' objects go away with it (RFC 8881 §12.5.5.1). It
+// reports whether the caller may go ahead; otherwise the client is told to
+// retry (NFS4ERR_DELAY) while holders return their layouts. A file that
+// somebody holds open is not freed but kept as an orphan, data included
+// (orphans.go), so its layouts stay valid and nothing is recalled: in
+// particular an rm does not wait for the lease of a dead client that held
+// the file open; the orphan goes when that client's state is purged. If
+// the last open goes before the remove, the file is freed with layouts
+// out, which can do no more I/O: data servers accept only the open and
+// lock stateids the metadata server still knows.
 func (c *compound) recallLastLink(dir *object, name string) bool {
 	if c.s.pnfs == nil {
 		return true
 	}
 	nd, err := c.s.meta.Lookup(c.ctx, dir.fh.ino, name)
 	if err != nil || nd.Attr.Type != meta.TypeRegular || nd.Attr.Nlink != 1 {
+		return true
+	}
+	if c.s.st.m.HasOpen(state.FileID(nd.Ino)) {
 		return true
 	}
 	h := fhandle{kind: fhObject, export: dir.fh.export, ino: nd.Ino}

@@ -42,6 +42,8 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 	if access == 0 || a.ShareDeny > state.DenyBoth {
 		return fail(nfs4.NFS4ERR_INVAL)
 	}
+	// Taken before the file is resolved; see orphanSet.
+	guard := c.s.st.orphans.guard()
 	var (
 		file    *object
 		created bool
@@ -115,16 +117,33 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 			return fail(st)
 		}
 	}
-	res, err := c.s.st.m.Open(state.OpenArgs{
-		ClientID: id,
-		Owner:    a.Owner.Owner,
-		File:     state.FileID(file.fh.ino),
-		Access:   access,
-		Deny:     a.ShareDeny,
-		Reclaim:  reclaim,
+	var res state.OpenResult
+	alive, err := guard.open(file.fh.ino, func() error {
+		var err error
+		res, err = c.s.st.m.Open(state.OpenArgs{
+			ClientID: id,
+			Owner:    a.Owner.Owner,
+			File:     state.FileID(file.fh.ino),
+			Access:   access,
+			Deny:     a.ShareDeny,
+			Reclaim:  reclaim,
+		})
+		return err
 	})
 	if err != nil {
 		return failErr(err)
+	}
+	if !alive {
+		// The file was unlinked and freed after we resolved it: the open
+		// came too late to keep it. By filehandle that is a stale handle;
+		// by name, a retry resolves the name afresh.
+		if _, err := c.s.st.m.Close(id, res.Stateid); err != nil {
+			c.log.Warn("undo open of a freed file", "ino", uint64(file.fh.ino), "err", err)
+		}
+		if a.Claim.Claim == nfs4.CLAIM_NULL {
+			return fail(nfs4.NFS4ERR_DELAY)
+		}
+		return fail(nfs4.NFS4ERR_STALE)
 	}
 	if !created && bitmapHas(attrset, nfs4.FATTR4_SIZE) {
 		// UNCHECKED4 on an existing file with a size (O_TRUNC): truncate
@@ -290,10 +309,12 @@ func (c *compound) close(a *nfs4.CLOSE4args) opReply {
 	if st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	ns, err := c.s.st.m.Close(id, sid)
+	ns, file, err := c.s.st.m.CloseOpen(id, sid)
 	if err != nil {
 		return failErr(err)
 	}
+	// The last close of an unlinked file frees it.
+	c.s.st.orphans.released(file)
 	// The closed stateid is invalid; RFC 8881 §18.2.4 suggests returning a
 	// special value so clients do not use it again.
 	ns = state.InvalidStateid

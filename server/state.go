@@ -37,6 +37,10 @@ type stateGlue struct {
 	// server could not call back on a closed one. At most one pin per
 	// session and connection.
 	pins map[state.SessionID]map[*rpc.Conn]func()
+
+	// orphans are the unlinked files kept for their opens (orphans.go);
+	// nil on a data server, which has no namespace.
+	orphans *orphanSet
 }
 
 // metaClients adapts the metadata engine to state.ClientStore.
@@ -102,6 +106,13 @@ func newStateGlue(s *Server) (*stateGlue, error) {
 		cbMinor: map[state.SessionID]uint32{},
 		pins:    map[state.SessionID]map[*rpc.Conn]func(){},
 	}
+	if s.meta != nil {
+		var err error
+		if g.orphans, err = newOrphanSet(ctx, s); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
 	fore := state.DefaultForeLimits
 	fore.MaxRequestSize = s.cfg.MaxWrite + 64<<10
 	fore.MaxResponseSize = s.cfg.MaxRead + 64<<10
@@ -120,6 +131,7 @@ func newStateGlue(s *Server) (*stateGlue, error) {
 		OnPurge: func(p state.PurgeInfo) {
 			s.log.Info("client state purged", "clientid", fmt.Sprintf("%#x", uint64(p.ClientID)), "reason", p.Reason.String(), "files", len(p.Files), "sessions", len(p.Sessions))
 			g.sessionsGone(p.Sessions...)
+			g.orphans.purged(p.Files)
 		},
 	})
 	if err != nil {
@@ -131,20 +143,30 @@ func newStateGlue(s *Server) (*stateGlue, error) {
 
 // run sweeps expired leases and periodically persists write attributes, so
 // that a crash loses at most a few seconds of size updates of data that was
-// never committed, until stop.
+// never committed, until stop. It also frees the orphans nobody holds open
+// (orphans.go): at once if there is no grace period, else when it ends,
+// and when a purge dropped opens of one.
 func (g *stateGlue) run() {
 	defer close(g.done)
 	go g.m.Run(g.ctx)
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
+	var kick <-chan struct{}
+	if g.orphans != nil {
+		kick = g.orphans.kick
+	}
+	g.orphans.sweep()
 	for {
 		select {
 		case <-g.ctx.Done():
 			return
+		case <-kick:
+			g.orphans.sweep()
 		case <-t.C:
 			if err := g.s.cache.flushAll(g.ctx); err != nil && g.ctx.Err() == nil {
 				g.s.log.Warn("flush write attributes", "err", err)
 			}
+			g.orphans.sweep()
 		}
 	}
 }

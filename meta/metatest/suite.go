@@ -138,6 +138,7 @@ func Run(t *testing.T, open Opener) {
 			tc.fn(t, newEnv(t, open))
 		})
 	}
+	runOrphans(t, open)
 }
 
 func testRoot(t *testing.T, v *env) {
@@ -420,6 +421,7 @@ func testRemove(t *testing.T, v *env) {
 	if a := v.attr(sub.Ino); !a.Mtime.Equal(now) || a.Change != ci.After {
 		t.Fatalf("parent after remove %+v", a)
 	}
+	v.freeOrphan(f.Ino) // a regular file stays an orphan until freed (orphans.go)
 	_, err = v.e.GetAttr(v.ctx, f.Ino)
 	wantErr(t, "getattr removed", err, meta.ErrStale)
 	n, _, err = v.e.Remove(v.ctx, d.Ino, "l", v.tick())
@@ -509,6 +511,7 @@ func testRenameRules(t *testing.T, v *env) {
 					t.Fatalf("change info %+v", res.Src)
 				}
 				if c.replaced {
+					v.freeOrphan(inos[c.dst]) // a replaced regular file is an orphan
 					_, err := v.e.GetAttr(v.ctx, inos[c.dst])
 					wantErr(t, "replaced inode", err, meta.ErrStale)
 				}

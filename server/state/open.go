@@ -164,20 +164,38 @@ func (m *Manager) OpenDowngrade(id ClientID, sid Stateid, access, deny uint32) (
 // holds locks, it fails with ErrLocksHeld; lock stateids without locks are
 // freed with the open. It returns the final stateid (seqid bumped).
 func (m *Manager) Close(id ClientID, sid Stateid) (Stateid, error) {
+	s, _, err := m.CloseOpen(id, sid)
+	return s, err
+}
+
+// CloseOpen is Close that also returns the file the open was of, so the
+// server can free an unlinked file once its last open is gone (HasOpen).
+func (m *Manager) CloseOpen(id ClientID, sid Stateid) (Stateid, FileID, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	o, err := m.lookupOpen(id, sid)
 	if err != nil {
-		return Stateid{}, err
+		return Stateid{}, 0, err
 	}
 	for ls := range o.locks {
 		if ls.nranges > 0 {
-			return Stateid{}, ErrLocksHeld
+			return Stateid{}, 0, ErrLocksHeld
 		}
 	}
 	m.removeOpen(o)
 	o.sid.Seqid = nextSeqid(o.sid.Seqid)
-	return o.sid, nil
+	return o.sid, o.file.id, nil
+}
+
+// HasOpen reports whether any client holds an open of file. The server
+// keeps an unlinked file's data while it does (POSIX unlink semantics
+// across clients); callers that act on a false answer serialise with
+// Open themselves, since a new open may come right after.
+func (m *Manager) HasOpen(file FileID) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	f := m.files[file]
+	return f != nil && len(f.opens) > 0
 }
 
 // removeOpen drops an open and its lock stateids. Caller holds mu.
