@@ -118,3 +118,17 @@ func BenchmarkLookup(b *testing.B) {
 		i++
 	}
 }
+
+// BenchmarkReadDir lists a 1000-entry directory, the bbolt counterpart of
+// BenchmarkEtcd/readdir-1000.
+func BenchmarkReadDir(b *testing.B) {
+	e := benchEngine(b, meta.BoltOptions{NoSync: true})
+	populate(b, e, 1000)
+	ctx := context.Background()
+	for b.Loop() {
+		ents, eof, err := e.ReadDir(ctx, meta.RootIno, 0, 1000)
+		if err != nil || !eof || len(ents) != 1000 {
+			b.Fatalf("%d entries, eof %v, %v", len(ents), eof, err)
+		}
+	}
+}

@@ -57,6 +57,63 @@ func (x *tx) inode(ino Ino) (*inode, error) {
 	return n, nil
 }
 
+// inodes is inode for each of inos, reading the ones not cached in one
+// batch. Its error is the one a loop of inode calls would return first.
+func (x *tx) inodes(inos []Ino) ([]*inode, error) {
+	if _, ok := x.t.(kvBatchGetter); !ok {
+		// Gets are cheap here: skip the bookkeeping of a batch.
+		out := make([]*inode, len(inos))
+		for i, ino := range inos {
+			n, err := x.inode(ino)
+			if err != nil {
+				return nil, err
+			}
+			out[i] = n
+		}
+		return out, nil
+	}
+	var keys [][]byte
+	var miss []Ino
+	seen := map[Ino]bool{}
+	for _, ino := range inos {
+		if _, ok := x.nodes[ino]; !ok && !seen[ino] {
+			seen[ino] = true
+			keys = append(keys, inodeKey(ino))
+			miss = append(miss, ino)
+		}
+	}
+	vals, err := getMany(x.t, keys)
+	if err != nil {
+		return nil, err
+	}
+	// Decode lazily, in inos order, so that the first failing inode is
+	// reported; only successfully decoded ones are cached, as inode does.
+	fetched := make(map[Ino][]byte, len(miss))
+	for i, ino := range miss {
+		fetched[ino] = vals[i]
+	}
+	out := make([]*inode, len(inos))
+	for i, ino := range inos {
+		if v, ok := fetched[ino]; ok {
+			delete(fetched, ino)
+			if v == nil {
+				return nil, fmt.Errorf("inode %d: %w", ino, ErrStale)
+			}
+			n, err := decodeInode(v)
+			if err != nil {
+				return nil, fmt.Errorf("inode %d: %w", ino, err)
+			}
+			x.nodes[ino] = n
+		}
+		n, err := x.inode(ino) // cached now, or cached before (possibly as deleted)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = n
+	}
+	return out, nil
+}
+
 func (x *tx) dir(ino Ino) (*inode, error) {
 	n, err := x.inode(ino)
 	if err != nil {
@@ -690,19 +747,48 @@ func (e *kvEngine) ReadDir(ctx context.Context, dir Ino, cookie uint64, max int)
 		if err != nil {
 			return err
 		}
+		// Read all dentries, then all their inodes, in two batches (on
+		// etcd a round trip per MaxTxnOps keys, not one per key), but
+		// report the error that entry-by-entry reading would meet
+		// first: entries before the first bad dentry are checked for
+		// their inode before the bad dentry is reported.
+		keys := make([][]byte, len(names))
 		for i, name := range names {
-			d, ok, err := x.lookup(dir, name)
-			if err != nil {
-				return err
+			keys[i] = dentryKey(dir, name)
+		}
+		vals, err := getMany(x.t, keys)
+		if err != nil {
+			return err
+		}
+		dents := make([]dentry, 0, len(names))
+		var bad error
+		for i, v := range vals {
+			var d dentry
+			if v != nil {
+				if d, err = decodeDentry(v); err != nil {
+					bad = err
+					break
+				}
 			}
-			if !ok || d.seq != seqs[i] {
-				return fmt.Errorf("meta: dir %d: index entry %d (%q) has no dentry", dir, seqs[i], name)
+			if v == nil || d.seq != seqs[i] {
+				bad = fmt.Errorf("meta: dir %d: index entry %d (%q) has no dentry", dir, seqs[i], names[i])
+				break
 			}
-			n, err := x.inode(d.ino)
-			if err != nil {
-				return err
-			}
-			ents = append(ents, Entry{Name: name, Ino: d.ino, Cookie: seqs[i], Attr: n.Attr})
+			dents = append(dents, d)
+		}
+		inos := make([]Ino, len(dents))
+		for i, d := range dents {
+			inos[i] = d.ino
+		}
+		nodes, err := x.inodes(inos)
+		if err != nil {
+			return err
+		}
+		if bad != nil {
+			return bad
+		}
+		for i, d := range dents {
+			ents = append(ents, Entry{Name: names[i], Ino: d.ino, Cookie: seqs[i], Attr: nodes[i].Attr})
 		}
 		return nil
 	})

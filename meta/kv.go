@@ -15,6 +15,37 @@ type kvTxn interface {
 	Scan(prefix, start []byte, fn func(k, v []byte) bool) error
 }
 
+// kvBatchGetter is implemented by transactions that read several keys
+// faster together than one Get at a time, such as etcd's, where every Get is
+// a network round trip. Engines read through getMany, which falls back to
+// Get for transactions without it (bbolt: a Get is a B-tree lookup, and a
+// batch would only add allocations).
+type kvBatchGetter interface {
+	// GetMany returns the value of each key, in the order of keys, with
+	// nil for absent keys. It reads exactly what a Get of each key at
+	// the same point of the transaction would (the same snapshot, and
+	// the transaction's own writes), and the values obey Get's rules:
+	// valid until the transaction ends, not to be modified. The returned
+	// slice itself belongs to the caller. keys is not retained.
+	GetMany(keys [][]byte) ([][]byte, error)
+}
+
+// getMany reads keys in t, in one batch if t supports it.
+func getMany(t kvTxn, keys [][]byte) ([][]byte, error) {
+	if b, ok := t.(kvBatchGetter); ok {
+		return b.GetMany(keys)
+	}
+	vals := make([][]byte, len(keys))
+	for i, k := range keys {
+		v, err := t.Get(k)
+		if err != nil {
+			return nil, err
+		}
+		vals[i] = v
+	}
+	return vals, nil
+}
+
 // kvStore is the storage engine beneath the metadata engine. Transactions
 // are serializable. The function passed to Update may run more than once (a
 // store may retry on conflict or replay it after a failed group commit), so

@@ -294,10 +294,10 @@ func (s *etcdKV) commitOps(writes map[string]etcdWrite) ([]clientv3.Op, error) {
 		return nil, fmt.Errorf("%w: %d writes and the generation key, etcd allows %d operations", ErrTxnTooLarge, len(writes), s.opts.MaxTxnOps)
 	}
 	keys := make([]string, 0, len(writes))
-	size := 64 + len(s.gen) + nonceLen
+	size := etcdTxnOverhead + len(s.gen) + nonceLen
 	for k, w := range writes {
 		keys = append(keys, k)
-		size += 16 + len(k) + len(w.val)
+		size += etcdOpOverhead + len(k) + len(w.val)
 	}
 	if size > s.opts.MaxTxnBytes {
 		return nil, fmt.Errorf("%w: about %d bytes, etcd allows %d", ErrTxnTooLarge, size, s.opts.MaxTxnBytes)
@@ -448,6 +448,104 @@ func (t *etcdTxn) Get(key []byte) ([]byte, error) {
 		return nil, nil
 	}
 	return nonNil(resp.Kvs[0].Value), nil
+}
+
+var _ kvBatchGetter = (*etcdTxn)(nil)
+
+// Request size estimates, as in commitOps: a fixed cost per request and
+// per operation on top of the keys.
+const (
+	etcdTxnOverhead = 64
+	etcdOpOverhead  = 16
+)
+
+// GetMany answers keys the transaction wrote from its buffer, like Get, and
+// reads the others with read-only etcd Txns of range requests: a range
+// inside a Txn is evaluated at its own revision field, so every range reads
+// the snapshot revision, and n Gets cost one round trip instead of n. A Txn
+// holds at most MaxTxnOps operations and MaxTxnBytes of request, so a large
+// batch takes several Txns, one after the other. All of them read the same
+// revision, so together they still read one snapshot; the first one fixes
+// the revision if nothing has been read yet in a View. Only requests are
+// limited: callers batch small records (dentries, inodes), not values
+// whose sum could make an unreasonably large reply.
+func (t *etcdTxn) GetMany(keys [][]byte) ([][]byte, error) {
+	if t.err != nil {
+		return nil, t.err
+	}
+	vals := make([][]byte, len(keys))
+	var fetch []int // indexes of the keys to read from etcd
+	for i, k := range keys {
+		if w, ok := t.writes[string(k)]; ok {
+			if !w.del {
+				vals[i] = w.val
+			}
+			continue
+		}
+		fetch = append(fetch, i)
+	}
+	for len(fetch) > 0 {
+		n, size := 0, etcdTxnOverhead
+		for n < len(fetch) && n < t.s.opts.MaxTxnOps {
+			sz := etcdOpOverhead + len(t.s.data) + len(keys[fetch[n]])
+			if n > 0 && size+sz > t.s.opts.MaxTxnBytes {
+				break
+			}
+			size += sz
+			n++
+		}
+		if err := t.getBatch(keys, fetch[:n], vals); err != nil {
+			return nil, err
+		}
+		fetch = fetch[n:]
+	}
+	return vals, nil
+}
+
+// getBatch reads keys[i] for every i in idx into vals[i] with one etcd Txn,
+// at the snapshot revision and serialisably when there is one, as get does.
+func (t *etcdTxn) getBatch(keys [][]byte, idx []int, vals [][]byte) error {
+	ops := make([]clientv3.Op, len(idx))
+	txn := func(ctx context.Context, opts ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
+		for j, i := range idx {
+			ops[j] = clientv3.OpGet(t.s.data+string(keys[i]), opts...)
+		}
+		return t.s.cli.Txn(ctx).Then(ops...).Commit()
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, t.s.opts.RequestTimeout)
+	defer cancel()
+	var resp *clientv3.TxnResponse
+	var err error
+	if t.rev == 0 {
+		// A read-only Txn reads one revision, the one in its header.
+		resp, err = txn(ctx)
+		if err == nil {
+			t.rev = resp.Header.Revision
+		}
+	} else {
+		resp, err = txn(ctx, clientv3.WithRev(t.rev), clientv3.WithSerializable())
+		if errors.Is(err, rpctypes.ErrFutureRev) {
+			resp, err = txn(ctx, clientv3.WithRev(t.rev))
+		}
+	}
+	if err == nil && len(resp.Responses) != len(idx) {
+		err = fmt.Errorf("%d responses to %d gets", len(resp.Responses), len(idx))
+	}
+	if err != nil {
+		t.err = &storeError{err}
+		return t.err
+	}
+	for j, i := range idx {
+		r := resp.Responses[j].GetResponseRange()
+		if r == nil {
+			t.err = &storeError{fmt.Errorf("response %d to a get is not a range response", j)}
+			return t.err
+		}
+		if len(r.Kvs) > 0 {
+			vals[i] = nonNil(r.Kvs[0].Value)
+		}
+	}
+	return nil
 }
 
 func (t *etcdTxn) Put(key, val []byte) error {

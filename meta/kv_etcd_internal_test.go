@@ -8,10 +8,12 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/shoalfs/shoal/meta/etcdtest"
 )
@@ -390,5 +392,421 @@ func TestEtcdLostReplies(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// countingKV counts the requests of an etcd client, so tests can check how
+// many round trips a batch took, and can run a hook before each Txn (to
+// write between the Txns of one batch).
+type countingKV struct {
+	clientv3.KV
+	gets, txns atomic.Int64
+	beforeTxn  func(n int64) // n counts from 1; may be nil
+}
+
+func (c *countingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	c.gets.Add(1)
+	return c.KV.Get(ctx, key, opts...)
+}
+
+func (c *countingKV) Txn(ctx context.Context) clientv3.Txn {
+	n := c.txns.Add(1)
+	if c.beforeTxn != nil {
+		c.beforeTxn(n)
+	}
+	return c.KV.Txn(ctx)
+}
+
+// openCountingEtcdKV opens a store whose client requests are counted.
+func openCountingEtcdKV(t *testing.T, c *etcdtest.Cluster, prefix string, opts EtcdOptions) (*etcdKV, *countingKV) {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	ck := &countingKV{KV: cli.KV}
+	cli.KV = ck
+	opts.Client = cli
+	return openTestEtcdKV(t, c, prefix, opts), ck
+}
+
+// showVals formats values with absent ones as <nil> and empty ones as "".
+func showVals(vals [][]byte) string {
+	var b strings.Builder
+	for i, v := range vals {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if v == nil {
+			b.WriteString("<nil>")
+		} else {
+			fmt.Fprintf(&b, "%q", v)
+		}
+	}
+	return b.String()
+}
+
+func byteKeys(keys ...string) [][]byte {
+	out := make([][]byte, len(keys))
+	for i, k := range keys {
+		out[i] = []byte(k)
+	}
+	return out
+}
+
+// getEach reads keys with one Get each, the reference GetMany must match.
+func getEach(tx kvTxn, keys [][]byte) ([][]byte, error) {
+	vals := make([][]byte, len(keys))
+	for i, k := range keys {
+		v, err := tx.Get(k)
+		if err != nil {
+			return nil, err
+		}
+		vals[i] = v
+	}
+	return vals, nil
+}
+
+// TestEtcdGetMany checks that GetMany reads what Get would, buffered
+// writes included, in one Txn per MaxTxnOps keys and no other requests.
+func TestEtcdGetMany(t *testing.T) {
+	c := etcdtest.Start(t, 1, etcdtest.Options{NoFsync: true})
+	const ops = 4
+	kv, ck := openCountingEtcdKV(t, c, "/getmany", EtcdOptions{MaxTxnOps: ops})
+	var all []string
+	for i := range 10 {
+		all = append(all, fmt.Sprintf("k%02d", i))
+	}
+	// Stored directly: more keys than one Update may write here.
+	for _, k := range append(all, "empty") {
+		v := "v" + k[1:]
+		if k == "empty" {
+			v = ""
+		}
+		if _, err := kv.cli.Put(context.Background(), kv.data+k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name       string
+		puts, dels []string
+		keys       []string
+		want       string
+		txns       int64 // etcd Txns GetMany may send
+	}{
+		{name: "none", want: ""},
+		{name: "one", keys: []string{"k03"}, want: `"v03"`, txns: 1},
+		{name: "absent", keys: []string{"k00", "nope", "k05", "zz"}, want: `"v00" <nil> "v05" <nil>`, txns: 1},
+		{name: "empty value", keys: []string{"empty", "k01"}, want: `"" "v01"`, txns: 1},
+		{name: "duplicates", keys: []string{"k02", "k02", "nope", "nope"}, want: `"v02" "v02" <nil> <nil>`, txns: 1},
+		{name: "chunks", keys: all, want: `"v00" "v01" "v02" "v03" "v04" "v05" "v06" "v07" "v08" "v09"`, txns: 3},
+		{name: "exact chunks", keys: all[:2*ops], want: `"v00" "v01" "v02" "v03" "v04" "v05" "v06" "v07"`, txns: 2},
+		{name: "buffered", puts: []string{"k01", "new"}, dels: []string{"k02", "nope"}, keys: []string{"k01", "k02", "k03", "new", "nope"},
+			want: `"w" <nil> "v03" "w" <nil>`, txns: 1},
+		{name: "all buffered", puts: []string{"k01"}, dels: []string{"k02"}, keys: []string{"k02", "k01"}, want: `<nil> "w"`},
+		{name: "buffered across chunks", puts: []string{"k00", "k09"}, dels: []string{"k05"}, keys: all,
+			want: `"w" "v01" "v02" "v03" "v04" <nil> "v06" "v07" "v08" "w"`, txns: 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			check := func(tx kvTxn) error {
+				keys := byteKeys(c.keys...)
+				txns, gets := ck.txns.Load(), ck.gets.Load()
+				got, err := tx.(kvBatchGetter).GetMany(keys)
+				if err != nil {
+					return err
+				}
+				if n := ck.txns.Load() - txns; n != c.txns || ck.gets.Load() != gets {
+					return fmt.Errorf("GetMany sent %d Txns and %d Gets, want %d and 0", n, ck.gets.Load()-gets, c.txns)
+				}
+				if len(got) != len(keys) || showVals(got) != c.want {
+					return fmt.Errorf("GetMany = %s, want %s", showVals(got), c.want)
+				}
+				each, err := getEach(tx, keys)
+				if err != nil {
+					return err
+				}
+				if showVals(each) != showVals(got) {
+					return fmt.Errorf("GetMany = %s, Get = %s", showVals(got), showVals(each))
+				}
+				return nil
+			}
+			errAbort := errors.New("abort")
+			err := kv.Update(func(tx kvTxn) error {
+				for _, k := range c.puts {
+					tx.Put([]byte(k), []byte("w"))
+				}
+				for _, k := range c.dels {
+					tx.Delete([]byte(k))
+				}
+				if err := check(tx); err != nil {
+					return err
+				}
+				return errAbort // leave the stored keys as they are
+			})
+			if !errors.Is(err, errAbort) {
+				t.Fatalf("update: %v", err)
+			}
+			if len(c.puts)+len(c.dels) == 0 {
+				if err := kv.View(check); err != nil {
+					t.Fatalf("view: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// TestEtcdGetManyBytes: batches are also split to keep each Txn request
+// under MaxTxnBytes.
+func TestEtcdGetManyBytes(t *testing.T) {
+	c := etcdtest.Start(t, 1, etcdtest.Options{NoFsync: true})
+	kv, ck := openCountingEtcdKV(t, c, "/getmanybytes", EtcdOptions{})
+	var keys []string
+	for i := range 7 {
+		keys = append(keys, fmt.Sprintf("%040d", i))
+		if _, err := kv.cli.Put(context.Background(), kv.data+keys[i], fmt.Sprint("v", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two keys fit in one request, three do not.
+	op := etcdOpOverhead + len(kv.data) + 40
+	kv.opts.MaxTxnBytes = etcdTxnOverhead + 2*op + op/2
+	if err := kv.View(func(tx kvTxn) error {
+		got, err := tx.(kvBatchGetter).GetMany(byteKeys(keys...))
+		if err != nil {
+			return err
+		}
+		if want := `"v0" "v1" "v2" "v3" "v4" "v5" "v6"`; showVals(got) != want {
+			return fmt.Errorf("GetMany = %s, want %s", showVals(got), want)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := ck.txns.Load(); n != 4 {
+		t.Fatalf("GetMany of 7 keys sent %d Txns, want 4 of at most 2 keys", n)
+	}
+}
+
+// TestEtcdGetManySnapshot: GetMany reads the transaction's snapshot, in
+// every Txn of a batch, whether an earlier Get or GetMany itself fixed
+// it: writes committed after the snapshot are not seen.
+func TestEtcdGetManySnapshot(t *testing.T) {
+	c := etcdtest.Start(t, 1, etcdtest.Options{NoFsync: true})
+	kv, ck := openCountingEtcdKV(t, c, "/getmanysnap", EtcdOptions{MaxTxnOps: 3})
+	other := openTestEtcdKV(t, c, "/getmanysnap", EtcdOptions{})
+	keys := byteKeys("a", "b", "c", "d", "e", "f", "g", "h")
+	reset := func() {
+		t.Helper()
+		if err := other.Update(func(tx kvTxn) error {
+			for _, k := range keys {
+				if err := tx.Put(k, []byte("old")); err != nil {
+					return err
+				}
+			}
+			return tx.Delete([]byte("h"))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// change commits, through another store, a write to every key but
+	// the first: c..g change, b goes away, h appears.
+	change := func() error {
+		return other.Update(func(tx kvTxn) error {
+			for _, k := range keys[2:] {
+				if err := tx.Put(k, []byte("new")); err != nil {
+					return err
+				}
+			}
+			return tx.Delete([]byte("b"))
+		})
+	}
+	const old = `"old" "old" "old" "old" "old" "old" "old" <nil>`
+	const cur = `"old" <nil> "new" "new" "new" "new" "new" "new"`
+	for _, c := range []struct {
+		name   string
+		update bool
+		// first is what fixes the snapshot: "get" (a Get before the
+		// batch), "batch" (GetMany's own first Txn) or "" (the Update's
+		// read of the generation key).
+		first string
+	}{
+		{name: "view after get", first: "get"},
+		{name: "view first read", first: "batch"},
+		{name: "update", update: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			reset()
+			var got, after []string
+			runs := 0
+			fn := func(tx kvTxn) error {
+				runs++
+				if c.first == "get" {
+					if _, err := tx.Get([]byte("zz")); err != nil {
+						return err
+					}
+				}
+				changed := false
+				if runs == 1 {
+					if c.first == "batch" {
+						// Between the first Txn of the batch and the second.
+						start := ck.txns.Load()
+						ck.beforeTxn = func(n int64) {
+							if n == start+2 && !changed {
+								changed = true
+								if err := change(); err != nil {
+									t.Error(err)
+								}
+							}
+						}
+						defer func() { ck.beforeTxn = nil }()
+					} else if err := change(); err != nil {
+						return err
+					}
+				}
+				vals, err := tx.(kvBatchGetter).GetMany(keys)
+				if err != nil {
+					return err
+				}
+				got = append(got, showVals(vals))
+				if c.first == "batch" && runs == 1 && !changed {
+					return errors.New("the hook did not run between two Txns of the batch")
+				}
+				if vals, err = getEach(tx, keys); err != nil {
+					return err
+				}
+				after = append(after, showVals(vals))
+				if c.update {
+					return tx.Put([]byte("x"), []byte("1"))
+				}
+				return nil
+			}
+			var err error
+			if c.update {
+				err = kv.Update(fn)
+			} else {
+				err = kv.View(fn)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[0] != old || after[0] != old {
+				t.Fatalf("first run read %s by GetMany and %s by Get, want the snapshot %s", got[0], after[0], old)
+			}
+			if c.update {
+				// The commit conflicts with the change, and the rerun
+				// reads the new state.
+				if runs != 2 || got[1] != cur {
+					t.Fatalf("%d runs, reads %v, want 2 runs, the second reading %s", runs, got, cur)
+				}
+			} else if runs != 1 {
+				t.Fatalf("view ran %d times", runs)
+			}
+		})
+	}
+}
+
+// TestReadDirDamaged: ReadDir reads dentries and inodes in batches, yet on
+// a damaged directory it fails with the error that reading entry by entry
+// meets first, on both stores alike.
+func TestReadDirDamaged(t *testing.T) {
+	c := etcdtest.Start(t, 1, etcdtest.Options{NoFsync: true})
+	ctx := context.Background()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	// A damage changes the stored records of entries e00..e09.
+	type damage struct {
+		what  string // "dentry", "inode", "seq" or "garbage-dentry", "garbage-inode"
+		entry int
+	}
+	for _, c2 := range []struct {
+		name    string
+		damages []damage
+		want    string // in the error; %d stands for the inode number of damages[0]
+		stale   bool
+	}{
+		{name: "no dentry", damages: []damage{{"dentry", 5}}, want: `("e05") has no dentry`},
+		{name: "no inode", damages: []damage{{"inode", 3}}, want: "inode %d: ", stale: true},
+		{name: "inode before dentry", damages: []damage{{"inode", 3}, {"dentry", 5}}, want: "inode %d: ", stale: true},
+		{name: "dentry before inode", damages: []damage{{"inode", 5}, {"dentry", 3}}, want: `("e03") has no dentry`},
+		{name: "wrong seq", damages: []damage{{"seq", 4}, {"inode", 6}}, want: `("e04") has no dentry`},
+		{name: "garbage inode", damages: []damage{{"garbage-inode", 2}, {"dentry", 8}}, want: "inode %d: "},
+		{name: "garbage dentry", damages: []damage{{"garbage-dentry", 2}, {"inode", 8}}, want: "dentry"},
+		{name: "last entry", damages: []damage{{"inode", 9}}, want: "inode %d: ", stale: true},
+	} {
+		t.Run(c2.name, func(t *testing.T) {
+			stores := map[string]kvStore{
+				"etcd": openTestEtcdKV(t, c, "/damaged/"+strings.ReplaceAll(c2.name, " ", "-"), EtcdOptions{MaxTxnOps: 8}), // 2 batches
+			}
+			bkv, err := openBoltKV(t.TempDir()+"/meta.db", BoltOptions{NoSync: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer bkv.Close()
+			stores["bolt"] = bkv
+			errs := map[string]string{}
+			for name, kv := range stores {
+				e := newKVEngine(kv)
+				if err := e.Init(ctx); err != nil {
+					t.Fatal(err)
+				}
+				d, _, err := e.Create(ctx, RootIno, "d", CreateArgs{Type: TypeDirectory}, now)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var inos []Ino
+				for i := range 10 {
+					n, _, err := e.Create(ctx, d.Ino, fmt.Sprintf("e%02d", i), CreateArgs{Type: TypeRegular}, now)
+					if err != nil {
+						t.Fatal(err)
+					}
+					inos = append(inos, n.Ino)
+				}
+				if err := kv.Update(func(tx kvTxn) error {
+					for _, dm := range c2.damages {
+						dk := dentryKey(d.Ino, fmt.Sprintf("e%02d", dm.entry))
+						ik := inodeKey(inos[dm.entry])
+						switch dm.what {
+						case "dentry":
+							tx.Delete(dk)
+						case "inode":
+							tx.Delete(ik)
+						case "garbage-dentry":
+							tx.Put(dk, []byte{0xff})
+						case "garbage-inode":
+							tx.Put(ik, []byte{0xff})
+						case "seq":
+							v, err := tx.Get(dk)
+							if err != nil {
+								return err
+							}
+							de, err := decodeDentry(v)
+							if err != nil {
+								return err
+							}
+							de.seq += 1000
+							tx.Put(dk, de.encode())
+						}
+					}
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+				_, _, err = e.ReadDir(ctx, d.Ino, 0, 100)
+				if err == nil {
+					t.Fatalf("%s: readdir of a damaged directory succeeded", name)
+				}
+				want := c2.want
+				if strings.Contains(want, "%d") {
+					want = fmt.Sprintf(want, inos[c2.damages[0].entry])
+				}
+				if !strings.Contains(err.Error(), want) || errors.Is(err, ErrStale) != c2.stale {
+					t.Fatalf("%s: readdir: %v, want an error with %q (stale %v)", name, err, want, c2.stale)
+				}
+				errs[name] = err.Error()
+			}
+			if errs["bolt"] != errs["etcd"] {
+				t.Fatalf("errors differ: bolt %q, etcd %q", errs["bolt"], errs["etcd"])
+			}
+		})
 	}
 }
