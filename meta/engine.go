@@ -46,6 +46,12 @@ func (x *tx) inode(ino Ino) (*inode, error) {
 	if err != nil {
 		return nil, err
 	}
+	return x.decoded(ino, v)
+}
+
+// decoded decodes v, the stored record of ino (nil if absent), and caches
+// the inode in the transaction when it decodes.
+func (x *tx) decoded(ino Ino, v []byte) (*inode, error) {
 	if v == nil {
 		return nil, fmt.Errorf("inode %d: %w", ino, ErrStale)
 	}
@@ -96,14 +102,9 @@ func (x *tx) inodes(inos []Ino) ([]*inode, error) {
 	for i, ino := range inos {
 		if v, ok := fetched[ino]; ok {
 			delete(fetched, ino)
-			if v == nil {
-				return nil, fmt.Errorf("inode %d: %w", ino, ErrStale)
+			if _, err := x.decoded(ino, v); err != nil {
+				return nil, err
 			}
-			n, err := decodeInode(v)
-			if err != nil {
-				return nil, fmt.Errorf("inode %d: %w", ino, err)
-			}
-			x.nodes[ino] = n
 		}
 		n, err := x.inode(ino) // cached now, or cached before (possibly as deleted)
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -359,6 +360,15 @@ func runIOR(ctx context.Context, cmd *cobra.Command, cfg bench.IORConfig, jsonOu
 	if rep == nil {
 		return runErr
 	}
+	return printReport(out, errOut, "ior", rep, jsonOut, runErr)
+}
+
+// printReport prints rep's table to out and writes its JSON to jsonOut
+// (unless empty), joining any error to runErr, the run's own error.
+func printReport(out, errOut io.Writer, what string, rep interface {
+	WriteTable(io.Writer) error
+	WriteJSON(io.Writer) error
+}, jsonOut string, runErr error) error {
 	fmt.Fprintln(out)
 	if err := rep.WriteTable(out); err != nil {
 		return errors.Join(runErr, err)
@@ -367,7 +377,7 @@ func runIOR(ctx context.Context, cmd *cobra.Command, cfg bench.IORConfig, jsonOu
 		if err := writeJSONFile(jsonOut, rep.WriteJSON); err != nil {
 			return errors.Join(runErr, err)
 		}
-		fmt.Fprintf(errOut, "ior: JSON report in %s\n", jsonOut)
+		fmt.Fprintf(errOut, "%s: JSON report in %s\n", what, jsonOut)
 	}
 	return runErr
 }
@@ -392,14 +402,7 @@ func runMetaLocal(ctx context.Context, cmd *cobra.Command, cfg bench.MetaConfig,
 	if rep == nil {
 		return runErr
 	}
-	fmt.Fprintln(out)
-	if err := rep.WriteTable(out); err != nil {
-		return errors.Join(runErr, err)
-	}
-	if jsonOut != "" {
-		runErr = errors.Join(runErr, writeJSONFile(jsonOut, rep.WriteJSON))
-	}
-	return runErr
+	return printReport(out, cmd.ErrOrStderr(), "meta", rep, jsonOut, runErr)
 }
 
 // runClassic runs the seq and small workloads against their targets.
