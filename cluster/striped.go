@@ -48,6 +48,14 @@ type Striped struct {
 
 	fbMu     sync.Mutex
 	fallback map[int]store.Backend // stripe index -> shared storage (SetFallback)
+
+	// dirty holds, per inode, the stripe indices written UNSTABLE since
+	// their last commit, so that Sync commits only those. Writes clients
+	// sent to data servers directly are not here: a client that has to
+	// commit them through the MDS (its layout gone) sees the MDS's write
+	// verifier, not the data server's, and resends them through the MDS.
+	dirtyMu sync.Mutex
+	dirty   map[uint64]map[int]struct{}
 }
 
 var (
@@ -61,7 +69,36 @@ func NewStriped(r *Registry, stripeUnit uint64) *Striped {
 	if stripeUnit == 0 {
 		stripeUnit = DefaultStripeUnit
 	}
-	return &Striped{r: r, unit: stripeUnit, verf: map[string][8]byte{}, lost: map[string]bool{}}
+	return &Striped{r: r, unit: stripeUnit, verf: map[string][8]byte{}, lost: map[string]bool{},
+		dirty: map[uint64]map[int]struct{}{}}
+}
+
+// markDirty records an UNSTABLE write of ino on stripe index i.
+func (s *Striped) markDirty(ino uint64, i int) {
+	s.dirtyMu.Lock()
+	defer s.dirtyMu.Unlock()
+	d := s.dirty[ino]
+	if d == nil {
+		d = map[int]struct{}{}
+		s.dirty[ino] = d
+	}
+	d[i] = struct{}{}
+}
+
+// takeDirty returns and forgets the stripe indices ino was written on
+// since their last commit. A write that ends after this is marked again
+// and committed by the next Sync; one that ended before is covered by the
+// commit that follows.
+func (s *Striped) takeDirty(ino uint64) []int {
+	s.dirtyMu.Lock()
+	defer s.dirtyMu.Unlock()
+	d := s.dirty[ino]
+	delete(s.dirty, ino)
+	idx := make([]int, 0, len(d))
+	for i := range d {
+		idx = append(idx, i)
+	}
+	return idx
 }
 
 // Layout returns the striping of ino for LAYOUTGET: the stripe index of
@@ -161,6 +198,9 @@ func (s *Striped) each(op string, ino uint64, fn func(ctx context.Context, index
 
 // Remove implements store.Backend: OBJ_REMOVE on every DS.
 func (s *Striped) Remove(ino uint64) error {
+	s.dirtyMu.Lock()
+	delete(s.dirty, ino)
+	s.dirtyMu.Unlock()
 	return s.each("remove", ino, func(ctx context.Context, i int) error {
 		conn, _, err := s.r.conn(i)
 		if err != nil {
@@ -190,10 +230,25 @@ func (s *Striped) Truncate(ino uint64, size uint64) error {
 	})
 }
 
-// Sync implements store.Backend: OBJ_COMMIT on every DS. It returns
-// ErrDataLost if a DS restarted while holding uncommitted writes.
+// Sync implements store.Backend: OBJ_COMMIT on the DSes that hold UNSTABLE
+// writes of ino made through this Striped since their last commit. It
+// returns ErrDataLost if a DS restarted while holding uncommitted writes.
 func (s *Striped) Sync(ino uint64) error {
-	return s.each("commit", ino, func(ctx context.Context, i int) error { return s.commit(ctx, ino, i) })
+	idx := s.takeDirty(ino)
+	return parallel(len(idx), func(j int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+		defer cancel()
+		err := s.commit(ctx, ino, idx[j])
+		if err != nil && !errors.Is(err, ErrDataLost) {
+			// Not committed: the next Sync tries again. (ErrDataLost
+			// did commit; what was lost is gone either way.)
+			s.markDirty(ino, idx[j])
+		}
+		if err != nil {
+			return fmt.Errorf("cluster: commit ino %d on stripe index %d: %w", ino, idx[j], err)
+		}
+		return nil
+	})
 }
 
 func (s *Striped) commit(ctx context.Context, ino uint64, i int) error {
@@ -347,6 +402,7 @@ func (f *stripedFile) WriteAt(p []byte, off int64) (int, error) {
 				f.ino, pc.off, id, res.Ok.Count, pc.hi-pc.lo, io.ErrShortWrite)
 		}
 		f.s.noteWrite(id, res.Ok.Verifier)
+		f.s.markDirty(f.ino, pc.index)
 		f.mu.Lock()
 		f.written[pc.index] = true
 		f.mu.Unlock()

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"testing"
@@ -198,8 +199,11 @@ func TestStripedTruncateRemove(t *testing.T) {
 		if _, err := st.Open(ino, false); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("DS index %d still has the object: %v", i, err)
 		}
-		if s := a.Stats(); s.RemoveOps == 0 || s.TruncateOps != 3 || s.CommitOps == 0 {
-			t.Errorf("DS index %d stats %+v", i, s)
+		// Sync commits where data was written: not on the index that
+		// holds nothing.
+		wantCommit := i != (ino+3)%4
+		if s := a.Stats(); s.RemoveOps == 0 || s.TruncateOps != 3 || (s.CommitOps > 0) != wantCommit {
+			t.Errorf("DS index %d stats %+v (want commits: %v)", i, s, wantCommit)
 		}
 	}
 	if err := s.Remove(ino); err != nil {
@@ -333,5 +337,83 @@ func BenchmarkStripedWrite1MiB(b *testing.B) {
 		if _, err := f.WriteAt(data, int64(i%64)*(1<<20)+4096); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestStripedSyncCommitsWritten: Sync commits on the data servers that hold
+// UNSTABLE writes of the file and no others, so a small file costs one
+// OBJ_COMMIT, not one per data server, and a data server that is down
+// does not hold up the commit of a file with no data on it.
+func TestStripedSyncCommitsWritten(t *testing.T) {
+	const unit = 64 << 10
+	tc := newCluster(t, 3)
+	s := NewStriped(tc.reg, unit)
+	commits := func() []uint64 {
+		out := make([]uint64, 3)
+		for i := range out {
+			a, _ := tc.agentAt(i)
+			out[i] = a.Stats().CommitOps
+		}
+		return out
+	}
+	write := func(ino uint64, off int64) {
+		t.Helper()
+		f, err := s.Open(ino, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteAt([]byte("small"), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The stripe index of stripe unit k of ino is (first + k) mod 3.
+	first, _, n := s.Layout(7)
+	at := func(k int) int { return (first + k) % n }
+	for _, tc := range []struct {
+		name  string
+		units []int64 // stripe units written before the Sync
+		want  map[int]uint64
+	}{
+		{"nothing written", nil, nil},
+		{"one stripe unit", []int64{0}, map[int]uint64{at(0): 1}},
+		{"same unit twice", []int64{1, 1}, map[int]uint64{at(1): 1}},
+		{"two units", []int64{0, 2}, map[int]uint64{at(0): 1, at(2): 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := commits()
+			for _, k := range tc.units {
+				write(7, k*unit)
+			}
+			if err := s.Sync(7); err != nil {
+				t.Fatal(err)
+			}
+			after := commits()
+			for i := range after {
+				if got := after[i] - before[i]; got != tc.want[i] {
+					t.Errorf("stripe index %d: %d commits, want %d", i, got, tc.want[i])
+				}
+			}
+		})
+	}
+	// A second Sync with nothing written since commits nothing.
+	write(7, 0)
+	if err := s.Sync(7); err != nil {
+		t.Fatal(err)
+	}
+	before := commits()
+	if err := s.Sync(7); err != nil {
+		t.Fatal(err)
+	}
+	if after := commits(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("Sync with nothing written: commits %v -> %v", before, after)
+	}
+	// A data server that holds nothing of the file is down: the file's
+	// commit does not need it.
+	down, _ := tc.agentAt(at(1))
+	down.Close()
+	write(7, 0)
+	if err := s.Sync(7); err != nil {
+		t.Errorf("Sync of a file with no data on the closed data server: %v", err)
 	}
 }
