@@ -613,6 +613,15 @@ func (c *Client) callRetryRelease(ctx context.Context, budget time.Duration, bui
 		if err == nil || !errors.As(err, &se) {
 			if errors.Is(err, errSessionGone) && recoveries < 5 {
 				recoveries++
+				// The session is being (or was) replaced: a recovery
+				// kills the old session's slots before it creates the
+				// new one. recover waits for a recovery in progress and
+				// returns at once if the session was already replaced;
+				// resending right away would only find the dead session
+				// again and use up the retries.
+				if rerr := c.recover(ctx, sess); rerr != nil {
+					return res, nil, rerr
+				}
 				continue
 			}
 			return res, release, err // release is nil on error
