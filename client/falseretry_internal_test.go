@@ -20,25 +20,7 @@ import (
 // resend, not fail, and not take the lost request's cached reply as its
 // own.
 func TestLostReplyThenNewRequest(t *testing.T) {
-	noSquash := false
-	srv, err := server.New(server.Config{Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
-		Exports: []*server.Export{{Path: "/", RootSquash: &noSquash}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, ln.Addr().String(), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, ctx := dialTestServer(t)
 
 	for _, tc := range []struct {
 		name      string
@@ -88,4 +70,30 @@ func TestLostReplyThenNewRequest(t *testing.T) {
 			}
 		})
 	}
+}
+
+// dialTestServer starts a Shoal server on loopback and dials it; both are
+// closed when the test ends. ctx bounds the test's calls.
+func dialTestServer(t *testing.T) (*Client, context.Context) {
+	t.Helper()
+	noSquash := false
+	srv, err := server.New(server.Config{Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
+		Exports: []*server.Export{{Path: "/", RootSquash: &noSquash}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(ln)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	c, err := Dial(ctx, ln.Addr().String(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c, ctx
 }

@@ -1,13 +1,8 @@
 package client
 
 import (
-	"context"
-	"log/slog"
-	"net"
 	"testing"
 	"time"
-
-	"github.com/shoalfs/shoal/server"
 )
 
 // TestCallDuringRecovery: a call made while another goroutine replaces the
@@ -15,25 +10,7 @@ import (
 // there yet) waits for the new session and succeeds. It used to resend on
 // the dead session at once, five times, and fail with "session replaced".
 func TestCallDuringRecovery(t *testing.T) {
-	noSquash := false
-	srv, err := server.New(server.Config{Dir: t.TempDir(), Logger: slog.New(slog.DiscardHandler),
-		Exports: []*server.Export{{Path: "/", RootSquash: &noSquash}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Serve(ln)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, ln.Addr().String(), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c, ctx := dialTestServer(t)
 
 	for _, delay := range []time.Duration{0, 50 * time.Millisecond, 300 * time.Millisecond} {
 		t.Run(delay.String(), func(t *testing.T) {
