@@ -31,6 +31,7 @@
 //	'C' key                          configuration value
 //	'c' key                          NFSv4.1 client record (opaque)
 //	'O' ino(8)                       orphan: an unlinked regular file kept while open
+//	'M' ino(8)                       stripe map of a regular file on the data servers (stripemap.go)
 //
 // An inode record is a version byte (1) followed by fixed-width fields:
 // type, mode, nlink, uid, gid, rdev, size, four timestamps as seconds(8) +

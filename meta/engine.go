@@ -142,8 +142,15 @@ func (x *tx) deleteInode(ino Ino, n *inode) error {
 	if err := x.t.Delete(inodeKey(ino)); err != nil {
 		return err
 	}
-	if n.Type == TypeSymlink {
+	switch n.Type {
+	case TypeSymlink:
 		if err := x.t.Delete(symlinkKey(ino)); err != nil {
+			return err
+		}
+	case TypeRegular:
+		// The stripe map goes with the inode: the caller deletes the data
+		// it named (Engine.FreeOrphan).
+		if err := x.t.Delete(stripeKey(ino)); err != nil {
 			return err
 		}
 	}

@@ -237,6 +237,21 @@ type Engine interface {
 	// Clients returns all client records in key order.
 	Clients(ctx context.Context) ([]ClientRecord, error)
 
+	// StripeMap returns the stripe map of the regular file ino (see
+	// StripeMap), or ErrNotFound if its data was never placed.
+	StripeMap(ctx context.Context, ino Ino) (StripeMap, error)
+	// PlaceStripeMap records m (with Gen 1) as ino's stripe map if it has
+	// none, and returns the map ino has afterwards: m, or the one placed
+	// first by a concurrent caller. ino must be a regular file.
+	PlaceStripeMap(ctx context.Context, ino Ino, m StripeMap) (StripeMap, error)
+	// ReplaceStripeMap replaces ino's map by m if its generation is still
+	// gen, and returns the new map (generation gen+1); otherwise it fails
+	// with ErrConflict and changes nothing.
+	ReplaceStripeMap(ctx context.Context, ino Ino, gen uint64, m StripeMap) (StripeMap, error)
+	// StripeMaps returns up to max stripe maps of inodes above after, in
+	// inode order (max is capped at 1024). A map is deleted with its inode.
+	StripeMaps(ctx context.Context, after Ino, max int) ([]FileStripeMap, error)
+
 	// GetConfig returns the value stored under key, or ErrNotFound.
 	GetConfig(ctx context.Context, key string) ([]byte, error)
 	PutConfig(ctx context.Context, key string, val []byte) error

@@ -132,6 +132,8 @@ func Run(t *testing.T, open Opener) {
 		{"ClientsAndConfig", testClientsConfig},
 		{"ConcurrentCreates", testConcurrentCreates},
 		{"Closed", testClosed},
+		{"StripeMaps", testStripeMaps},
+		{"StripeMapPlaceRace", testStripeMapPlaceRace},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
