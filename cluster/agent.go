@@ -23,23 +23,21 @@ import (
 // AgentConfig configures the DS side of the control protocol.
 type AgentConfig struct {
 	MDS   string   // host:port of the MDS control listener
-	ID    string   // stable identity of this DS (keeps its stripe index)
+	ID    string   // persistent identity of this DS; stripe maps name it
 	Addrs []string // advertised host:port of this DS's NFS listener
+	// ClusterID is the cluster this DS's directory joined before, empty
+	// for a new directory; the MDS refuses a DS of another cluster
+	// (ErrWrongCluster). After registering, Agent.ClusterID has the
+	// MDS's, for the caller to keep.
+	ClusterID []byte
 	// Store holds this DS's objects; the DS's NFS server must use the same
 	// one so that MDS-through and direct I/O see the same bytes.
 	Store store.Backend
 	// Capacity reports space for REGISTER and HEARTBEAT; nil uses
 	// Store.StatFS.
 	Capacity func() (total, free uint64)
-	// JoinToken is presented in REGISTER (RegistryConfig.JoinToken).
-	JoinToken []byte
-	// Index, if HasIndex, is the stripe index this DS held before (for
-	// example saved from Agent.Index across a DS restart). A fresh MDS
-	// honours it if no other DS claimed it, so stripe placement survives
-	// MDS and DS restarts. The agent keeps its index across reconnects by
-	// itself.
-	Index    int
-	HasIndex bool
+	// JoinSecret is presented in REGISTER (RegistryConfig.JoinSecret).
+	JoinSecret []byte
 	// MissedBeats, if positive, overrides how many heartbeat intervals the
 	// agent waits for an answer from the MDS before it gives up on the
 	// connection and re-registers; it is for tests and for an operator who
@@ -113,16 +111,16 @@ type Agent struct {
 
 	mu        sync.Mutex
 	conn      *rpc.Conn // registered connection, nil while reconnecting
-	secret    []byte
-	index     int
+	dataKey   []byte
+	clusterID []byte
 	interval  time.Duration
 	missed    int // liveness window in intervals, from REGISTER or the override
 	reg       uint64
-	err       error // terminal error (drained, version, auth)
+	err       error // terminal error (removed, version, auth, wrong cluster)
 	fenced    map[uint64]struct{}
 	cache     map[cacheKey]cacheEntry
-	drained   bool
-	drainedCh chan struct{}
+	removed   bool
+	removedCh chan struct{}
 
 	stats struct {
 		readOps, readBytes, writeOps, writeBytes       atomic.Uint64
@@ -133,7 +131,7 @@ type Agent struct {
 
 // StartAgent connects to the MDS and registers, retrying with bounded
 // backoff until it succeeds, ctx is done, or the MDS refuses the DS for
-// good (ErrVersion, ErrAuth, ErrDrained, ErrClusterFull). Afterwards the agent heartbeats,
+// good (ErrVersion, ErrAuth, ErrRemoved, ErrClusterFull, ErrWrongCluster). Afterwards the agent heartbeats,
 // serves the MDS's calls, and reconnects and re-registers whenever the
 // connection drops, until Close.
 func StartAgent(ctx context.Context, cfg AgentConfig) (*Agent, error) {
@@ -146,20 +144,17 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (*Agent, error) {
 	a := &Agent{
 		cfg:       cfg,
 		log:       cfg.Logger,
-		index:     -1,
+		clusterID: slices.Clone(cfg.ClusterID),
 		ttl:       stateidTTL,
 		fenced:    map[uint64]struct{}{},
 		cache:     map[cacheKey]cacheEntry{},
 		done:      make(chan struct{}),
-		drainedCh: make(chan struct{}),
+		removedCh: make(chan struct{}),
 	}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
 	a.log = a.log.With("ds", cfg.ID)
-	if cfg.HasIndex && cfg.Index >= 0 {
-		a.index = cfg.Index
-	}
 	if _, err := io.ReadFull(rand.Reader, a.verifier[:]); err != nil {
 		return nil, fmt.Errorf("cluster: boot verifier: %w", err)
 	}
@@ -172,28 +167,51 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (*Agent, error) {
 	return a, nil
 }
 
-// Secret returns the cluster secret from the last REGISTER.
-func (a *Agent) Secret() []byte {
+// DataKey returns the data filehandle key from the last REGISTER.
+func (a *Agent) DataKey() []byte {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return slices.Clone(a.secret)
+	return slices.Clone(a.dataKey)
 }
 
-// Index returns this DS's stripe index.
-func (a *Agent) Index() int {
+// ClusterID returns the cluster this DS belongs to: the MDS's, once
+// registered.
+func (a *Agent) ClusterID() []byte {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.index
+	return slices.Clone(a.clusterID)
+}
+
+// ID returns this DS's identity.
+func (a *Agent) ID() string { return a.cfg.ID }
+
+// FileSize asks the MDS for the size of file ino (FILE_SIZE).
+// ErrUnavailable means the MDS could not answer.
+func (a *Agent) FileSize(ctx context.Context, ino uint64) (uint64, error) {
+	a.mu.Lock()
+	conn := a.conn
+	a.mu.Unlock()
+	if conn == nil {
+		return 0, fmt.Errorf("%w: not connected to the MDS", ErrUnavailable)
+	}
+	var res ctlproto.CtlGetsizeRes
+	if err := call(ctx, conn, ctlproto.CTLPROC_FILE_SIZE, &ctlproto.CtlInoArgs{Ino: ino}, &res); err != nil {
+		return 0, err
+	}
+	if err := errOf(res.Status); err != nil {
+		return 0, fmt.Errorf("cluster: FILE_SIZE of %d: %w", ino, err)
+	}
+	return *res.Size, nil
 }
 
 // Verifier returns the DS's boot verifier, the write verifier OBJ_WRITE and
 // OBJ_COMMIT report; a DS server may use it as its NFS write verifier.
 func (a *Agent) Verifier() [8]byte { return a.verifier }
 
-// Drained is closed when the MDS drains this DS.
-func (a *Agent) Drained() <-chan struct{} { return a.drainedCh }
+// Removed is closed when the MDS removes this DS from the cluster.
+func (a *Agent) Removed() <-chan struct{} { return a.removedCh }
 
-// Err returns why the agent stopped trying to register (ErrDrained,
+// Err returns why the agent stopped trying to register (ErrRemoved, ErrWrongCluster,
 // ErrVersion, ErrAuth, ErrClusterFull), or nil while it is working.
 func (a *Agent) Err() error {
 	a.mu.Lock()
@@ -282,7 +300,8 @@ func (a *Agent) connectRetry(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, ErrDrained) || errors.Is(err, ErrVersion) || errors.Is(err, ErrAuth) || errors.Is(err, ErrClusterFull) {
+		if errors.Is(err, ErrRemoved) || errors.Is(err, ErrVersion) || errors.Is(err, ErrAuth) ||
+			errors.Is(err, ErrClusterFull) || errors.Is(err, ErrWrongCluster) {
 			a.mu.Lock()
 			a.err = err
 			a.mu.Unlock()
@@ -314,17 +333,14 @@ func (a *Agent) connect(ctx context.Context) error {
 	total, free := a.space()
 	a.mu.Lock()
 	args := &ctlproto.CtlRegisterArgs{
-		Revision:       ctlproto.CTL_VERSION,
-		Token:          a.cfg.JoinToken,
-		DsId:           a.cfg.ID,
-		Addrs:          a.cfg.Addrs,
-		Capacity:       total,
-		Free:           free,
-		PreferredIndex: ctlproto.CTL_NO_INDEX,
-		BootVerifier:   a.verifier,
-	}
-	if a.index >= 0 && a.index < maxIndex {
-		args.PreferredIndex = int32(a.index)
+		Revision:     ctlproto.CTL_VERSION,
+		Token:        a.cfg.JoinSecret,
+		ClusterId:    a.clusterID,
+		DsId:         a.cfg.ID,
+		Addrs:        a.cfg.Addrs,
+		Capacity:     total,
+		Free:         free,
+		BootVerifier: a.verifier,
 	}
 	a.mu.Unlock()
 	var res ctlproto.CtlRegisterRes
@@ -341,13 +357,9 @@ func (a *Agent) connect(ctx context.Context) error {
 	}
 	ok := res.Ok
 	a.mu.Lock()
-	if a.index >= 0 && a.index != int(ok.Index) {
-		a.log.Warn("cluster: stripe index changed at registration; data placed under the old index is misplaced",
-			"old", a.index, "new", ok.Index)
-	}
 	a.conn = conn
-	a.secret = slices.Clone(ok.Secret)
-	a.index = int(ok.Index)
+	a.dataKey = slices.Clone(ok.DataKey)
+	a.clusterID = slices.Clone(ok.ClusterId)
 	a.reg = ok.Registration
 	a.interval = time.Duration(ok.HeartbeatMs) * time.Millisecond
 	if a.interval <= 0 {
@@ -362,7 +374,7 @@ func (a *Agent) connect(ctx context.Context) error {
 	clear(a.cache)
 	a.mu.Unlock()
 	a.stats.registrations.Add(1)
-	a.log.Info("cluster: registered with the MDS", "mds", a.cfg.MDS, "index", ok.Index,
+	a.log.Info("cluster: registered with the MDS", "mds", a.cfg.MDS, "cluster_id", fmt.Sprintf("%x", ok.ClusterId),
 		"heartbeat", time.Duration(ok.HeartbeatMs)*time.Millisecond, "missed_beats", ok.MissedBeats)
 	return nil
 }
@@ -566,17 +578,17 @@ func (a *Agent) serveRPC(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc
 		a.setFenced(args.Clientid, c.Proc == ctlproto.CTLPROC_FENCE)
 		out := ctlproto.CtlStatusRes{Status: ctlproto.CTL_OK}
 		out.EncodeXDR(res)
-	case ctlproto.CTLPROC_DRAIN:
+	case ctlproto.CTLPROC_RETIRE:
 		if len(c.Args) != 0 {
 			return rpc.GarbageArgs
 		}
 		a.mu.Lock()
-		if !a.drained {
-			a.drained = true
-			close(a.drainedCh)
+		if !a.removed {
+			a.removed = true
+			close(a.removedCh)
 		}
 		a.mu.Unlock()
-		a.log.Warn("cluster: drained by the MDS")
+		a.log.Warn("cluster: removed from the cluster by the MDS")
 		out := ctlproto.CtlStatusRes{Status: ctlproto.CTL_OK}
 		out.EncodeXDR(res)
 	default:

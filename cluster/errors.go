@@ -33,17 +33,25 @@ var (
 	// ErrNoDataServers is returned by Striped when no data server ever
 	// registered.
 	ErrNoDataServers = errors.New("cluster: no data servers")
-	// ErrDrained is returned by StartAgent (and reported by Agent.Err) when
-	// the MDS has taken this data server out of service for good.
-	ErrDrained = errors.New("cluster: data server drained")
+	// ErrRemoved is returned by StartAgent (and reported by Agent.Err) when
+	// the MDS has removed this data server from the cluster.
+	ErrRemoved = errors.New("cluster: data server removed from the cluster")
+	// ErrWrongCluster: the data server's directory belongs to another
+	// cluster than the MDS's.
+	ErrWrongCluster = errors.New("cluster: data server directory belongs to another cluster")
+	// ErrDataServerDown: a data server that holds stripes of the file is
+	// out of service for longer than RegistryConfig.DownAfter, or was
+	// removed. Clients get NFS4ERR_IO; see DownError for which one.
+	ErrDataServerDown = errors.New("cluster: data server down")
+	// ErrBusy: an admin job (drain, rebalance) is already running.
+	ErrBusy = errors.New("cluster: another job is running")
 	// ErrVersion: MDS and DS speak no common protocol revision.
 	ErrVersion = errors.New("cluster: protocol version not supported")
-	// ErrAuth: the MDS refused the agent's join token.
-	ErrAuth = errors.New("cluster: join token refused")
-	// ErrClusterFull: every stripe index of a fixed-width cluster is
-	// taken (RegistryConfig.Width).
-	ErrClusterFull = errors.New("cluster: no free stripe index")
-	// ErrUnknownDataServer is returned by Registry.Drain for an unknown id.
+	// ErrAuth: the MDS refused the join secret.
+	ErrAuth = errors.New("cluster: join secret refused")
+	// ErrClusterFull: the cluster has no room for another data server.
+	ErrClusterFull = errors.New("cluster: cluster full")
+	// ErrUnknownDataServer: no data server has this id.
 	ErrUnknownDataServer = errors.New("cluster: unknown data server")
 	// ErrDataLost is returned by Striped's Sync when a data server's boot
 	// verifier changed since data was written to it without being
@@ -71,8 +79,12 @@ func statusOf(err error) ctlproto.CtlStatus {
 		return ctlproto.CTL_ERR_FENCED
 	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return ctlproto.CTL_ERR_DELAY
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, ErrBusy):
+		return ctlproto.CTL_ERR_BUSY
+	case errors.Is(err, ErrUnknownDataServer), errors.Is(err, fs.ErrNotExist):
 		return ctlproto.CTL_ERR_NOENT
+	case errors.Is(err, ErrAuth):
+		return ctlproto.CTL_ERR_AUTH
 	case errors.Is(err, syscall.ENOSPC), errors.Is(err, syscall.EDQUOT):
 		return ctlproto.CTL_ERR_NOSPC
 	case errors.Is(err, syscall.EFBIG):
@@ -114,10 +126,14 @@ func errOf(st ctlproto.CtlStatus) error {
 		return ErrVersion
 	case ctlproto.CTL_ERR_AUTH:
 		return ErrAuth
-	case ctlproto.CTL_ERR_DRAINED:
-		return ErrDrained
+	case ctlproto.CTL_ERR_REMOVED:
+		return ErrRemoved
 	case ctlproto.CTL_ERR_FULL:
 		return ErrClusterFull
+	case ctlproto.CTL_ERR_WRONG_CLUSTER:
+		return ErrWrongCluster
+	case ctlproto.CTL_ERR_BUSY:
+		return ErrBusy
 	}
 	return fmt.Errorf("cluster: %v: %w", st, syscall.EIO)
 }

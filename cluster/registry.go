@@ -20,17 +20,38 @@ import (
 	"github.com/shoalfs/shoal/internal/xdr"
 )
 
+// State is a data server's place in the cluster's life cycle. It is
+// persistent; whether the DS is reachable right now is DataServer.Up.
+type State string
+
+// States. Only Active DSes receive new files; Draining and Drained ones
+// still serve the data they hold; Removed ones are refused at REGISTER.
+const (
+	Active   State = "active"
+	Draining State = "draining" // `shoal admin drain` is moving its stripes away
+	Drained  State = "drained"  // holds no stripes; ready for `shoal admin remove`
+	Removed  State = "removed"
+)
+
 // DataServer describes one data server as the MDS sees it.
 type DataServer struct {
+	// ID is the DS's persistent identity (kept in its directory); stripe
+	// maps name DSes by it.
 	ID    string
-	Index int      // stripe index, stable for the life of ID
-	Addrs []string // advertised host:port, for GETDEVICEINFO
+	Addrs []string // advertised host:port, for GETDEVICEINFO; the last known while down
+	State State
 	// Capacity and Free are the DS's space in bytes, from its last
 	// REGISTER or HEARTBEAT.
 	Capacity, Free uint64
 	// Up reports whether the DS is in service: registered over a live
-	// connection, heartbeating, and not drained.
+	// connection and heartbeating.
 	Up bool
+	// Since is when Up last changed (for a DS not seen since the MDS
+	// started: the MDS's start).
+	Since time.Time
+	// LastBeat is the last REGISTER or HEARTBEAT; zero if none since the
+	// MDS started.
+	LastBeat time.Time
 }
 
 // EventKind says what happened to a data server.
@@ -38,8 +59,9 @@ type EventKind int
 
 // Event kinds.
 const (
-	Joined EventKind = iota + 1 // entered service
-	Left                        // left service (connection lost, heartbeats missed, drained)
+	Joined  EventKind = iota + 1 // entered service
+	Left                         // left service (connection lost, heartbeats missed)
+	Changed                      // its State changed (drain, remove)
 )
 
 func (k EventKind) String() string {
@@ -48,40 +70,63 @@ func (k EventKind) String() string {
 		return "joined"
 	case Left:
 		return "left"
+	case Changed:
+		return "changed"
 	}
 	return fmt.Sprintf("EventKind(%d)", int(k))
 }
 
-// Event reports a change of the in-service set.
+// Event reports a change of the data-server set.
 type Event struct {
 	Kind       EventKind
 	DS         DataServer
 	Generation uint64 // Registry.Generation right after the change
 }
 
+// StateStore keeps the registry's persistent record: the cluster id and
+// every data server's identity, last addresses and State. The MDS keeps it
+// in its metadata engine, so it moves with an etcd-backed MDS.
+type StateStore interface {
+	// Load returns the record last saved, or nil if there is none.
+	Load(ctx context.Context) ([]byte, error)
+	Save(ctx context.Context, rec []byte) error
+}
+
+// AdminHandler serves `shoal admin` commands that arrive at the registry
+// (ADMIN calls that presented the join secret). request and the returned
+// body are JSON documents defined per command (admin.go).
+type AdminHandler interface {
+	Admin(ctx context.Context, command string, request []byte) (body []byte, err error)
+}
+
+// DefaultDownAfter is RegistryConfig.DownAfter's default.
+const DefaultDownAfter = 10 * time.Second
+
 // RegistryConfig configures a Registry.
 type RegistryConfig struct {
-	// Secret is the cluster secret handed to every DS at REGISTER; the
-	// server signs data filehandles with it.
-	Secret []byte
-	// JoinToken, if set, must be presented by a DS in REGISTER
-	// (AgentConfig.JoinToken). Without it any peer that can reach the
-	// control port can join and learn Secret.
-	JoinToken []byte
-	// Width, if positive, fixes the stripe width: Members always has Width
-	// entries, a new DS takes the lowest free index, and a DS that finds
-	// every index taken is refused (ErrClusterFull). Zero lets the width
-	// grow as new DSes register, which remaps every file already written:
-	// grow a cluster only before it holds data.
-	Width int
+	// DataKey is handed to every DS at REGISTER; it authenticates data
+	// filehandles only (server.Server.DataFHKey).
+	DataKey []byte
+	// JoinSecret must be presented by a DS in REGISTER and by an operator
+	// in ADMIN (LoadOrCreateJoinSecret). Empty refuses every REGISTER and
+	// ADMIN: a registry without a secret would hand DataKey to anyone.
+	JoinSecret []byte
+	// Store keeps the persistent record; nil keeps it in memory (a
+	// registry that forgets its cluster at exit).
+	Store StateStore
 	// HeartbeatInterval is how often DSes heartbeat (default 1s).
 	HeartbeatInterval time.Duration
 	// MissedBeats is how many intervals without a heartbeat take a DS out
 	// of service (default 3). It is sent to every DS in the REGISTER reply,
 	// and the DS waits as long for a heartbeat answer before it gives up on
-	// the connection: the liveness window is decided here, once, so a
-	// larger window set on the MDS needs no matching setting on the DSes.
+	// the connection: the liveness window is decided here, once.
 	MissedBeats int
+	// DownAfter is how long a DS may be out of service before I/O on the
+	// stripes it holds fails (ErrDataServerDown, NFS4ERR_IO to clients)
+	// instead of asking clients to retry (ErrUnavailable, NFS4ERR_DELAY).
+	// It covers a DS restart and, after an MDS restart, the DSes'
+	// re-registration. Default DefaultDownAfter.
+	DownAfter time.Duration
 	// CheckStateid answers CHECK_STATEID: it returns the client id owning
 	// stateid if it is valid for I/O (write or read) on ino, or one of
 	// ErrBadStateid, ErrOldStateid, ErrStaleStateid, ErrExpired,
@@ -89,7 +134,12 @@ type RegistryConfig struct {
 	// error is reported to the DS as an I/O error. Nil: every check is
 	// answered "retry later".
 	CheckStateid func(ctx context.Context, ino uint64, stateid [16]byte, write bool) (clientID uint64, err error)
-	Logger       *slog.Logger
+	// FileSize answers FILE_SIZE: the size of file ino as the MDS knows
+	// it. Nil: answered "retry later".
+	FileSize func(ctx context.Context, ino uint64) (uint64, error)
+	Logger   *slog.Logger
+	// now is the clock, for tests.
+	now func() time.Time
 }
 
 // Registry is the MDS's view of its data servers. It serves the DS→MDS half
@@ -98,13 +148,15 @@ type RegistryConfig struct {
 type Registry struct {
 	cfg       RegistryConfig
 	log       *slog.Logger
-	stateFile string
 	interval  time.Duration
 	missed    int
+	downAfter time.Duration
+	started   time.Time
+	clusterID []byte
 
 	mu      sync.Mutex
 	byID    map[string]*member
-	byIndex []*member // stripe index -> member; nil for a hole
+	ordered []*member // by first registration
 	gen     uint64
 	nextReg uint64
 	fenced  map[uint64]struct{}
@@ -112,6 +164,7 @@ type Registry struct {
 	subs    map[int]func(Event)
 	nextSub int
 	servers []*rpc.Server
+	admin   AdminHandler
 	closed  bool
 
 	evMu   sync.Mutex
@@ -125,54 +178,35 @@ type Registry struct {
 
 // member is a DS known to the registry. Fields are guarded by Registry.mu.
 type member struct {
-	ds       DataServer
-	conn     *rpc.Conn // registered connection; nil while disconnected
-	reg      uint64    // registration number of conn
-	lastBeat time.Time
-	drained  bool
+	ds   DataServer
+	conn *rpc.Conn // registered connection; nil while disconnected
+	reg  uint64    // registration number of conn
 }
 
 // connKey finds a connection's member; per registry, so two registries may
 // share a listener's connections.
 type connKey struct{ r *Registry }
 
-// NewRegistry returns a registry that keeps its ID→stripe index map in
-// memory, and starts its heartbeat monitor. Mount Handler on a listener (or
-// call Serve) to let DSes register. After an MDS restart DSes ask for their
-// old indexes back; OpenRegistry also survives DSes restarting at the same
-// time.
-func NewRegistry(cfg RegistryConfig) *Registry {
-	r := newRegistry(cfg)
-	r.start()
-	return r
-}
-
-// OpenRegistry is NewRegistry with the ID→stripe index map and the set of
-// drained DSes kept in stateFile (created if missing), so stripe placement
-// survives any restart and the stripe width is known before any DS has
-// registered again.
-func OpenRegistry(cfg RegistryConfig, stateFile string) (*Registry, error) {
-	r := newRegistry(cfg)
-	r.stateFile = stateFile
-	if err := r.load(); err != nil {
-		return nil, err
-	}
-	r.start()
-	return r, nil
-}
-
-func newRegistry(cfg RegistryConfig) *Registry {
+// NewRegistry loads the registry's record from cfg.Store (making a new
+// cluster id on first start) and starts its heartbeat monitor. Mount
+// Handler on a listener (or call Serve) to let DSes register.
+func NewRegistry(ctx context.Context, cfg RegistryConfig) (*Registry, error) {
 	r := &Registry{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		interval: cfg.HeartbeatInterval,
-		missed:   cfg.MissedBeats,
-		byID:     map[string]*member{},
-		fenced:   map[uint64]struct{}{},
-		changed:  make(chan struct{}),
-		subs:     map[int]func(Event){},
-		stop:     make(chan struct{}),
+		cfg:       cfg,
+		log:       cfg.Logger,
+		interval:  cfg.HeartbeatInterval,
+		missed:    cfg.MissedBeats,
+		downAfter: cfg.DownAfter,
+		byID:      map[string]*member{},
+		fenced:    map[uint64]struct{}{},
+		changed:   make(chan struct{}),
+		subs:      map[int]func(Event){},
+		stop:      make(chan struct{}),
 	}
+	if r.cfg.now == nil {
+		r.cfg.now = time.Now
+	}
+	r.started = r.cfg.now()
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
@@ -182,25 +216,45 @@ func newRegistry(cfg RegistryConfig) *Registry {
 	if r.missed <= 0 {
 		r.missed = 3
 	}
+	if r.downAfter <= 0 {
+		r.downAfter = DefaultDownAfter
+	}
 	var b [8]byte
 	_, _ = io.ReadFull(rand.Reader, b[:])
 	r.nextReg = binary.BigEndian.Uint64(b[:]) | 1
 	r.evCond = sync.NewCond(&r.evMu)
-	if cfg.Width > 0 {
-		r.byIndex = make([]*member, min(cfg.Width, maxIndex))
+	if err := r.load(ctx); err != nil {
+		return nil, err
 	}
-	return r
-}
-
-func (r *Registry) start() {
+	if r.clusterID == nil {
+		r.clusterID = make([]byte, ctlproto.CTL_CLUSTER_ID_SIZE)
+		if _, err := io.ReadFull(rand.Reader, r.clusterID); err != nil {
+			return nil, fmt.Errorf("cluster: new cluster id: %w", err)
+		}
+		if err := r.saveLocked(ctx); err != nil {
+			return nil, err
+		}
+		r.log.Info("cluster: new cluster", "cluster_id", fmt.Sprintf("%x", r.clusterID))
+	}
 	r.wg.Add(2)
 	go r.monitor()
 	go r.dispatch()
+	return r, nil
 }
 
-// Handler returns the rpc.Handler serving SHOAL_CONTROL calls from DSes.
-// The MDS may route calls with Prog == ctlproto.SHOAL_CONTROL from its NFS
-// listener to it, or use Serve on a listener of its own.
+// ClusterID returns the cluster's identity.
+func (r *Registry) ClusterID() []byte { return slices.Clone(r.clusterID) }
+
+// SetAdmin installs the handler of `shoal admin` commands.
+func (r *Registry) SetAdmin(h AdminHandler) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.admin = h
+}
+
+// Handler returns the rpc.Handler serving SHOAL_CONTROL calls from DSes
+// and operators. The MDS routes calls with Prog == ctlproto.SHOAL_CONTROL
+// from its NFS listener to it, or uses Serve on a listener of its own.
 func (r *Registry) Handler() rpc.Handler { return rpc.HandlerFunc(r.serveRPC) }
 
 // Serve accepts DS connections on ln until Close. It returns
@@ -254,33 +308,38 @@ func (r *Registry) Close() error {
 	return errors.Join(errs...)
 }
 
-// DataServers returns the in-service DSes ordered by Index.
+// DataServers returns every data server the cluster knows, removed ones
+// included, in the order they first joined.
 func (r *Registry) DataServers() []DataServer {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var out []DataServer
-	for _, m := range r.byIndex {
-		if m != nil && m.ds.Up {
-			out = append(out, m.snapshot())
-		}
+	out := make([]DataServer, 0, len(r.ordered))
+	for _, m := range r.ordered {
+		out = append(out, m.snapshot())
 	}
 	return out
 }
 
-// Members returns one entry per stripe index 0..n-1, in service or not;
-// indexes not (yet) claimed by a DS since the registry started have an
-// empty ID. The stripe width used by Striped and Layout is len(Members()),
-// and GETDEVICEINFO must list an address for every member so that clients
-// address the same DS for a stripe unit as the MDS does.
-func (r *Registry) Members() []DataServer {
+// DataServer returns the data server id, if the cluster knows it.
+func (r *Registry) DataServer(id string) (DataServer, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]DataServer, len(r.byIndex))
-	for i, m := range r.byIndex {
-		if m == nil {
-			out[i] = DataServer{Index: i}
-		} else {
-			out[i] = m.snapshot()
+	m := r.byID[id]
+	if m == nil {
+		return DataServer{}, false
+	}
+	return m.snapshot(), true
+}
+
+// Placement returns the data servers that new files are striped over: the
+// Active ones in service, in the order they joined.
+func (r *Registry) Placement() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for _, m := range r.ordered {
+		if m.ds.Up && m.ds.State == Active {
+			out = append(out, m.ds.ID)
 		}
 	}
 	return out
@@ -292,7 +351,8 @@ func (m *member) snapshot() DataServer {
 	return ds
 }
 
-// Generation increases whenever the in-service set changes.
+// Generation increases whenever a data server joins, leaves or changes
+// state.
 func (r *Registry) Generation() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -320,8 +380,8 @@ func (r *Registry) WaitFor(ctx context.Context, n int) error {
 	for {
 		r.mu.Lock()
 		up := 0
-		for _, m := range r.byIndex {
-			if m != nil && m.ds.Up {
+		for _, m := range r.ordered {
+			if m.ds.Up {
 				up++
 			}
 		}
@@ -368,8 +428,8 @@ func (r *Registry) broadcast(ctx context.Context, proc uint32, clientID uint64) 
 	}
 	var ts []target
 	r.mu.Lock()
-	for _, m := range r.byIndex {
-		if m != nil && m.conn != nil {
+	for _, m := range r.ordered {
+		if m.conn != nil {
 			ts = append(ts, target{m.ds.ID, m.conn})
 		}
 	}
@@ -392,64 +452,87 @@ func (r *Registry) broadcast(ctx context.Context, proc uint32, clientID uint64) 
 	return errors.Join(errs...)
 }
 
-// Drain takes DS id out of service for good: it leaves DataServers (a Left
-// event), is told so with DRAIN, and is refused if it registers again while
-// this registry lives. Its stripe index stays reserved and, while its
-// connection lasts, Striped still reads and writes through it, so data can
-// be moved off it; no data is moved here.
-func (r *Registry) Drain(ctx context.Context, id string) error {
+// setState records a data server's new State durably. A Removed DS is told
+// so (RETIRE) and disconnected; it is refused if it registers again.
+func (r *Registry) setState(ctx context.Context, id string, st State) error {
 	r.mu.Lock()
 	m := r.byID[id]
 	if m == nil {
 		r.mu.Unlock()
 		return fmt.Errorf("%w: %q", ErrUnknownDataServer, id)
 	}
-	if m.drained {
+	if m.ds.State == st {
 		r.mu.Unlock()
 		return nil
 	}
-	m.drained = true
-	r.setUpLocked(m, false)
-	conn := m.conn
-	serr := r.saveLocked()
-	r.mu.Unlock()
-	if serr != nil {
-		return fmt.Errorf("cluster: drain %s: recording it: %w", id, serr)
+	old := m.ds.State
+	m.ds.State = st
+	if err := r.saveLocked(ctx); err != nil {
+		m.ds.State = old
+		r.mu.Unlock()
+		return fmt.Errorf("cluster: %s %s: recording it: %w", st, id, err)
 	}
-	if conn == nil {
+	r.eventLocked(Changed, m)
+	conn := m.conn
+	if st == Removed {
+		m.conn = nil
+		r.setUpLocked(m, false)
+	}
+	r.mu.Unlock()
+	r.log.Info("cluster: data server state", "id", id, "from", old, "to", st)
+	if st != Removed || conn == nil {
 		return nil
 	}
 	var res ctlproto.CtlStatusRes
-	err := call(ctx, conn, ctlproto.CTLPROC_DRAIN, nil, &res)
-	if err == nil {
-		err = errOf(res.Status)
-	}
+	err := call(ctx, conn, ctlproto.CTLPROC_RETIRE, nil, &res)
+	conn.Close()
 	if err != nil {
-		return fmt.Errorf("cluster: drain %s: %w", id, err)
+		r.log.Warn("cluster: telling a removed data server", "id", id, "err", err)
 	}
 	return nil
 }
 
-// conn returns the live connection of the DS at index, for Striped.
-func (r *Registry) conn(index int) (*rpc.Conn, string, error) {
+// conn returns the live connection of data server id, for Striped. A DS
+// out of service for less than DownAfter is ErrUnavailable (retry); one
+// out longer, removed, or unknown is ErrDataServerDown.
+func (r *Registry) conn(id string) (*rpc.Conn, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if index < 0 || index >= len(r.byIndex) || r.byIndex[index] == nil {
-		return nil, "", fmt.Errorf("%w: no data server has stripe index %d", ErrUnavailable, index)
+	m := r.byID[id]
+	switch {
+	case m == nil:
+		return nil, &DownError{ID: id, Reason: "not a member of this cluster"}
+	case m.ds.State == Removed:
+		return nil, &DownError{ID: id, Addrs: slices.Clone(m.ds.Addrs), Reason: "removed from the cluster"}
+	case m.conn != nil:
+		return m.conn, nil
 	}
-	m := r.byIndex[index]
-	if m.conn == nil {
-		return nil, m.ds.ID, fmt.Errorf("%w: data server %s (index %d) is disconnected", ErrUnavailable, m.ds.ID, index)
+	out := r.cfg.now().Sub(m.ds.Since)
+	if out < r.downAfter {
+		return nil, fmt.Errorf("%w: data server %s is out of service (for %v, down after %v)",
+			ErrUnavailable, id, out.Round(time.Millisecond), r.downAfter)
 	}
-	return m.conn, m.ds.ID, nil
+	return nil, &DownError{ID: id, Addrs: slices.Clone(m.ds.Addrs),
+		Reason: fmt.Sprintf("out of service for %v", out.Round(time.Second))}
 }
 
-// width is the stripe width: the number of stripe indexes ever claimed.
-func (r *Registry) width() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.byIndex)
+// DownError is ErrDataServerDown for one data server.
+type DownError struct {
+	ID     string
+	Addrs  []string
+	Reason string
 }
+
+func (e *DownError) Error() string {
+	addr := ""
+	if len(e.Addrs) > 0 {
+		addr = " (" + e.Addrs[0] + ")"
+	}
+	return fmt.Sprintf("cluster: data server %s%s is down: %s", e.ID, addr, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrDataServerDown) hold.
+func (e *DownError) Is(target error) bool { return target == ErrDataServerDown }
 
 // setUpLocked changes m's service state, bumping the generation and
 // queueing an event when it actually changes.
@@ -458,15 +541,21 @@ func (r *Registry) setUpLocked(m *member, up bool) {
 		return
 	}
 	m.ds.Up = up
-	r.gen++
-	close(r.changed)
-	r.changed = make(chan struct{})
+	m.ds.Since = r.cfg.now()
 	kind := Left
 	if up {
 		kind = Joined
 	}
+	r.eventLocked(kind, m)
+}
+
+// eventLocked bumps the generation and queues an event about m.
+func (r *Registry) eventLocked(kind EventKind, m *member) {
+	r.gen++
+	close(r.changed)
+	r.changed = make(chan struct{})
 	ev := Event{Kind: kind, DS: m.snapshot(), Generation: r.gen}
-	r.log.Info("cluster: data server "+kind.String(), "id", m.ds.ID, "index", m.ds.Index, "generation", r.gen)
+	r.log.Info("cluster: data server "+kind.String(), "id", m.ds.ID, "state", m.ds.State, "generation", r.gen)
 	r.evMu.Lock()
 	r.evQ = append(r.evQ, ev)
 	r.evCond.Signal()
@@ -545,8 +634,8 @@ func (r *Registry) expired(now time.Time, since time.Duration) []*rpc.Conn {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, m := range r.byID {
-		if m.conn != nil && now.Sub(m.lastBeat) > window {
-			r.log.Warn("cluster: data server missed heartbeats", "id", m.ds.ID, "last", m.lastBeat, "window", window)
+		if m.conn != nil && now.Sub(m.ds.LastBeat) > window {
+			r.log.Warn("cluster: data server missed heartbeats", "id", m.ds.ID, "last", m.ds.LastBeat, "window", window)
 			dead = append(dead, m.conn)
 		}
 	}
@@ -581,7 +670,7 @@ func (r *Registry) serveRPC(ctx context.Context, c *rpc.Call, res *xdr.Encoder) 
 		if !decodeArgs(c, &a) {
 			return rpc.GarbageArgs
 		}
-		out := r.register(c.Conn, &a)
+		out := r.register(ctx, c.Conn, &a)
 		out.EncodeXDR(res)
 	case ctlproto.CTLPROC_HEARTBEAT:
 		var a ctlproto.CtlHeartbeatArgs
@@ -597,29 +686,47 @@ func (r *Registry) serveRPC(ctx context.Context, c *rpc.Call, res *xdr.Encoder) 
 		}
 		out := r.checkStateid(ctx, c.Conn, &a)
 		out.EncodeXDR(res)
+	case ctlproto.CTLPROC_FILE_SIZE:
+		var a ctlproto.CtlInoArgs
+		if !decodeArgs(c, &a) {
+			return rpc.GarbageArgs
+		}
+		out := r.fileSize(ctx, c.Conn, a.Ino)
+		out.EncodeXDR(res)
+	case ctlproto.CTLPROC_ADMIN:
+		var a ctlproto.CtlAdminArgs
+		if !decodeArgs(c, &a) {
+			return rpc.GarbageArgs
+		}
+		out := r.serveAdmin(ctx, c.Conn, &a)
+		out.EncodeXDR(res)
 	default:
 		return rpc.ProcUnavail
 	}
 	return rpc.Success
 }
 
-// maxIndex bounds preferred stripe indexes so a bogus REGISTER cannot make
-// the stripe width huge.
-const maxIndex = 4096
+// authorized checks a presented join secret in constant time.
+func (r *Registry) authorized(token []byte) bool {
+	return len(r.cfg.JoinSecret) > 0 && subtle.ConstantTimeCompare(token, r.cfg.JoinSecret) == 1
+}
 
-func (r *Registry) register(c *rpc.Conn, a *ctlproto.CtlRegisterArgs) ctlproto.CtlRegisterRes {
-	// Only the current revision: a revision-1 DS would misread the reply,
-	// which gained missed_beats in revision 2.
+func (r *Registry) register(ctx context.Context, c *rpc.Conn, a *ctlproto.CtlRegisterArgs) ctlproto.CtlRegisterRes {
 	if a.Revision != ctlproto.CTL_VERSION {
 		return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_ERR_VERSION,
 			Versions: &ctlproto.CtlVersionRange{Low: ctlproto.CTL_VERSION, High: ctlproto.CTL_VERSION}}
 	}
-	if len(r.cfg.JoinToken) > 0 && subtle.ConstantTimeCompare(a.Token, r.cfg.JoinToken) != 1 {
-		r.log.Warn("cluster: REGISTER with a wrong join token", "id", a.DsId, "peer", c.RemoteAddr())
+	if !r.authorized(a.Token) {
+		r.log.Warn("cluster: REGISTER refused: missing or wrong join secret", "id", a.DsId, "peer", c.RemoteAddr())
 		return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_ERR_AUTH}
 	}
 	if a.DsId == "" {
 		return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_ERR_INVAL}
+	}
+	if len(a.ClusterId) != 0 && subtle.ConstantTimeCompare(a.ClusterId, r.clusterID) != 1 {
+		r.log.Warn("cluster: REGISTER refused: the data server's directory belongs to another cluster",
+			"id", a.DsId, "its_cluster", fmt.Sprintf("%x", a.ClusterId), "peer", c.RemoteAddr())
+		return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_ERR_WRONG_CLUSTER}
 	}
 	r.mu.Lock()
 	if r.closed {
@@ -627,33 +734,45 @@ func (r *Registry) register(c *rpc.Conn, a *ctlproto.CtlRegisterArgs) ctlproto.C
 		return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_ERR_DELAY}
 	}
 	m := r.byID[a.DsId]
-	if m != nil && m.drained {
+	if m != nil && m.ds.State == Removed {
 		r.mu.Unlock()
-		return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_ERR_DRAINED}
+		r.log.Warn("cluster: REGISTER refused: data server was removed", "id", a.DsId, "peer", c.RemoteAddr())
+		return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_ERR_REMOVED}
+	}
+	if m == nil && len(a.ClusterId) != 0 {
+		// The directory says it joined this cluster, yet the cluster
+		// does not know it: its record was lost, or it was forgotten.
+		// Taking it back in is safe (no stripe map names it).
+		r.log.Warn("cluster: data server of this cluster unknown to the registry; admitting it again", "id", a.DsId)
 	}
 	if prev, _ := c.Value(connKey{r}).(*member); prev != nil && prev != m && prev.conn == c {
 		// One connection, one DS.
 		r.mu.Unlock()
 		return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_ERR_INVAL}
 	}
-	if m == nil {
-		idx := r.freeIndexLocked(int(a.PreferredIndex))
-		if idx < 0 {
+	isNew := m == nil
+	if isNew {
+		if len(r.ordered) >= maxDataServers {
 			r.mu.Unlock()
-			r.log.Warn("cluster: no free stripe index", "id", a.DsId)
 			return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_ERR_FULL}
 		}
-		for len(r.byIndex) <= idx {
-			r.byIndex = append(r.byIndex, nil)
-		}
-		m = &member{ds: DataServer{ID: a.DsId, Index: idx}}
-		r.byIndex[idx] = m
+		m = &member{ds: DataServer{ID: a.DsId, State: Active, Since: r.started}}
 		r.byID[a.DsId] = m
-		if err := r.saveLocked(); err != nil {
-			delete(r.byID, a.DsId)
-			r.byIndex[idx] = nil
+		r.ordered = append(r.ordered, m)
+	}
+	addrsChanged := !slices.Equal(m.ds.Addrs, a.Addrs)
+	oldAddrs := m.ds.Addrs
+	m.ds.Addrs = slices.Clone(a.Addrs)
+	if isNew || addrsChanged {
+		if err := r.saveLocked(ctx); err != nil {
+			if isNew {
+				delete(r.byID, a.DsId)
+				r.ordered = r.ordered[:len(r.ordered)-1]
+			} else {
+				m.ds.Addrs = oldAddrs
+			}
 			r.mu.Unlock()
-			r.log.Error("cluster: cannot record a new data server", "id", a.DsId, "err", err)
+			r.log.Error("cluster: cannot record a data server", "id", a.DsId, "err", err)
 			return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_ERR_IO}
 		}
 	}
@@ -667,8 +786,7 @@ func (r *Registry) register(c *rpc.Conn, a *ctlproto.CtlRegisterArgs) ctlproto.C
 	m.conn = c
 	r.nextReg++
 	m.reg = r.nextReg
-	m.lastBeat = time.Now()
-	m.ds.Addrs = slices.Clone(a.Addrs)
+	m.ds.LastBeat = r.cfg.now()
 	m.ds.Capacity, m.ds.Free = a.Capacity, a.Free
 	newConn := c.Value(connKey{r}) == nil
 	c.SetValue(connKey{r}, m)
@@ -678,8 +796,8 @@ func (r *Registry) register(c *rpc.Conn, a *ctlproto.CtlRegisterArgs) ctlproto.C
 	}
 	r.setUpLocked(m, true)
 	ok := &ctlproto.CtlRegisterOk{
-		Secret:       r.cfg.Secret,
-		Index:        uint32(m.ds.Index),
+		DataKey:      r.cfg.DataKey,
+		ClusterId:    r.clusterID,
 		HeartbeatMs:  uint32(r.interval / time.Millisecond),
 		MissedBeats:  uint32(min(int64(r.missed), math.MaxUint32)),
 		Registration: m.reg,
@@ -694,31 +812,9 @@ func (r *Registry) register(c *rpc.Conn, a *ctlproto.CtlRegisterArgs) ctlproto.C
 	return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_OK, Ok: ok}
 }
 
-// freeIndexLocked picks the stripe index of a new DS: the one it asks for
-// if free, else (fixed width) the lowest free one or (growing width) a new
-// one at the end, never a hole that may belong to a DS yet to return.
-// It returns -1 if there is none.
-func (r *Registry) freeIndexLocked(preferred int) int {
-	limit := maxIndex
-	if r.cfg.Width > 0 {
-		limit = min(r.cfg.Width, maxIndex)
-	}
-	if preferred >= 0 && preferred < limit && (preferred >= len(r.byIndex) || r.byIndex[preferred] == nil) {
-		return preferred
-	}
-	if r.cfg.Width > 0 {
-		for i, m := range r.byIndex {
-			if m == nil {
-				return i
-			}
-		}
-		return -1
-	}
-	if len(r.byIndex) >= limit {
-		return -1
-	}
-	return len(r.byIndex)
-}
+// maxDataServers bounds the cluster's size so a stream of bogus REGISTERs
+// with fresh IDs cannot grow the registry without end.
+const maxDataServers = 4096
 
 // registered returns the member registered on c, if any.
 func (r *Registry) registered(c *rpc.Conn) *member {
@@ -736,7 +832,7 @@ func (r *Registry) heartbeat(c *rpc.Conn, a *ctlproto.CtlHeartbeatArgs) ctlproto
 	if m == nil || m.reg != a.Registration {
 		return ctlproto.CTL_ERR_STALE_GEN
 	}
-	m.lastBeat = time.Now()
+	m.ds.LastBeat = r.cfg.now()
 	m.ds.Capacity, m.ds.Free = a.Capacity, a.Free
 	return ctlproto.CTL_OK
 }
@@ -756,4 +852,43 @@ func (r *Registry) checkStateid(ctx context.Context, c *rpc.Conn, a *ctlproto.Ct
 		return ctlproto.CtlCheckStateidRes{Status: statusOf(err)}
 	}
 	return ctlproto.CtlCheckStateidRes{Status: ctlproto.CTL_OK, Clientid: id}
+}
+
+func (r *Registry) fileSize(ctx context.Context, c *rpc.Conn, ino uint64) ctlproto.CtlGetsizeRes {
+	r.mu.Lock()
+	m := r.registered(c)
+	r.mu.Unlock()
+	if m == nil {
+		return ctlproto.CtlGetsizeRes{Status: ctlproto.CTL_ERR_NOTREG}
+	}
+	if r.cfg.FileSize == nil {
+		return ctlproto.CtlGetsizeRes{Status: ctlproto.CTL_ERR_DELAY}
+	}
+	size, err := r.cfg.FileSize(ctx, ino)
+	if err != nil {
+		return ctlproto.CtlGetsizeRes{Status: statusOf(err)}
+	}
+	return ctlproto.CtlGetsizeRes{Status: ctlproto.CTL_OK, Size: &size}
+}
+
+func (r *Registry) serveAdmin(ctx context.Context, c *rpc.Conn, a *ctlproto.CtlAdminArgs) ctlproto.CtlAdminRes {
+	if !r.authorized(a.Token) {
+		r.log.Warn("cluster: ADMIN refused: missing or wrong join secret", "command", a.Command, "peer", c.RemoteAddr())
+		return ctlproto.CtlAdminRes{Status: ctlproto.CTL_ERR_AUTH, Message: "wrong or missing join secret"}
+	}
+	r.mu.Lock()
+	h := r.admin
+	r.mu.Unlock()
+	if h == nil {
+		return ctlproto.CtlAdminRes{Status: ctlproto.CTL_ERR_DELAY, Message: "administration is not available yet"}
+	}
+	body, err := h.Admin(ctx, a.Command, a.Request)
+	if err != nil {
+		msg := err.Error()
+		if len(msg) > ctlproto.CTL_MAX_MESSAGE {
+			msg = msg[:ctlproto.CTL_MAX_MESSAGE]
+		}
+		return ctlproto.CtlAdminRes{Status: statusOf(err), Message: msg}
+	}
+	return ctlproto.CtlAdminRes{Status: ctlproto.CTL_OK, Body: body}
 }

@@ -1,111 +1,89 @@
 package cluster
 
 import (
+	"context"
+	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 )
 
-// stateVersion is the format version of the registry's state file.
-const stateVersion = 1
+// stateVersion is the format version of the registry's record. Version 1
+// (stripe indexes) predates per-file stripe maps and is not read.
+const stateVersion = 2
 
-// registryState is the registry's persistent state: which DS ID holds
-// which stripe index, and which DSes were drained. Liveness is not kept:
+// registryState is the registry's persistent record. Liveness is not kept:
 // after a restart every DS is out of service until it registers again.
 type registryState struct {
 	Version     int           `json:"version"`
-	DataServers []memberState `json:"dataServers"`
+	ClusterID   string        `json:"cluster_id"`
+	DataServers []memberState `json:"data_servers"`
 }
 
 type memberState struct {
-	ID      string `json:"id"`
-	Index   int    `json:"index"`
-	Drained bool   `json:"drained,omitempty"`
+	ID    string   `json:"id"`
+	Addrs []string `json:"addrs,omitempty"`
+	State State    `json:"state"`
 }
 
-// load reads the state file, if any, into the (not yet started) registry.
-func (r *Registry) load() error {
-	b, err := os.ReadFile(r.stateFile)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+// memStore is the StateStore of a registry without one.
+type memStore struct{ rec []byte }
+
+func (s *memStore) Load(context.Context) ([]byte, error)   { return s.rec, nil }
+func (s *memStore) Save(_ context.Context, b []byte) error { s.rec = b; return nil }
+
+// load reads the record, if any, into the (not yet started) registry.
+func (r *Registry) load(ctx context.Context) error {
+	if r.cfg.Store == nil {
+		r.cfg.Store = &memStore{}
 	}
+	b, err := r.cfg.Store.Load(ctx)
 	if err != nil {
-		return fmt.Errorf("cluster: registry state: %w", err)
+		return fmt.Errorf("cluster: registry record: %w", err)
+	}
+	if b == nil {
+		return nil
 	}
 	var st registryState
 	if err := json.Unmarshal(b, &st); err != nil {
-		return fmt.Errorf("cluster: registry state %s: %w", r.stateFile, err)
+		return fmt.Errorf("cluster: registry record: %w", err)
 	}
 	if st.Version != stateVersion {
-		return fmt.Errorf("cluster: registry state %s: unknown version %d", r.stateFile, st.Version)
+		return fmt.Errorf("cluster: registry record: version %d, this MDS reads %d", st.Version, stateVersion)
 	}
-	limit := maxIndex
-	if r.cfg.Width > 0 {
-		limit = min(r.cfg.Width, maxIndex)
+	id, err := hex.DecodeString(st.ClusterID)
+	if err != nil || len(id) != 16 {
+		return fmt.Errorf("cluster: registry record: bad cluster id %q", st.ClusterID)
 	}
+	r.clusterID = id
 	for _, ms := range st.DataServers {
-		if ms.ID == "" || len(ms.ID) > 255 || ms.Index < 0 || ms.Index >= limit {
-			return fmt.Errorf("cluster: registry state %s: bad entry %+v (stripe width limit %d)", r.stateFile, ms, limit)
+		switch ms.State {
+		case Active, Draining, Drained, Removed:
+		default:
+			return fmt.Errorf("cluster: registry record: data server %q in unknown state %q", ms.ID, ms.State)
 		}
-		if r.byID[ms.ID] != nil || (ms.Index < len(r.byIndex) && r.byIndex[ms.Index] != nil) {
-			return fmt.Errorf("cluster: registry state %s: duplicate entry %+v", r.stateFile, ms)
+		if ms.ID == "" || len(ms.ID) > 255 || r.byID[ms.ID] != nil {
+			return fmt.Errorf("cluster: registry record: bad or repeated data server %q", ms.ID)
 		}
-		for len(r.byIndex) <= ms.Index {
-			r.byIndex = append(r.byIndex, nil)
-		}
-		m := &member{ds: DataServer{ID: ms.ID, Index: ms.Index}, drained: ms.Drained}
-		r.byIndex[ms.Index] = m
+		m := &member{ds: DataServer{ID: ms.ID, Addrs: ms.Addrs, State: ms.State, Since: r.started}}
 		r.byID[ms.ID] = m
+		r.ordered = append(r.ordered, m)
 	}
 	return nil
 }
 
-// saveLocked writes the state file atomically and durably; a no-op without
-// one.
-func (r *Registry) saveLocked() error {
-	if r.stateFile == "" {
-		return nil
+// saveLocked writes the record durably.
+func (r *Registry) saveLocked(ctx context.Context) error {
+	st := registryState{Version: stateVersion, ClusterID: hex.EncodeToString(r.clusterID)}
+	for _, m := range r.ordered {
+		st.DataServers = append(st.DataServers, memberState{ID: m.ds.ID, Addrs: slices.Clone(m.ds.Addrs), State: m.ds.State})
 	}
-	st := registryState{Version: stateVersion}
-	for _, m := range r.byID {
-		st.DataServers = append(st.DataServers, memberState{ID: m.ds.ID, Index: m.ds.Index, Drained: m.drained})
-	}
-	slices.SortFunc(st.DataServers, func(a, b memberState) int { return a.Index - b.Index })
-	b, err := json.MarshalIndent(&st, "", "\t")
+	b, err := json.Marshal(&st)
 	if err != nil {
 		return err
 	}
-	dir := filepath.Dir(r.stateFile)
-	tmp, err := os.CreateTemp(dir, filepath.Base(r.stateFile)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("cluster: registry state: %w", err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(append(b, '\n')); err != nil {
-		tmp.Close()
-		return fmt.Errorf("cluster: registry state: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("cluster: registry state: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("cluster: registry state: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), r.stateFile); err != nil {
-		return fmt.Errorf("cluster: registry state: %w", err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("cluster: registry state: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("cluster: registry state: %w", err)
+	if err := r.cfg.Store.Save(ctx, b); err != nil {
+		return fmt.Errorf("cluster: registry record: %w", err)
 	}
 	return nil
 }

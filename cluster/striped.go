@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoalfs/shoal/internal/ctlproto"
 	"github.com/shoalfs/shoal/internal/rpc"
+	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -24,38 +25,55 @@ const callTimeout = 30 * time.Second
 // maxParallel bounds the object calls one Striped operation has in flight.
 const maxParallel = 16
 
+// StripeMaps is where Striped keeps each file's stripe map: the metadata
+// engine (meta.Engine implements it).
+type StripeMaps interface {
+	StripeMap(ctx context.Context, ino meta.Ino) (meta.StripeMap, error)
+	PlaceStripeMap(ctx context.Context, ino meta.Ino, m meta.StripeMap) (meta.StripeMap, error)
+	ReplaceStripeMap(ctx context.Context, ino meta.Ino, gen uint64, m meta.StripeMap) (meta.StripeMap, error)
+	StripeMaps(ctx context.Context, after meta.Ino, max int) ([]meta.FileStripeMap, error)
+}
+
 // Striped is the MDS's store.Backend: file data striped over the data
 // servers of a Registry, reached through the control protocol.
 //
-// Stripe unit k of inode ino (the bytes [k*unit, (k+1)*unit)) lives on the
-// DS with stripe index (k + ino) mod n, at the same offset of that DS's
-// object (sparse packing), where n = len(Registry.Members()). n counts
-// every stripe index claimed since the registry started, in service or
-// not, so a DS going down makes its units fail with ErrUnavailable instead
-// of silently remapping every file. n does grow when a new DS joins, which
-// would remap existing files: start the cluster with Registry.WaitFor the
-// full set before serving data.
+// Each file's striping is its stripe map (meta.StripeMap), recorded in the
+// metadata engine when the file's data is first placed (its first write,
+// or its first layout) over the data servers then in Registry.Placement,
+// and changed only by Move. Adding a data server therefore changes nothing
+// for files that exist; losing one makes exactly the files whose maps name
+// it unavailable. Stripe unit k lives on the map's data server
+// (First+k) mod n, at the same offset of that server's object (sparse
+// packing).
 //
-// Open does not contact the data servers: a file with no objects reads as
-// empty, which is how the server treats a missing data file anyway.
+// A file without a map has no data on any data server and reads as empty.
 type Striped struct {
-	r    *Registry
-	unit uint64
+	r       *Registry
+	unit    uint64
+	maps    StripeMaps
+	devices *devices
+
+	cacheMu sync.Mutex
+	cache   map[uint64]meta.StripeMap
+
+	// moving serialises Move against I/O on the same file: I/O holds its
+	// shard for reading, Move for writing.
+	moving [64]sync.RWMutex
 
 	mu   sync.Mutex
 	verf map[string][8]byte // DS id -> boot verifier seen on its last write
 	lost map[string]bool    // DS id -> restarted with uncommitted writes
 
 	fbMu     sync.Mutex
-	fallback map[int]store.Backend // stripe index -> shared storage (SetFallback)
+	fallback map[string]store.Backend // DS id -> shared storage (SetFallback)
 
-	// dirty holds, per inode, the stripe indices written UNSTABLE since
+	// dirty holds, per inode, the data servers written UNSTABLE since
 	// their last commit, so that Sync commits only those. Writes clients
 	// sent to data servers directly are not here: a client that has to
 	// commit them through the MDS (its layout gone) sees the MDS's write
 	// verifier, not the data server's, and resends them through the MDS.
 	dirtyMu sync.Mutex
-	dirty   map[uint64]map[int]struct{}
+	dirty   map[uint64]map[string]struct{}
 }
 
 var (
@@ -63,81 +81,138 @@ var (
 	_ store.File    = (*stripedFile)(nil)
 )
 
-// NewStriped returns a Backend striping over r's data servers with the
-// given stripe unit (DefaultStripeUnit if 0).
-func NewStriped(r *Registry, stripeUnit uint64) *Striped {
+// maxCachedMaps bounds the stripe-map cache.
+const maxCachedMaps = 1 << 16
+
+// NewStriped returns a Backend striping new files over r's data servers
+// with the given stripe unit (DefaultStripeUnit if 0), keeping stripe maps
+// in maps.
+func NewStriped(r *Registry, maps StripeMaps, stripeUnit uint64) *Striped {
 	if stripeUnit == 0 {
 		stripeUnit = DefaultStripeUnit
 	}
-	return &Striped{r: r, unit: stripeUnit, verf: map[string][8]byte{}, lost: map[string]bool{},
-		dirty: map[uint64]map[int]struct{}{}}
+	return &Striped{r: r, unit: stripeUnit, maps: maps, devices: newDevices(r), cache: map[uint64]meta.StripeMap{},
+		verf: map[string][8]byte{}, lost: map[string]bool{}, dirty: map[uint64]map[string]struct{}{}}
 }
 
-// markDirty records an UNSTABLE write of ino on stripe index i.
-func (s *Striped) markDirty(ino uint64, i int) {
+// StripeUnit returns the stripe unit of new files.
+func (s *Striped) StripeUnit() uint64 { return s.unit }
+
+// Map returns file ino's stripe map; ok is false if its data was never
+// placed.
+func (s *Striped) Map(ctx context.Context, ino uint64) (m meta.StripeMap, ok bool, err error) {
+	s.cacheMu.Lock()
+	m, ok = s.cache[ino]
+	s.cacheMu.Unlock()
+	if ok {
+		return m, true, nil
+	}
+	m, err = s.maps.StripeMap(ctx, meta.Ino(ino))
+	if errors.Is(err, meta.ErrNotFound) {
+		return meta.StripeMap{}, false, nil
+	}
+	if err != nil {
+		return meta.StripeMap{}, false, err
+	}
+	s.remember(ino, m)
+	return m, true, nil
+}
+
+func (s *Striped) remember(ino uint64, m meta.StripeMap) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	if len(s.cache) >= maxCachedMaps {
+		clear(s.cache)
+	}
+	if cur, ok := s.cache[ino]; !ok || cur.Gen <= m.Gen {
+		s.cache[ino] = m
+	}
+}
+
+func (s *Striped) forget(ino uint64) {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	delete(s.cache, ino)
+}
+
+// Place returns file ino's stripe map, placing its data over the data
+// servers in Registry.Placement if it has none.
+func (s *Striped) Place(ctx context.Context, ino uint64) (meta.StripeMap, error) {
+	m, ok, err := s.Map(ctx, ino)
+	if err != nil || ok {
+		return m, err
+	}
+	ids := s.r.Placement()
+	if len(ids) == 0 {
+		return meta.StripeMap{}, ErrNoDataServers
+	}
+	m, err = s.maps.PlaceStripeMap(ctx, meta.Ino(ino), meta.StripeMap{
+		Unit: s.unit, First: uint32(ino % uint64(len(ids))), DataServers: ids,
+	})
+	if err != nil {
+		return meta.StripeMap{}, fmt.Errorf("cluster: placing ino %d: %w", ino, err)
+	}
+	s.remember(ino, m)
+	return m, nil
+}
+
+// lockIO takes ino's shard for I/O (shared with other I/O, not with Move).
+func (s *Striped) lockIO(ino uint64) func() {
+	l := &s.moving[ino%uint64(len(s.moving))]
+	l.RLock()
+	return l.RUnlock
+}
+
+// markDirty records an UNSTABLE write of ino on data server id.
+func (s *Striped) markDirty(ino uint64, id string) {
 	s.dirtyMu.Lock()
 	defer s.dirtyMu.Unlock()
 	d := s.dirty[ino]
 	if d == nil {
-		d = map[int]struct{}{}
+		d = map[string]struct{}{}
 		s.dirty[ino] = d
 	}
-	d[i] = struct{}{}
+	d[id] = struct{}{}
 }
 
-// takeDirty returns and forgets the stripe indices ino was written on
-// since their last commit. A write that ends after this is marked again
-// and committed by the next Sync; one that ended before is covered by the
+// takeDirty returns and forgets the data servers ino was written on since
+// their last commit. A write that ends after this is marked again and
+// committed by the next Sync; one that ended before is covered by the
 // commit that follows.
-func (s *Striped) takeDirty(ino uint64) []int {
+func (s *Striped) takeDirty(ino uint64) []string {
 	s.dirtyMu.Lock()
 	defer s.dirtyMu.Unlock()
 	d := s.dirty[ino]
 	delete(s.dirty, ino)
-	idx := make([]int, 0, len(d))
-	for i := range d {
-		idx = append(idx, i)
+	ids := make([]string, 0, len(d))
+	for id := range d {
+		ids = append(ids, id)
 	}
-	return idx
+	return ids
 }
 
-// Layout returns the striping of ino for LAYOUTGET: the stripe index of
-// stripe unit 0 (nfl_first_stripe_index), the stripe unit, and the stripe
-// width n. The device's stripe indices are 0..n-1, index i being
-// Registry.Members()[i]. n is 0 while no DS has registered.
-func (s *Striped) Layout(ino uint64) (firstIndex int, unit uint64, n int) {
-	n = s.r.width()
-	if n == 0 {
-		return 0, s.unit, 0
-	}
-	return int(ino % uint64(n)), s.unit, n
-}
-
-// StripeUnit returns the stripe unit in bytes.
-func (s *Striped) StripeUnit() uint64 { return s.unit }
-
-// dsFor returns the stripe index holding file offset off of ino.
-func (s *Striped) dsFor(ino, off uint64, n int) int {
-	k := off / s.unit
-	return int((k%uint64(n) + ino%uint64(n)) % uint64(n))
+// dsFor returns the data server of m holding file offset off.
+func dsFor(m meta.StripeMap, off uint64) string {
+	n := uint64(len(m.DataServers))
+	return m.DataServers[(off/m.Unit+uint64(m.First))%n]
 }
 
 // piece is a part of an I/O that lives on one DS and fits in one call.
 type piece struct {
-	index  int    // stripe index
+	ds     string // data server id
 	off    uint64 // file (and object) offset
 	lo, hi int    // range in the caller's buffer
 }
 
 // split cuts [off, off+length) at stripe unit boundaries and at maxIO.
-func (s *Striped) split(ino, off uint64, length, n int) []piece {
+func split(m meta.StripeMap, off uint64, length int) []piece {
 	var ps []piece
 	pos := 0
 	for pos < length {
 		o := off + uint64(pos)
-		end := (o/s.unit + 1) * s.unit
+		end := (o/m.Unit + 1) * m.Unit
 		l := min(uint64(length-pos), end-o, maxIO)
-		ps = append(ps, piece{index: s.dsFor(ino, o, n), off: o, lo: pos, hi: pos + int(l)})
+		ps = append(ps, piece{ds: dsFor(m, o), off: o, lo: pos, hi: pos + int(l)})
 		pos += int(l)
 	}
 	return ps
@@ -163,65 +238,61 @@ func parallel(count int, fn func(i int) error) error {
 	return errors.Join(errs...)
 }
 
-// width returns the stripe width or ErrNoDataServers.
-func (s *Striped) width() (int, error) {
-	n := s.r.width()
-	if n == 0 {
-		return 0, ErrNoDataServers
-	}
-	return n, nil
-}
-
 // Open implements store.Backend. It does not contact the data servers.
 func (s *Striped) Open(ino uint64, create bool) (store.File, error) {
-	if _, err := s.width(); err != nil {
-		return nil, err
-	}
-	return &stripedFile{s: s, ino: ino, written: map[int]bool{}}, nil
+	return &stripedFile{s: s, ino: ino, written: map[string]bool{}}, nil
 }
 
-// each runs an object call on every stripe index.
-func (s *Striped) each(op string, ino uint64, fn func(ctx context.Context, index int) error) error {
-	n, err := s.width()
-	if err != nil {
+// onMap runs an object call on every data server of ino's map; nothing if
+// it has none.
+func (s *Striped) onMap(op string, ino uint64, fn func(ctx context.Context, conn *rpc.Conn, id string) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	m, ok, err := s.Map(ctx, ino)
+	if err != nil || !ok {
 		return err
 	}
-	return parallel(n, func(i int) error {
-		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		defer cancel()
-		if err := fn(ctx, i); err != nil {
-			return fmt.Errorf("cluster: %s ino %d on stripe index %d: %w", op, ino, i, err)
+	return parallel(len(m.DataServers), func(i int) error {
+		id := m.DataServers[i]
+		conn, err := s.r.conn(id)
+		if err == nil {
+			err = fn(ctx, conn, id)
+		}
+		if err != nil {
+			return fmt.Errorf("cluster: %s ino %d on data server %s: %w", op, ino, id, err)
 		}
 		return nil
 	})
 }
 
-// Remove implements store.Backend: OBJ_REMOVE on every DS.
+// Remove implements store.Backend: OBJ_REMOVE on the data servers of the
+// file's map. The map itself goes with the inode (meta.Engine.FreeOrphan).
 func (s *Striped) Remove(ino uint64) error {
 	s.dirtyMu.Lock()
 	delete(s.dirty, ino)
 	s.dirtyMu.Unlock()
-	return s.each("remove", ino, func(ctx context.Context, i int) error {
-		conn, _, err := s.r.conn(i)
-		if err != nil {
-			return err
-		}
-		var res ctlproto.CtlStatusRes
-		if err := call(ctx, conn, ctlproto.CTLPROC_OBJ_REMOVE, &ctlproto.CtlInoArgs{Ino: ino}, &res); err != nil {
-			return err
-		}
-		return errOf(res.Status)
+	defer s.lockIO(ino)()
+	err := s.onMap("remove", ino, func(ctx context.Context, conn *rpc.Conn, _ string) error {
+		return objRemove(ctx, conn, ino)
 	})
+	s.forget(ino)
+	return err
 }
 
-// Truncate implements store.Backend: OBJ_TRUNCATE to size on every DS, so
-// every object has the file's size and Size stays the maximum.
+func objRemove(ctx context.Context, conn *rpc.Conn, ino uint64) error {
+	var res ctlproto.CtlStatusRes
+	if err := call(ctx, conn, ctlproto.CTLPROC_OBJ_REMOVE, &ctlproto.CtlInoArgs{Ino: ino}, &res); err != nil {
+		return err
+	}
+	return errOf(res.Status)
+}
+
+// Truncate implements store.Backend: OBJ_TRUNCATE to size on every data
+// server of the map, so every object has the file's size and Size stays
+// the maximum. A file without a map has nothing to truncate.
 func (s *Striped) Truncate(ino uint64, size uint64) error {
-	return s.each("truncate", ino, func(ctx context.Context, i int) error {
-		conn, _, err := s.r.conn(i)
-		if err != nil {
-			return err
-		}
+	defer s.lockIO(ino)()
+	return s.onMap("truncate", ino, func(ctx context.Context, conn *rpc.Conn, _ string) error {
 		var res ctlproto.CtlStatusRes
 		if err := call(ctx, conn, ctlproto.CTLPROC_OBJ_TRUNCATE, &ctlproto.CtlTruncateArgs{Ino: ino, Size: size}, &res); err != nil {
 			return err
@@ -234,25 +305,25 @@ func (s *Striped) Truncate(ino uint64, size uint64) error {
 // writes of ino made through this Striped since their last commit. It
 // returns ErrDataLost if a DS restarted while holding uncommitted writes.
 func (s *Striped) Sync(ino uint64) error {
-	idx := s.takeDirty(ino)
-	return parallel(len(idx), func(j int) error {
+	ids := s.takeDirty(ino)
+	return parallel(len(ids), func(j int) error {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
-		err := s.commit(ctx, ino, idx[j])
+		err := s.commit(ctx, ino, ids[j])
 		if err != nil && !errors.Is(err, ErrDataLost) {
 			// Not committed: the next Sync tries again. (ErrDataLost
 			// did commit; what was lost is gone either way.)
-			s.markDirty(ino, idx[j])
+			s.markDirty(ino, ids[j])
 		}
 		if err != nil {
-			return fmt.Errorf("cluster: commit ino %d on stripe index %d: %w", ino, idx[j], err)
+			return fmt.Errorf("cluster: commit ino %d on %s: %w", ino, ids[j], err)
 		}
 		return nil
 	})
 }
 
-func (s *Striped) commit(ctx context.Context, ino uint64, i int) error {
-	conn, id, err := s.r.conn(i)
+func (s *Striped) commit(ctx context.Context, ino uint64, id string) error {
+	conn, err := s.r.conn(id)
 	if err != nil {
 		return err
 	}
@@ -285,12 +356,14 @@ func (s *Striped) noteWrite(id string, v [8]byte) {
 	s.verf[id] = v
 }
 
-// StatFS implements store.Backend: the sums over all data servers, from
-// their last heartbeats.
+// StatFS implements store.Backend: the sums over the data servers that are
+// not removed, from their last heartbeats.
 func (s *Striped) StatFS() (total, free, avail uint64, err error) {
-	for _, m := range s.r.Members() {
-		total += m.Capacity
-		free += m.Free
+	for _, m := range s.r.DataServers() {
+		if m.State != Removed {
+			total += m.Capacity
+			free += m.Free
+		}
 	}
 	return total, free, free, nil
 }
@@ -298,31 +371,37 @@ func (s *Striped) StatFS() (total, free, avail uint64, err error) {
 // Close implements store.Backend. The registry is not closed.
 func (s *Striped) Close() error { return nil }
 
-// SetFallback gives the MDS direct access to the storage of the data
-// server at stripe index, for reads while that data server is unreachable.
-// This is the shared-storage deployment of the pNFS papers (data servers as
-// gateways to storage that survives them); in `shoal up` every data
-// server's directory is on the MDS's machine. Without a fallback, the
-// stripe units of a dead data server are unavailable until it returns.
-func (s *Striped) SetFallback(index int, b store.Backend) {
+// SetFallback gives the MDS direct access to the storage of data server
+// id, for reads while that data server is unreachable. This is the
+// shared-storage deployment of the pNFS papers (data servers as gateways to
+// storage that survives them); in `shoal up` every data server's directory
+// is on the MDS's machine. Without a fallback, the stripe units of a dead
+// data server are unavailable until it returns.
+func (s *Striped) SetFallback(id string, b store.Backend) {
 	s.fbMu.Lock()
 	defer s.fbMu.Unlock()
 	if s.fallback == nil {
-		s.fallback = map[int]store.Backend{}
+		s.fallback = map[string]store.Backend{}
 	}
-	s.fallback[index] = b
+	s.fallback[id] = b
 }
 
-func (s *Striped) fallbackFor(index int) store.Backend {
+func (s *Striped) fallbackFor(id string) store.Backend {
 	s.fbMu.Lock()
 	defer s.fbMu.Unlock()
-	return s.fallback[index]
+	return s.fallback[id]
 }
 
-// readFallback reads one piece from the fallback storage of its stripe
-// index. It returns the object size and whether a fallback was used.
-func (f *stripedFile) readFallback(index int, off uint64, dst []byte) (uint64, bool, error) {
-	fb := f.s.fallbackFor(index)
+// unreachable reports whether err means the data server could not be
+// asked, as opposed to answering with an error.
+func unreachable(err error) bool {
+	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrDataServerDown) || errors.Is(err, rpc.ErrConnClosed)
+}
+
+// readFallback reads one piece from the fallback storage of data server
+// id. It returns the object size and whether a fallback was used.
+func (f *stripedFile) readFallback(id string, off uint64, dst []byte) (uint64, bool, error) {
+	fb := f.s.fallbackFor(id)
 	if fb == nil {
 		return 0, false, nil
 	}
@@ -351,7 +430,7 @@ type stripedFile struct {
 
 	mu      sync.Mutex
 	closed  bool
-	written map[int]bool // stripe indexes written through this handle
+	written map[string]bool // data servers written through this handle
 }
 
 func (f *stripedFile) check() error {
@@ -364,8 +443,9 @@ func (f *stripedFile) check() error {
 }
 
 // WriteAt implements io.WriterAt: the stripe pieces are written in
-// parallel (unstable; Sync commits). On error the number of bytes written
-// is reported as 0 although some pieces may have landed.
+// parallel (unstable; Sync commits). The file's data is placed first if it
+// has no stripe map. On error the number of bytes written is reported as 0
+// although some pieces may have landed.
 func (f *stripedFile) WriteAt(p []byte, off int64) (int, error) {
 	if err := f.check(); err != nil {
 		return 0, err
@@ -376,35 +456,22 @@ func (f *stripedFile) WriteAt(p []byte, off int64) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n, err := f.s.width()
+	defer f.s.lockIO(f.ino)()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	m, err := f.s.Place(ctx, f.ino)
 	if err != nil {
 		return 0, err
 	}
-	ps := f.s.split(f.ino, uint64(off), len(p), n)
+	ps := split(m, uint64(off), len(p))
 	err = parallel(len(ps), func(i int) error {
 		pc := ps[i]
-		conn, id, err := f.s.r.conn(pc.index)
-		if err != nil {
+		if err := writeObj(ctx, f.s.r, f.ino, pc.ds, pc.off, p[pc.lo:pc.hi], false, f.s.noteWrite); err != nil {
 			return err
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		defer cancel()
-		var res ctlproto.CtlWriteRes
-		if err := call(ctx, conn, ctlproto.CTLPROC_OBJ_WRITE,
-			&ctlproto.CtlWriteArgs{Ino: f.ino, Offset: pc.off, Data: p[pc.lo:pc.hi]}, &res); err != nil {
-			return fmt.Errorf("cluster: write ino %d at %d on %s: %w", f.ino, pc.off, id, err)
-		}
-		if err := errOf(res.Status); err != nil {
-			return fmt.Errorf("cluster: write ino %d at %d on %s: %w", f.ino, pc.off, id, err)
-		}
-		if int(res.Ok.Count) != pc.hi-pc.lo {
-			return fmt.Errorf("cluster: write ino %d at %d on %s: short write %d of %d: %w",
-				f.ino, pc.off, id, res.Ok.Count, pc.hi-pc.lo, io.ErrShortWrite)
-		}
-		f.s.noteWrite(id, res.Ok.Verifier)
-		f.s.markDirty(f.ino, pc.index)
+		f.s.markDirty(f.ino, pc.ds)
 		f.mu.Lock()
-		f.written[pc.index] = true
+		f.written[pc.ds] = true
 		f.mu.Unlock()
 		return nil
 	})
@@ -414,9 +481,62 @@ func (f *stripedFile) WriteAt(p []byte, off int64) (int, error) {
 	return len(p), nil
 }
 
+// writeObj writes data at off of ino's object on data server id.
+func writeObj(ctx context.Context, r *Registry, ino uint64, id string, off uint64, data []byte, stable bool, note func(string, [8]byte)) error {
+	conn, err := r.conn(id)
+	if err != nil {
+		return fmt.Errorf("cluster: write ino %d at %d: %w", ino, off, err)
+	}
+	var res ctlproto.CtlWriteRes
+	if err := call(ctx, conn, ctlproto.CTLPROC_OBJ_WRITE,
+		&ctlproto.CtlWriteArgs{Ino: ino, Offset: off, Stable: stable, Data: data}, &res); err != nil {
+		return fmt.Errorf("cluster: write ino %d at %d on %s: %w", ino, off, id, err)
+	}
+	if err := errOf(res.Status); err != nil {
+		return fmt.Errorf("cluster: write ino %d at %d on %s: %w", ino, off, id, err)
+	}
+	if int(res.Ok.Count) != len(data) {
+		return fmt.Errorf("cluster: write ino %d at %d on %s: short write %d of %d: %w",
+			ino, off, id, res.Ok.Count, len(data), io.ErrShortWrite)
+	}
+	if note != nil {
+		note(id, res.Ok.Verifier)
+	}
+	return nil
+}
+
+// readObj reads ino's object on data server id at off into dst, zero
+// filling what the object does not hold, and returns the object's size.
+func readObj(ctx context.Context, r *Registry, ino uint64, id string, off uint64, dst []byte) (uint64, error) {
+	conn, err := r.conn(id)
+	if err != nil {
+		return 0, err
+	}
+	var res ctlproto.CtlReadRes
+	release, err := callRelease(ctx, conn, ctlproto.CTLPROC_OBJ_READ,
+		&ctlproto.CtlReadArgs{Ino: ino, Offset: off, Count: uint32(len(dst))}, &res)
+	if err != nil {
+		return 0, fmt.Errorf("cluster: read ino %d at %d on %s: %w", ino, off, id, err)
+	}
+	// res.Ok.Data aliases the reply's record buffer, which goes back to
+	// its pool once the data is copied into the caller's buffer; nothing
+	// else is kept from res.
+	defer release()
+	if res.Status == ctlproto.CTL_ERR_NOENT {
+		clear(dst)
+		return 0, nil
+	}
+	if err := errOf(res.Status); err != nil {
+		return 0, fmt.Errorf("cluster: read ino %d at %d on %s: %w", ino, off, id, err)
+	}
+	got := copy(dst, res.Ok.Data)
+	clear(dst[got:])
+	return res.Ok.Size, nil
+}
+
 // ReadAt implements io.ReaderAt. Ranges no DS holds data for read as
 // zeros; io.EOF is returned when the read reaches the file's end (the
-// largest object size on any DS).
+// largest object size on the map's data servers).
 func (f *stripedFile) ReadAt(p []byte, off int64) (int, error) {
 	if err := f.check(); err != nil {
 		return 0, err
@@ -427,53 +547,30 @@ func (f *stripedFile) ReadAt(p []byte, off int64) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	n, err := f.s.width()
+	defer f.s.lockIO(f.ino)()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	m, ok, err := f.s.Map(ctx, f.ino)
 	if err != nil {
 		return 0, err
 	}
-	ps := f.s.split(f.ino, uint64(off), len(p), n)
+	if !ok {
+		return 0, io.EOF
+	}
+	ps := split(m, uint64(off), len(p))
 	sizes := make([]uint64, len(ps))
 	err = parallel(len(ps), func(i int) error {
 		pc := ps[i]
 		dst := p[pc.lo:pc.hi]
-		viaFallback := func(err error) error {
-			if !errors.Is(err, ErrUnavailable) && !errors.Is(err, rpc.ErrConnClosed) {
-				return err
+		size, err := readObj(ctx, f.s.r, f.ino, pc.ds, pc.off, dst)
+		if err != nil && unreachable(err) {
+			fsize, used, ferr := f.readFallback(pc.ds, pc.off, dst)
+			if used {
+				size, err = fsize, ferr
 			}
-			size, used, ferr := f.readFallback(pc.index, pc.off, dst)
-			if !used {
-				return err
-			}
-			sizes[i] = size
-			return ferr
 		}
-		conn, id, err := f.s.r.conn(pc.index)
-		if err != nil {
-			return viaFallback(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		defer cancel()
-		var res ctlproto.CtlReadRes
-		release, err := callRelease(ctx, conn, ctlproto.CTLPROC_OBJ_READ,
-			&ctlproto.CtlReadArgs{Ino: f.ino, Offset: pc.off, Count: uint32(len(dst))}, &res)
-		if err != nil {
-			return viaFallback(fmt.Errorf("cluster: read ino %d at %d on %s: %w", f.ino, pc.off, id, err))
-		}
-		// res.Ok.Data aliases the reply's record buffer, which goes back
-		// to its pool once the data is copied into the caller's buffer;
-		// nothing else is kept from res.
-		defer release()
-		if res.Status == ctlproto.CTL_ERR_NOENT {
-			clear(dst)
-			return nil
-		}
-		if err := errOf(res.Status); err != nil {
-			return fmt.Errorf("cluster: read ino %d at %d on %s: %w", f.ino, pc.off, id, err)
-		}
-		got := copy(dst, res.Ok.Data)
-		clear(dst[got:])
-		sizes[i] = res.Ok.Size
-		return nil
+		sizes[i] = size
+		return err
 	})
 	if err != nil {
 		return 0, err
@@ -486,11 +583,11 @@ func (f *stripedFile) ReadAt(p []byte, off int64) (int, error) {
 	if size < end {
 		// The DSes read from end before the range does; another DS may
 		// still hold data further on.
-		all, err := f.Size()
+		all, err := f.size(ctx, m)
 		if err != nil {
 			return 0, err
 		}
-		size = max(size, uint64(all))
+		size = max(size, all)
 	}
 	if size >= end {
 		return len(p), nil
@@ -501,53 +598,68 @@ func (f *stripedFile) ReadAt(p []byte, off int64) (int, error) {
 	return int(size - uint64(off)), io.EOF
 }
 
-// Size implements store.File: the largest object size on any DS.
+// Size implements store.File: the largest object size on the map's data
+// servers; 0 for a file without a map.
 func (f *stripedFile) Size() (int64, error) {
 	if err := f.check(); err != nil {
 		return 0, err
 	}
-	n, err := f.s.width()
-	if err != nil {
+	defer f.s.lockIO(f.ino)()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	m, ok, err := f.s.Map(ctx, f.ino)
+	if err != nil || !ok {
 		return 0, err
 	}
-	sizes := make([]uint64, n)
-	err = f.s.each("getsize", f.ino, func(ctx context.Context, i int) error {
-		viaFallback := func(err error) error {
-			if !errors.Is(err, ErrUnavailable) && !errors.Is(err, rpc.ErrConnClosed) {
-				return err
+	size, err := f.size(ctx, m)
+	return int64(size), err
+}
+
+func (f *stripedFile) size(ctx context.Context, m meta.StripeMap) (uint64, error) {
+	return objectsSize(ctx, f.s.r, f.ino, m.DataServers, func(id string) (uint64, bool, error) {
+		return f.readFallback(id, 0, nil)
+	})
+}
+
+// objectsSize returns the largest size of ino's objects on ids.
+func objectsSize(ctx context.Context, r *Registry, ino uint64, ids []string, fallback func(string) (uint64, bool, error)) (uint64, error) {
+	sizes := make([]uint64, len(ids))
+	err := parallel(len(ids), func(i int) error {
+		size, err := objSize(ctx, r, ino, ids[i])
+		if err != nil && unreachable(err) && fallback != nil {
+			if fsize, used, ferr := fallback(ids[i]); used {
+				size, err = fsize, ferr
 			}
-			size, used, ferr := f.readFallback(i, 0, nil)
-			if !used {
-				return err
-			}
-			sizes[i] = size
-			return ferr
 		}
-		conn, _, err := f.s.r.conn(i)
+		sizes[i] = size
 		if err != nil {
-			return viaFallback(err)
+			return fmt.Errorf("cluster: size of ino %d on %s: %w", ino, ids[i], err)
 		}
-		var res ctlproto.CtlGetsizeRes
-		if err := call(ctx, conn, ctlproto.CTLPROC_OBJ_GETSIZE, &ctlproto.CtlInoArgs{Ino: f.ino}, &res); err != nil {
-			return viaFallback(err)
-		}
-		if res.Status == ctlproto.CTL_ERR_NOENT {
-			return nil
-		}
-		if err := errOf(res.Status); err != nil {
-			return err
-		}
-		sizes[i] = *res.Size
 		return nil
 	})
-	if err != nil {
-		return 0, err
-	}
 	var size uint64
 	for _, sz := range sizes {
 		size = max(size, sz)
 	}
-	return int64(size), nil
+	return size, err
+}
+
+func objSize(ctx context.Context, r *Registry, ino uint64, id string) (uint64, error) {
+	conn, err := r.conn(id)
+	if err != nil {
+		return 0, err
+	}
+	var res ctlproto.CtlGetsizeRes
+	if err := call(ctx, conn, ctlproto.CTLPROC_OBJ_GETSIZE, &ctlproto.CtlInoArgs{Ino: ino}, &res); err != nil {
+		return 0, err
+	}
+	if res.Status == ctlproto.CTL_ERR_NOENT {
+		return 0, nil
+	}
+	if err := errOf(res.Status); err != nil {
+		return 0, err
+	}
+	return *res.Size, nil
 }
 
 // Sync implements store.File: OBJ_COMMIT on the DSes this handle wrote to.
@@ -556,19 +668,19 @@ func (f *stripedFile) Sync() error {
 		return err
 	}
 	f.mu.Lock()
-	idx := make([]int, 0, len(f.written))
-	for i := range f.written {
-		idx = append(idx, i)
+	ids := make([]string, 0, len(f.written))
+	for id := range f.written {
+		ids = append(ids, id)
 	}
 	f.mu.Unlock()
-	return parallel(len(idx), func(j int) error {
+	return parallel(len(ids), func(j int) error {
 		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 		defer cancel()
-		if err := f.s.commit(ctx, f.ino, idx[j]); err != nil {
-			return fmt.Errorf("cluster: commit ino %d on stripe index %d: %w", f.ino, idx[j], err)
+		if err := f.s.commit(ctx, f.ino, ids[j]); err != nil {
+			return fmt.Errorf("cluster: commit ino %d on %s: %w", f.ino, ids[j], err)
 		}
 		f.mu.Lock()
-		delete(f.written, idx[j])
+		delete(f.written, ids[j])
 		f.mu.Unlock()
 		return nil
 	})

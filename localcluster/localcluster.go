@@ -11,8 +11,12 @@ package localcluster
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -28,6 +32,7 @@ import (
 	"github.com/shoalfs/shoal/internal/ctlproto"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/server"
 	"github.com/shoalfs/shoal/server/state"
 	"github.com/shoalfs/shoal/store"
@@ -37,20 +42,53 @@ import (
 // are 1 MiB, so one RPC maps to exactly one data server.
 const DefaultStripeUnit = 1 << 20
 
+// JoinSecretName is the join secret's file name in the MDS's directory.
+const JoinSecretName = "join-secret"
+
+// registryRecordKey is where the registry's record lives in the metadata
+// engine.
+const registryRecordKey = "cluster/registry"
+
+// metaRecord keeps the registry's record in the metadata engine, so it
+// survives MDS restarts and moves with an etcd-backed MDS.
+type metaRecord struct{ e meta.Engine }
+
+func (r metaRecord) Load(ctx context.Context) ([]byte, error) {
+	b, err := r.e.GetConfig(ctx, registryRecordKey)
+	if errors.Is(err, meta.ErrNotFound) {
+		return nil, nil
+	}
+	return b, err
+}
+
+func (r metaRecord) Save(ctx context.Context, b []byte) error {
+	return r.e.PutConfig(ctx, registryRecordKey, b)
+}
+
 // MDS is a running metadata server.
 type MDS struct {
 	Server   *server.Server
 	Registry *cluster.Registry
 	Striped  *cluster.Striped
-	Addr     net.Addr
-	ln       net.Listener
-	done     chan error
+	// JoinSecretFile is the file data servers and `shoal admin` read the
+	// join secret from.
+	JoinSecretFile string
+	Addr           net.Addr
+	ln             net.Listener
+	done           chan error
 }
 
 // MDSConfig configures StartMDS.
 type MDSConfig struct {
 	Listen string
 	Dir    string
+	// JoinSecretFile holds the cluster's join secret (created on first
+	// start); default Dir/join-secret. Data servers and `shoal admin`
+	// present it.
+	JoinSecretFile string
+	// DownAfter is how long a data server may be out of service before
+	// I/O on its stripes fails (cluster.RegistryConfig.DownAfter).
+	DownAfter time.Duration
 	// MetaURL selects the metadata engine (see server.Config.MetaURL):
 	// "" for bbolt in Dir, or etcd://HOST:PORT[,HOST:PORT...]/PREFIX.
 	MetaURL    string
@@ -70,19 +108,12 @@ type dataServers struct {
 
 var _ server.DataServers = (*dataServers)(nil)
 
-func (d *dataServers) Devices() (uint64, [][]string) {
-	members := d.reg.Members()
-	addrs := make([][]string, len(members))
-	for i, m := range members {
-		addrs[i] = m.Addrs
-	}
-	return d.reg.Generation(), addrs
+func (d *dataServers) Layout(ctx context.Context, ino uint64) (cluster.FileLayout, error) {
+	return d.striped.Layout(ctx, ino)
 }
-
-func (d *dataServers) Layout(ino uint64) (uint32, uint64, uint32) {
-	first, unit, n := d.striped.Layout(ino)
-	return uint32(first), unit, uint32(n)
-}
+func (d *dataServers) Device(id [16]byte) ([][]string, bool) { return d.striped.Device(id) }
+func (d *dataServers) Devices() [][16]byte                   { return d.striped.Devices() }
+func (d *dataServers) StripeUnit() uint64                    { return d.striped.StripeUnit() }
 
 func (d *dataServers) Fence(ctx context.Context, id uint64) error   { return d.reg.Fence(ctx, id) }
 func (d *dataServers) Unfence(ctx context.Context, id uint64) error { return d.reg.Unfence(ctx, id) }
@@ -178,15 +209,33 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 	if err != nil {
 		return nil, err
 	}
-	m.Registry = cluster.NewRegistry(cluster.RegistryConfig{
-		Secret: srv.ClusterSecret(),
+	secretFile := cfg.JoinSecretFile
+	if secretFile == "" {
+		secretFile = filepath.Join(cfg.Dir, JoinSecretName)
+	}
+	joinSecret, err := cluster.LoadOrCreateJoinSecret(secretFile)
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	m.JoinSecretFile = secretFile
+	m.Registry, err = cluster.NewRegistry(context.Background(), cluster.RegistryConfig{
+		DataKey:    srv.DataFHKey(),
+		JoinSecret: joinSecret,
+		Store:      metaRecord{srv.Meta()},
+		DownAfter:  cfg.DownAfter,
 		CheckStateid: func(ctx context.Context, ino uint64, sid [16]byte, write bool) (uint64, error) {
 			id, err := srv.CheckDataIO(ctx, ino, sid, write)
 			return id, toCluster(err)
 		},
-		Logger: cfg.Logger.With("role", "registry"),
+		FileSize: srv.FileSize,
+		Logger:   cfg.Logger.With("role", "registry"),
 	})
-	m.Striped = cluster.NewStriped(m.Registry, cfg.StripeUnit)
+	if err != nil {
+		srv.Close()
+		return nil, err
+	}
+	m.Striped = cluster.NewStriped(m.Registry, srv.Meta(), cfg.StripeUnit)
 	ds.reg, ds.striped = m.Registry, m.Striped
 	m.Server = srv
 	m.ln, err = net.Listen("tcp", cfg.Listen)
@@ -221,6 +270,9 @@ type DSConfig struct {
 	Listen string
 	Dir    string
 	MDS    string
+	// JoinSecret is the cluster's join secret (the MDS's join-secret
+	// file).
+	JoinSecret []byte
 	// Advertise is the host:port clients use to reach this data server
 	// (for example 10.0.2.2:PORT from a qemu guest); default: the listen
 	// address.
@@ -256,29 +308,48 @@ func StartDS(ctx context.Context, cfg DSConfig) (*DS, error) {
 	} else if host, port, err := net.SplitHostPort(adv); err == nil && port == "0" {
 		adv = net.JoinHostPort(host, strconv.Itoa(d.Addr.(*net.TCPAddr).Port))
 	}
-	id, index, hasIndex := loadIdentity(cfg.Dir)
+	ident, err := loadIdentity(cfg.Dir)
+	if err != nil {
+		d.ln.Close()
+		d.Store.Close()
+		return nil, err
+	}
 	d.Agent, err = cluster.StartAgent(ctx, cluster.AgentConfig{
-		MDS: cfg.MDS, ID: id, Addrs: []string{adv}, Store: d.Store,
-		Index: index, HasIndex: hasIndex,
-		Logger: cfg.Logger.With("role", "ds-agent"),
+		MDS: cfg.MDS, ID: ident.ID, ClusterID: ident.cluster(), Addrs: []string{adv}, Store: d.Store,
+		JoinSecret: cfg.JoinSecret,
+		Logger:     cfg.Logger.With("role", "ds-agent"),
 	})
 	if err != nil {
 		d.ln.Close()
 		d.Store.Close()
+		if errors.Is(err, cluster.ErrWrongCluster) {
+			return nil, fmt.Errorf("data directory %s belongs to cluster %s, not to the cluster of MDS %s: use an empty directory: %w",
+				cfg.Dir, ident.ClusterID, cfg.MDS, err)
+		}
+		if errors.Is(err, cluster.ErrAuth) {
+			return nil, fmt.Errorf("MDS %s refused the join secret (--join-secret-file must be the MDS's %s): %w", cfg.MDS, JoinSecretName, err)
+		}
 		return nil, fmt.Errorf("register with MDS %s: %w", cfg.MDS, err)
 	}
-	saveIdentity(cfg.Dir, id, d.Agent.Index())
+	ident.ClusterID = fmt.Sprintf("%x", d.Agent.ClusterID())
+	if err := saveIdentity(cfg.Dir, ident); err != nil {
+		d.Agent.Close()
+		d.ln.Close()
+		d.Store.Close()
+		return nil, err
+	}
 	d.Server, err = server.NewDataServer(server.Config{
 		Dir:     cfg.Dir,
 		Lease:   cfg.Lease,
-		Logger:  cfg.Logger.With("role", "ds", "index", d.Agent.Index()),
-		Metrics: cfg.Metrics, MetricLabels: prometheus.Labels{"role": "ds", "instance": strconv.Itoa(d.Agent.Index())},
+		Logger:  cfg.Logger.With("role", "ds", "id", ident.ID),
+		Metrics: cfg.Metrics, MetricLabels: prometheus.Labels{"role": "ds", "instance": ident.ID},
 	}, server.DataServerConfig{
-		Secret: d.Agent.Secret,
+		Secret: d.Agent.DataKey,
 		CheckStateid: func(ctx context.Context, ino uint64, sid [16]byte, write bool) error {
 			return fromCluster(d.Agent.CheckStateid(ctx, ino, sid, write))
 		},
-		Store: d.Store,
+		FileSize: d.Agent.FileSize,
+		Store:    d.Store,
 	})
 	if err != nil {
 		d.Agent.Close()
@@ -297,21 +368,73 @@ func (d *DS) Close() error {
 	return err
 }
 
-// identity persists a data server's id and stripe index in its directory,
-// so it keeps its place in every file's striping across restarts.
-func loadIdentity(dir string) (id string, index int, ok bool) {
-	b, err := os.ReadFile(filepath.Join(dir, "ds-identity"))
-	if err == nil {
-		var idx int
-		if _, err := fmt.Sscanf(string(b), "%s %d", &id, &idx); err == nil {
-			return id, idx, true
-		}
-	}
-	return fmt.Sprintf("ds-%d-%d", os.Getpid(), time.Now().UnixNano()), 0, false
+// identity is a data server's persistent identity, kept in its directory
+// (identityName): stripe maps name the data server by ID, and ClusterID
+// binds the directory to the cluster it joined.
+type identity struct {
+	ID        string `json:"id"`
+	ClusterID string `json:"cluster_id,omitempty"` // hex; empty until the first registration
 }
 
-func saveIdentity(dir, id string, index int) {
-	_ = os.WriteFile(filepath.Join(dir, "ds-identity"), []byte(fmt.Sprintf("%s %d\n", id, index)), 0o600)
+const identityName = "ds-identity.json"
+
+func (i identity) cluster() []byte {
+	b, _ := hex.DecodeString(i.ClusterID)
+	return b
+}
+
+// loadIdentity reads dir's identity, making a new one for a new directory.
+func loadIdentity(dir string) (identity, error) {
+	path := filepath.Join(dir, identityName)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		var r [8]byte
+		if _, err := rand.Read(r[:]); err != nil {
+			return identity{}, err
+		}
+		id := identity{ID: fmt.Sprintf("ds-%x", r)}
+		return id, saveIdentity(dir, id)
+	}
+	if err != nil {
+		return identity{}, fmt.Errorf("data server identity: %w", err)
+	}
+	var id identity
+	if err := json.Unmarshal(b, &id); err != nil || id.ID == "" {
+		return identity{}, fmt.Errorf("data server identity %s is damaged: %v", path, err)
+	}
+	if _, err := hex.DecodeString(id.ClusterID); err != nil {
+		return identity{}, fmt.Errorf("data server identity %s: bad cluster id %q", path, id.ClusterID)
+	}
+	return id, nil
+}
+
+// saveIdentity writes dir's identity atomically and durably.
+func saveIdentity(dir string, id identity) error {
+	b, err := json.Marshal(id)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(dir, identityName)
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("data server identity: %w", err)
+	}
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("data server identity: %w", err)
+	}
+	return nil
 }
 
 // Cluster is an MDS and N data servers in one process (`shoal up`).
@@ -359,19 +482,25 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{MDS: mds}
+	joinSecret, err := cluster.ReadJoinSecret(mds.JoinSecretFile)
+	if err != nil {
+		mds.Close()
+		return nil, err
+	}
 	adv := cfg.AdvertiseHost
 	if adv == "" {
 		adv = host
 	}
 	for i := range cfg.DataServers {
 		d, err := StartDS(ctx, DSConfig{
-			Listen:    net.JoinHostPort(host, "0"),
-			Dir:       filepath.Join(cfg.Dir, fmt.Sprintf("ds%d", i)),
-			MDS:       mds.Addr.String(),
-			Advertise: net.JoinHostPort(adv, "0"),
-			Lease:     cfg.Lease,
-			Logger:    cfg.Logger,
-			Metrics:   cfg.Metrics,
+			Listen:     net.JoinHostPort(host, "0"),
+			Dir:        filepath.Join(cfg.Dir, fmt.Sprintf("ds%d", i)),
+			MDS:        mds.Addr.String(),
+			JoinSecret: joinSecret,
+			Advertise:  net.JoinHostPort(adv, "0"),
+			Lease:      cfg.Lease,
+			Logger:     cfg.Logger,
+			Metrics:    cfg.Metrics,
 		})
 		if err != nil {
 			c.Close()
@@ -387,7 +516,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return nil, err
 		}
 		c.fallbacks = append(c.fallbacks, fb)
-		mds.Striped.SetFallback(d.Agent.Index(), fb)
+		mds.Striped.SetFallback(d.Agent.ID(), fb)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

@@ -197,7 +197,7 @@ func (c *compound) attrValues(e *xdr.Encoder, o *object, bm nfs4.Bitmap4, rdErr 
 		case nfs4.FATTR4_ACLSUPPORT:
 			e.Uint32(0)
 		case nfs4.FATTR4_FILEHANDLE:
-			e.Opaque(s.fh.encode(o.fh))
+			e.Opaque(c.encodeFH(o.fh))
 		case nfs4.FATTR4_FILEID, nfs4.FATTR4_MOUNTED_ON_FILEID:
 			e.Uint64(c.fileid(o))
 		case nfs4.FATTR4_FILES_AVAIL:
@@ -256,8 +256,7 @@ func (c *compound) attrValues(e *xdr.Encoder, o *object, bm nfs4.Bitmap4, rdErr 
 		case nfs4.FATTR4_LAYOUT_BLKSIZE:
 			blk := s.cfg.MaxWrite
 			if s.pnfs != nil {
-				_, unit, _ := s.pnfs.ds.Layout(uint64(o.fh.ino))
-				blk = uint32(unit)
+				blk = uint32(s.pnfs.ds.StripeUnit())
 			}
 			e.Uint32(blk)
 		case nfs4.FATTR4_SUPPATTR_EXCLCREAT:

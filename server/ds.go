@@ -20,9 +20,11 @@ import (
 // each file's stripe units in a local file (sparse packing: a unit at file
 // offset X is stored at offset X).
 type DataServerConfig struct {
-	// Secret returns the cluster secret that authenticates data
-	// filehandles, or nil while the data server is not registered with its
-	// metadata server.
+	// Secret returns the data filehandle key, or nil while the data
+	// server is not registered with its metadata server. It must be the
+	// MDS's Server.DataFHKey: data handles are not MAC'd with the MDS's
+	// master secret (Server.ClusterSecret), and this key verifies and mints
+	// data handles only, never the MDS's own filehandles.
 	Secret func() []byte
 	// CheckStateid asks the metadata server whether an open or lock
 	// stateid allows I/O on a file. Errors wrap the server/state sentinels
@@ -30,6 +32,10 @@ type DataServerConfig struct {
 	// ErrOpenMode) or ErrFenced; any other error means the metadata server
 	// could not be asked and the client is told to retry.
 	CheckStateid func(ctx context.Context, ino uint64, stateid [16]byte, write bool) error
+	// FileSize asks the metadata server for a file's size; a READ that
+	// reaches past the end of this data server's object needs it to tell
+	// a hole from the end of the file.
+	FileSize func(ctx context.Context, ino uint64) (uint64, error)
 	// Store keeps the data; default a store.Local under Config.Dir.
 	Store store.Backend
 }
@@ -51,8 +57,8 @@ func NewDataServer(cfg Config, ds DataServerConfig) (*Server, error) {
 	if cfg.Dir == "" {
 		return nil, errors.New("server: no data directory")
 	}
-	if ds.Secret == nil || ds.CheckStateid == nil {
-		return nil, errors.New("server: data server needs Secret and CheckStateid")
+	if ds.Secret == nil || ds.CheckStateid == nil || ds.FileSize == nil {
+		return nil, errors.New("server: data server needs Secret, CheckStateid and FileSize")
 	}
 	cfg.fillDefaults()
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
@@ -123,13 +129,13 @@ func (c *compound) dsLoad(h fhandle) (*object, nfs4.Nfsstat4) {
 	return &object{fh: h, attr: a}, nfs4.NFS4_OK
 }
 
-// dsPutFH decodes a data filehandle with the cluster secret.
+// dsPutFH decodes a data filehandle with the data filehandle key.
 func (c *compound) dsPutFH(a *nfs4.PUTFH4args) opReply {
-	secret := c.s.ds.Secret()
-	if secret == nil {
+	key := c.s.ds.Secret()
+	if len(key) == 0 {
 		return fail(nfs4.NFS4ERR_DELAY) // not registered with the MDS yet
 	}
-	codec := fhCodec{secret: secret}
+	codec := newDataFHCodec(key)
 	h, err := codec.decode(a.Object)
 	if err != nil || h.kind != fhData {
 		return fail(nfs4.NFS4ERR_BADHANDLE)

@@ -31,6 +31,11 @@ var errTable = []struct {
 	// registered) is transient: the client retries, as it would for a
 	// server that is busy. NFS4ERR_SERVERFAULT would be a hard I/O error.
 	{cluster.ErrUnavailable, nfs4.NFS4ERR_DELAY},
+	// A data server that holds stripes of the file and has been out of
+	// service longer than the registry's DownAfter (or was removed) is a
+	// hard error: retrying would hang the application for as long as the
+	// server stays down. The client's read or write fails with EIO.
+	{cluster.ErrDataServerDown, nfs4.NFS4ERR_IO},
 	{cluster.ErrNoDataServers, nfs4.NFS4ERR_DELAY},
 	{context.Canceled, nfs4.NFS4ERR_DELAY},
 	{context.DeadlineExceeded, nfs4.NFS4ERR_DELAY},

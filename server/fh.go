@@ -13,17 +13,22 @@ import (
 // Filehandle layout (28 bytes, opaque to clients):
 //
 //	[0]     format version (fhVersion)
-//	[1]     kind: fhObject (an inode inside an export) or fhPseudo (a node of
-//	        the pseudo-root)
+//	[1]     kind: fhObject (an inode inside an export), fhPseudo (a node of
+//	        the pseudo-root) or fhData (a file's data on the data servers)
 //	[2:4]   export id, or pseudo node index
 //	[4:12]  inode number (never reused, so no generation number is needed)
-//	[12:28] HMAC-SHA256 over bytes [0:12] with the server's persistent secret,
-//	        truncated to 16 bytes
+//	[12:28] HMAC-SHA256 over bytes [0:12], truncated to 16 bytes
 //
 // The MAC makes handles unforgeable: a client cannot take a handle of one
 // export and edit it into a handle of another export or of an inode it was
 // never given. The secret is stored in the metadata engine, so handles stay
 // valid across restarts.
+//
+// Two keys: fhObject and fhPseudo handles are MAC'd with the MDS's master
+// secret, fhData handles with a key derived from it (dataFHKey). Data
+// servers get only the derived key, so they can check and mint data
+// handles but not MDS handles. The kind byte is under the MAC, so a data
+// handle cannot be relabelled as another kind.
 const (
 	fhVersion = 1
 	fhObject  = 1
@@ -44,8 +49,53 @@ type fhandle struct {
 	ino    meta.Ino
 }
 
+// fhCodec encodes and checks filehandles. A key that is nil means the codec
+// cannot handle that kind: a data server's codec (newDataFHCodec) has only
+// dataKey.
 type fhCodec struct {
-	secret []byte
+	secret  []byte // master secret: fhObject and fhPseudo handles
+	dataKey []byte // fhData handles: dataFHKey(secret) on the MDS
+}
+
+// dataFHKeyLabel is the HMAC message that derives the data filehandle key
+// from the master secret. Changing it invalidates every data filehandle.
+const dataFHKeyLabel = "shoal data filehandle key v1"
+
+// dataFHKey derives the data filehandle key from the master secret:
+// HMAC-SHA256(master, dataFHKeyLabel), all 32 bytes. It does not reveal the
+// master secret.
+func dataFHKey(master []byte) []byte {
+	m := hmac.New(sha256.New, master)
+	m.Write([]byte(dataFHKeyLabel))
+	return m.Sum(nil)
+}
+
+// newFHCodec is the MDS's codec: every kind, with the master secret and the
+// data key derived from it.
+func newFHCodec(master []byte) fhCodec {
+	return fhCodec{secret: master, dataKey: dataFHKey(master)}
+}
+
+// newDataFHCodec is a data server's codec: it encodes and decodes fhData
+// handles only.
+func newDataFHCodec(dataKey []byte) fhCodec {
+	return fhCodec{dataKey: dataKey}
+}
+
+// key returns the MAC key for handles of kind, or nil if this codec has
+// none (or the kind is unknown).
+func (c *fhCodec) key(kind byte) []byte {
+	var k []byte
+	switch kind {
+	case fhObject, fhPseudo:
+		k = c.secret
+	case fhData:
+		k = c.dataKey
+	}
+	if len(k) == 0 {
+		return nil
+	}
+	return k
 }
 
 // loadFHSecret returns the persistent filehandle secret, creating it on first
@@ -65,13 +115,20 @@ func loadFHSecret(get func() ([]byte, error), put func([]byte) error) ([]byte, e
 	return s, put(s)
 }
 
+// encode returns the handle for h, or nil if the codec has no key for
+// h.kind (a data server's codec asked for a non-data handle), which every
+// decoder rejects.
 func (c *fhCodec) encode(h fhandle) []byte {
+	key := c.key(h.kind)
+	if key == nil {
+		return nil
+	}
 	b := make([]byte, fhLen)
 	b[0] = fhVersion
 	b[1] = h.kind
 	binary.BigEndian.PutUint16(b[2:4], h.export)
 	binary.BigEndian.PutUint64(b[4:12], uint64(h.ino))
-	copy(b[12:], c.mac(b[:12]))
+	copy(b[12:], fhMAC(key, b[:12]))
 	return b
 }
 
@@ -79,7 +136,8 @@ func (c *fhCodec) decode(b []byte) (fhandle, error) {
 	if len(b) != fhLen || b[0] != fhVersion || b[1] < fhObject || b[1] > fhData {
 		return fhandle{}, errBadHandle
 	}
-	if !hmac.Equal(b[12:], c.mac(b[:12])) {
+	key := c.key(b[1])
+	if key == nil || !hmac.Equal(b[12:], fhMAC(key, b[:12])) {
 		return fhandle{}, errBadHandle
 	}
 	return fhandle{
@@ -89,8 +147,8 @@ func (c *fhCodec) decode(b []byte) (fhandle, error) {
 	}, nil
 }
 
-func (c *fhCodec) mac(b []byte) []byte {
-	m := hmac.New(sha256.New, c.secret)
+func fhMAC(key, b []byte) []byte {
+	m := hmac.New(sha256.New, key)
 	m.Write(b)
 	return m.Sum(nil)[:fhMACLen]
 }

@@ -51,7 +51,7 @@ func (c *compound) getFH() opReply {
 	if !c.hasCFH {
 		return fail(nfs4.NFS4ERR_NOFILEHANDLE)
 	}
-	fh := c.s.fh.encode(c.cfh)
+	fh := c.encodeFH(c.cfh)
 	return ok(&nfs4.GETFH4resok{Object: fh})
 }
 

@@ -39,11 +39,10 @@ func (c *compound) read(a *nfs4.READ4args) opReply {
 	}
 	size := o.attr.Size
 	if c.s.ds != nil {
-		// A data server does not know the file's size (the MDS does), and
-		// with sparse packing its local file has holes and a short tail:
-		// unwritten ranges read as zeros, and EOF is for the client to
-		// decide from the size it got from the MDS.
-		size = a.Offset + uint64(min(a.Count, c.s.cfg.MaxRead))
+		var st nfs4.Nfsstat4
+		if size, st = c.dsReadEnd(a, o); st != nfs4.NFS4_OK {
+			return fail(st)
+		}
 	}
 	if a.Offset >= size || a.Count == 0 {
 		return ok(&nfs4.READ4resok{Eof: a.Offset >= size, Data: nil})
@@ -72,7 +71,32 @@ func (c *compound) read(a *nfs4.READ4args) opReply {
 	// (sparse tail after a size extension).
 	got = int(n)
 	c.s.counters.readBytes.Add(uint64(got))
-	return ok(&nfs4.READ4resok{Eof: c.s.ds == nil && a.Offset+uint64(got) >= size, Data: buf[:got]})
+	return ok(&nfs4.READ4resok{Eof: a.Offset+uint64(got) >= size, Data: buf[:got]})
+}
+
+// dsReadEnd returns where a data server's READ must stop: the end of the
+// file for this read. A data server holds only its stripe units (sparse
+// packing), so the end of its object is not the end of the file: within
+// the object every byte is the file's (holes read as zeros), and past it
+// the data server asks the MDS for the file's size (FILE_SIZE), so that a
+// hole in the file still reads as zeros while a read past the file's end
+// gets a short reply with eof (RFC 8881 §13.4; an O_DIRECT reader has
+// nothing else that tells it where the file ends). The result never
+// claims a byte the file does not have.
+func (c *compound) dsReadEnd(a *nfs4.READ4args, o *object) (uint64, nfs4.Nfsstat4) {
+	obj := o.attr.Size
+	want := a.Offset + uint64(min(a.Count, c.s.cfg.MaxRead))
+	if want <= obj {
+		// Entirely inside the object. Whether the file goes on past it
+		// is for the next READ to find out; eof stays false.
+		return want + 1, nfs4.NFS4_OK
+	}
+	size, err := c.s.ds.FileSize(c.ctx, uint64(o.fh.ino))
+	if err != nil {
+		c.log.Debug("data server READ: file size from the MDS", "ino", o.fh.ino, "err", err)
+		return 0, nfs4.NFS4ERR_DELAY
+	}
+	return max(obj, size), nfs4.NFS4_OK
 }
 
 func (c *compound) write(a *nfs4.WRITE4args) opReply {

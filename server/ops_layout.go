@@ -4,6 +4,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/shoalfs/shoal/cluster"
+
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/meta"
@@ -48,9 +50,24 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 			return fail(st)
 		}
 	}
-	gen, addrs := s.pnfs.ds.Devices()
-	if len(addrs) == 0 {
+	if s.pnfs.layoutHeld(state.FileID(o.fh.ino)) {
+		// The file's data is moving between data servers (HoldLayouts):
+		// I/O goes through the MDS until the move is done.
+		return fail(nfs4.NFS4ERR_LAYOUTTRYLATER).withBody(marshalFunc(func(e *xdr.Encoder) { e.Bool(false) }))
+	}
+	fl, err := s.pnfs.ds.Layout(c.ctx, uint64(o.fh.ino))
+	switch {
+	case err == nil:
+	case errors.Is(err, cluster.ErrUnavailable), errors.Is(err, cluster.ErrDataServerDown),
+		errors.Is(err, cluster.ErrNoDataServers):
+		// A data server of the file's stripe map is out of service (or
+		// none is in service for a new file): without a layout the
+		// client does its I/O through the MDS, which serves what is
+		// reachable and fails the rest with a clear error.
+		c.log.Debug("no layout", "ino", o.fh.ino, "err", err)
 		return fail(nfs4.NFS4ERR_LAYOUTUNAVAILABLE)
+	default:
+		return failErr(err)
 	}
 	sid, st := c.stateid(a.LogaStateid)
 	if st != nfs4.NFS4_OK {
@@ -67,12 +84,12 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 		return r
 	}
 	s.unfence(id)
-	first, unit, count := s.pnfs.ds.Layout(uint64(o.fh.ino))
+	s.pnfs.noteLayoutFH(state.FileID(o.fh.ino), c.s.fh.encode(o.fh))
 	dataFH := s.fh.encode(fhandle{kind: fhData, ino: o.fh.ino})
 	body := xdr.Marshal(&nfs4.Nfsv41FileLayout4{
-		NflDeviceid:         deviceID(gen),
-		NflUtil:             uint32(unit), // sparse packing, commits go to the data servers
-		NflFirstStripeIndex: first % count,
+		NflDeviceid:         fl.Device,
+		NflUtil:             uint32(fl.Unit), // sparse packing, commits go to the data servers
+		NflFirstStripeIndex: fl.First,
 		NflPatternOffset:    0,
 		NflFhList:           []nfs4.NfsFh4{dataFH},
 	})
@@ -122,8 +139,8 @@ func (c *compound) getDeviceInfo(a *nfs4.GETDEVICEINFO4args) opReply {
 	if a.GdiaLayoutType != nfs4.LAYOUT4_NFSV4_1_FILES {
 		return fail(nfs4.NFS4ERR_UNKNOWN_LAYOUTTYPE)
 	}
-	gen, addrs := s.pnfs.ds.Devices()
-	if a.GdiaDeviceId != deviceID(gen) {
+	addrs, found := s.pnfs.ds.Device(a.GdiaDeviceId)
+	if !found {
 		return fail(nfs4.NFS4ERR_NOENT)
 	}
 	body, err := deviceAddr(addrs)
@@ -152,10 +169,17 @@ func (c *compound) getDeviceList(a *nfs4.GETDEVICELIST4args) opReply {
 	if _, st := c.current(); st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	gen, addrs := s.pnfs.ds.Devices()
+	// Every device in one reply: there are as many as distinct data-server
+	// lists in stripe maps handed out, a handful in practice.
 	res := &nfs4.GETDEVICELIST4resok{GdlrEof: true}
-	if len(addrs) > 0 && a.GdlaCookie == 0 && a.GdlaMaxdevices > 0 {
-		res.GdlrDeviceidList = []nfs4.Deviceid4{deviceID(gen)}
+	if a.GdlaCookie == 0 {
+		for _, d := range s.pnfs.ds.Devices() {
+			if uint32(len(res.GdlrDeviceidList)) >= a.GdlaMaxdevices {
+				res.GdlrEof = false
+				break
+			}
+			res.GdlrDeviceidList = append(res.GdlrDeviceidList, d)
+		}
 		res.GdlrCookie = 1
 	}
 	return ok(res)

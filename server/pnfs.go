@@ -9,7 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/server/state"
 	"github.com/shoalfs/shoal/store"
 )
@@ -17,14 +19,20 @@ import (
 // DataServers is what a metadata server needs from its cluster of data
 // servers (package cluster implements it).
 type DataServers interface {
-	// Devices returns the advertised addresses ("host:port") of every data
-	// server slot by stripe index, and a generation that changes whenever
-	// the set changes. Slots of data servers that are down keep their
-	// index, so a file's striping never moves.
-	Devices() (gen uint64, addrs [][]string)
-	// Layout returns the striping of file ino: the stripe index of its
-	// first stripe unit, the stripe unit and the stripe count.
-	Layout(ino uint64) (first uint32, unit uint64, count uint32)
+	// Layout returns the files layout of file ino, placing the file's
+	// data on the data servers first if it has none. An error wrapping
+	// cluster.ErrUnavailable or cluster.ErrDataServerDown means the file
+	// has no usable layout now (a data server of its stripe map is out of
+	// service): clients do their I/O through the MDS.
+	Layout(ctx context.Context, ino uint64) (cluster.FileLayout, error)
+	// Device returns the advertised addresses ("host:port", multipath) of
+	// a layout's device by stripe index; ok is false for an unknown or
+	// outdated device id.
+	Device(id [16]byte) (addrs [][]string, ok bool)
+	// Devices returns the ids of the devices currently handed out.
+	Devices() [][16]byte
+	// StripeUnit is the stripe unit of new files (layout_blksize).
+	StripeUnit() uint64
 	// Fence makes every data server refuse I/O under the state of an MDS
 	// client; Unfence undoes it.
 	Fence(ctx context.Context, clientID uint64) error
@@ -46,22 +54,78 @@ type pnfsState struct {
 	ds DataServers
 
 	mu       sync.Mutex
+	held     map[state.FileID]int    // files whose layouts are held back (HoldLayouts)
+	layoutFH map[state.FileID][]byte // filehandle of a file's last LAYOUTGET, for recalls
 	fenced   map[state.ClientID]bool
 	recalls  map[state.FileID]time.Time // last CB_LAYOUTRECALL sent, to pace resends
 	cancelOn func()
 }
 
 func newPNFS(s *Server, cfg *PNFSConfig) *pnfsState {
-	return &pnfsState{ds: cfg.DataServers, fenced: map[state.ClientID]bool{}, recalls: map[state.FileID]time.Time{}}
+	return &pnfsState{ds: cfg.DataServers, fenced: map[state.ClientID]bool{}, recalls: map[state.FileID]time.Time{},
+		held: map[state.FileID]int{}, layoutFH: map[state.FileID][]byte{}}
 }
 
-// deviceID encodes the data-server set generation: a new generation means
-// new addresses, so clients must fetch the device again.
-func deviceID(gen uint64) nfs4.Deviceid4 {
-	var d nfs4.Deviceid4
-	copy(d[:8], "shoalds1")
-	binary.BigEndian.PutUint64(d[8:], gen)
-	return d
+// maxLayoutFHs bounds pnfsState.layoutFH.
+const maxLayoutFHs = 1 << 16
+
+// noteLayoutFH remembers the filehandle a client named file by in
+// LAYOUTGET: a recall must name the file the way the client knows it.
+func (p *pnfsState) noteLayoutFH(file state.FileID, fh []byte) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.layoutFH) >= maxLayoutFHs {
+		clear(p.layoutFH)
+	}
+	p.layoutFH[file] = fh
+}
+
+// layoutHeld reports whether file's layouts are held back.
+func (p *pnfsState) layoutHeld(file state.FileID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.held[file] > 0
+}
+
+// HoldLayouts recalls every layout of file ino and makes LAYOUTGET of it
+// answer NFS4ERR_LAYOUTTRYLATER until release is called, so that the
+// file's data can move between data servers while clients do their I/O
+// through the MDS. It returns once no client holds a layout of the file
+// (clients that do not return theirs within a lease are revoked and
+// fenced, as for any recall), or with ctx's error after releasing.
+func (s *Server) HoldLayouts(ctx context.Context, ino uint64) (release func(), err error) {
+	if s.pnfs == nil {
+		return func() {}, nil
+	}
+	p, file := s.pnfs, state.FileID(ino)
+	p.mu.Lock()
+	p.held[file]++
+	fh := p.layoutFH[file]
+	p.mu.Unlock()
+	var once sync.Once
+	release = func() {
+		once.Do(func() {
+			p.mu.Lock()
+			defer p.mu.Unlock()
+			if p.held[file]--; p.held[file] <= 0 {
+				delete(p.held, file)
+			}
+		})
+	}
+	if fh == nil {
+		fh = s.fh.encode(fhandle{kind: fhObject, ino: meta.Ino(ino)})
+	}
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for !s.recallFile(ino, fh) {
+		select {
+		case <-ctx.Done():
+			release()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+	}
+	return release, nil
 }
 
 // uaddr formats host:port as an RFC 5665 universal address.
@@ -139,9 +203,19 @@ func (s *Server) CheckDataIO(ctx context.Context, ino uint64, sid [16]byte, writ
 // ErrFenced reports I/O by a client whose layouts were revoked.
 var ErrFenced = fmt.Errorf("server: client fenced after layout revocation")
 
-// ClusterSecret is the key that authenticates filehandles; data servers
-// get it at registration to verify data filehandles.
+// ClusterSecret is the MDS's master filehandle secret. Never hand it to a
+// data server: they get DataFHKey, which makes data filehandles only.
 func (s *Server) ClusterSecret() []byte { return s.fh.secret }
+
+// FileSize is the size of file ino as the metadata server knows it, for a
+// data server deciding where a file ends (cluster FILE_SIZE).
+func (s *Server) FileSize(ctx context.Context, ino uint64) (uint64, error) {
+	a, err := s.meta.GetAttr(ctx, meta.Ino(ino))
+	if err != nil {
+		return 0, err
+	}
+	return a.Size, nil
+}
 
 // recallFile sends CB_LAYOUTRECALL for file to every holder and reports
 // whether the layouts are gone. Callers of conflicting operations answer

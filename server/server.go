@@ -140,7 +140,7 @@ func New(cfg Config) (*Server, error) {
 		m.Close()
 		return nil, fmt.Errorf("server: filehandle secret: %w", err)
 	}
-	s.fh = fhCodec{secret: secret}
+	s.fh = newFHCodec(secret)
 	s.owner = append([]byte("shoal:"), secret[:8]...)
 	s.scope = []byte("shoal")
 	fillWriteVerf(s)

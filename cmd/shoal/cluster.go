@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/localcluster"
 	"github.com/shoalfs/shoal/server"
 )
@@ -33,6 +34,8 @@ func newMDSCmd() *cobra.Command {
 		lease        time.Duration
 		noRootSquash bool
 		metrics      string
+		secretFile   string
+		downAfter    time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "mds",
@@ -50,13 +53,16 @@ func newMDSCmd() *cobra.Command {
 			}
 			m, err := localcluster.StartMDS(localcluster.MDSConfig{
 				Listen: listen, Dir: dir, MetaURL: metaURL, StripeUnit: unit, Lease: lease,
+				JoinSecretFile: secretFile, DownAfter: downAfter,
 				Exports: exportsFor(noRootSquash), Logger: slog.Default(), Metrics: registerer(reg),
 			})
 			if err != nil {
 				return err
 			}
 			slog.Info("shoal mds ready", "listen", m.Addr.String(), "dir", dir, "meta", metaURL,
-				"ds", fmt.Sprintf("shoal ds --mds %s --listen HOST:PORT --dir DIR", m.Addr))
+				"cluster_id", fmt.Sprintf("%x", m.Registry.ClusterID()), "join_secret_file", m.JoinSecretFile,
+				"ds", fmt.Sprintf("shoal ds --mds %s --join-secret-file %s --listen HOST:PORT --dir DIR", m.Addr, m.JoinSecretFile),
+				"admin", fmt.Sprintf("shoal admin status --mds %s --join-secret-file %s", m.Addr, m.JoinSecretFile))
 			<-cmd.Context().Done()
 			slog.Info("shutting down")
 			return m.Close()
@@ -69,29 +75,35 @@ func newMDSCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time")
 	cmd.Flags().BoolVar(&noRootSquash, "no-root-squash", false, "do not map root to the anonymous user")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9101)")
+	cmd.Flags().StringVar(&secretFile, "join-secret-file", "", "the cluster's join secret, created on first start (default DIR/"+localcluster.JoinSecretName+"); copy it to every data server")
+	cmd.Flags().DurationVar(&downAfter, "ds-down-after", cluster.DefaultDownAfter, "how long a data server may be out of service before I/O on its stripes fails with EIO instead of being retried")
 	return cmd
 }
 
 func newDSCmd() *cobra.Command {
-	var listen, dir, mds, advertise, metrics string
+	var listen, dir, mds, advertise, metrics, secretFile string
 	cmd := &cobra.Command{
 		Use:   "ds",
 		Short: "Run a pNFS data server for a Shoal metadata server",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if dir == "" || mds == "" {
-				return fmt.Errorf("--dir and --mds are required")
+			if dir == "" || mds == "" || secretFile == "" {
+				return fmt.Errorf("--dir, --mds and --join-secret-file are required")
+			}
+			secret, err := cluster.ReadJoinSecret(secretFile)
+			if err != nil {
+				return err
 			}
 			reg, err := startMetrics(metrics)
 			if err != nil {
 				return err
 			}
 			d, err := localcluster.StartDS(cmd.Context(), localcluster.DSConfig{
-				Listen: listen, Dir: dir, MDS: mds, Advertise: advertise, Logger: slog.Default(), Metrics: registerer(reg),
+				Listen: listen, Dir: dir, MDS: mds, JoinSecret: secret, Advertise: advertise, Logger: slog.Default(), Metrics: registerer(reg),
 			})
 			if err != nil {
 				return err
 			}
-			slog.Info("shoal ds ready", "listen", d.Addr.String(), "index", d.Agent.Index(), "mds", mds)
+			slog.Info("shoal ds ready", "listen", d.Addr.String(), "id", d.Agent.ID(), "mds", mds)
 			<-cmd.Context().Done()
 			slog.Info("shutting down")
 			return d.Close()
@@ -100,6 +112,7 @@ func newDSCmd() *cobra.Command {
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address for NFS clients")
 	cmd.Flags().StringVar(&dir, "dir", "", "data directory")
 	cmd.Flags().StringVar(&mds, "mds", "", "metadata server address host:port")
+	cmd.Flags().StringVar(&secretFile, "join-secret-file", "", "the cluster's join secret: a copy of the MDS's "+localcluster.JoinSecretName+" file")
 	cmd.Flags().StringVar(&advertise, "advertise", "", "address clients use to reach this data server (default: --listen)")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address")
 	return cmd

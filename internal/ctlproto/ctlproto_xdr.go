@@ -8,7 +8,7 @@ import (
 	"github.com/shoalfs/shoal/internal/xdr"
 )
 
-const CTL_VERSION = 2
+const CTL_VERSION = 3
 
 const CTL_MAX_ID = 255
 
@@ -26,7 +26,13 @@ const CTL_STATEID_SIZE = 16
 
 const CTL_VERIFIER_SIZE = 8
 
-const CTL_NO_INDEX = -1
+const CTL_CLUSTER_ID_SIZE = 16
+
+const CTL_MAX_COMMAND = 64
+
+const CTL_MAX_MESSAGE = 4096
+
+const CTL_MAX_REQUEST = 65536
 
 // CtlStatus is the XDR enum ctl_status.
 type CtlStatus int32
@@ -41,7 +47,7 @@ const (
 	CTL_ERR_INVAL         CtlStatus = 6
 	CTL_ERR_NOTREG        CtlStatus = 7
 	CTL_ERR_AUTH          CtlStatus = 8
-	CTL_ERR_DRAINED       CtlStatus = 9
+	CTL_ERR_REMOVED       CtlStatus = 9
 	CTL_ERR_BAD_STATEID   CtlStatus = 10
 	CTL_ERR_OLD_STATEID   CtlStatus = 11
 	CTL_ERR_STALE_STATEID CtlStatus = 12
@@ -51,6 +57,8 @@ const (
 	CTL_ERR_NOSPC         CtlStatus = 16
 	CTL_ERR_FBIG          CtlStatus = 17
 	CTL_ERR_FULL          CtlStatus = 18
+	CTL_ERR_WRONG_CLUSTER CtlStatus = 19
+	CTL_ERR_BUSY          CtlStatus = 20
 )
 
 // String returns the XDR name of v.
@@ -74,8 +82,8 @@ func (v CtlStatus) String() string {
 		return "CTL_ERR_NOTREG"
 	case CTL_ERR_AUTH:
 		return "CTL_ERR_AUTH"
-	case CTL_ERR_DRAINED:
-		return "CTL_ERR_DRAINED"
+	case CTL_ERR_REMOVED:
+		return "CTL_ERR_REMOVED"
 	case CTL_ERR_BAD_STATEID:
 		return "CTL_ERR_BAD_STATEID"
 	case CTL_ERR_OLD_STATEID:
@@ -94,6 +102,10 @@ func (v CtlStatus) String() string {
 		return "CTL_ERR_FBIG"
 	case CTL_ERR_FULL:
 		return "CTL_ERR_FULL"
+	case CTL_ERR_WRONG_CLUSTER:
+		return "CTL_ERR_WRONG_CLUSTER"
+	case CTL_ERR_BUSY:
+		return "CTL_ERR_BUSY"
 	}
 	return "CtlStatus(" + strconv.FormatInt(int64(v), 10) + ")"
 }
@@ -112,20 +124,21 @@ type CtlStateid = [CTL_STATEID_SIZE]byte
 
 // CtlRegisterArgs is the XDR struct ctl_register_args.
 type CtlRegisterArgs struct {
-	Revision       uint32
-	Token          []byte
-	DsId           string
-	Addrs          []CtlAddr
-	Capacity       uint64
-	Free           uint64
-	PreferredIndex int32
-	BootVerifier   CtlVerifier
+	Revision     uint32
+	Token        []byte
+	ClusterId    []byte
+	DsId         string
+	Addrs        []CtlAddr
+	Capacity     uint64
+	Free         uint64
+	BootVerifier CtlVerifier
 }
 
 // EncodeXDR implements xdr.Marshaler.
 func (v *CtlRegisterArgs) EncodeXDR(e *xdr.Encoder) {
 	e.Uint32(v.Revision)
 	e.Opaque(v.Token)
+	e.Opaque(v.ClusterId)
 	e.String(v.DsId)
 	e.Uint32(uint32(len(v.Addrs)))
 	for i0 := range v.Addrs {
@@ -133,7 +146,6 @@ func (v *CtlRegisterArgs) EncodeXDR(e *xdr.Encoder) {
 	}
 	e.Uint64(v.Capacity)
 	e.Uint64(v.Free)
-	e.Int32(v.PreferredIndex)
 	e.FixedOpaque(v.BootVerifier[:])
 }
 
@@ -141,6 +153,7 @@ func (v *CtlRegisterArgs) EncodeXDR(e *xdr.Encoder) {
 func (v *CtlRegisterArgs) DecodeXDR(d *xdr.Decoder) {
 	v.Revision = d.Uint32()
 	v.Token = d.Opaque(CTL_MAX_TOKEN)
+	v.ClusterId = d.Opaque(CTL_CLUSTER_ID_SIZE)
 	v.DsId = d.String(CTL_MAX_ID)
 	if n0 := d.ArrayLen(CTL_MAX_ADDRS, 4); n0 > 0 {
 		v.Addrs = make([]CtlAddr, n0)
@@ -155,14 +168,13 @@ func (v *CtlRegisterArgs) DecodeXDR(d *xdr.Decoder) {
 	}
 	v.Capacity = d.Uint64()
 	v.Free = d.Uint64()
-	v.PreferredIndex = d.Int32()
 	copy(v.BootVerifier[:], d.FixedOpaque(CTL_VERIFIER_SIZE))
 }
 
 // CtlRegisterOk is the XDR struct ctl_register_ok.
 type CtlRegisterOk struct {
-	Secret       []byte
-	Index        uint32
+	DataKey      []byte
+	ClusterId    []byte
 	HeartbeatMs  uint32
 	MissedBeats  uint32
 	Registration uint64
@@ -171,8 +183,8 @@ type CtlRegisterOk struct {
 
 // EncodeXDR implements xdr.Marshaler.
 func (v *CtlRegisterOk) EncodeXDR(e *xdr.Encoder) {
-	e.Opaque(v.Secret)
-	e.Uint32(v.Index)
+	e.Opaque(v.DataKey)
+	e.Opaque(v.ClusterId)
 	e.Uint32(v.HeartbeatMs)
 	e.Uint32(v.MissedBeats)
 	e.Uint64(v.Registration)
@@ -184,8 +196,8 @@ func (v *CtlRegisterOk) EncodeXDR(e *xdr.Encoder) {
 
 // DecodeXDR implements xdr.Unmarshaler.
 func (v *CtlRegisterOk) DecodeXDR(d *xdr.Decoder) {
-	v.Secret = d.Opaque(CTL_MAX_SECRET)
-	v.Index = d.Uint32()
+	v.DataKey = d.Opaque(CTL_MAX_SECRET)
+	v.ClusterId = d.Opaque(CTL_CLUSTER_ID_SIZE)
 	v.HeartbeatMs = d.Uint32()
 	v.MissedBeats = d.Uint32()
 	v.Registration = d.Uint64()
@@ -615,6 +627,48 @@ func (v *CtlClientArgs) DecodeXDR(d *xdr.Decoder) {
 	v.Clientid = d.Uint64()
 }
 
+// CtlAdminArgs is the XDR struct ctl_admin_args.
+type CtlAdminArgs struct {
+	Token   []byte
+	Command string
+	Request []byte
+}
+
+// EncodeXDR implements xdr.Marshaler.
+func (v *CtlAdminArgs) EncodeXDR(e *xdr.Encoder) {
+	e.Opaque(v.Token)
+	e.String(v.Command)
+	e.Opaque(v.Request)
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlAdminArgs) DecodeXDR(d *xdr.Decoder) {
+	v.Token = d.Opaque(CTL_MAX_TOKEN)
+	v.Command = d.String(CTL_MAX_COMMAND)
+	v.Request = d.Opaque(CTL_MAX_REQUEST)
+}
+
+// CtlAdminRes is the XDR struct ctl_admin_res.
+type CtlAdminRes struct {
+	Status  CtlStatus
+	Message string
+	Body    []byte
+}
+
+// EncodeXDR implements xdr.Marshaler.
+func (v *CtlAdminRes) EncodeXDR(e *xdr.Encoder) {
+	e.Int32(int32(v.Status))
+	e.String(v.Message)
+	e.OpaqueRef(v.Body)
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlAdminRes) DecodeXDR(d *xdr.Decoder) {
+	v.Status = CtlStatus(d.Int32())
+	v.Message = d.String(CTL_MAX_MESSAGE)
+	v.Body = d.Opaque(0)
+}
+
 // Program SHOAL_CONTROL and its version and procedure numbers.
 const (
 	SHOAL_CONTROL         = 0x2E5A0001
@@ -630,6 +684,8 @@ const (
 	CTLPROC_OBJ_REMOVE    = 8
 	CTLPROC_FENCE         = 9
 	CTLPROC_UNFENCE       = 10
-	CTLPROC_DRAIN         = 11
+	CTLPROC_RETIRE        = 11
 	CTLPROC_OBJ_GETSIZE   = 12
+	CTLPROC_FILE_SIZE     = 13
+	CTLPROC_ADMIN         = 14
 )

@@ -1,0 +1,138 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"sync"
+)
+
+// Files-layout devices. A layout names a device, and the device lists the
+// data servers of stripe indexes 0..n-1 (RFC 8881 §13.3). Shoal's device
+// for a file is its stripe map's list of data servers, so files with the
+// same list share a device. A device id is
+//
+//	[0:8]   FNV-64a of the ordered data-server ids
+//	[8:12]  a random number drawn when the MDS starts
+//	[12:16] the registry generation when the id was made
+//
+// so an id from an earlier MDS boot, or from before a data server joined,
+// left or moved, is unknown (GETDEVICEINFO answers NFS4ERR_NOENT and the
+// client asks for a new layout), and addresses a client caches are never
+// those of another membership.
+type devices struct {
+	r    *Registry
+	boot uint32
+
+	mu    sync.Mutex
+	lists map[uint64][]string // hash -> ordered ids
+}
+
+func newDevices(r *Registry) *devices {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return &devices{r: r, boot: binary.BigEndian.Uint32(b[:]), lists: map[uint64][]string{}}
+}
+
+func hashIDs(ids []string) uint64 {
+	h := fnv.New64a()
+	for _, id := range ids {
+		h.Write([]byte(id))
+		h.Write([]byte{0})
+	}
+	return h.Sum64()
+}
+
+// id returns the device id of the ordered data-server list ids.
+func (d *devices) id(ids []string) [16]byte {
+	h := hashIDs(ids)
+	d.mu.Lock()
+	if _, ok := d.lists[h]; !ok {
+		d.lists[h] = slices.Clone(ids)
+	}
+	d.mu.Unlock()
+	var out [16]byte
+	binary.BigEndian.PutUint64(out[:8], h)
+	binary.BigEndian.PutUint32(out[8:12], d.boot)
+	binary.BigEndian.PutUint32(out[12:], uint32(d.r.Generation()))
+	return out
+}
+
+// addrs returns the addresses of device id's data servers, by stripe
+// index; ok is false for an id that is not current.
+func (d *devices) addrs(id [16]byte) ([][]string, bool) {
+	if binary.BigEndian.Uint32(id[8:12]) != d.boot || binary.BigEndian.Uint32(id[12:]) != uint32(d.r.Generation()) {
+		return nil, false
+	}
+	d.mu.Lock()
+	ids, ok := d.lists[binary.BigEndian.Uint64(id[:8])]
+	d.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	out := make([][]string, len(ids))
+	for i, dsID := range ids {
+		ds, known := d.r.DataServer(dsID)
+		if !known || len(ds.Addrs) == 0 {
+			return nil, false
+		}
+		out[i] = ds.Addrs
+	}
+	return out, true
+}
+
+// all returns the ids of every device handed out, current generation.
+func (d *devices) all() [][16]byte {
+	d.mu.Lock()
+	lists := make([][]string, 0, len(d.lists))
+	for _, ids := range d.lists {
+		lists = append(lists, ids)
+	}
+	d.mu.Unlock()
+	out := make([][16]byte, 0, len(lists))
+	for _, ids := range lists {
+		out = append(out, d.id(ids))
+	}
+	return out
+}
+
+// FileLayout is a file's files layout for LAYOUTGET.
+type FileLayout struct {
+	Device [16]byte
+	First  uint32 // nfl_first_stripe_index
+	Unit   uint64
+	Count  uint32 // stripe count: the device's data servers
+}
+
+// Layout returns file ino's files layout, placing its data first if it has
+// no stripe map. If a data server of the map is out of service the file
+// gets no layout (an error wrapping ErrUnavailable, or ErrDataServerDown):
+// clients then do their I/O through the MDS, which serves the stripes that
+// are reachable and fails the others clearly.
+func (s *Striped) Layout(ctx context.Context, ino uint64) (FileLayout, error) {
+	m, err := s.Place(ctx, ino)
+	if err != nil {
+		return FileLayout{}, err
+	}
+	for _, id := range m.DataServers {
+		ds, ok := s.r.DataServer(id)
+		if !ok || !ds.Up {
+			if _, err := s.r.conn(id); err != nil {
+				return FileLayout{}, fmt.Errorf("cluster: layout of ino %d: %w", ino, err)
+			}
+			return FileLayout{}, fmt.Errorf("cluster: layout of ino %d: data server %s: %w", ino, id, ErrUnavailable)
+		}
+	}
+	return FileLayout{Device: s.devices.id(m.DataServers), First: m.First, Unit: m.Unit, Count: uint32(len(m.DataServers))}, nil
+}
+
+// Device returns the addresses of device id's data servers by stripe
+// index (GETDEVICEINFO); ok is false for an unknown or outdated id.
+func (s *Striped) Device(id [16]byte) ([][]string, bool) { return s.devices.addrs(id) }
+
+// Devices returns the current ids of every device handed out
+// (GETDEVICELIST).
+func (s *Striped) Devices() [][16]byte { return s.devices.all() }
