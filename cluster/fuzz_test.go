@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"testing"
@@ -20,7 +21,9 @@ func FuzzControlCall(f *testing.F) {
 		proc uint32
 		args xdr.Marshaler
 	}{
-		{ctlproto.CTLPROC_REGISTER, &ctlproto.CtlRegisterArgs{Revision: ctlproto.CTL_VERSION, DsId: "ds", Addrs: []string{"a:1"}, PreferredIndex: 2}},
+		{ctlproto.CTLPROC_REGISTER, &ctlproto.CtlRegisterArgs{Revision: ctlproto.CTL_VERSION, Token: testSecret, DsId: "ds", Addrs: []string{"a:1"}}},
+		{ctlproto.CTLPROC_REGISTER, &ctlproto.CtlRegisterArgs{Revision: ctlproto.CTL_VERSION, Token: testSecret,
+			ClusterId: bytes.Repeat([]byte{1}, ctlproto.CTL_CLUSTER_ID_SIZE), DsId: "other-cluster", Addrs: []string{"a:1"}}},
 		{ctlproto.CTLPROC_HEARTBEAT, &ctlproto.CtlHeartbeatArgs{Registration: 1}},
 		{ctlproto.CTLPROC_CHECK_STATEID, &ctlproto.CtlCheckStateidArgs{Ino: 1, Stateid: sidBytes, Write: true}},
 		{ctlproto.CTLPROC_OBJ_READ, &ctlproto.CtlReadArgs{Ino: 1, Offset: 10, Count: 100}},
@@ -31,23 +34,26 @@ func FuzzControlCall(f *testing.F) {
 		{ctlproto.CTLPROC_FENCE, &ctlproto.CtlClientArgs{Clientid: 4}},
 		{ctlproto.CTLPROC_UNFENCE, &ctlproto.CtlClientArgs{Clientid: 4}},
 		{ctlproto.CTLPROC_OBJ_GETSIZE, &ctlproto.CtlInoArgs{Ino: 1}},
+		{ctlproto.CTLPROC_FILE_SIZE, &ctlproto.CtlInoArgs{Ino: 1}},
+		{ctlproto.CTLPROC_ADMIN, &ctlproto.CtlAdminArgs{Token: testSecret, Command: "status", Request: []byte("{}")}},
+		{ctlproto.CTLPROC_ADMIN, &ctlproto.CtlAdminArgs{Token: []byte("wrong"), Command: "drain", Request: []byte(`{"id":"ds"}`)}},
 	}
 	for _, s := range seeds {
 		f.Add(s.proc, xdr.Marshal(s.args))
 	}
-	f.Add(uint32(ctlproto.CTLPROC_DRAIN), []byte{})
+	f.Add(uint32(ctlproto.CTLPROC_RETIRE), []byte{})
 	f.Add(uint32(ctlproto.CTLPROC_OBJ_WRITE), []byte{0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff})
 
 	checker := newFakeChecker()
-	reg := NewRegistry(RegistryConfig{Secret: []byte("s"), CheckStateid: checker.check})
-	defer reg.Close()
+	reg := newTestRegistry(f, RegistryConfig{DataKey: testDataKey, JoinSecret: testSecret, CheckStateid: checker.check,
+		FileSize: func(context.Context, uint64) (uint64, error) { return 10, nil }})
 	st, err := store.NewLocal(f.TempDir(), store.LocalOptions{})
 	if err != nil {
 		f.Fatal(err)
 	}
 	defer st.Close()
-	a := &Agent{cfg: AgentConfig{ID: "fuzz", Store: st}, log: discardLogger(), index: -1, ttl: stateidTTL,
-		fenced: map[uint64]struct{}{}, cache: map[cacheKey]cacheEntry{}, drainedCh: make(chan struct{})}
+	a := newBareAgent(AgentConfig{ID: "fuzz", Store: st})
+	defer a.cancel()
 	p1, p2 := net.Pipe()
 	defer p2.Close()
 	conn := rpc.NewConn(p1, nil, rpc.ConnConfig{})

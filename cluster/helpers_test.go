@@ -7,12 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/shoalfs/shoal/internal/rpc"
+	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -55,8 +57,68 @@ func (f *fakeChecker) set(sid [16]byte, client uint64, err error) {
 	f.valid[sid] = client
 }
 
+// testSecret is the join secret of the test registries; their agents
+// present it.
+var testSecret = []byte("test-join-secret")
+
+// testDataKey is the data filehandle key the test registries hand out.
+var testDataKey = []byte("test-data-key")
+
+// testClock is a registry clock that runs with the real one, shifted by
+// an offset the test sets: it ages an out-of-service data server past
+// DownAfter without waiting.
+type testClock struct{ offset atomic.Int64 }
+
+func (c *testClock) now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+// advance moves the clock d forward.
+func (c *testClock) advance(d time.Duration) { c.offset.Add(int64(d)) }
+
+// metaRecord keeps a registry's record in a metadata engine, as the MDS
+// does, so it survives a registry restart.
+type metaRecord struct{ e meta.Engine }
+
+func (r metaRecord) Load(ctx context.Context) ([]byte, error) {
+	b, err := r.e.GetConfig(ctx, "cluster/registry")
+	if errors.Is(err, meta.ErrNotFound) {
+		return nil, nil
+	}
+	return b, err
+}
+
+func (r metaRecord) Save(ctx context.Context, b []byte) error {
+	return r.e.PutConfig(ctx, "cluster/registry", b)
+}
+
+// newMeta opens a metadata engine on a temporary directory; it holds the
+// stripe maps (and the registry record) of a test cluster.
+func newMeta(t testing.TB) meta.Engine {
+	t.Helper()
+	e, err := meta.OpenBolt(filepath.Join(t.TempDir(), "meta.db"), meta.BoltOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+var fileSeq atomic.Uint64
+
+// newFile creates a regular file in e and returns its inode number: stripe
+// maps are kept for regular files only.
+func newFile(t testing.TB, e meta.Engine) uint64 {
+	t.Helper()
+	nd, _, err := e.Create(context.Background(), meta.RootIno, fmt.Sprintf("f%d", fileSeq.Add(1)),
+		meta.CreateArgs{Type: meta.TypeRegular, Mode: 0o644}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint64(nd.Ino)
+}
+
 // testCluster is a registry listening on 127.0.0.1 and n agents, each with
-// its own store.Local.
+// its own store.Local, and a metadata engine for stripe maps and the
+// registry's record.
 type testCluster struct {
 	t       testing.TB
 	reg     *Registry
@@ -66,9 +128,10 @@ type testCluster struct {
 	events  chan Event
 	agents  []*Agent
 	stores  []*store.Local
+	meta    meta.Engine
 
-	width     int    // RegistryConfig.Width
-	stateFile string // OpenRegistry if set
+	clock    *testClock                                         // the registry's clock, if set
+	fileSize func(ctx context.Context, ino uint64) (uint64, error) // RegistryConfig.FileSize, if set
 }
 
 // testMissedBeats is the liveness window of the test registries, in
@@ -79,12 +142,24 @@ const testMissedBeats = 200
 
 func testRegistryConfig(c *fakeChecker) RegistryConfig {
 	return RegistryConfig{
-		Secret:            []byte("cluster-secret"),
-		JoinToken:         []byte("join"),
+		DataKey:           testDataKey,
+		JoinSecret:        testSecret,
 		HeartbeatInterval: 100 * time.Millisecond,
 		MissedBeats:       testMissedBeats,
 		CheckStateid:      c.check,
 	}
+}
+
+// newTestRegistry is NewRegistry failing the test on error, closed at the
+// end of the test.
+func newTestRegistry(t testing.TB, cfg RegistryConfig) *Registry {
+	t.Helper()
+	r, err := NewRegistry(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	return r
 }
 
 func newCluster(t testing.TB, n int) *testCluster {
@@ -92,11 +167,12 @@ func newCluster(t testing.TB, n int) *testCluster {
 	return newClusterWith(t, n, &testCluster{})
 }
 
-// newClusterWith starts a cluster configured by the width and stateFile
-// of tc.
+// newClusterWith starts a cluster configured by the clock and fileSize of
+// tc. Agent i is named dsi and joins i-th, so it is i-th in Placement.
 func newClusterWith(t testing.TB, n int, tc *testCluster) *testCluster {
 	t.Helper()
 	tc.t, tc.checker, tc.events = t, newFakeChecker(), make(chan Event, 1000)
+	tc.meta = newMeta(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -113,7 +189,7 @@ func newClusterWith(t testing.TB, n int, tc *testCluster) *testCluster {
 		}
 	})
 	// Stores are slow to create (256 directories each): make them in
-	// parallel, then register in order so that agent i gets index i.
+	// parallel, then register in order so that Placement is ds0..dsn-1.
 	stores := make([]*store.Local, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -134,21 +210,34 @@ func newClusterWith(t testing.TB, n int, tc *testCluster) *testCluster {
 	return tc
 }
 
+// startRegistry starts a registry on ln keeping its record in tc.meta, so
+// a registry started again is the same cluster.
 func (tc *testCluster) startRegistry(ln net.Listener) {
+	tc.t.Helper()
 	cfg := testRegistryConfig(tc.checker)
-	cfg.Width = tc.width
-	if tc.stateFile == "" {
-		tc.reg = NewRegistry(cfg)
-	} else {
-		var err error
-		if tc.reg, err = OpenRegistry(cfg, tc.stateFile); err != nil {
-			tc.t.Fatal(err)
-		}
+	cfg.Store = metaRecord{tc.meta}
+	cfg.FileSize = tc.fileSize
+	if tc.clock != nil {
+		cfg.now = tc.clock.now
+	}
+	var err error
+	if tc.reg, err = NewRegistry(context.Background(), cfg); err != nil {
+		ln.Close()
+		tc.t.Fatal(err)
 	}
 	tc.reg.Subscribe(func(ev Event) { tc.events <- ev })
 	tc.serveCh = make(chan error, 1)
 	reg := tc.reg
 	go func() { tc.serveCh <- reg.Serve(ln) }()
+}
+
+// striped returns a Striped over tc's registry keeping its maps in tc.meta.
+func (tc *testCluster) striped(unit uint64) *Striped { return NewStriped(tc.reg, tc.meta, unit) }
+
+// newFile creates a regular file in tc.meta.
+func (tc *testCluster) newFile() uint64 {
+	tc.t.Helper()
+	return newFile(tc.t, tc.meta)
 }
 
 func (tc *testCluster) addAgent(id string) *Agent {
@@ -160,37 +249,59 @@ func (tc *testCluster) addAgent(id string) *Agent {
 	return tc.startAgent(id, st)
 }
 
+// agentConfig is the configuration of a test agent named id on st.
+func (tc *testCluster) agentConfig(id string, st store.Backend) AgentConfig {
+	return AgentConfig{
+		MDS:        tc.addr,
+		ID:         id,
+		Addrs:      []string{"127.0.0.1:2049"},
+		Store:      st,
+		JoinSecret: testSecret,
+		Capacity:   func() (uint64, uint64) { return 1 << 40, 1 << 39 },
+		Logger:     discardLogger(),
+	}
+}
+
 func (tc *testCluster) startAgent(id string, st *store.Local) *Agent {
+	tc.t.Helper()
+	return tc.startAgentWith(tc.agentConfig(id, st), st)
+}
+
+// startAgentWith starts an agent on cfg, whose Store is st.
+func (tc *testCluster) startAgentWith(cfg AgentConfig, st *store.Local) *Agent {
 	tc.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 	defer cancel()
-	a, err := StartAgent(ctx, AgentConfig{
-		MDS:       tc.addr,
-		ID:        id,
-		Addrs:     []string{"127.0.0.1:2049"},
-		Store:     st,
-		JoinToken: []byte("join"),
-		Capacity:  func() (uint64, uint64) { return 1 << 40, 1 << 39 },
-	})
+	a, err := StartAgent(ctx, cfg)
 	if err != nil {
 		st.Close()
-		tc.t.Fatalf("StartAgent %s: %v", id, err)
+		tc.t.Fatalf("StartAgent %s: %v", cfg.ID, err)
 	}
 	tc.agents = append(tc.agents, a)
 	tc.stores = append(tc.stores, st)
 	return a
 }
 
-// agentAt returns the agent (and its store) holding stripe index i.
-func (tc *testCluster) agentAt(i int) (*Agent, *store.Local) {
+// agent returns the (last started) agent of data server id and its store.
+func (tc *testCluster) agent(id string) (*Agent, *store.Local) {
 	tc.t.Helper()
-	for j, a := range tc.agents {
-		if a.Index() == i {
-			return a, tc.stores[j]
+	for j := len(tc.agents) - 1; j >= 0; j-- {
+		if tc.agents[j].ID() == id {
+			return tc.agents[j], tc.stores[j]
 		}
 	}
-	tc.t.Fatalf("no agent has index %d", i)
+	tc.t.Fatalf("no agent is data server %q", id)
 	return nil, nil
+}
+
+// stripeMap returns ino's stripe map, which must exist.
+func stripeMap(t testing.TB, s *Striped, ino uint64) meta.StripeMap {
+	t.Helper()
+	m, ok, err := s.Map(context.Background(), ino)
+	if err != nil || !ok {
+		t.Fatalf("stripe map of ino %d: %v, %v", ino, ok, err)
+	}
+	return m
 }
 
 // nextEvent waits for an event matching kind and id, skipping others.
@@ -241,6 +352,16 @@ func (tc *testCluster) newStore() *store.Local {
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
+// newBareAgent returns an agent for data server id that is not started:
+// no registration, heartbeat loop or serving until the test says so.
+func newBareAgent(cfg AgentConfig) *Agent {
+	a := &Agent{cfg: cfg, log: discardLogger(), ttl: stateidTTL, clusterID: cfg.ClusterID,
+		fenced: map[uint64]struct{}{}, cache: map[cacheKey]cacheEntry{},
+		done: make(chan struct{}), removedCh: make(chan struct{})}
+	a.ctx, a.cancel = context.WithCancel(context.Background())
+	return a
+}
+
 // registerBareAgent registers a DS named id with the MDS at mds and runs
 // nothing else: no heartbeat loop, no serving, so the test decides when
 // (or whether) the DS speaks again. stop closes the control connection and
@@ -249,10 +370,7 @@ func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 func registerBareAgent(t *testing.T, mds, id string) (a *Agent, stop func()) {
 	t.Helper()
 	tc := &testCluster{t: t}
-	a = &Agent{cfg: AgentConfig{MDS: mds, ID: id, Store: tc.newStore(), JoinToken: []byte("join")},
-		index: -1, fenced: map[uint64]struct{}{}, cache: map[cacheKey]cacheEntry{}, drainedCh: make(chan struct{})}
-	a.log = discardLogger()
-	a.ctx, a.cancel = context.WithCancel(context.Background())
+	a = newBareAgent(AgentConfig{MDS: mds, ID: id, Store: tc.newStore(), JoinSecret: testSecret})
 	if err := a.connect(context.Background()); err != nil {
 		a.cancel()
 		t.Fatal(err)

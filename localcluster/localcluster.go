@@ -70,6 +70,7 @@ type MDS struct {
 	Server   *server.Server
 	Registry *cluster.Registry
 	Striped  *cluster.Striped
+	Admin    *cluster.Admin
 	// JoinSecretFile is the file data servers and `shoal admin` read the
 	// join secret from.
 	JoinSecretFile string
@@ -237,6 +238,19 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 	}
 	m.Striped = cluster.NewStriped(m.Registry, srv.Meta(), cfg.StripeUnit)
 	ds.reg, ds.striped = m.Registry, m.Striped
+	m.Admin = cluster.NewAdmin(cluster.AdminConfig{
+		Registry: m.Registry, Striped: m.Striped, Hold: srv.HoldLayouts, FileSize: srv.FileSize,
+		Logger: cfg.Logger.With("role", "admin"),
+	})
+	m.Registry.SetAdmin(m.Admin)
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(cluster.NewCollector(m.Admin)); err != nil {
+			m.Admin.Close()
+			m.Registry.Close()
+			srv.Close()
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
 	m.Server = srv
 	m.ln, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -251,6 +265,7 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 
 // Close stops the metadata server and its registry.
 func (m *MDS) Close() error {
+	m.Admin.Close()
 	err := m.Server.Close()
 	m.Registry.Close()
 	return err

@@ -213,6 +213,7 @@ func TestDataServerPutFHKey(t *testing.T) {
 	dsrv, err := NewDataServer(Config{Dir: t.TempDir(), Logger: mds.cfg.Logger}, DataServerConfig{
 		Secret:       func() []byte { return dataKey },
 		CheckStateid: func(context.Context, uint64, [16]byte, bool) error { return nil },
+		FileSize:     func(context.Context, uint64) (uint64, error) { return 0, nil },
 	})
 	if err != nil {
 		t.Fatal(err)

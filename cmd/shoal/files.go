@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"net"
 	"net/url"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shoalfs/shoal/client"
+	"github.com/shoalfs/shoal/internal/nfs4"
 )
 
 // File commands work on nfs://host[:port]/path URLs. Each opens its own
@@ -112,11 +114,18 @@ func fileErr(op, target string, err error) error {
 
 func reason(err error) string {
 	var se *client.StatusError
-	if errors.As(err, &se) {
-		if errno := se.Errno(); errno != 0 {
-			return errno.Error()
+	var de *client.DataServerError
+	if errors.As(err, &de) {
+		// Which data server failed, how, and what the metadata server
+		// said (in words) when the I/O was redone through it.
+		msg := de.Error()
+		if errors.As(de.Err, &se) {
+			msg = strings.Replace(msg, se.Error(), statusWords(se), 1)
 		}
-		return strings.ToLower(strings.TrimPrefix(se.NFSStatus.String(), "NFS4ERR_"))
+		return msg
+	}
+	if errors.As(err, &se) {
+		return statusWords(se)
 	}
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
@@ -133,6 +142,17 @@ func reason(err error) string {
 		return "server restarted during the transfer; data may be lost"
 	}
 	return err.Error()
+}
+
+// statusWords is an NFS status in words: its errno's text, else its name.
+func statusWords(se *client.StatusError) string {
+	if errno := se.Errno(); errno != 0 {
+		return errno.Error()
+	}
+	if se.NFSStatus == nfs4.NFS4ERR_DELAY {
+		return "server busy, try again later (NFS4ERR_DELAY)"
+	}
+	return strings.ToLower(strings.TrimPrefix(se.NFSStatus.String(), "NFS4ERR_"))
 }
 
 // withClient parses urls (which must all name one server), connects, and
@@ -261,6 +281,67 @@ func newStatCmd() *cobra.Command {
 type readerOnly struct{ io.Reader }
 type writerOnly struct{ io.Writer }
 
+// fileReader reads a File from the start with ctx, so that an interrupt
+// stops the READs in flight.
+type fileReader struct {
+	ctx context.Context
+	f   *client.File
+	off int64
+}
+
+func (r *fileReader) Read(p []byte) (int, error) {
+	n, err := r.f.ReadAtContext(r.ctx, p, r.off)
+	r.off += int64(n)
+	if err == io.EOF && n > 0 {
+		err = nil
+	}
+	return n, err
+}
+
+// writeLocal makes the local file path hold what fill writes, atomically:
+// fill writes a new file beside it, which is synced and renamed over path
+// once complete. If fill or anything else fails, the new file is removed
+// and path is left as it was (absent, or with its old contents), so a
+// failed copy never leaves a file that looks complete. A symlink at path
+// is followed, so its target receives the data, as with O_TRUNC. perm is
+// the new file's permission bits, before the umask.
+func writeLocal(path string, perm fs.FileMode, fill func(w io.Writer) error) (err error) {
+	if target, lerr := filepath.EvalSymlinks(path); lerr == nil {
+		path = target
+	}
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	var tmp *os.File
+	for range 100 {
+		name := filepath.Join(dir, fmt.Sprintf(".%s.shoal-get-%08x", base, rand.Uint32()))
+		tmp, err = os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+		if !errors.Is(err, fs.ErrExist) {
+			break
+		}
+	}
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err := fill(tmp); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
 func newCatCmd() *cobra.Command {
 	var ff fileFlags
 	cmd := &cobra.Command{
@@ -275,7 +356,7 @@ func newCatCmd() *cobra.Command {
 					if err != nil {
 						return fileErr("cat", u.raw, err)
 					}
-					_, err = io.CopyBuffer(writerOnly{cmd.OutOrStdout()}, readerOnly{f}, buf)
+					_, err = io.CopyBuffer(writerOnly{cmd.OutOrStdout()}, readerOnly{&fileReader{ctx: ctx, f: f}}, buf)
 					f.Close()
 					if err != nil {
 						return fileErr("cat", u.raw, err)
@@ -337,8 +418,18 @@ func newPutCmd() *cobra.Command {
 func newGetCmd() *cobra.Command {
 	var ff fileFlags
 	cmd := &cobra.Command{
-		Use:     "get URL LOCAL",
-		Short:   "Copy a file from an NFS server to a local file",
+		Use:   "get URL LOCAL",
+		Short: "Copy a file from an NFS server to a local file",
+		Long: `Copy the file at URL to LOCAL (or into LOCAL, if it is a directory).
+
+The file is written under a temporary name beside LOCAL (.NAME.shoal-get-*)
+and renamed to LOCAL once complete, so a failed or interrupted get leaves
+no file behind, nor a partial one: an existing LOCAL keeps its contents.
+
+With pNFS, a data server that is down makes the get fail once the
+metadata server gives up on it too (NFS4ERR_IO, after its --ds-down-after)
+or after --io-retry-timeout, whichever comes first; the error names the
+data server.`,
 		Example: "  shoal get nfs://127.0.0.1:2049/dir/data.bin .",
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -357,15 +448,18 @@ func newGetCmd() *cobra.Command {
 				if err != nil {
 					return fileErr("get", u.raw, err)
 				}
-				dst, err := os.OpenFile(local, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, fs.FileMode(a.Mode&0o777))
+				var copyErr error
+				err = writeLocal(local, fs.FileMode(a.Mode&0o777), func(w io.Writer) error {
+					_, copyErr = io.CopyBuffer(writerOnly{w}, readerOnly{&fileReader{ctx: ctx, f: f}}, make([]byte, copyBufSize))
+					return copyErr
+				})
+				if copyErr != nil {
+					return fileErr("get", u.raw, copyErr)
+				}
 				if err != nil {
 					return fmt.Errorf("get: %s", reason(err))
 				}
-				_, err = io.CopyBuffer(writerOnly{dst}, readerOnly{f}, make([]byte, copyBufSize))
-				if cerr := dst.Close(); err == nil && cerr != nil {
-					return fmt.Errorf("get: %s", reason(cerr))
-				}
-				return fileErr("get", u.raw, err)
+				return nil
 			})
 		},
 	}

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoalfs/shoal/cluster"
+	"github.com/shoalfs/shoal/localcluster"
 	"github.com/shoalfs/shoal/server"
 )
 
@@ -124,4 +129,138 @@ func TestFileCommandsConnectionRefused(t *testing.T) {
 	if !errors.As(err, &oe) {
 		t.Fatalf("dial error lost its type: %T", err)
 	}
+}
+
+// TestGetDataServerDown runs `shoal get` (and `shoal cp` to local disk) of
+// a file striped over two data servers after one of them stopped, with a
+// metadata server that cannot read its disk (like separate `shoal mds`
+// and `shoal ds` processes): the copy must fail within the client's bound,
+// name the data server, and leave no file that looks complete: no new
+// file, an existing one unchanged, no temporary file from get.
+func TestGetDataServerDown(t *testing.T) {
+	dir := t.TempDir()
+	noSquash := false
+	mds, err := localcluster.StartMDS(localcluster.MDSConfig{
+		Listen: "127.0.0.1:0", Dir: filepath.Join(dir, "mds"),
+		Exports: []*server.Export{{Path: "/", RootSquash: &noSquash}},
+		Lease:   10 * time.Second, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mds.Close() })
+	secret, err := cluster.ReadJoinSecret(mds.JoinSecretFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dss []*localcluster.DS
+	for i := range 2 {
+		d, err := localcluster.StartDS(t.Context(), localcluster.DSConfig{
+			Listen: "127.0.0.1:0", Dir: filepath.Join(dir, fmt.Sprintf("ds%d", i)),
+			MDS: mds.Addr.String(), JoinSecret: secret, Lease: 10 * time.Second, Logger: slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dss = append(dss, d)
+	}
+	t.Cleanup(func() {
+		for _, d := range dss {
+			if d != nil {
+				d.Close()
+			}
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if err := mds.Registry.WaitFor(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	base := "nfs://" + mds.Addr.String()
+
+	local := t.TempDir()
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 4<<20/16) // 4 stripe units: both data servers
+	src := filepath.Join(local, "striped.bin")
+	if err := os.WriteFile(src, payload, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(t, "put", src, base+"/"); err != nil {
+		t.Fatalf("put: %v\n%s", err, out)
+	}
+	// A working get first, over an existing file.
+	into := t.TempDir()
+	old := []byte("the old contents\n")
+	existing := filepath.Join(into, "existing.bin")
+	if err := os.WriteFile(existing, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := run(t, "get", base+"/striped.bin", existing); err != nil {
+		t.Fatalf("get: %v\n%s", err, out)
+	}
+	if got, err := os.ReadFile(existing); err != nil || !bytes.Equal(got, payload) {
+		t.Fatalf("get over an existing file: %d bytes, %v", len(got), err)
+	}
+	if err := os.WriteFile(existing, old, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	deadAddr := dss[1].Addr.String()
+	if err := dss[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	dss[1] = nil
+
+	const budget = "1s"
+	for _, tc := range []struct{ name, dst string }{
+		{"into a directory", into},
+		{"new file", filepath.Join(into, "new.bin")},
+		{"existing file", existing},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			_, err := run(t, "get", "--io-retry-timeout", budget, base+"/striped.bin", tc.dst)
+			took := time.Since(start)
+			if err == nil {
+				t.Fatal("get with a data server down succeeded")
+			}
+			msg := describe(err)
+			t.Logf("failed after %v: %s", took, msg)
+			if !strings.Contains(msg, "data server "+deadAddr) || !strings.HasPrefix(msg, "get "+base+"/striped.bin: ") {
+				t.Errorf("message does not name data server %s: %q", deadAddr, msg)
+			}
+			if took > 10*time.Second {
+				t.Errorf("get took %v with --io-retry-timeout %s", took, budget)
+			}
+			ents, err := os.ReadDir(into)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				if e.Name() != "existing.bin" {
+					t.Errorf("failed get left %s behind", e.Name())
+				}
+			}
+			if got, err := os.ReadFile(existing); err != nil || !bytes.Equal(got, old) {
+				t.Errorf("failed get changed an existing file: %q, %v", got, err)
+			}
+		})
+	}
+
+	// cp writes under a temporary name (kept, with its journal, for
+	// --resume) and never creates the file itself unless complete.
+	t.Run("cp", func(t *testing.T) {
+		to := t.TempDir()
+		_, err := run(t, "cp", "-q", "--io-retry-timeout", budget, base+"/striped.bin", to)
+		if err == nil {
+			t.Fatal("cp with a data server down succeeded")
+		}
+		msg := describe(err)
+		t.Logf("cp: %s", msg)
+		if !strings.Contains(msg, deadAddr) {
+			t.Errorf("cp message does not name data server %s: %q", deadAddr, msg)
+		}
+		if _, err := os.Stat(filepath.Join(to, "striped.bin")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("failed cp left striped.bin: %v", err)
+		}
+	})
 }

@@ -1,0 +1,507 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/shoalfs/shoal/internal/ctlproto"
+	"github.com/shoalfs/shoal/internal/rpc"
+	"github.com/shoalfs/shoal/meta"
+)
+
+// Cluster administration: status, drain, remove, rebalance. The MDS serves
+// these to `shoal admin` over the control protocol's ADMIN call (the join
+// secret is the credential) and runs the long ones as one background job
+// at a time. A drain is resumable: the Draining state is persistent, a job
+// interrupted by `shoal admin cancel` or an MDS restart leaves it so, and
+// the MDS resumes draining every Draining data server when it starts.
+
+// AdminConfig configures an Admin.
+type AdminConfig struct {
+	Registry *Registry
+	Striped  *Striped
+	// Hold recalls and holds back a file's layouts while it moves.
+	Hold HoldFunc
+	// FileSize returns a file's size (the metadata engine's), for status.
+	FileSize func(ctx context.Context, ino uint64) (uint64, error)
+	Logger   *slog.Logger
+}
+
+// Admin runs cluster administration on the MDS.
+type Admin struct {
+	cfg AdminConfig
+	log *slog.Logger
+
+	mu  sync.Mutex
+	job *Job
+}
+
+var _ AdminHandler = (*Admin)(nil)
+
+// Job is the state of a drain or rebalance, as `shoal admin status` shows it.
+type Job struct {
+	Kind      string    `json:"kind"` // "drain" or "rebalance"
+	DS        string    `json:"ds,omitempty"`
+	Started   time.Time `json:"started"`
+	Ended     time.Time `json:"ended,omitzero"`
+	Files     int       `json:"files"` // files found that must move
+	Moved     int       `json:"moved"`
+	Failed    int       `json:"failed"`
+	Bytes     int64     `json:"bytes"` // bytes copied and verified
+	Running   bool      `json:"running"`
+	Cancelled bool      `json:"cancelled,omitempty"`
+	Err       string    `json:"error,omitempty"`
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// NewAdmin returns the MDS's administration and resumes every drain that
+// was in progress.
+func NewAdmin(cfg AdminConfig) *Admin {
+	a := &Admin{cfg: cfg, log: cfg.Logger}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	for _, ds := range cfg.Registry.DataServers() {
+		if ds.State == Draining {
+			if _, err := a.start("drain", ds.ID); err != nil {
+				a.log.Warn("cluster: cannot resume a drain", "ds", ds.ID, "err", err)
+			} else {
+				a.log.Info("cluster: resuming the drain of a data server", "ds", ds.ID)
+			}
+			break // one job at a time; the next resumes when asked
+		}
+	}
+	return a
+}
+
+// Close cancels a running job and waits for it.
+func (a *Admin) Close() {
+	a.mu.Lock()
+	j := a.job
+	a.mu.Unlock()
+	if j != nil && j.Running {
+		j.cancel()
+		<-j.done
+	}
+}
+
+// AdminRequest is the JSON request of every ADMIN command.
+type AdminRequest struct {
+	DS    string `json:"ds,omitempty"`
+	Force bool   `json:"force,omitempty"`
+}
+
+// Admin implements AdminHandler.
+func (a *Admin) Admin(ctx context.Context, command string, request []byte) ([]byte, error) {
+	var req AdminRequest
+	if len(request) > 0 {
+		if err := json.Unmarshal(request, &req); err != nil {
+			return nil, fmt.Errorf("cluster: admin %s: bad request: %w", command, errInval)
+		}
+	}
+	var out any
+	var err error
+	switch command {
+	case "status":
+		out, err = a.Status(ctx)
+	case "drain":
+		out, err = a.start("drain", req.DS)
+	case "rebalance":
+		out, err = a.start("rebalance", "")
+	case "cancel":
+		out, err = a.Cancel()
+	case "remove":
+		out, err = a.Remove(ctx, req.DS, req.Force)
+	default:
+		return nil, fmt.Errorf("cluster: unknown admin command %q: %w", command, errInval)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(out)
+}
+
+// errInval marks a request that cannot be carried out as asked
+// (CTL_ERR_INVAL); the message says why.
+var errInval = fmt.Errorf("invalid request: %w", syscall.EINVAL)
+
+// start starts a job, or returns the one running.
+func (a *Admin) start(kind, ds string) (*Job, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if j := a.job; j != nil && j.Running {
+		if j.Kind == kind && j.DS == ds {
+			return j.snapshot(), nil
+		}
+		return nil, fmt.Errorf("%w: %s %s", ErrBusy, j.Kind, j.DS)
+	}
+	if kind == "drain" {
+		d, ok := a.cfg.Registry.DataServer(ds)
+		if !ok {
+			return nil, fmt.Errorf("%w: %q", ErrUnknownDataServer, ds)
+		}
+		switch d.State {
+		case Removed:
+			return nil, fmt.Errorf("cluster: %s was removed: %w", ds, errInval)
+		case Drained:
+			return &Job{Kind: kind, DS: ds, Started: time.Now(), Ended: time.Now()}, nil
+		}
+		if err := a.cfg.Registry.setState(context.Background(), ds, Draining); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	j := &Job{Kind: kind, DS: ds, Started: time.Now(), Running: true, cancel: cancel, done: make(chan struct{})}
+	a.job = j
+	go a.run(ctx, j)
+	return j.snapshot(), nil
+}
+
+func (j *Job) snapshot() *Job {
+	c := *j
+	c.cancel, c.done = nil, nil
+	return &c
+}
+
+// Cancel stops the running job; a drain stays Draining and resumes when
+// asked again.
+func (a *Admin) Cancel() (*Job, error) {
+	a.mu.Lock()
+	j := a.job
+	a.mu.Unlock()
+	if j == nil || !j.Running {
+		return nil, fmt.Errorf("cluster: no job is running: %w", errInval)
+	}
+	j.cancel()
+	<-j.done
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return j.snapshot(), nil
+}
+
+// run moves every file the job concerns.
+func (a *Admin) run(ctx context.Context, j *Job) {
+	defer close(j.done)
+	s := a.cfg.Striped
+	a.log.Info("cluster: job started", "kind", j.Kind, "ds", j.DS)
+	var after meta.Ino
+	var failures []error
+	for ctx.Err() == nil {
+		page, err := s.maps.StripeMaps(ctx, after, 256)
+		if err != nil {
+			failures = append(failures, err)
+			break
+		}
+		if len(page) == 0 {
+			break
+		}
+		after = page[len(page)-1].Ino
+		for _, fm := range page {
+			if ctx.Err() != nil {
+				break
+			}
+			ids, first, ok := a.target(j, fm)
+			if !ok {
+				continue
+			}
+			a.mu.Lock()
+			j.Files++
+			a.mu.Unlock()
+			st, err := s.Move(ctx, uint64(fm.Ino), fm.Map, ids, first, a.cfg.Hold)
+			a.mu.Lock()
+			j.Bytes += st.Bytes
+			switch {
+			case err == nil:
+				j.Moved++
+			case errors.Is(err, meta.ErrConflict), errors.Is(err, meta.ErrStale):
+				// Changed or gone meanwhile: nothing of it to move now.
+				j.Files--
+			default:
+				if ctx.Err() == nil {
+					j.Failed++
+					failures = append(failures, err)
+					a.log.Warn("cluster: could not move a file", "job", j.Kind, "ino", fm.Ino, "err", err)
+				}
+			}
+			a.mu.Unlock()
+		}
+	}
+	a.mu.Lock()
+	j.Running = false
+	j.Ended = time.Now()
+	j.Cancelled = ctx.Err() != nil
+	if len(failures) > 0 {
+		j.Err = fmt.Sprintf("%d files could not be moved; first error: %v", len(failures), failures[0])
+	}
+	finished := !j.Cancelled && len(failures) == 0
+	a.mu.Unlock()
+	if j.Kind == "drain" && finished {
+		if err := a.cfg.Registry.setState(context.Background(), j.DS, Drained); err != nil {
+			a.mu.Lock()
+			j.Err = err.Error()
+			a.mu.Unlock()
+		}
+	}
+	a.log.Info("cluster: job ended", "kind", j.Kind, "ds", j.DS, "moved", j.Moved, "failed", j.Failed,
+		"bytes", j.Bytes, "cancelled", j.Cancelled, "err", j.Err)
+}
+
+// target returns the data servers file fm should move to for job j, and
+// whether it must move at all.
+func (a *Admin) target(j *Job, fm meta.FileStripeMap) ([]string, uint32, bool) {
+	m := fm.Map
+	place := a.cfg.Registry.Placement()
+	switch j.Kind {
+	case "drain":
+		i := slices.Index(m.DataServers, j.DS)
+		if i < 0 {
+			return nil, 0, false
+		}
+		// Replace the drained data server by the active one with the most
+		// free space that the file does not use yet: only its stripe
+		// units move. With none left, the file narrows.
+		var best string
+		var bestFree uint64
+		for _, id := range place {
+			if m.Holds(id) {
+				continue
+			}
+			if d, ok := a.cfg.Registry.DataServer(id); ok && (best == "" || d.Free > bestFree) {
+				best, bestFree = id, d.Free
+			}
+		}
+		ids := slices.Clone(m.DataServers)
+		if best != "" {
+			ids[i] = best
+			return ids, m.First, true
+		}
+		ids = slices.Delete(ids, i, i+1)
+		if len(ids) == 0 {
+			return nil, 0, false // nowhere to go; reported as not drained
+		}
+		return ids, m.First % uint32(len(ids)), true
+	case "rebalance":
+		if len(place) <= len(m.DataServers) {
+			return nil, 0, false
+		}
+		for _, id := range m.DataServers {
+			if d, ok := a.cfg.Registry.DataServer(id); !ok || d.State != Active {
+				return nil, 0, false // a drain's business
+			}
+		}
+		// Keep the data servers it has, in their order, and add the
+		// others: the units that stay put are those whose index is
+		// unchanged.
+		ids := slices.Clone(m.DataServers)
+		for _, id := range place {
+			if !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+		return ids, m.First, true
+	}
+	return nil, 0, false
+}
+
+// Remove retires data server id. A drained one goes at once; one that
+// still holds stripes needs force, and the files that lose data are
+// listed in the result.
+func (a *Admin) Remove(ctx context.Context, id string, force bool) (*RemoveResult, error) {
+	d, ok := a.cfg.Registry.DataServer(id)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownDataServer, id)
+	}
+	a.mu.Lock()
+	if j := a.job; j != nil && j.Running && j.DS == id {
+		a.mu.Unlock()
+		return nil, fmt.Errorf("%w: %s is being drained; cancel it first", ErrBusy, id)
+	}
+	a.mu.Unlock()
+	res := &RemoveResult{DS: id}
+	if d.State != Drained && d.State != Removed {
+		var after meta.Ino
+		for {
+			page, err := a.cfg.Striped.maps.StripeMaps(ctx, after, 1024)
+			if err != nil {
+				return nil, err
+			}
+			if len(page) == 0 {
+				break
+			}
+			after = page[len(page)-1].Ino
+			for _, fm := range page {
+				if fm.Map.Holds(id) {
+					res.FilesLost++
+					if len(res.Inodes) < maxListed {
+						res.Inodes = append(res.Inodes, uint64(fm.Ino))
+					}
+				}
+			}
+		}
+		if res.FilesLost > 0 && !force {
+			return nil, fmt.Errorf("cluster: %s holds stripes of %d files; drain it first (`shoal admin drain %s`), or remove it with --force and lose them: %w",
+				id, res.FilesLost, id, errInval)
+		}
+	}
+	if err := a.cfg.Registry.setState(ctx, id, Removed); err != nil {
+		return nil, err
+	}
+	if res.FilesLost > 0 {
+		a.log.Warn("cluster: data server removed with data; these files lost stripes", "ds", id, "files", res.FilesLost, "inodes", res.Inodes)
+	}
+	return res, nil
+}
+
+// maxListed bounds the files listed by name in admin results.
+const maxListed = 1000
+
+// RemoveResult is what `shoal admin remove` reports.
+type RemoveResult struct {
+	DS        string   `json:"ds"`
+	FilesLost int      `json:"files_lost"`
+	Inodes    []uint64 `json:"inodes,omitempty"` // the first maxListed of them
+}
+
+// Status is what `shoal admin status` shows.
+type Status struct {
+	ClusterID   string     `json:"cluster_id"`
+	DataServers []DSStatus `json:"data_servers"`
+	// Unavailable lists files with a stripe on a data server that is out
+	// of service or removed (the first maxListed); UnavailableFiles
+	// counts them all.
+	Unavailable      []FileStatus `json:"unavailable,omitempty"`
+	UnavailableFiles int          `json:"unavailable_files"`
+	Files            int          `json:"files"` // files with data placed
+	Job              *Job         `json:"job,omitempty"`
+}
+
+// DSStatus is one data server's line of Status.
+type DSStatus struct {
+	DataServer
+	Files int    `json:"files"` // files with stripes on it
+	Bytes uint64 `json:"bytes"` // bytes of those files it holds (from the files' sizes)
+}
+
+// FileStatus is a file that is not fully available.
+type FileStatus struct {
+	Ino  uint64   `json:"ino"`
+	Down []string `json:"down"` // its data servers that are out of service
+}
+
+// Status scans every stripe map and reports the data servers and the
+// files that are not fully available.
+func (a *Admin) Status(ctx context.Context) (*Status, error) {
+	r := a.cfg.Registry
+	st := &Status{ClusterID: fmt.Sprintf("%x", r.ClusterID())}
+	idx := map[string]int{}
+	for _, d := range r.DataServers() {
+		idx[d.ID] = len(st.DataServers)
+		st.DataServers = append(st.DataServers, DSStatus{DataServer: d})
+	}
+	var after meta.Ino
+	for {
+		page, err := a.cfg.Striped.maps.StripeMaps(ctx, after, 1024)
+		if err != nil {
+			return nil, err
+		}
+		if len(page) == 0 {
+			break
+		}
+		after = page[len(page)-1].Ino
+		for _, fm := range page {
+			st.Files++
+			var size uint64
+			if a.cfg.FileSize != nil {
+				size, _ = a.cfg.FileSize(ctx, uint64(fm.Ino))
+			}
+			var down []string
+			for _, id := range fm.Map.DataServers {
+				i, ok := idx[id]
+				if !ok {
+					down = append(down, id)
+					continue
+				}
+				d := &st.DataServers[i]
+				d.Files++
+				d.Bytes += bytesOn(fm.Map, size, id)
+				if !d.Up || d.State == Removed {
+					down = append(down, id)
+				}
+			}
+			if len(down) > 0 {
+				st.UnavailableFiles++
+				if len(st.Unavailable) < maxListed {
+					st.Unavailable = append(st.Unavailable, FileStatus{Ino: uint64(fm.Ino), Down: down})
+				}
+			}
+		}
+	}
+	a.mu.Lock()
+	if a.job != nil {
+		st.Job = a.job.snapshot()
+	}
+	a.mu.Unlock()
+	return st, nil
+}
+
+// bytesOn returns how many bytes of a file of size bytes data server id
+// holds under map m.
+func bytesOn(m meta.StripeMap, size uint64, id string) uint64 {
+	n := uint64(len(m.DataServers))
+	pos := uint64(slices.Index(m.DataServers, id))
+	if n == 0 || pos >= n || m.Unit == 0 {
+		return 0
+	}
+	units := size / m.Unit // full units
+	// Unit k is on position (First+k) mod n; count k < units with that
+	// position, then the partial last unit.
+	k0 := (pos + n - uint64(m.First)%n) % n // first unit on pos
+	var total uint64
+	if units > k0 {
+		total = ((units-k0-1)/n + 1) * m.Unit
+	}
+	if rest := size % m.Unit; rest > 0 && units%n == k0 {
+		total += rest
+	}
+	return total
+}
+
+// CallAdmin sends one ADMIN command to the MDS at addr, presenting the join
+// secret, and decodes the JSON result into out (if not nil). The MDS's
+// message comes back in the error.
+func CallAdmin(ctx context.Context, addr string, secret []byte, command string, req AdminRequest, out any) error {
+	conn, err := rpc.Dial(ctx, "tcp", addr, nil)
+	if err != nil {
+		return fmt.Errorf("cannot reach the MDS at %s: %w", addr, err)
+	}
+	defer conn.Close()
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	var res ctlproto.CtlAdminRes
+	if err := call(ctx, conn, ctlproto.CTLPROC_ADMIN, &ctlproto.CtlAdminArgs{Token: secret, Command: command, Request: b}, &res); err != nil {
+		return fmt.Errorf("%s at %s: %w (is it a Shoal MDS?)", command, addr, err)
+	}
+	if err := errOf(res.Status); err != nil {
+		if res.Message != "" {
+			return fmt.Errorf("%s: %s", command, res.Message)
+		}
+		return fmt.Errorf("%s: %w", command, err)
+	}
+	if out != nil {
+		if err := json.Unmarshal(res.Body, out); err != nil {
+			return fmt.Errorf("%s: bad reply: %w", command, err)
+		}
+	}
+	return nil
+}

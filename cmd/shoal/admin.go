@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shoalfs/shoal/cluster"
+	"github.com/shoalfs/shoal/localcluster"
+)
+
+// adminFlags are the flags every `shoal admin` command takes.
+type adminFlags struct {
+	mds, secretFile string
+	json            bool
+}
+
+func (f *adminFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.mds, "mds", "127.0.0.1:2049", "metadata server address host:port")
+	cmd.Flags().StringVar(&f.secretFile, "join-secret-file", "", "the cluster's join secret (the MDS's "+localcluster.JoinSecretName+"; default for `shoal up`: DIR/mds/"+localcluster.JoinSecretName+" with DIR $TMPDIR/shoal)")
+	cmd.Flags().BoolVar(&f.json, "json", false, "print the MDS's answer as JSON")
+}
+
+func (f *adminFlags) call(ctx context.Context, command string, req cluster.AdminRequest, out any) error {
+	path := f.secretFile
+	if path == "" {
+		path = filepath.Join(os.TempDir(), "shoal", "mds", localcluster.JoinSecretName)
+	}
+	secret, err := cluster.ReadJoinSecret(path)
+	if err != nil {
+		return fmt.Errorf("%w (pass --join-secret-file)", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	return cluster.CallAdmin(cctx, f.mds, secret, command, req, out)
+}
+
+func newAdminCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "admin",
+		Short: "Administer a Shoal cluster: data servers, drains, rebalancing",
+		Long: `Administer a running Shoal cluster through its metadata server. Every
+command presents the cluster's join secret (--join-secret-file).`,
+	}
+	cmd.AddCommand(newAdminStatusCmd(), newAdminDrainCmd(), newAdminRemoveCmd(), newAdminRebalanceCmd(), newAdminCancelCmd())
+	return cmd
+}
+
+func newAdminStatusCmd() *cobra.Command {
+	var f adminFlags
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show the data servers and the files that are not fully available",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var st cluster.Status
+			if err := f.call(cmd.Context(), "status", cluster.AdminRequest{}, &st); err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(st)
+			}
+			printStatus(&st)
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func printJSON(v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	fmt.Println(string(b))
+	return nil
+}
+
+func printStatus(st *cluster.Status) {
+	fmt.Printf("cluster %s: %d data servers, %d files placed, %d not fully available\n\n",
+		st.ClusterID, len(st.DataServers), st.Files, st.UnavailableFiles)
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "ID\tADDRESS\tSTATE\tUP\tFILES\tBYTES\tFREE\tLAST HEARTBEAT")
+	for _, d := range st.DataServers {
+		up := "up"
+		if !d.Up {
+			up = "DOWN since " + d.Since.Format(time.TimeOnly)
+		}
+		beat := "-"
+		if !d.LastBeat.IsZero() {
+			beat = time.Since(d.LastBeat).Round(time.Millisecond).String() + " ago"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", d.ID, strings.Join(d.Addrs, ","), d.State, up,
+			d.Files, humanBytes(d.Bytes), humanBytes(d.Free), beat)
+	}
+	w.Flush()
+	if len(st.Unavailable) > 0 {
+		fmt.Printf("\nfiles not fully available (%d):\n", st.UnavailableFiles)
+		for _, f := range st.Unavailable {
+			fmt.Printf("  inode %d: stripes on %s\n", f.Ino, strings.Join(f.Down, ", "))
+		}
+	}
+	if j := st.Job; j != nil {
+		fmt.Println()
+		printJob(j)
+	}
+}
+
+func printJob(j *cluster.Job) {
+	state := "running"
+	switch {
+	case j.Running:
+	case j.Cancelled:
+		state = "cancelled"
+	case j.Err != "":
+		state = "failed"
+	default:
+		state = "done"
+	}
+	what := j.Kind
+	if j.DS != "" {
+		what += " " + j.DS
+	}
+	end := time.Now()
+	if !j.Ended.IsZero() {
+		end = j.Ended
+	}
+	el := end.Sub(j.Started)
+	rate := 0.0
+	if el > 0 {
+		rate = float64(j.Bytes) / el.Seconds() / 1e6
+	}
+	fmt.Printf("%s: %s: %d of %d files moved, %d failed, %s copied in %v (%.1f MB/s)\n",
+		what, state, j.Moved, j.Files, j.Failed, humanBytes(uint64(j.Bytes)), el.Round(time.Millisecond), rate)
+	if j.Err != "" {
+		fmt.Printf("  error: %s\n", j.Err)
+	}
+}
+
+func humanBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// runJob starts a job and, unless detached, shows its progress until it
+// ends.
+func runJob(cmd *cobra.Command, f *adminFlags, command string, req cluster.AdminRequest, detach bool) error {
+	var j cluster.Job
+	if err := f.call(cmd.Context(), command, req, &j); err != nil {
+		return err
+	}
+	for !detach && j.Running {
+		select {
+		case <-cmd.Context().Done():
+			fmt.Println("\nstopped watching; the job goes on (`shoal admin cancel` stops it)")
+			return nil
+		case <-time.After(time.Second):
+		}
+		var st cluster.Status
+		if err := f.call(cmd.Context(), "status", cluster.AdminRequest{}, &st); err != nil {
+			return err
+		}
+		if st.Job == nil {
+			return errors.New("the MDS no longer reports the job (did it restart? a drain resumes by itself)")
+		}
+		j = *st.Job
+		if !f.json {
+			printJob(&j)
+		}
+	}
+	if f.json {
+		return printJSON(j)
+	}
+	printJob(&j)
+	if j.Err != "" || j.Cancelled {
+		return fmt.Errorf("%s did not finish", command)
+	}
+	return nil
+}
+
+func newAdminDrainCmd() *cobra.Command {
+	var f adminFlags
+	var detach bool
+	cmd := &cobra.Command{
+		Use:   "drain DS-ID",
+		Short: "Move every stripe off a data server, online; resumable",
+		Long: `Move every stripe off a data server while clients keep reading and
+writing: each file's layouts are recalled, its stripe units on the data server
+are copied to another one, verified, and the file's stripe map is switched.
+New files stop going to the data server at once. Interrupt it with
+` + "`shoal admin cancel`" + ` and run it again to resume; an MDS restart resumes it too.
+When it is done the data server is "drained" and can be removed.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runJob(cmd, &f, "drain", cluster.AdminRequest{DS: args[0]}, detach)
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().BoolVar(&detach, "detach", false, "start the drain and return")
+	return cmd
+}
+
+func newAdminRebalanceCmd() *cobra.Command {
+	var f adminFlags
+	var detach bool
+	cmd := &cobra.Command{
+		Use:   "rebalance",
+		Short: "Spread existing files over data servers added since they were written",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runJob(cmd, &f, "rebalance", cluster.AdminRequest{}, detach)
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().BoolVar(&detach, "detach", false, "start the rebalance and return")
+	return cmd
+}
+
+func newAdminCancelCmd() *cobra.Command {
+	var f adminFlags
+	cmd := &cobra.Command{
+		Use:   "cancel",
+		Short: "Stop the running drain or rebalance (a drain resumes when asked again)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var j cluster.Job
+			if err := f.call(cmd.Context(), "cancel", cluster.AdminRequest{}, &j); err != nil {
+				return err
+			}
+			printJob(&j)
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func newAdminRemoveCmd() *cobra.Command {
+	var f adminFlags
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "remove DS-ID",
+		Short: "Retire a drained data server (--force: a dead one, losing its stripes)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var res cluster.RemoveResult
+			if err := f.call(cmd.Context(), "remove", cluster.AdminRequest{DS: args[0], Force: force}, &res); err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(res)
+			}
+			fmt.Printf("removed %s\n", res.DS)
+			if res.FilesLost > 0 {
+				fmt.Printf("%d files lost the stripes it held; their reads of those stripes fail with EIO. Inodes:\n", res.FilesLost)
+				for _, ino := range res.Inodes {
+					fmt.Printf("  %d\n", ino)
+				}
+			}
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().BoolVar(&force, "force", false, "remove a data server that still holds stripes; the files that lose data are listed")
+	return cmd
+}
