@@ -572,6 +572,49 @@ func (c *Client) callRelease(ctx context.Context, build func() []nfs4.NfsArgop4)
 	return c.callRetryRelease(ctx, delayBudget(c.lease), build)
 }
 
+// ioBudget is how long READ, WRITE and COMMIT keep retrying NFS4ERR_DELAY
+// (Policy.IORetryTimeout). I/O that a server cannot do for now, typically
+// because a data server is out of service, must not wait as long as
+// delayBudget does for a dead client's state to be revoked.
+func (c *Client) ioBudget() time.Duration {
+	if c.pol.IORetryTimeout > 0 {
+		return c.pol.IORetryTimeout
+	}
+	return DefaultIORetryTimeout
+}
+
+// callIORelease is callRelease for READ, WRITE and COMMIT: NFS4ERR_DELAY
+// is retried for budget (ioBudget) only. An NFS4ERR_DELAY left when it
+// runs out is returned wrapped, saying how long it was retried.
+func (c *Client) callIORelease(ctx context.Context, budget time.Duration, build func() []nfs4.NfsArgop4) ([]nfs4.NfsResop4, func(), error) {
+	res, release, err := c.callRetryRelease(ctx, budget, build)
+	var se *StatusError
+	if errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_DELAY {
+		err = &delayExhausted{se: se, after: budget}
+	}
+	return res, release, err
+}
+
+// callIO is callIORelease with the Client's I/O budget, leaving the reply
+// buffer to the garbage collector.
+func (c *Client) callIO(ctx context.Context, build func() []nfs4.NfsArgop4) ([]nfs4.NfsResop4, error) {
+	res, _, err := c.callIORelease(ctx, c.ioBudget(), build)
+	return res, err
+}
+
+// delayExhausted is an NFS4ERR_DELAY that was retried until the I/O budget
+// ran out. errors.Is and errors.As see the *StatusError.
+type delayExhausted struct {
+	se    *StatusError
+	after time.Duration
+}
+
+func (e *delayExhausted) Error() string {
+	return fmt.Sprintf("%v, still after retrying for %v", e.se, e.after)
+}
+
+func (e *delayExhausted) Unwrap() error { return e.se }
+
 // delayBudget is how long call keeps retrying NFS4ERR_DELAY, counted from
 // the first DELAY, for a server whose lease is lease (0: not known yet).
 //

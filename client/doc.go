@@ -44,9 +44,13 @@
 // NFS4ERR_DELAY is retried with exponential backoff (10 ms doubling to 1 s)
 // for up to two of the server's leases plus a margin after the first one:
 // long enough for the server to revoke a dead client it is waiting for
-// (say, to return a recalled layout before a REMOVE). NFS4ERR_GRACE is
-// retried once a second (up to 3 minutes). Callers see neither unless the
-// wait runs out or their context is cancelled.
+// (say, to return a recalled layout before a REMOVE). That is 3 min 10 s
+// with the usual 90 s lease, too long for I/O: READ, WRITE and COMMIT, to
+// the metadata server or to a data server, retry NFS4ERR_DELAY for
+// [Policy].IORetryTimeout instead (default 30 s; see "Data server
+// failures" below). NFS4ERR_GRACE is retried once a second (up to 3
+// minutes). Callers see neither unless the wait runs out or their context
+// is cancelled.
 //
 // # Failures and recovery
 //
@@ -170,6 +174,8 @@
 // NFS4ERR_LAYOUTUNAVAILABLE) I/O goes through the metadata server and
 // LAYOUTGET is retried with a bounded backoff.
 //
+// # Data server failures
+//
 // When a data server fails (connection refused or reset, no answer within
 // a minute, or any error status), the failed piece is redone through the
 // metadata server, which reaches the data through its own connections to
@@ -180,7 +186,35 @@
 // metadata server. This needs the data to be reachable by the metadata
 // server: Shoal keeps no replicas, so if a data server is really gone its
 // stripe units are unreadable through the metadata server too and the I/O
-// fails.
+// fails, while files with no stripe unit on it stay fully usable.
+//
+// How long that takes is bounded:
+//
+//   - Connecting to a data server (TCP and session setup) is tried once per
+//     address, for at most 5 s (or [Options].DialTimeout if shorter), and
+//     not again for 1 s doubling to 30 s after a failure: a refused
+//     connection fails over at once, an unanswered one after 5 s. A request
+//     on an established session fails over after a minute without an
+//     answer, at once if the connection is reset.
+//   - Through the metadata server, NFS4ERR_DELAY on READ, WRITE and COMMIT
+//     is retried for [Policy].IORetryTimeout (default 30 s) from the first
+//     one. Shoal's metadata server answers NFS4ERR_DELAY for a stripe unit
+//     on a data server that has been out of service for less than its
+//     --ds-down-after (default 10 s) and NFS4ERR_IO after that, so a read
+//     of a dead data server's stripe unit fails about 10 s after it died,
+//     at once later on, and never later than IORetryTimeout.
+//
+// The error is then a [*DataServerError], wrapped in the *fs.PathError of
+// the read or write: it names the data server (its address and its stripe
+// index in the file's layout), says why it could not be used, and wraps the
+// metadata server's error, so errors.Is(err, syscall.EIO) holds for
+// NFS4ERR_IO. I/O that went through the metadata server without a layout
+// (during the backoff after a failure) names the data server the File's
+// last layout put the range on, if that data server has failed since it
+// last worked; a File that never got a layout (the metadata server may
+// refuse one, NFS4ERR_LAYOUTUNAVAILABLE, for a file with a stripe unit on
+// a dead data server) cannot name it, and gets the metadata server's error
+// alone with the refusal noted.
 //
 // # Locks
 //

@@ -120,6 +120,40 @@ var (
 	ErrClosed = errors.New("nfs: use of closed client or file")
 )
 
+// DataServerError reports pNFS I/O that failed on a data server and then
+// through the metadata server, which the client redid it through. Shoal's
+// metadata server cannot serve a stripe unit whose data server is out of
+// service either: it answers NFS4ERR_DELAY at first and NFS4ERR_IO once
+// the data server has been out for a while (`shoal mds --ds-down-after`),
+// so this is the error of I/O on a file with a stripe unit on a dead data
+// server. It comes wrapped in the *fs.PathError of the read or write.
+//
+// Unwrap returns the metadata server's error (Err), so errors.Is(err,
+// syscall.EIO) and errors.As(err, &statusErr) see its status. The data
+// server's own error (DSErr) is not unwrapped: it is often a dial error,
+// which callers must not take for one of the metadata server.
+type DataServerError struct {
+	Offset  int64  // file offset of the failed piece
+	Addr    string // the data server's address (the first, if it has several)
+	Stripe  int    // its stripe index in the file's layout, from 0
+	Stripes int    // the number of stripe indices in the layout
+	DSErr   error  // why the data server could not be used
+	Err     error  // the metadata server's answer to the I/O redone through it
+}
+
+func (e *DataServerError) Error() string {
+	what := "unreachable"
+	var se *StatusError
+	if errors.As(e.DSErr, &se) {
+		what = "failed"
+	}
+	return fmt.Sprintf("data server %s (stripe index %d of %d) %s at offset %d: %v; metadata server: %v",
+		e.Addr, e.Stripe, e.Stripes, what, e.Offset, e.DSErr, e.Err)
+}
+
+// Unwrap returns the metadata server's error.
+func (e *DataServerError) Unwrap() error { return e.Err }
+
 func statusErr(op nfs4.NfsOpnum4, s nfs4.Nfsstat4) error {
 	return &StatusError{Op: opName(op), NFSStatus: s}
 }

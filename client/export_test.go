@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
 )
@@ -23,4 +24,26 @@ func RemoveNoDelayRetry(ctx context.Context, c *Client, path string) error {
 	ops := append(c.walk(parent), nfs4.NfsArgop4{Argop: nfs4.OP_REMOVE, Opremove: &nfs4.REMOVE4args{Target: []byte(name)}})
 	_, err := c.callRetry(ctx, 0, fixed(ops))
 	return pathErr("remove", path, err)
+}
+
+// StripeOf returns where f's layout puts file offset off: the data
+// server's address and its stripe index in the layout, of how many. It
+// fetches a layout if f holds none, and fails if the server gives none.
+func StripeOf(ctx context.Context, f *File, off int64) (addr string, stripe, stripes int, err error) {
+	l := f.layoutFor(ctx)
+	if l == nil {
+		f.mu.Lock()
+		err = f.layRefused
+		f.mu.Unlock()
+		return "", 0, 0, fmt.Errorf("no layout for %s: %v", f.path, err)
+	}
+	defer f.releaseLayout(l)
+	pcs, err := l.plan(uint64(off), 1)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	if len(pcs) != 1 || pcs[0].Addrs == nil {
+		return "", 0, 0, fmt.Errorf("offset %d of %s: not in the layout", off, f.path)
+	}
+	return pcs[0].Addrs[0], pcs[0].Stripe, pcs[0].Stripes, nil
 }

@@ -46,11 +46,13 @@ type File struct {
 	retiring    []*fileLayout // layouts being committed and returned
 	layRetryAt  time.Time     // no LAYOUTGET before this
 	layBackoff  time.Duration
-	layOff      bool   // the server will not give this file a layout
-	layGetting  bool   // a LAYOUTGET is in flight
-	layRecalled bool   // ... and a CB_LAYOUTRECALL arrived meanwhile
-	layErr      error  // a background layout commit failed; reported by Sync
-	size        uint64 // the file size as far as this File knows
+	layOff      bool        // the server will not give this file a layout
+	layGetting  bool        // a LAYOUTGET is in flight
+	layRecalled bool        // ... and a CB_LAYOUTRECALL arrived meanwhile
+	layErr      error       // a background layout commit failed; reported by Sync
+	lastLay     *fileLayout // the last layout obtained, for naming data servers in errors
+	layRefused  error       // why the last LAYOUTGET failed, if it did
+	size        uint64      // the file size as far as this File knows
 	sizeKnown   bool
 
 	// Access methods (cache.go). ino is set at open and never changes.
@@ -365,7 +367,7 @@ func (f *File) readDirect(ctx context.Context, p []byte, off int64) (int, error)
 		return f.readChunk(ctx, p[lo:hi], off+int64(lo))
 	})
 	if err != nil {
-		return n, err
+		return n, f.blameDataServer(ctx, off+int64(n), err)
 	}
 	if n < len(p) {
 		return n, io.EOF
@@ -382,7 +384,7 @@ func (f *File) readChunk(ctx context.Context, b []byte, off int64) (int, bool, e
 			return n, false, err
 		}
 		want := uint32(len(b) - n)
-		res, release, err := f.c.callRelease(ctx, func() []nfs4.NfsArgop4 {
+		res, release, err := f.c.callIORelease(ctx, f.c.ioBudget(), func() []nfs4.NfsArgop4 {
 			sid, _ := f.ioStateid()
 			return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_READ, Opread: &nfs4.READ4args{
 				Stateid: sid, Offset: uint64(off) + uint64(n), Count: want,
@@ -515,6 +517,9 @@ func (f *File) writeDirect(ctx context.Context, p []byte, off int64) (int, error
 		n, err = f.parallel(ctx, len(p), int(f.c.maxWrite), func(i, lo, hi int) (int, bool, error) {
 			return f.writeChunk(ctx, p[lo:hi], off+int64(lo))
 		})
+		if err != nil {
+			err = f.blameDataServer(ctx, off+int64(n), err)
+		}
 	}
 	f.grewTo(uint64(off) + uint64(n))
 	if err == nil && n < len(p) {
@@ -533,7 +538,7 @@ func (f *File) writeChunk(ctx context.Context, b []byte, off int64) (int, bool, 
 		if _, err := f.ioStateid(); err != nil {
 			return n, false, err
 		}
-		res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
+		res, err := f.c.callIO(ctx, func() []nfs4.NfsArgop4 {
 			sid, _ := f.ioStateid()
 			return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_WRITE, Opwrite: &nfs4.WRITE4args{
 				Stateid: sid, Offset: uint64(off) + uint64(n), Stable: stable, Data: b[n:],
@@ -769,7 +774,7 @@ func (f *File) syncOwn(ctx context.Context) error {
 }
 
 func (f *File) commitMDS(ctx context.Context) error {
-	res, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_COMMIT, Opcommit: &nfs4.COMMIT4args{}}}))
+	res, err := f.c.callIO(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_COMMIT, Opcommit: &nfs4.COMMIT4args{}}}))
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,12 @@ const (
 	// dsCallTimeout bounds one request to a data server; a data server
 	// that does not answer within it is treated as failed.
 	dsCallTimeout = time.Minute
+	// dsDialTimeout bounds connecting to a data server and setting up a
+	// session with it (or Options.DialTimeout, if shorter). Each of its
+	// addresses is tried once; if none answers, the I/O goes through the
+	// MDS and the data server is left alone for dsDownMin, doubling to
+	// dsDownMax.
+	dsDialTimeout = 5 * time.Second
 	// layoutMaxcount is loga_maxcount and gdia_maxcount.
 	layoutMaxcount = 64 << 10
 )
@@ -41,6 +47,18 @@ const (
 
 // errDSDown reports a data server skipped because it failed recently.
 var errDSDown = errors.New("nfs: data server marked down after a failure")
+
+// dsDown is errDSDown with the failure it follows.
+type dsDown struct {
+	ago   time.Duration
+	cause error
+}
+
+func (e *dsDown) Error() string {
+	return fmt.Sprintf("%v %v ago: %v", errDSDown, e.ago.Round(time.Millisecond), e.cause)
+}
+
+func (e *dsDown) Is(target error) bool { return target == errDSDown }
 
 // pnfsClient is the pNFS machinery of a metadata-server Client.
 type pnfsClient struct {
@@ -180,8 +198,18 @@ type dataServer struct {
 
 	mu        sync.Mutex // serializes dials
 	cl        *Client
-	failures  int
-	downUntil time.Time
+	failures  int       // consecutive failures; 0 after a success
+	downUntil time.Time // no dial before this
+	failedAt  time.Time // the last failure
+	lastErr   error     // ... and its error
+}
+
+// knownServer returns the data server with addresses addrs if the Client
+// has used it, else nil.
+func (p *pnfsClient) knownServer(addrs []string) *dataServer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.servers[strings.Join(addrs, ",")]
 }
 
 func (p *pnfsClient) server(addrs []string) *dataServer {
@@ -203,37 +231,58 @@ func (d *dataServer) client(ctx context.Context) (*Client, error) {
 	if d.cl != nil {
 		return d.cl, nil
 	}
-	if time.Now().Before(d.downUntil) {
-		return nil, errDSDown
+	if now := time.Now(); now.Before(d.downUntil) {
+		return nil, &dsDown{ago: now.Sub(d.failedAt), cause: d.lastErr}
 	}
 	var err error
 	for _, a := range d.addrs {
+		dctx, cancel := context.WithTimeout(ctx, dsDialTimeout)
 		var cl *Client
-		if cl, err = d.p.c.dialDS(ctx, a); err == nil {
+		cl, err = d.p.c.dialDS(dctx, a)
+		cancel()
+		if err == nil {
 			d.cl = cl
 			return cl, nil
 		}
+		if ctx.Err() != nil {
+			return nil, err // the caller gave up: says nothing of the data server
+		}
 	}
-	d.markDownLocked()
-	return nil, fmt.Errorf("nfs: data server %s: %w", d.key, err)
+	d.markDownLocked(err)
+	return nil, err
 }
 
-func (d *dataServer) markDownLocked() {
+func (d *dataServer) markDownLocked(err error) {
 	d.failures++
 	back := min(dsDownMin<<min(d.failures-1, 10), dsDownMax)
-	d.downUntil = time.Now().Add(back)
+	d.failedAt, d.lastErr = time.Now(), err
+	d.downUntil = d.failedAt.Add(back)
 }
 
-// fail drops the session cl after a transport failure and keeps the data
-// server out of use for a while.
-func (d *dataServer) fail(cl *Client) {
+// downErr returns the error of the data server's last failure if it has
+// failed since it last worked, else nil.
+func (d *dataServer) downErr() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.failures == 0 || d.lastErr == nil {
+		return nil
+	}
+	if now := time.Now(); now.Before(d.downUntil) {
+		return &dsDown{ago: now.Sub(d.failedAt), cause: d.lastErr}
+	}
+	return d.lastErr
+}
+
+// fail drops the session cl after a transport failure (err) and keeps
+// the data server out of use for a while.
+func (d *dataServer) fail(cl *Client, err error) {
 	d.mu.Lock()
 	if d.cl != cl {
 		d.mu.Unlock()
 		return
 	}
 	d.cl = nil
-	d.markDownLocked()
+	d.markDownLocked(err)
 	d.mu.Unlock()
 	if !d.p.goBG(func() { cl.Close() }) {
 		cl.Close()
@@ -343,6 +392,7 @@ func (f *File) layoutFor(ctx context.Context) *fileLayout {
 		return nil
 	}
 	f.layBackoff = 0
+	f.lastLay, f.layRefused = l, nil
 	if f.closed || f.layRecalled {
 		// A recall crossed our LAYOUTGET: we answered it as if we held the
 		// layout, so give it back now.
@@ -370,6 +420,7 @@ func (f *File) layoutRefused(err error) {
 		}
 	}
 	f.c.log.Debug("no layout; I/O goes through the MDS", "path", f.path, "err", err)
+	f.layRefused = err
 	maxB := layoutUnavailMx
 	if short {
 		maxB = layoutRetryMax
@@ -608,26 +659,26 @@ func (f *File) pnfsRun(ctx context.Context, l *fileLayout, b []byte, off int64, 
 }
 
 func (f *File) doPiece(ctx context.Context, l *fileLayout, pc piece, b []byte, write bool) (int, error) {
+	var dsErr error
 	if pc.Addrs != nil {
 		ds := f.c.pnfs.server(pc.Addrs)
-		var err error
 		if write {
-			err = f.dsWrite(ctx, l, ds, pc.Extent, b)
+			dsErr = f.dsWrite(ctx, l, ds, pc.Extent, b)
 		} else {
-			err = f.dsRead(ctx, ds, pc.Extent, b)
+			dsErr = f.dsRead(ctx, ds, pc.Extent, b)
 		}
-		if err == nil {
+		if dsErr == nil {
 			return len(b), nil
 		}
 		switch {
 		case ctx.Err() != nil:
-			return 0, err
-		case errors.Is(err, errDSDown):
+			return 0, dsErr
+		case errors.Is(dsErr, errDSDown):
 			// Known to be down since an earlier failure, which already
 			// returned the layout that saw it: just use the MDS.
 			f.c.stats.failovers.Add(1)
 		default:
-			f.failover(l, ds, err)
+			f.failover(l, ds, dsErr)
 		}
 	}
 	var n int
@@ -637,7 +688,50 @@ func (f *File) doPiece(ctx context.Context, l *fileLayout, pc piece, b []byte, w
 	} else {
 		n, _, err = f.readChunk(ctx, b, int64(pc.Off))
 	}
+	if err != nil && dsErr != nil && ctx.Err() == nil {
+		// Neither way worked: say which data server failed, and how.
+		err = &DataServerError{
+			Offset: int64(pc.Off) + int64(n), Addr: pc.Addrs[0], Stripe: pc.Stripe, Stripes: pc.Stripes,
+			DSErr: dsErr, Err: err,
+		}
+	}
 	return n, err
+}
+
+// blameDataServer adds to err, the failure of I/O at off through the MDS
+// without a layout, the data server that holds off in the File's last
+// layout if that data server has failed since it last worked: its stripe
+// units are what Shoal's MDS cannot serve while it is out of service
+// (NFS4ERR_DELAY, then NFS4ERR_IO). Other errors are returned as they are.
+func (f *File) blameDataServer(ctx context.Context, off int64, err error) error {
+	var se *StatusError
+	p := f.c.pnfs
+	if p == nil || ctx.Err() != nil || !errors.As(err, &se) ||
+		(se.NFSStatus != nfs4.NFS4ERR_IO && se.NFSStatus != nfs4.NFS4ERR_DELAY) {
+		return err
+	}
+	var de *DataServerError
+	if errors.As(err, &de) {
+		return err
+	}
+	f.mu.Lock()
+	l, refused := f.lastLay, f.layRefused
+	f.mu.Unlock()
+	if l != nil {
+		if pcs, perr := l.plan(uint64(off), 1); perr == nil && len(pcs) == 1 && pcs[0].Addrs != nil {
+			pc := pcs[0]
+			if ds := p.knownServer(pc.Addrs); ds != nil {
+				if dsErr := ds.downErr(); dsErr != nil {
+					return &DataServerError{Offset: off, Addr: pc.Addrs[0], Stripe: pc.Stripe, Stripes: pc.Stripes,
+						DSErr: dsErr, Err: err}
+				}
+			}
+		}
+	}
+	if refused != nil {
+		return fmt.Errorf("%w (no layout to name the data server by: %v)", err, refused)
+	}
+	return err
 }
 
 // dsCall runs one COMPOUND on a data server. A transport failure drops the
@@ -660,14 +754,14 @@ func (f *File) dsCallRelease(ctx context.Context, ds *dataServer, build func(cl 
 	}
 	cctx, cancel := context.WithTimeout(ctx, dsCallTimeout)
 	defer cancel()
-	res, release, err := cl.callRelease(cctx, func() []nfs4.NfsArgop4 { return build(cl) })
+	res, release, err := cl.callIORelease(cctx, f.c.ioBudget(), func() []nfs4.NfsArgop4 { return build(cl) })
 	var se *StatusError
 	switch {
 	case err == nil:
 		ds.succeeded()
 	case errors.As(err, &se), ctx.Err() != nil:
 	default:
-		ds.fail(cl) // connection refused or reset, timeout, session lost
+		ds.fail(cl, err) // connection refused or reset, timeout, session lost
 	}
 	return cl, res, release, err
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
@@ -166,6 +167,19 @@ type Policy struct {
 	// CacheSize bounds the memory of the cached method's data cache,
 	// shared by all Files of the Client. Default 64 MiB.
 	CacheSize int64 `yaml:"cache_size"`
+	// IORetryTimeout bounds how long a READ, WRITE or COMMIT is retried
+	// while the server answers NFS4ERR_DELAY ("try again later"), counted
+	// from the first such answer, with a backoff of 10 ms doubling to 1 s.
+	// When it runs out the I/O fails with the server's NFS4ERR_DELAY (a
+	// *StatusError). It applies to the metadata server and to data
+	// servers; other operations wait longer (see the package
+	// documentation, "Sessions and slots"). Shoal's metadata server
+	// answers NFS4ERR_DELAY for I/O on a data server that is out of
+	// service for its own bound (`shoal mds --ds-down-after`, default
+	// 10 s) and NFS4ERR_IO after it, so this should exceed that bound for
+	// the server's verdict to reach the caller. Default
+	// DefaultIORetryTimeout (30 s); negative is invalid.
+	IORetryTimeout time.Duration `yaml:"io_retry_timeout"`
 }
 
 // Defaults of Policy, chosen from BenchmarkAccessMethods (see
@@ -182,6 +196,12 @@ const (
 	// price: 4 KiB direct I/O on large files goes through the MDS too,
 	// 15-37% slower (docs/client-policy.md).
 	DefaultSmallIOThreshold = 64 << 10
+	// DefaultIORetryTimeout is Policy.IORetryTimeout's default: three
+	// times the metadata server's default --ds-down-after (10 s), so the
+	// server's NFS4ERR_IO for a dead data server arrives well within it,
+	// while I/O never hangs for minutes (the general NFS4ERR_DELAY budget
+	// is two leases plus 10 s: 3 min 10 s with the usual 90 s lease).
+	DefaultIORetryTimeout = 30 * time.Second
 	// minCacheBlocks is how many blocks the cache holds at least, so that
 	// write-back and readahead can overlap.
 	minCacheBlocks = 4
@@ -194,6 +214,7 @@ func DefaultPolicy() Policy {
 		Access: AccessDirect, BlockSize: DefaultBlockSize, MaxPerDS: defaultMaxPerDS,
 		LayoutFetch: LayoutOnFirstIO, SmallIOThreshold: DefaultSmallIOThreshold,
 		Readahead: DefaultReadahead, CacheSize: DefaultCacheSize,
+		IORetryTimeout: DefaultIORetryTimeout,
 	}
 }
 
@@ -214,6 +235,9 @@ func (p Policy) Validate() error {
 	}
 	if p.CacheSize < 0 {
 		errs = append(errs, fmt.Errorf("cache_size %d < 0", p.CacheSize))
+	}
+	if p.IORetryTimeout < 0 {
+		errs = append(errs, fmt.Errorf("io_retry_timeout %v < 0", p.IORetryTimeout))
 	}
 	if p.LayoutFetch != LayoutOnFirstIO && p.LayoutFetch != LayoutOnOpen {
 		errs = append(errs, fmt.Errorf("layout_fetch %d out of range", int(p.LayoutFetch)))
@@ -258,13 +282,17 @@ func (p Policy) withDefaults(serverBlk uint32) Policy {
 	if p.CacheSize < int64(minCacheBlocks*p.BlockSize) {
 		p.CacheSize = int64(minCacheBlocks * p.BlockSize)
 	}
+	if p.IORetryTimeout <= 0 {
+		p.IORetryTimeout = d.IORetryTimeout
+	}
 	return p
 }
 
 // LoadPolicy reads a Policy from a YAML file. Keys are the yaml names of
 // the fields (access, block_size, max_per_ds, layout_fetch, keep_layouts,
-// small_io_threshold, readahead, cache_size); sizes are byte counts or
-// strings with a K, M or G suffix ("4M"). Unknown keys are errors.
+// small_io_threshold, readahead, cache_size, io_retry_timeout); sizes are
+// byte counts or strings with a K, M or G suffix ("4M"), durations Go
+// durations ("30s", "1m") or a number of seconds. Unknown keys are errors.
 func LoadPolicy(path string) (Policy, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -284,6 +312,7 @@ func ParsePolicy(b []byte) (Policy, error) {
 		SmallIOThreshold byteSize    `yaml:"small_io_threshold"`
 		Readahead        byteSize    `yaml:"readahead"`
 		CacheSize        byteSize    `yaml:"cache_size"`
+		IORetryTimeout   duration    `yaml:"io_retry_timeout"`
 	}
 	dec := yaml.NewDecoder(strings.NewReader(string(b)))
 	dec.KnownFields(true)
@@ -294,7 +323,7 @@ func ParsePolicy(b []byte) (Policy, error) {
 		Access: raw.Access, BlockSize: int(raw.BlockSize), MaxPerDS: raw.MaxPerDS,
 		LayoutFetch: raw.LayoutFetch, KeepLayouts: raw.KeepLayouts,
 		SmallIOThreshold: int(raw.SmallIOThreshold), Readahead: int(raw.Readahead),
-		CacheSize: int64(raw.CacheSize),
+		CacheSize: int64(raw.CacheSize), IORetryTimeout: time.Duration(raw.IORetryTimeout),
 	}
 	return p, p.Validate()
 }
@@ -336,6 +365,24 @@ func (b *byteSize) UnmarshalText(t []byte) error {
 	return nil
 }
 
+// duration is a time.Duration that config files may write as a Go
+// duration ("30s") or a number of seconds.
+type duration time.Duration
+
+func (d *duration) UnmarshalText(t []byte) error {
+	s := strings.TrimSpace(string(t))
+	if n, err := strconv.ParseFloat(s, 64); err == nil {
+		*d = duration(n * float64(time.Second))
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("bad duration %q", s)
+	}
+	*d = duration(v)
+	return nil
+}
+
 // sizeFlag is a pflag.Value for an int or int64 size field.
 type sizeFlag struct {
 	set func(int64)
@@ -361,7 +408,7 @@ func (s sizeFlag) Type() string { return "bytes" }
 // RegisterFlags adds flags for every Policy setting to fs, writing into p,
 // under the given prefix ("" or e.g. "client-"): access, block-size,
 // max-per-ds, layout-fetch, keep-layouts, small-io-threshold, readahead,
-// cache-size. Sizes accept K, M and G suffixes. Values already in p (say,
+// cache-size, io-retry-timeout. Sizes accept K, M and G suffixes. Values already in p (say,
 // from LoadPolicy) are the flags' defaults, so flags override a config
 // file when the file is loaded first.
 func RegisterFlags(fs *pflag.FlagSet, prefix string, p *Policy) {
@@ -377,6 +424,8 @@ func RegisterFlags(fs *pflag.FlagSet, prefix string, p *Policy) {
 		prefix+"readahead", "readahead for sequential reads in cached mode (0: 1M, negative: off)")
 	fs.Var(sizeFlag{func(v int64) { p.CacheSize = v }, func() int64 { return p.CacheSize }},
 		prefix+"cache-size", "data cache size for cached mode (0: 64M)")
+	fs.DurationVar(&p.IORetryTimeout, prefix+"io-retry-timeout", p.IORetryTimeout,
+		"how long a read, write or commit the server keeps answering NFS4ERR_DELAY is retried before it fails (0: 30s)")
 }
 
 // MergeFlags returns base (say, from LoadPolicy) with every setting whose
@@ -408,6 +457,9 @@ func MergeFlags(fs *pflag.FlagSet, prefix string, base, flags Policy) Policy {
 	}
 	if set("cache-size") {
 		base.CacheSize = flags.CacheSize
+	}
+	if set("io-retry-timeout") {
+		base.IORetryTimeout = flags.IORetryTimeout
 	}
 	return base
 }

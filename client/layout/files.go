@@ -108,7 +108,8 @@ func (l *filesLayout) Map(dst []Extent, off, n uint64, dev func(DeviceID) (Devic
 		if l.dense {
 			dsOff = (su/count)*l.unit + rel%l.unit
 		}
-		dst = append(dst, Extent{Off: off, Len: hi - off, DSOff: dsOff, Device: l.dev, Addrs: fd.servers[idx], FH: fh})
+		dst = append(dst, Extent{Off: off, Len: hi - off, DSOff: dsOff, Device: l.dev, Addrs: fd.servers[idx], FH: fh,
+			Stripe: int(j), Stripes: int(count)})
 		off = hi
 	}
 	return dst, nil

@@ -71,6 +71,9 @@ func TestFilesMap(t *testing.T) {
 			var got []ext
 			for _, e := range exts {
 				got = append(got, ext{e.Off, e.Len, e.DSOff, e.Addrs[0]})
+				if j := (e.Off/(uint64(tc.util)&^63) + uint64(tc.first)) % 4; e.Stripe != int(j) || e.Stripes != 4 {
+					t.Errorf("extent at %d: stripe %d of %d, want %d of 4", e.Off, e.Stripe, e.Stripes, j)
+				}
 				if tc.fhs > 1 {
 					j := (e.Off/(uint64(tc.util)&^63) + uint64(tc.first)) % 4
 					if e.FH[0] != byte(j) {

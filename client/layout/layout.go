@@ -43,6 +43,11 @@ type Extent struct {
 	Addrs []string
 	// FH is the filehandle to present to the data server.
 	FH []byte
+	// Stripe is the data server's place in the layout, from 0, and
+	// Stripes the number of places (for the files layout: the stripe
+	// index of RFC 8881 §13.4 and the length of the device's stripe
+	// indices). Errors use them to name a data server.
+	Stripe, Stripes int
 }
 
 // Driver decodes the layouts and devices of one layout type.

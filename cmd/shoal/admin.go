@@ -181,7 +181,7 @@ func runJob(cmd *cobra.Command, f *adminFlags, command string, req cluster.Admin
 			return errors.New("the MDS no longer reports the job (did it restart? a drain resumes by itself)")
 		}
 		j = *st.Job
-		if !f.json {
+		if !f.json && j.Running {
 			printJob(&j)
 		}
 	}

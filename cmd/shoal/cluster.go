@@ -104,7 +104,12 @@ func newDSCmd() *cobra.Command {
 				return err
 			}
 			slog.Info("shoal ds ready", "listen", d.Addr.String(), "id", d.Agent.ID(), "mds", mds)
-			<-cmd.Context().Done()
+			select {
+			case <-cmd.Context().Done():
+			case <-d.Agent.Removed():
+				d.Close()
+				return fmt.Errorf("data server %s was removed from the cluster (shoal admin remove); its directory %s can be deleted", d.Agent.ID(), dir)
+			}
 			slog.Info("shutting down")
 			return d.Close()
 		},
