@@ -141,7 +141,10 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: filehandle secret: %w", err)
 	}
 	s.fh = newFHCodec(secret)
-	s.owner = append([]byte("shoal:"), secret[:8]...)
+	// The server owner must be stable across restarts and unique to this
+	// server, but clients see it: derive it from the secret instead of
+	// showing any byte of the key that makes every filehandle.
+	s.owner = append([]byte("shoal:"), dataFHKey(append([]byte("server owner:"), secret...))[:8]...)
 	s.scope = []byte("shoal")
 	fillWriteVerf(s)
 
