@@ -475,8 +475,10 @@ type Config struct {
 	StripeUnit    uint64
 	Exports       []*server.Export
 	Lease         time.Duration
-	Logger        *slog.Logger
-	Metrics       prometheus.Registerer
+	// DownAfter is MDSConfig.DownAfter.
+	DownAfter time.Duration
+	Logger    *slog.Logger
+	Metrics   prometheus.Registerer
 }
 
 // Start brings up a local cluster and waits until every data server is in
@@ -491,7 +493,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	mds, err := StartMDS(MDSConfig{
 		Listen: cfg.Listen, Dir: filepath.Join(cfg.Dir, "mds"), MetaURL: cfg.MetaURL, StripeUnit: cfg.StripeUnit,
-		Exports: cfg.Exports, Lease: cfg.Lease, Logger: cfg.Logger, Metrics: cfg.Metrics,
+		Exports: cfg.Exports, Lease: cfg.Lease, DownAfter: cfg.DownAfter, Logger: cfg.Logger, Metrics: cfg.Metrics,
 	})
 	if err != nil {
 		return nil, err

@@ -120,9 +120,13 @@ func TestPNFSProtocol(t *testing.T) {
 	if fl.NflUtil != DefaultStripeUnit || len(fl.NflFhList) != 1 {
 		t.Fatalf("nfl_util %#x, %d filehandles", fl.NflUtil, len(fl.NflFhList))
 	}
-	first, _, n := c.MDS.Striped.Layout(inoOf(t, c, "f"))
-	if fl.NflFirstStripeIndex != uint32(first) || n != 3 {
-		t.Fatalf("first stripe index %d, want %d (width %d)", fl.NflFirstStripeIndex, first, n)
+	want, err := c.MDS.Striped.Layout(ctx, inoOf(t, c, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := int(want.First)
+	if fl.NflFirstStripeIndex != want.First || want.Count != 3 || fl.NflDeviceid != want.Device {
+		t.Fatalf("layout first %d device %x, want %+v", fl.NflFirstStripeIndex, fl.NflDeviceid, want)
 	}
 	layoutSid := lg.LogrStateid
 	if layoutSid.Seqid != 1 {
@@ -147,7 +151,7 @@ func TestPNFSProtocol(t *testing.T) {
 		return fromUaddr(t, na.NaRAddr)
 	}
 	for i, d := range c.DS {
-		if got := dsAddr(d.Agent.Index()); got != d.Addr.String() {
+		if got := dsAddr(i); got != d.Addr.String() { // the map lists data servers in join order
 			t.Errorf("DS %d advertised as %s, listens on %s", i, got, d.Addr)
 		}
 	}
