@@ -330,4 +330,3 @@ func TestJoinNeedsTheSecret(t *testing.T) {
 		t.Fatalf("admin status with the secret: %v", err)
 	}
 }
-
