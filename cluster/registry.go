@@ -138,7 +138,8 @@ type RegistryConfig struct {
 	// it. Nil: answered "retry later".
 	FileSize func(ctx context.Context, ino uint64) (uint64, error)
 	Logger   *slog.Logger
-	// now is the clock, for tests.
+	// now is the clock of DownAfter and DataServer.Since, for tests;
+	// heartbeat liveness always uses the wall clock.
 	now func() time.Time
 }
 
@@ -786,7 +787,7 @@ func (r *Registry) register(ctx context.Context, c *rpc.Conn, a *ctlproto.CtlReg
 	m.conn = c
 	r.nextReg++
 	m.reg = r.nextReg
-	m.ds.LastBeat = r.cfg.now()
+	m.ds.LastBeat = time.Now() // liveness is wall-clock, never the injected clock
 	m.ds.Capacity, m.ds.Free = a.Capacity, a.Free
 	newConn := c.Value(connKey{r}) == nil
 	c.SetValue(connKey{r}, m)
@@ -832,7 +833,7 @@ func (r *Registry) heartbeat(c *rpc.Conn, a *ctlproto.CtlHeartbeatArgs) ctlproto
 	if m == nil || m.reg != a.Registration {
 		return ctlproto.CTL_ERR_STALE_GEN
 	}
-	m.ds.LastBeat = r.cfg.now()
+	m.ds.LastBeat = time.Now()
 	m.ds.Capacity, m.ds.Free = a.Capacity, a.Free
 	return ctlproto.CTL_OK
 }
