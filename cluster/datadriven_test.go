@@ -380,4 +380,3 @@ func mustJSON(v any) []byte {
 	}
 	return b
 }
-
