@@ -213,6 +213,7 @@ func (p *ClusterSplit) StartCluster(ctx context.Context, n int) (ep *ClusterEndp
 	}
 	for i := 0; i < n; i++ {
 		d, err := startServerChild(p.Exe, []string{"ds", "--mds", mdsAddr, "--listen", "127.0.0.1:0",
+			"--join-secret-file", filepath.Join(dir, "mds", "join-secret"),
 			"--dir", filepath.Join(dir, fmt.Sprintf("ds%d", i)), "--log-level", "info"},
 			filepath.Join(dir, fmt.Sprintf("ds%d.log", i)))
 		if err != nil {

@@ -508,12 +508,15 @@ func (b *builder) servers(ctx context.Context, ready time.Duration) error {
 		"--no-root-squash", "--metrics", mds.Metrics); err != nil {
 		return err
 	}
+	// Listening means started: the MDS made its join secret (the file
+	// localcluster.JoinSecretName in its --dir) before it listened.
 	if err := b.waitTCP(ctx, mds); err != nil {
 		return err
 	}
 	for _, d := range s.ByRole(RoleDS) {
 		if err := b.start(ctx, d.Name, "ds", "--listen", d.Addr, "--dir", filepath.Join(s.Dir, dataDir, d.Name),
-			"--mds", s.MDS, "--advertise", d.Addr, "--metrics", d.Metrics); err != nil {
+			"--mds", s.MDS, "--join-secret-file", filepath.Join(s.Dir, mds.Name, "join-secret"),
+			"--advertise", d.Addr, "--metrics", d.Metrics); err != nil {
 			return err
 		}
 	}
