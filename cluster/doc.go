@@ -6,9 +6,9 @@
 // # Roles
 //
 // On the MDS, a [Registry] serves the calls DSes make (REGISTER, HEARTBEAT,
-// CHECK_STATEID) and tracks which DSes are in service; [Striped] reads and
+// CHECK_STATEID, FILE_SIZE, ADMIN) and tracks the data servers; [Striped] reads and
 // writes file data on them with OBJ_* calls. On each DS, an [Agent] keeps
-// the DS registered, serves the MDS's OBJ_*, FENCE, UNFENCE and DRAIN calls
+// the DS registered, serves the MDS's OBJ_*, FENCE, UNFENCE and RETIRE calls
 // from the DS's local store, and answers the DS's NFS server when it asks
 // whether a client's stateid allows I/O ([Agent.CheckStateid]).
 //
@@ -29,10 +29,12 @@
 // # Protocol
 //
 //	proc           dir       args → result
-//	REGISTER       DS→MDS    revision, join token, id, addrs, space, preferred index, boot verifier
-//	                         → secret, stripe index, heartbeat interval, liveness window, registration no., fenced client ids
+//	REGISTER       DS→MDS    revision, join secret, cluster id, id, addrs, space, boot verifier
+//	                         → data filehandle key, cluster id, heartbeat interval, liveness window, registration no., fenced client ids
 //	HEARTBEAT      DS→MDS    registration no., space → status
 //	CHECK_STATEID  DS→MDS    ino, stateid[16], write → status, client id
+//	FILE_SIZE      DS→MDS    ino → the file's size (a READ past the DS's object)
+//	ADMIN          admin→MDS join secret, command, JSON request → status, message, JSON body
 //	OBJ_READ       MDS→DS    ino, offset, count → eof, object size, data
 //	OBJ_WRITE      MDS→DS    ino, offset, stable, data → count, committed, boot verifier
 //	OBJ_COMMIT     MDS→DS    ino → boot verifier
@@ -40,7 +42,7 @@
 //	OBJ_REMOVE     MDS→DS    ino → status
 //	OBJ_GETSIZE    MDS→DS    ino → object size
 //	FENCE/UNFENCE  MDS→DS    client id → status
-//	DRAIN          MDS→DS    void → status
+//	RETIRE         MDS→DS    void → status (the DS was removed)
 //
 // Objects are named by inode number and use sparse packing: file offset X is
 // object offset X on whichever DS holds that stripe unit, so the MDS, the
@@ -56,26 +58,41 @@
 // REGISTER carries the DS's protocol revision and the MDS answers a revision
 // it does not speak with CTL_ERR_VERSION and the range it does; the agent
 // then stops (ErrVersion) rather than retrying forever. The current
-// revision is 2 (the REGISTER reply gained the liveness window) and the
-// MDS speaks only it, so MDS and DSes must be upgraded together.
+// revision is 3 (per-file stripe maps and persistent identities replaced
+// stripe indexes) and the MDS speaks only it, so MDS and DSes must be
+// upgraded together.
 //
-// # Stripe indexes
+// # Membership and stripe maps
 //
-// Stripe unit k of inode ino lives on stripe index (k + ino) mod n, so a
-// DS's index must never change while it holds data. The registry gives each
-// DS ID an index for its lifetime: a DS that loses its connection keeps it;
-// a DS re-registering after an MDS restart asks for it back (REGISTER's
-// preferred index); and OpenRegistry records the ID→index map in a state
-// file, so placement survives even the MDS and every DS restarting at once,
-// when DSes come back in any order and remember nothing. DSes without an
-// index are appended, never put in a hole that may belong to a DS yet to
-// come back.
+// A data server is known by a persistent identity that it keeps in its
+// directory, never by a position: the registry's record (cluster id, every
+// DS's id, last addresses and State) lives in the MDS's metadata engine
+// (StateStore), so it survives MDS restarts and moves with an etcd-backed
+// MDS. A DS's directory is bound to the cluster it first joined: REGISTER
+// carries that cluster id and another cluster's MDS refuses it
+// (ErrWrongCluster).
 //
-// n counts every index ever claimed (or is fixed by RegistryConfig.Width),
-// so a DS being down makes its stripe units unavailable (ErrUnavailable)
-// instead of silently remapping every file. Growing n remaps files already
-// written; no data is rebalanced, so a cluster must reach its final width
-// (Registry.WaitFor, or a fixed Width) before it stores data.
+// Each regular file's striping is its stripe map (meta.StripeMap): the
+// stripe unit, the ordered ids of its data servers and the position of
+// stripe unit 0. Striped records it in the metadata engine when the file's
+// data is first placed, over Registry.Placement (the Active DSes in
+// service), and layouts, reads and writes all follow it. So:
+//
+//   - adding a DS changes nothing for existing files; new files use it;
+//   - a DS that is down makes exactly the files whose maps name it
+//     unavailable: their I/O is retried (ErrUnavailable, NFS4ERR_DELAY) for
+//     RegistryConfig.DownAfter and then fails (ErrDataServerDown,
+//     NFS4ERR_IO), and they get no layout; every other file is untouched;
+//   - DSes re-registering after an MDS restart, in any order, find the
+//     same placement.
+//
+// A DS's State is Active, Draining, Drained or Removed. Admin (admin.go)
+// drains a DS online by moving each of its files (Striped.Move: recall and
+// hold the file's layouts, copy the units that move, commit, read back and
+// compare, switch the map with a compare-and-swap on its generation, remove
+// the old objects), rebalances files onto DSes added later with the same
+// machinery, and removes a drained DS, or with force a dead one, listing
+// the files that lose stripes. A Removed DS is refused at REGISTER.
 //
 // # Failure handling
 //
@@ -90,17 +107,16 @@
 // window since the last answer, rather than closing a live connection, and
 // with it the MDS's object calls in flight, over one slow reply; only when
 // the MDS has been silent for the whole window does it give up. The window
-// is the MDS's, so REGISTER's reply carries it and the agent adopts it: an
-// operator who widens it on the MDS does not also have to find every DS
-// (AgentConfig.MissedBeats only overrides it, for tests or a DS meant to
-// be more patient). The MDS's monitor in turn judges no DS when it ran late itself,
-// since heartbeats may then be waiting unread. The agent reconnects with
-// capped exponential backoff and re-registers, getting the current fence
-// list in the REGISTER reply. Striped surfaces a down or failing DS as an
-// error wrapping ErrUnavailable (or the DS's storage error); it never
-// substitutes zeros for a DS it could not reach. Striped compares the boot
-// verifiers in OBJ_WRITE and OBJ_COMMIT replies and reports ErrDataLost from
-// Sync when a DS restarted with uncommitted writes.
+// is the MDS's, so REGISTER's reply carries it and the agent adopts it. The
+// MDS's monitor in turn judges no DS when it ran late itself, since
+// heartbeats may then be waiting unread. The agent reconnects with capped
+// exponential backoff and re-registers, getting the current fence list in
+// the REGISTER reply. Striped surfaces a down or failing DS as an error
+// wrapping ErrUnavailable, ErrDataServerDown (a *DownError naming it) or
+// the DS's storage error; it never substitutes zeros for a DS it could not
+// reach. Striped compares the boot verifiers in OBJ_WRITE and OBJ_COMMIT
+// replies and reports ErrDataLost from Sync when a DS restarted with
+// uncommitted writes.
 //
 // # Stateids and fencing
 //
@@ -115,8 +131,13 @@
 //
 // # Trust
 //
-// The control protocol uses AUTH_NONE. The MDS hands the cluster secret to
-// any peer that registers, so either the control port must only be
-// reachable from the cluster network or RegistryConfig.JoinToken must be
-// set. CHECK_STATEID is answered only on registered connections.
+// The control protocol uses AUTH_NONE; the credential is the cluster's join
+// secret (LoadOrCreateJoinSecret: `shoal mds` creates DIR/join-secret on
+// first start, mode 0600), which a DS presents in REGISTER and an operator
+// in ADMIN. Without it nothing is handed out. A registered DS gets the data
+// filehandle key, derived from the MDS's filehandle secret: it verifies and
+// mints data filehandles only, never the MDS's own. CHECK_STATEID and
+// FILE_SIZE are answered only on registered connections. The join secret
+// travels in clear text: on an untrusted network, put the MDS's port
+// behind a VPN or TLS tunnel.
 package cluster
