@@ -65,6 +65,26 @@ func (r metaRecord) Save(ctx context.Context, b []byte) error {
 	return r.e.PutConfig(ctx, registryRecordKey, b)
 }
 
+// checkMetaHasRegistry refuses metadata that holds files but no registry
+// record: it was written by `shoal serve` (whose data is not on data
+// servers) or by a Shoal before per-file stripe maps, and its files have
+// no stripe maps. Serving it would read their data as zeros.
+func checkMetaHasRegistry(e meta.Engine) error {
+	ctx := context.Background()
+	rec, err := metaRecord{e}.Load(ctx)
+	if err != nil || rec != nil {
+		return err
+	}
+	st, err := e.StatFS(ctx)
+	if err != nil {
+		return err
+	}
+	if st.Files > 1 {
+		return fmt.Errorf("the metadata holds %d files but no cluster record: it was written by `shoal serve` or by a Shoal before per-file stripe maps, whose files this MDS cannot find on the data servers; copy the data into a new cluster with `shoal cp`", st.Files-1)
+	}
+	return nil
+}
+
 // MDS is a running metadata server.
 type MDS struct {
 	Server   *server.Server
@@ -220,6 +240,10 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 		return nil, err
 	}
 	m.JoinSecretFile = secretFile
+	if err := checkMetaHasRegistry(srv.Meta()); err != nil {
+		srv.Close()
+		return nil, err
+	}
 	m.Registry, err = cluster.NewRegistry(context.Background(), cluster.RegistryConfig{
 		DataKey:    srv.DataFHKey(),
 		JoinSecret: joinSecret,
