@@ -517,6 +517,15 @@ func (r *Registry) conn(id string) (*rpc.Conn, error) {
 		Reason: fmt.Sprintf("out of service for %v", out.Round(time.Second))}
 }
 
+// gone reports whether data server id was removed from the cluster (or is
+// not a member at all): whatever it held is lost for good.
+func (r *Registry) gone(id string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.byID[id]
+	return m == nil || m.ds.State == Removed
+}
+
 // DownError is ErrDataServerDown for one data server.
 type DownError struct {
 	ID     string

@@ -245,7 +245,11 @@ func (s *Striped) Open(ino uint64, create bool) (store.File, error) {
 
 // onMap runs an object call on every data server of ino's map; nothing if
 // it has none.
-func (s *Striped) onMap(op string, ino uint64, fn func(ctx context.Context, conn *rpc.Conn, id string) error) error {
+//
+// With skipGone, data servers removed from the cluster are skipped: what
+// they held is gone with them, and waiting for them would keep, for
+// example, a deleted file's other objects forever.
+func (s *Striped) onMap(op string, ino uint64, skipGone bool, fn func(ctx context.Context, conn *rpc.Conn, id string) error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
 	defer cancel()
 	m, ok, err := s.Map(ctx, ino)
@@ -255,6 +259,9 @@ func (s *Striped) onMap(op string, ino uint64, fn func(ctx context.Context, conn
 	return parallel(len(m.DataServers), func(i int) error {
 		id := m.DataServers[i]
 		conn, err := s.r.conn(id)
+		if err != nil && skipGone && s.r.gone(id) {
+			return nil
+		}
 		if err == nil {
 			err = fn(ctx, conn, id)
 		}
@@ -272,7 +279,7 @@ func (s *Striped) Remove(ino uint64) error {
 	delete(s.dirty, ino)
 	s.dirtyMu.Unlock()
 	defer s.lockIO(ino)()
-	err := s.onMap("remove", ino, func(ctx context.Context, conn *rpc.Conn, _ string) error {
+	err := s.onMap("remove", ino, true, func(ctx context.Context, conn *rpc.Conn, _ string) error {
 		return objRemove(ctx, conn, ino)
 	})
 	s.forget(ino)
@@ -292,7 +299,7 @@ func objRemove(ctx context.Context, conn *rpc.Conn, ino uint64) error {
 // the maximum. A file without a map has nothing to truncate.
 func (s *Striped) Truncate(ino uint64, size uint64) error {
 	defer s.lockIO(ino)()
-	return s.onMap("truncate", ino, func(ctx context.Context, conn *rpc.Conn, _ string) error {
+	return s.onMap("truncate", ino, false, func(ctx context.Context, conn *rpc.Conn, _ string) error {
 		var res ctlproto.CtlStatusRes
 		if err := call(ctx, conn, ctlproto.CTLPROC_OBJ_TRUNCATE, &ctlproto.CtlTruncateArgs{Ino: ino, Size: size}, &res); err != nil {
 			return err
