@@ -5,8 +5,9 @@
 //
 // The seams it joins are small on purpose: the server package knows data
 // servers only through server.DataServers and server.DataServerConfig, and
-// the cluster package knows nothing of NFS. The error translation between
-// the two (stateid verdicts) lives here, in one place.
+// the cluster package knows nothing of NFS. Both speak the cluster's
+// errors (stateid verdicts, ErrUnavailable, ErrDataServerDown), which the
+// server maps to NFS4ERR_* in its one error table.
 package localcluster
 
 import (
@@ -34,7 +35,6 @@ import (
 	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/server/state"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -159,43 +159,6 @@ func (b lazyBackend) StatFS() (uint64, uint64, uint64, error) {
 }
 func (b lazyBackend) Close() error { return b.d.striped.Close() }
 
-// toCluster translates the metadata server's stateid verdicts for the
-// control protocol.
-func toCluster(err error) error {
-	for _, m := range []struct{ from, to error }{
-		{server.ErrFenced, cluster.ErrFenced},
-		{state.ErrBadStateid, cluster.ErrBadStateid},
-		{state.ErrOldStateid, cluster.ErrOldStateid},
-		{state.ErrStaleStateid, cluster.ErrStaleStateid},
-		{state.ErrExpired, cluster.ErrExpired},
-		{state.ErrOpenMode, cluster.ErrOpenMode},
-		{state.ErrLocked, cluster.ErrOpenMode},
-	} {
-		if errors.Is(err, m.from) {
-			return fmt.Errorf("%w: %v", m.to, err)
-		}
-	}
-	return err
-}
-
-// fromCluster translates the control protocol's verdicts for the data
-// server's NFS code.
-func fromCluster(err error) error {
-	for _, m := range []struct{ from, to error }{
-		{cluster.ErrFenced, server.ErrFenced},
-		{cluster.ErrBadStateid, state.ErrBadStateid},
-		{cluster.ErrOldStateid, state.ErrOldStateid},
-		{cluster.ErrStaleStateid, state.ErrStaleStateid},
-		{cluster.ErrExpired, state.ErrExpired},
-		{cluster.ErrOpenMode, state.ErrOpenMode},
-	} {
-		if errors.Is(err, m.from) {
-			return fmt.Errorf("%w: %v", m.to, err)
-		}
-	}
-	return err
-}
-
 // StartMDS starts a pNFS metadata server; data servers register with it on
 // the same address (the control protocol shares the NFS listener).
 func StartMDS(cfg MDSConfig) (*MDS, error) {
@@ -245,16 +208,13 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 		return nil, err
 	}
 	m.Registry, err = cluster.NewRegistry(context.Background(), cluster.RegistryConfig{
-		DataKey:    srv.DataFHKey(),
-		JoinSecret: joinSecret,
-		Store:      metaRecord{srv.Meta()},
-		DownAfter:  cfg.DownAfter,
-		CheckStateid: func(ctx context.Context, ino uint64, sid [16]byte, write bool) (uint64, error) {
-			id, err := srv.CheckDataIO(ctx, ino, sid, write)
-			return id, toCluster(err)
-		},
-		FileSize: srv.FileSize,
-		Logger:   cfg.Logger.With("role", "registry"),
+		DataKey:      srv.DataFHKey(),
+		JoinSecret:   joinSecret,
+		Store:        metaRecord{srv.Meta()},
+		DownAfter:    cfg.DownAfter,
+		CheckStateid: srv.CheckDataIO,
+		FileSize:     srv.FileSize,
+		Logger:       cfg.Logger.With("role", "registry"),
 	})
 	if err != nil {
 		srv.Close()
@@ -383,12 +343,10 @@ func StartDS(ctx context.Context, cfg DSConfig) (*DS, error) {
 		Logger:  cfg.Logger.With("role", "ds", "id", ident.ID),
 		Metrics: cfg.Metrics, MetricLabels: prometheus.Labels{"role": "ds", "instance": ident.ID},
 	}, server.DataServerConfig{
-		Secret: d.Agent.DataKey,
-		CheckStateid: func(ctx context.Context, ino uint64, sid [16]byte, write bool) error {
-			return fromCluster(d.Agent.CheckStateid(ctx, ino, sid, write))
-		},
-		FileSize: d.Agent.FileSize,
-		Store:    d.Store,
+		Secret:       d.Agent.DataKey,
+		CheckStateid: d.Agent.CheckStateid,
+		FileSize:     d.Agent.FileSize,
+		Store:        d.Store,
 	})
 	if err != nil {
 		d.Agent.Close()

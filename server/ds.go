@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/meta"
-	"github.com/shoalfs/shoal/server/state"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -27,10 +27,11 @@ type DataServerConfig struct {
 	// data handles only, never the MDS's own filehandles.
 	Secret func() []byte
 	// CheckStateid asks the metadata server whether an open or lock
-	// stateid allows I/O on a file. Errors wrap the server/state sentinels
-	// (ErrBadStateid, ErrOldStateid, ErrStaleStateid, ErrExpired,
-	// ErrOpenMode) or ErrFenced; any other error means the metadata server
-	// could not be asked and the client is told to retry.
+	// stateid allows I/O on a file (cluster.Agent.CheckStateid). Errors
+	// wrap the cluster's verdicts (cluster.ErrBadStateid, ErrOldStateid,
+	// ErrStaleStateid, ErrExpired, ErrOpenMode, ErrFenced); any other
+	// error means the metadata server could not be asked and the client is
+	// told to retry.
 	CheckStateid func(ctx context.Context, ino uint64, stateid [16]byte, write bool) error
 	// FileSize asks the metadata server for a file's size; a READ that
 	// reaches past the end of this data server's object needs it to tell
@@ -158,15 +159,17 @@ func (c *compound) dsCheckIO(s *nfs4.Stateid4, o *object, write bool) nfs4.Nfsst
 	switch {
 	case err == nil:
 		return nfs4.NFS4_OK
-	case errors.Is(err, ErrFenced):
+	case errors.Is(err, cluster.ErrFenced):
 		// The client's layout was revoked: RFC 8881 §12.5.5 — it must get
 		// a new layout (or go through the MDS) before doing I/O here.
 		return nfs4.NFS4ERR_PNFS_NO_LAYOUT
 	}
-	if st, ok := stateStatus(err); ok {
-		return st
+	for _, v := range []error{cluster.ErrBadStateid, cluster.ErrOldStateid, cluster.ErrStaleStateid,
+		cluster.ErrExpired, cluster.ErrOpenMode} {
+		if errors.Is(err, v) {
+			return statusOf(err)
+		}
 	}
+	// The metadata server could not be asked.
 	return nfs4.NFS4ERR_DELAY
 }
-
-var _ = state.ErrBadStateid

@@ -37,6 +37,13 @@ var errTable = []struct {
 	// server stays down. The client's read or write fails with EIO.
 	{cluster.ErrDataServerDown, nfs4.NFS4ERR_IO},
 	{cluster.ErrNoDataServers, nfs4.NFS4ERR_DELAY},
+	// The cluster's stateid verdicts, as a data server hears them from
+	// its metadata server (CheckDataIO makes them).
+	{cluster.ErrBadStateid, nfs4.NFS4ERR_BAD_STATEID},
+	{cluster.ErrOldStateid, nfs4.NFS4ERR_OLD_STATEID},
+	{cluster.ErrStaleStateid, nfs4.NFS4ERR_STALE_STATEID},
+	{cluster.ErrExpired, nfs4.NFS4ERR_EXPIRED},
+	{cluster.ErrOpenMode, nfs4.NFS4ERR_OPENMODE},
 	{context.Canceled, nfs4.NFS4ERR_DELAY},
 	{context.DeadlineExceeded, nfs4.NFS4ERR_DELAY},
 }

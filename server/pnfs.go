@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
@@ -183,25 +184,44 @@ func (s *Server) unfence(id state.ClientID) {
 }
 
 // CheckDataIO answers a data server's question whether an open or lock
-// stateid allows I/O on a file, and which MDS client owns it.
+// stateid allows I/O on a file, and which MDS client owns it. Its errors
+// are the cluster's verdicts (cluster.ErrBadStateid, ErrOldStateid,
+// ErrStaleStateid, ErrExpired, ErrOpenMode, ErrFenced), the one vocabulary
+// both ends of the control protocol use; this is where the state
+// manager's reasons become them.
 func (s *Server) CheckDataIO(ctx context.Context, ino uint64, sid [16]byte, write bool) (uint64, error) {
 	st := state.Stateid{Seqid: binary.BigEndian.Uint32(sid[:4])}
 	copy(st.Other[:], sid[4:])
 	id, err := s.st.m.CheckIOAny(st, state.FileID(ino), write)
 	if err != nil {
-		return 0, err
+		return 0, verdict(err)
 	}
 	s.pnfs.mu.Lock()
 	fenced := s.pnfs.fenced[id]
 	s.pnfs.mu.Unlock()
 	if fenced {
-		return uint64(id), ErrFenced
+		return uint64(id), fmt.Errorf("%w after layout revocation", cluster.ErrFenced)
 	}
 	return uint64(id), nil
 }
 
-// ErrFenced reports I/O by a client whose layouts were revoked.
-var ErrFenced = fmt.Errorf("server: client fenced after layout revocation")
+// verdict turns the state manager's refusal of a data-server I/O into the
+// cluster's vocabulary.
+func verdict(err error) error {
+	for _, m := range []struct{ from, to error }{
+		{state.ErrBadStateid, cluster.ErrBadStateid},
+		{state.ErrOldStateid, cluster.ErrOldStateid},
+		{state.ErrStaleStateid, cluster.ErrStaleStateid},
+		{state.ErrExpired, cluster.ErrExpired},
+		{state.ErrOpenMode, cluster.ErrOpenMode},
+		{state.ErrLocked, cluster.ErrOpenMode},
+	} {
+		if errors.Is(err, m.from) {
+			return fmt.Errorf("%w: %v", m.to, err)
+		}
+	}
+	return err
+}
 
 // ClusterSecret is the MDS's master filehandle secret. Never hand it to a
 // data server: they get DataFHKey, which makes data filehandles only.
