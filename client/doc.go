@@ -209,12 +209,14 @@
 // index in the file's layout), says why it could not be used, and wraps the
 // metadata server's error, so errors.Is(err, syscall.EIO) holds for
 // NFS4ERR_IO. I/O that went through the metadata server without a layout
-// (during the backoff after a failure) names the data server the File's
-// last layout put the range on, if that data server has failed since it
-// last worked; a File that never got a layout (the metadata server may
-// refuse one, NFS4ERR_LAYOUTUNAVAILABLE, for a file with a stripe unit on
-// a dead data server) cannot name it, and gets the metadata server's error
-// alone with the refusal noted.
+// (during the backoff after a failure, or because the metadata server
+// refuses layouts of files with a stripe unit on a data server that is out
+// of service: NFS4ERR_LAYOUTUNAVAILABLE) names the data server that the
+// last layout the Client got for the file put the range on, if that data
+// server failed since it last worked or cannot be connected to now (one
+// more bounded dial). A Client that never got a layout of the file cannot
+// name the data server: its error is the metadata server's, with the
+// layout refusal noted.
 //
 // # Locks
 //

@@ -35,7 +35,7 @@ func StripeOf(ctx context.Context, f *File, off int64) (addr string, stripe, str
 		f.mu.Lock()
 		err = f.layRefused
 		f.mu.Unlock()
-		return "", 0, 0, fmt.Errorf("no layout for %s: %v", f.path, err)
+		return "", 0, 0, fmt.Errorf("no layout for %s: %w", f.path, err)
 	}
 	defer f.releaseLayout(l)
 	pcs, err := l.plan(uint64(off), 1)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/client"
+	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/localcluster"
 	"github.com/shoalfs/shoal/server"
 )
@@ -198,6 +199,10 @@ func startProxiedCluster(t *testing.T, n int) (*localcluster.MDS, []*localcluste
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { mds.Close() })
+	secret, err := cluster.ReadJoinSecret(mds.JoinSecretFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	var dss []*localcluster.DS
@@ -206,7 +211,7 @@ func startProxiedCluster(t *testing.T, n int) (*localcluster.MDS, []*localcluste
 		p := newCutProxy(t)
 		d, err := localcluster.StartDS(ctx, localcluster.DSConfig{
 			Listen: "127.0.0.1:0", Dir: filepath.Join(dir, fmt.Sprintf("ds%d", i)),
-			MDS: mds.Addr.String(), Advertise: p.ln.Addr().String(),
+			MDS: mds.Addr.String(), JoinSecret: secret, Advertise: p.ln.Addr().String(),
 			Lease: 10 * time.Second, Logger: quietLogger(),
 		})
 		if err != nil {

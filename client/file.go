@@ -46,13 +46,12 @@ type File struct {
 	retiring    []*fileLayout // layouts being committed and returned
 	layRetryAt  time.Time     // no LAYOUTGET before this
 	layBackoff  time.Duration
-	layOff      bool        // the server will not give this file a layout
-	layGetting  bool        // a LAYOUTGET is in flight
-	layRecalled bool        // ... and a CB_LAYOUTRECALL arrived meanwhile
-	layErr      error       // a background layout commit failed; reported by Sync
-	lastLay     *fileLayout // the last layout obtained, for naming data servers in errors
-	layRefused  error       // why the last LAYOUTGET failed, if it did
-	size        uint64      // the file size as far as this File knows
+	layOff      bool   // the server will not give this file a layout
+	layGetting  bool   // a LAYOUTGET is in flight
+	layRecalled bool   // ... and a CB_LAYOUTRECALL arrived meanwhile
+	layErr      error  // a background layout commit failed; reported by Sync
+	layRefused  error  // why the last LAYOUTGET failed, if it did
+	size        uint64 // the file size as far as this File knows
 	sizeKnown   bool
 
 	// Access methods (cache.go). ino is set at open and never changes.

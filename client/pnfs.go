@@ -55,7 +55,11 @@ type dsDown struct {
 }
 
 func (e *dsDown) Error() string {
-	return fmt.Sprintf("%v %v ago: %v", errDSDown, e.ago.Round(time.Millisecond), e.cause)
+	when := "just now"
+	if ago := e.ago.Round(time.Millisecond); ago > 0 {
+		when = ago.String() + " ago"
+	}
+	return fmt.Sprintf("failed %s, not retried yet: %v", when, e.cause)
 }
 
 func (e *dsDown) Is(target error) bool { return target == errDSDown }
@@ -74,7 +78,11 @@ type pnfsClient struct {
 	// has one layout stateid per client and file, so Files of one Client
 	// that each hold a layout of the same file share it, and every
 	// LAYOUTGET by one of them moves its seqid for all.
-	lsid   map[string]nfs4.Stateid4
+	lsid map[string]nfs4.Stateid4
+	// last is the last layout obtained per file handle, kept (up to
+	// maxLastLayouts) only to name the data server of a range in errors
+	// of I/O done through the MDS without a layout.
+	last   map[string]*fileLayout
 	closed bool
 	wg     sync.WaitGroup // background layout returns
 }
@@ -91,10 +99,27 @@ func newPNFSClient(c *Client, types []uint32) *pnfsClient {
 				servers: map[string]*dataServer{},
 				kept:    map[string]keptLayout{},
 				lsid:    map[string]nfs4.Stateid4{},
+				last:    map[string]*fileLayout{},
 			}
 		}
 	}
 	return nil
+}
+
+// maxLastLayouts bounds pnfsClient.last.
+const maxLastLayouts = 1024
+
+// noteLastLayout records l as the last layout of the file with handle fh.
+func (p *pnfsClient) noteLastLayout(fh []byte, l *fileLayout) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, ok := p.last[string(fh)]; !ok && len(p.last) >= maxLastLayouts {
+		for k := range p.last { // evict one, any one
+			delete(p.last, k)
+			break
+		}
+	}
+	p.last[string(fh)] = l
 }
 
 // goBG runs fn in the background unless the client is closing.
@@ -204,14 +229,6 @@ type dataServer struct {
 	lastErr   error     // ... and its error
 }
 
-// knownServer returns the data server with addresses addrs if the Client
-// has used it, else nil.
-func (p *pnfsClient) knownServer(addrs []string) *dataServer {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.servers[strings.Join(addrs, ",")]
-}
-
 func (p *pnfsClient) server(addrs []string) *dataServer {
 	key := strings.Join(addrs, ",")
 	p.mu.Lock()
@@ -259,18 +276,34 @@ func (d *dataServer) markDownLocked(err error) {
 	d.downUntil = d.failedAt.Add(back)
 }
 
-// downErr returns the error of the data server's last failure if it has
-// failed since it last worked, else nil.
+// probe checks that the data server answers: a SEQUENCE on its session,
+// dialling it if needed, within dsDialTimeout. A failure counts as one of
+// the data server's.
+func (d *dataServer) probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, dsDialTimeout)
+	defer cancel()
+	cl, err := d.client(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = cl.callRetry(ctx, 0, func() []nfs4.NfsArgop4 { return nil })
+	var se *StatusError
+	if err != nil && !errors.As(err, &se) {
+		d.fail(cl, err)
+		return err
+	}
+	return nil // it answered
+}
+
+// downErr returns, while the data server is left alone after a failure,
+// that failure (errDSDown); nil otherwise.
 func (d *dataServer) downErr() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.failures == 0 || d.lastErr == nil {
-		return nil
-	}
-	if now := time.Now(); now.Before(d.downUntil) {
+	if now := time.Now(); d.cl == nil && d.lastErr != nil && now.Before(d.downUntil) {
 		return &dsDown{ago: now.Sub(d.failedAt), cause: d.lastErr}
 	}
-	return d.lastErr
+	return nil
 }
 
 // fail drops the session cl after a transport failure (err) and keeps
@@ -392,7 +425,8 @@ func (f *File) layoutFor(ctx context.Context) *fileLayout {
 		return nil
 	}
 	f.layBackoff = 0
-	f.lastLay, f.layRefused = l, nil
+	f.layRefused = nil
+	p.noteLastLayout(f.fh, l)
 	if f.closed || f.layRecalled {
 		// A recall crossed our LAYOUTGET: we answered it as if we held the
 		// layout, so give it back now.
@@ -699,10 +733,13 @@ func (f *File) doPiece(ctx context.Context, l *fileLayout, pc piece, b []byte, w
 }
 
 // blameDataServer adds to err, the failure of I/O at off through the MDS
-// without a layout, the data server that holds off in the File's last
-// layout if that data server has failed since it last worked: its stripe
-// units are what Shoal's MDS cannot serve while it is out of service
-// (NFS4ERR_DELAY, then NFS4ERR_IO). Other errors are returned as they are.
+// without a layout, the data server that holds off in the last layout the
+// Client got for the file, if that data server cannot be used: it failed
+// recently and is left alone, or it does not answer now (probe: one dial
+// or SEQUENCE, bounded by dsDialTimeout). Stripe units on a data server that is out of service
+// are what Shoal's MDS cannot serve (NFS4ERR_DELAY, then NFS4ERR_IO), and
+// refuses layouts for (NFS4ERR_LAYOUTUNAVAILABLE). Errors with other
+// statuses are returned as they are.
 func (f *File) blameDataServer(ctx context.Context, off int64, err error) error {
 	var se *StatusError
 	p := f.c.pnfs
@@ -715,21 +752,30 @@ func (f *File) blameDataServer(ctx context.Context, off int64, err error) error 
 		return err
 	}
 	f.mu.Lock()
-	l, refused := f.lastLay, f.layRefused
+	refused := f.layRefused
 	f.mu.Unlock()
+	p.mu.Lock()
+	l := p.last[string(f.fh)]
+	p.mu.Unlock()
 	if l != nil {
 		if pcs, perr := l.plan(uint64(off), 1); perr == nil && len(pcs) == 1 && pcs[0].Addrs != nil {
 			pc := pcs[0]
-			if ds := p.knownServer(pc.Addrs); ds != nil {
-				if dsErr := ds.downErr(); dsErr != nil {
-					return &DataServerError{Offset: off, Addr: pc.Addrs[0], Stripe: pc.Stripe, Stripes: pc.Stripes,
-						DSErr: dsErr, Err: err}
-				}
+			ds := p.server(pc.Addrs)
+			dsErr := ds.downErr()
+			if dsErr == nil {
+				dsErr = ds.probe(ctx)
+			}
+			if dsErr != nil && ctx.Err() == nil {
+				return &DataServerError{Offset: off, Addr: pc.Addrs[0], Stripe: pc.Stripe, Stripes: pc.Stripes,
+					DSErr: dsErr, Err: err}
 			}
 		}
 	}
 	if refused != nil {
-		return fmt.Errorf("%w (no layout to name the data server by: %v)", err, refused)
+		// The MDS gives no layout of a file whose data server is out of
+		// service (the kernel client then goes through the MDS at once),
+		// so a client that never held one cannot name it.
+		return fmt.Errorf("%w (a data server holding this file is out of service; the metadata server gave no layout to name it by: %v; `shoal admin status` lists it)", err, refused)
 	}
 	return err
 }

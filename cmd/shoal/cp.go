@@ -137,7 +137,7 @@ func cpReason(err error) string {
 	if errors.As(err, &se) {
 		msg := err.Error()
 		if i := strings.Index(msg, se.Error()); i >= 0 {
-			return msg[:i] + reason(se)
+			return msg[:i] + reason(se) + msg[i+len(se.Error()):]
 		}
 	}
 	return err.Error()

@@ -125,7 +125,22 @@ func reason(err error) string {
 		return msg
 	}
 	if errors.As(err, &se) {
-		return statusWords(se)
+		// The status in words, with what the client added around it
+		// ("still after retrying for 30s"), without the path errors'
+		// "op path: " the caller says itself.
+		inner := err
+		for {
+			var pe *fs.PathError
+			var le *os.LinkError
+			if errors.As(inner, &pe) && errors.As(pe.Err, &se) {
+				inner = pe.Err
+			} else if errors.As(inner, &le) && errors.As(le.Err, &se) {
+				inner = le.Err
+			} else {
+				break
+			}
+		}
+		return strings.Replace(inner.Error(), se.Error(), statusWords(se), 1)
 	}
 	var pe *fs.PathError
 	if errors.As(err, &pe) {

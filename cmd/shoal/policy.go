@@ -12,7 +12,8 @@ import (
 
 // policyFlags puts the client library's policy (client.Policy: block
 // size, requests in flight per data server, when layouts are fetched and
-// kept, the small-I/O threshold, readahead, cache size, access method) on
+// kept, the small-I/O threshold, readahead, cache size, access method,
+// how long I/O retries NFS4ERR_DELAY) on
 // a command's command line: every setting as a flag (client.RegisterFlags)
 // and --policy FILE for a YAML file of them (client.LoadPolicy), the flags
 // overriding the file.
@@ -34,7 +35,7 @@ func addPolicyFlags(cmd *cobra.Command, skip ...string) *policyFlags {
 		}
 	})
 	cmd.Flags().StringVar(&p.file, "policy", "",
-		"YAML file of client policy settings (access, block_size, max_per_ds, layout_fetch, keep_layouts, small_io_threshold, readahead, cache_size); flags override it")
+		"YAML file of client policy settings (access, block_size, max_per_ds, layout_fetch, keep_layouts, small_io_threshold, readahead, cache_size, io_retry_timeout); flags override it")
 	return p
 }
 
