@@ -3,6 +3,9 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -143,5 +146,58 @@ func TestCheckStateidUnavailable(t *testing.T) {
 	defer cancel()
 	if err := a.CheckStateid(ctx, 1, sid(1, 1), false); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("CheckStateid without an MDS = %v", err)
+	}
+}
+
+// TestFileSize: a data server asks the MDS for a file's size (FILE_SIZE),
+// and gets the MDS's errors back as the same kinds.
+func TestFileSize(t *testing.T) {
+	sizes := map[uint64]uint64{1: 0, 2: 12345, 3: 1<<63 - 1}
+	tc := newClusterWith(t, 1, &testCluster{fileSize: func(_ context.Context, ino uint64) (uint64, error) {
+		switch ino {
+		case 10:
+			return 0, fmt.Errorf("no inode %d: %w", ino, fs.ErrNotExist)
+		case 11:
+			return 0, fmt.Errorf("metadata busy: %w", ErrUnavailable)
+		case 12:
+			return 0, errors.New("metadata broke")
+		}
+		return sizes[ino], nil
+	}})
+	a := tc.agents[0]
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	defer cancel()
+	for _, tt := range []struct {
+		name string
+		ino  uint64
+		want uint64
+		err  error
+	}{
+		{"empty", 1, 0, nil},
+		{"some", 2, 12345, nil},
+		{"largest", 3, 1<<63 - 1, nil},
+		{"no such file", 10, 0, fs.ErrNotExist},
+		{"retry later", 11, 0, ErrUnavailable},
+		{"failure", 12, 0, syscall.EIO},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := a.FileSize(ctx, tt.ino)
+			if got != tt.want || !errors.Is(err, tt.err) || (tt.err == nil) != (err == nil) {
+				t.Errorf("FileSize(%d) = %d, %v; want %d, %v", tt.ino, got, err, tt.want, tt.err)
+			}
+		})
+	}
+
+	// A registry that cannot tell asks the DS to retry.
+	noSizes := newCluster(t, 1)
+	if _, err := noSizes.agents[0].FileSize(ctx, 1); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("FileSize from a registry without FileSize = %v", err)
+	}
+	// So does an agent without an MDS.
+	noSizes.reg.Close()
+	b := noSizes.agents[0]
+	eventually(t, "agent to notice the MDS is gone", func() bool { return agentConn(b) == nil })
+	if _, err := b.FileSize(ctx, 1); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("FileSize without an MDS = %v", err)
 	}
 }

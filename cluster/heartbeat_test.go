@@ -90,7 +90,10 @@ func startGatedRegistry(t *testing.T, interval time.Duration, mdsMissed, agentMi
 	t.Helper()
 	cfg := testRegistryConfig(newFakeChecker())
 	cfg.HeartbeatInterval, cfg.MissedBeats = interval, mdsMissed
-	reg := NewRegistry(cfg)
+	reg, err := NewRegistry(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	events := make(chan Event, 100)
 	reg.Subscribe(func(ev Event) { events <- ev })
 	g := &heartbeatGate{reg: reg, beats: map[*rpc.Conn]int{}}
@@ -107,7 +110,7 @@ func startGatedRegistry(t *testing.T, interval time.Duration, mdsMissed, agentMi
 	defer cancel()
 	a, err := StartAgent(ctx, AgentConfig{
 		MDS: ln.Addr().String(), ID: "ds0", Addrs: []string{"127.0.0.1:2049"},
-		Store: st, JoinToken: []byte("join"), MissedBeats: agentMissed,
+		Store: st, JoinSecret: testSecret, MissedBeats: agentMissed,
 		Capacity: func() (uint64, uint64) { return 1 << 40, 1 << 39 },
 	})
 	if err != nil {
@@ -138,7 +141,9 @@ func TestSlowHeartbeatAnswer(t *testing.T) {
 	// five times what the agent used to wait before closing.
 	g, a, events := startGatedRegistry(t, interval, 200, 200)
 	conn := agentConn(a)
-	s := NewStriped(g.reg, 64<<10)
+	e := newMeta(t)
+	s := NewStriped(g.reg, e, 64<<10)
+	ino := newFile(t, e)
 	data := pattern(3<<20, 9)
 
 	release := g.holdNext(t)
@@ -146,8 +151,8 @@ func TestSlowHeartbeatAnswer(t *testing.T) {
 	start := time.Now()
 	// The DS serves the MDS's OBJ_WRITE and OBJ_READ while its heartbeat
 	// waits for an answer.
-	writeAll(t, s, 42, data, 0)
-	f, err := s.Open(42, false)
+	writeAll(t, s, ino, data, 0)
+	f, err := s.Open(ino, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,8 +189,8 @@ func TestSlowHeartbeatAnswer(t *testing.T) {
 			t.Errorf("DS left service after a slow heartbeat answer: %+v", ev)
 		}
 	}
-	if ds := g.reg.DataServers(); len(ds) != 1 {
-		t.Errorf("in service: %+v", ds)
+	if ds := g.reg.DataServers(); len(ds) != 1 || !ds[0].Up {
+		t.Errorf("data servers: %+v", ds)
 	}
 	if n, err := f.ReadAt(got, 0); n != len(data) || !bytes.Equal(got, data) {
 		t.Fatalf("ReadAt after the slow heartbeat = %d, %v", n, err)
@@ -224,11 +229,13 @@ func TestSilentMDS(t *testing.T) {
 // time, but not when the monitor itself ran late (the MDS was stalled and
 // may not have read the heartbeats that arrived meanwhile).
 func TestMonitorJudgement(t *testing.T) {
-	const interval = time.Second
+	// The registry's own monitor looks every interval: make that long
+	// enough that it never looks while the test runs; the test is the
+	// clock.
+	const interval = time.Hour
 	cfg := testRegistryConfig(newFakeChecker())
 	cfg.HeartbeatInterval, cfg.MissedBeats = interval, 3
-	reg := newRegistry(cfg) // no monitor of its own: the test is the clock
-	defer reg.Close()
+	reg := newTestRegistry(t, cfg)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +244,7 @@ func TestMonitorJudgement(t *testing.T) {
 	_, stop := registerBareAgent(t, ln.Addr().String(), "judged")
 	defer stop()
 	reg.mu.Lock()
-	last := reg.byID["judged"].lastBeat
+	last := reg.byID["judged"].ds.LastBeat
 	reg.mu.Unlock()
 	for _, tt := range []struct {
 		name     string
@@ -353,8 +360,7 @@ func TestRegisterReplyWindow(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := testRegistryConfig(newFakeChecker())
 			cfg.HeartbeatInterval, cfg.MissedBeats = 250*time.Millisecond, tt.missed
-			reg := NewRegistry(cfg)
-			defer reg.Close()
+			reg := newTestRegistry(t, cfg)
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
@@ -369,7 +375,7 @@ func TestRegisterReplyWindow(t *testing.T) {
 			defer conn.Close()
 			var res ctlproto.CtlRegisterRes
 			err = call(ctx, conn, ctlproto.CTLPROC_REGISTER, &ctlproto.CtlRegisterArgs{
-				Revision: ctlproto.CTL_VERSION, Token: []byte("join"), DsId: "w", PreferredIndex: ctlproto.CTL_NO_INDEX}, &res)
+				Revision: ctlproto.CTL_VERSION, Token: testSecret, DsId: "w"}, &res)
 			if err != nil {
 				t.Fatal(err)
 			}

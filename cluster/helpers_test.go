@@ -130,7 +130,7 @@ type testCluster struct {
 	stores  []*store.Local
 	meta    meta.Engine
 
-	clock    *testClock                                         // the registry's clock, if set
+	clock    *testClock                                            // the registry's clock, if set
 	fileSize func(ctx context.Context, ino uint64) (uint64, error) // RegistryConfig.FileSize, if set
 }
 

@@ -2,12 +2,16 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
 	"testing"
+	"time"
 
+	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -35,32 +39,34 @@ func localObject(t *testing.T, st store.Backend, ino uint64) []byte {
 }
 
 // checkPlacement verifies that every stripe unit of data written at off
-// is on DS (k+ino) mod n, at the file offset, and nowhere else.
-func checkPlacement(t *testing.T, tc *testCluster, unit, ino uint64, data []byte, off uint64) (perDS []uint64) {
+// is on the data server its stripe map names for it (unit k on
+// DataServers[(First+k) mod n]), at the file offset, and on no other data
+// server of tc. It returns the bytes each data server holds.
+func checkPlacement(t *testing.T, tc *testCluster, s *Striped, ino uint64, data []byte, off uint64) (perDS map[string]uint64) {
 	t.Helper()
-	n := len(tc.agents)
-	objs := make([][]byte, n)
-	for i := range n {
-		_, st := tc.agentAt(i)
-		objs[i] = localObject(t, st, ino)
+	m := stripeMap(t, s, ino)
+	objs := map[string][]byte{}
+	for j, a := range tc.agents {
+		objs[a.ID()] = localObject(t, tc.stores[j], ino)
 	}
-	perDS = make([]uint64, n)
+	perDS = map[string]uint64{}
 	end := off + uint64(len(data))
-	for k := off / unit; k*unit < end; k++ {
-		lo, hi := max(k*unit, off), min((k+1)*unit, end)
-		want := int((k + ino) % uint64(n))
+	n := uint64(len(m.DataServers))
+	for k := off / m.Unit; k*m.Unit < end; k++ {
+		lo, hi := max(k*m.Unit, off), min((k+1)*m.Unit, end)
+		want := m.DataServers[(k+uint64(m.First))%n]
 		perDS[want] += hi - lo
-		for i, obj := range objs {
+		for id, obj := range objs {
 			var got []byte
 			if uint64(len(obj)) > lo {
 				got = obj[lo:min(hi, uint64(len(obj)))]
 			}
-			if i == want {
+			if id == want {
 				if !bytes.Equal(got, data[lo-off:hi-off]) {
-					t.Fatalf("ino %d unit %d: DS index %d does not hold its data", ino, k, i)
+					t.Fatalf("ino %d unit %d: data server %s does not hold its data", ino, k, id)
 				}
 			} else if bytes.ContainsFunc(got, func(r rune) bool { return r != 0 }) {
-				t.Fatalf("ino %d unit %d belongs to DS index %d but DS index %d has data there", ino, k, want, i)
+				t.Fatalf("ino %d unit %d belongs to data server %s but %s has data there", ino, k, want, id)
 			}
 		}
 	}
@@ -70,14 +76,13 @@ func checkPlacement(t *testing.T, tc *testCluster, unit, ino uint64, data []byte
 func TestStripedReadWrite(t *testing.T) {
 	tc := newCluster(t, 4)
 	const unit = 256 << 10
-	s := NewStriped(tc.reg, unit)
-	const ino = 7
+	s := tc.striped(unit)
+	ino := tc.newFile()
 	const off = 100_003
 	data := pattern(10<<20, 1)
-	before := make([]AgentStats, 4)
-	for i := range 4 {
-		a, _ := tc.agentAt(i)
-		before[i] = a.Stats()
+	before := map[string]AgentStats{}
+	for _, a := range tc.agents {
+		before[a.ID()] = a.Stats()
 	}
 	writeAll(t, s, ino, data, off)
 
@@ -127,13 +132,12 @@ func TestStripedReadWrite(t *testing.T) {
 		})
 	}
 
-	perDS := checkPlacement(t, tc, unit, ino, data, off)
+	perDS := checkPlacement(t, tc, s, ino, data, off)
 	var total uint64
-	for i := range 4 {
-		a, _ := tc.agentAt(i)
-		got := a.Stats().WriteBytes - before[i].WriteBytes
-		if got != perDS[i] {
-			t.Errorf("DS index %d served %d write bytes, want %d", i, got, perDS[i])
+	for _, a := range tc.agents {
+		got := a.Stats().WriteBytes - before[a.ID()].WriteBytes
+		if got != perDS[a.ID()] {
+			t.Errorf("data server %s served %d write bytes, want %d", a.ID(), got, perDS[a.ID()])
 		}
 		total += got
 	}
@@ -142,44 +146,90 @@ func TestStripedReadWrite(t *testing.T) {
 	}
 }
 
+// TestStripedRotation: files are placed over the data servers in
+// Placement, their first stripe unit rotating with the inode number so
+// that small files spread; their layouts share one device.
 func TestStripedRotation(t *testing.T) {
 	tc := newCluster(t, 4)
 	const unit = 4096
-	s := NewStriped(tc.reg, unit)
-	for ino := uint64(1); ino <= 9; ino++ {
-		first, u, n := s.Layout(ino)
-		if first != int(ino%4) || u != unit || n != 4 {
-			t.Errorf("Layout(%d) = %d, %d, %d", ino, first, u, n)
+	s := tc.striped(unit)
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	defer cancel()
+	var device [16]byte
+	for i := range 9 {
+		ino := tc.newFile()
+		l, err := s.Layout(ctx, ino)
+		if err != nil || l.First != uint32(ino%4) || l.Unit != unit || l.Count != 4 {
+			t.Errorf("Layout(%d) = %+v, %v", ino, l, err)
+		}
+		if i == 0 {
+			device = l.Device
+		} else if l.Device != device {
+			t.Errorf("Layout(%d) has device %x, the others %x", ino, l.Device, device)
+		}
+		m := stripeMap(t, s, ino)
+		if !slices.Equal(m.DataServers, tc.reg.Placement()) || m.First != l.First || m.Unit != unit || m.Gen != 1 {
+			t.Errorf("map of ino %d = %+v", ino, m)
 		}
 		data := pattern(10*unit+100, byte(ino))
 		writeAll(t, s, ino, data, 0)
-		checkPlacement(t, tc, unit, ino, data, 0)
+		checkPlacement(t, tc, s, ino, data, 0)
 		if got := readAll(t, s, ino, len(data), 0); !bytes.Equal(got, data) {
 			t.Errorf("ino %d reads back differently", ino)
 		}
 	}
-	// A huge inode number must not overflow the mapping.
-	const big = ^uint64(0) - 2
-	data := pattern(6*unit, 3)
-	writeAll(t, s, big, data, unit*5)
-	checkPlacement(t, tc, unit, big, data, unit*5)
+	addrs, ok := s.Device(device)
+	if !ok || len(addrs) != 4 {
+		t.Fatalf("Device = %v, %v", addrs, ok)
+	}
+	for i, a := range addrs {
+		if !slices.Equal(a, []string{"127.0.0.1:2049"}) {
+			t.Errorf("device data server %d at %v", i, a)
+		}
+	}
+	if devs := s.Devices(); len(devs) != 1 || devs[0] != device {
+		t.Errorf("Devices = %x, want [%x]", devs, device)
+	}
+	// The highest offset a file may have maps without overflowing.
+	for _, tt := range []struct {
+		m    meta.StripeMap
+		off  uint64
+		want string
+	}{
+		{meta.StripeMap{Unit: 1, First: 2, DataServers: []string{"a", "b", "c"}}, 1<<63 - 1, []string{"a", "b", "c"}[((1<<63-1)%3+2)%3]},
+		{meta.StripeMap{Unit: 1, First: 1023, DataServers: make1024()}, 1<<63 - 1, make1024()[((1<<63-1)%1024+1023)%1024]},
+		{meta.StripeMap{Unit: 1 << 20, First: 1, DataServers: []string{"a", "b"}}, 1<<63 - 1, []string{"a", "b"}[((1<<63-1)>>20+1)%2]},
+	} {
+		if got := dsFor(tt.m, tt.off); got != tt.want {
+			t.Errorf("dsFor(%+v, %d) = %s, want %s", tt.m, tt.off, got, tt.want)
+		}
+	}
+}
+
+func make1024() []string {
+	ids := make([]string, 1024)
+	for i := range ids {
+		ids[i] = fmt.Sprint("ds", i)
+	}
+	return ids
 }
 
 func TestStripedTruncateRemove(t *testing.T) {
 	tc := newCluster(t, 4)
 	const unit = 64 << 10
-	s := NewStriped(tc.reg, unit)
-	const ino = 11
-	writeAll(t, s, ino, pattern(3*unit, 9), 0) // DS index ino+3 mod 4 holds nothing
+	s := tc.striped(unit)
+	ino := tc.newFile()
+	writeAll(t, s, ino, pattern(3*unit, 9), 0)
+	m := stripeMap(t, s, ino)
+	empty := m.DataServers[(m.First+3)%4] // holds no stripe unit of the 3 written
 
 	for _, size := range []uint64{5000, 10 * unit, 0} {
 		if err := s.Truncate(ino, size); err != nil {
 			t.Fatal(err)
 		}
-		for i := range 4 {
-			_, st := tc.agentAt(i)
-			if obj := localObject(t, st, ino); uint64(len(obj)) != size || obj == nil {
-				t.Errorf("after Truncate(%d): DS index %d object has %d bytes (nil: %v)", size, i, len(obj), obj == nil)
+		for j, a := range tc.agents {
+			if obj := localObject(t, tc.stores[j], ino); uint64(len(obj)) != size || obj == nil {
+				t.Errorf("after Truncate(%d): data server %s object has %d bytes (nil: %v)", size, a.ID(), len(obj), obj == nil)
 			}
 		}
 		f, _ := s.Open(ino, false)
@@ -194,16 +244,15 @@ func TestStripedTruncateRemove(t *testing.T) {
 	if err := s.Remove(ino); err != nil {
 		t.Fatal(err)
 	}
-	for i := range 4 {
-		a, st := tc.agentAt(i)
-		if _, err := st.Open(ino, false); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("DS index %d still has the object: %v", i, err)
+	for j, a := range tc.agents {
+		if _, err := tc.stores[j].Open(ino, false); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("data server %s still has the object: %v", a.ID(), err)
 		}
-		// Sync commits where data was written: not on the index that
-		// holds nothing.
-		wantCommit := i != (ino+3)%4
+		// Sync commits where data was written: not on the data server
+		// that holds nothing.
+		wantCommit := a.ID() != empty
 		if s := a.Stats(); s.RemoveOps == 0 || s.TruncateOps != 3 || (s.CommitOps > 0) != wantCommit {
-			t.Errorf("DS index %d stats %+v (want commits: %v)", i, s, wantCommit)
+			t.Errorf("data server %s stats %+v (want commits: %v)", a.ID(), s, wantCommit)
 		}
 	}
 	if err := s.Remove(ino); err != nil {
@@ -212,54 +261,151 @@ func TestStripedTruncateRemove(t *testing.T) {
 	if got := readAll(t, s, ino, 100, 0); len(got) != 0 {
 		t.Errorf("read %d bytes of a removed file", len(got))
 	}
+	// A file whose data was never placed has nothing to truncate, sync or
+	// remove, and no data server is asked.
+	never := tc.newFile()
+	ops := func() (n uint64) {
+		for _, a := range tc.agents {
+			st := a.Stats()
+			n += st.TruncateOps + st.RemoveOps + st.CommitOps + st.GetSizeOps + st.ReadOps
+		}
+		return n
+	}
+	before := ops()
+	for name, err := range map[string]error{
+		"Truncate": s.Truncate(never, 100), "Sync": s.Sync(never), "Remove": s.Remove(never),
+	} {
+		if err != nil {
+			t.Errorf("%s of a file never placed: %v", name, err)
+		}
+	}
+	if got := readAll(t, s, never, 100, 0); len(got) != 0 {
+		t.Errorf("read %d bytes of a file never placed", len(got))
+	}
+	if after := ops(); after != before {
+		t.Errorf("%d object calls for a file never placed", after-before)
+	}
+	if _, ok, err := s.Map(context.Background(), never); ok || err != nil {
+		t.Errorf("file never written has a map: %v, %v", ok, err)
+	}
 }
 
+// TestStripedDownDS: with a data server of a file's map out of service,
+// I/O that needs it is to be retried (ErrUnavailable) for DownAfter, and
+// fails (ErrDataServerDown, naming it) afterwards; I/O on the file's
+// other data servers goes on, the file gets no layout, and files placed
+// meanwhile are striped over the data servers in service only.
 func TestStripedDownDS(t *testing.T) {
-	tc := newCluster(t, 4)
+	clock := &testClock{}
+	tc := newClusterWith(t, 4, &testCluster{clock: clock})
 	const unit = 4096
-	s := NewStriped(tc.reg, unit)
-	a, _ := tc.agentAt(2)
-	id := a.cfg.ID
+	s := tc.striped(unit)
+	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
+	defer cancel()
+	ino := tc.newFile()
+	writeAll(t, s, ino, pattern(8*unit, 3), 0)
+	m := stripeMap(t, s, ino)
+	down := m.DataServers[(m.First+2)%4] // holds unit 2
+	a, _ := tc.agent(down)
 	a.Close()
-	tc.nextEvent(Left, id)
-	// ino 0: unit 2 is on index 2.
-	f, err := s.Open(0, true)
+	tc.nextEvent(Left, down)
+
+	f, err := s.Open(ino, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	if _, err := f.WriteAt(make([]byte, 4*unit), 0); !errors.Is(err, ErrUnavailable) {
-		t.Errorf("WriteAt over a down DS: %v", err)
+	for _, tt := range []struct {
+		name    string
+		advance time.Duration // the clock, since the previous case
+		want    error
+	}{
+		{"just down", 0, ErrUnavailable},
+		{"within DownAfter", DefaultDownAfter - time.Second, ErrUnavailable},
+		{"past DownAfter", 2 * time.Second, ErrDataServerDown},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			clock.advance(tt.advance)
+			check := func(op string, err error) {
+				t.Helper()
+				if !errors.Is(err, tt.want) {
+					t.Errorf("%s: %v, want %v", op, err, tt.want)
+				}
+				if tt.want == ErrUnavailable && errors.Is(err, ErrDataServerDown) {
+					t.Errorf("%s: %v: down before DownAfter", op, err)
+				}
+				var de *DownError
+				if tt.want == ErrDataServerDown && (!errors.As(err, &de) || de.ID != down) {
+					t.Errorf("%s: %v does not name data server %s", op, err, down)
+				}
+			}
+			_, err := f.WriteAt(make([]byte, 4*unit), 0)
+			check("WriteAt over the down DS", err)
+			_, err = f.ReadAt(make([]byte, 4*unit), 0)
+			check("ReadAt over the down DS", err)
+			check("Truncate", s.Truncate(ino, 8*unit)) // to its size: the DSes in service keep their data
+			_, err = s.Layout(ctx, ino)
+			check("Layout", err)
+			// The units on data servers in service are still served.
+			if _, err := f.WriteAt([]byte("fine"), 0); err != nil {
+				t.Errorf("WriteAt to an up DS: %v", err)
+			}
+			if n, err := f.ReadAt(make([]byte, unit), unit); n != unit || err != nil {
+				t.Errorf("ReadAt from an up DS: %d, %v", n, err)
+			}
+		})
 	}
-	if _, err := f.WriteAt([]byte("fine"), 0); err != nil {
-		t.Errorf("WriteAt to an up DS: %v", err)
+	// A file placed now avoids the down data server.
+	ino2 := tc.newFile()
+	data := pattern(8*unit, 4)
+	writeAll(t, s, ino2, data, 0)
+	m2 := stripeMap(t, s, ino2)
+	if len(m2.DataServers) != 3 || m2.Holds(down) {
+		t.Errorf("file placed with %s down: map %+v", down, m2)
 	}
-	if _, err := f.ReadAt(make([]byte, 4*unit), 0); !errors.Is(err, ErrUnavailable) {
-		t.Errorf("ReadAt over a down DS: %v", err)
+	if l, err := s.Layout(ctx, ino2); err != nil || l.Count != 3 {
+		t.Errorf("Layout of a file placed with %s down: %+v, %v", down, l, err)
 	}
-	if err := s.Truncate(0, 0); !errors.Is(err, ErrUnavailable) {
-		t.Errorf("Truncate with a down DS: %v", err)
-	}
-	if _, _, n := s.Layout(0); n != 4 {
-		t.Errorf("stripe width %d with one DS down, want 4", n)
+	if got := readAll(t, s, ino2, len(data), 0); !bytes.Equal(got, data) {
+		t.Error("file placed with a data server down reads back differently")
 	}
 }
 
+// TestStripedNoDataServers: a file can be opened, and read as empty,
+// before any data server registered, but its data cannot be placed.
 func TestStripedNoDataServers(t *testing.T) {
 	tc := newCluster(t, 0)
-	s := NewStriped(tc.reg, 0)
-	if _, err := s.Open(1, true); !errors.Is(err, ErrNoDataServers) {
-		t.Errorf("Open = %v", err)
+	s := tc.striped(0)
+	ino := tc.newFile()
+	f, err := s.Open(ino, true)
+	if err != nil {
+		t.Fatalf("Open = %v", err)
 	}
-	if first, unit, n := s.Layout(5); first != 0 || unit != DefaultStripeUnit || n != 0 {
-		t.Errorf("Layout = %d, %d, %d", first, unit, n)
+	defer f.Close()
+	if _, err := f.WriteAt([]byte("x"), 0); !errors.Is(err, ErrNoDataServers) {
+		t.Errorf("WriteAt = %v", err)
+	}
+	if n, err := f.ReadAt(make([]byte, 10), 0); n != 0 || !errors.Is(err, io.EOF) {
+		t.Errorf("ReadAt = %d, %v", n, err)
+	}
+	if size, err := f.Size(); size != 0 || err != nil {
+		t.Errorf("Size = %d, %v", size, err)
+	}
+	if l, err := s.Layout(context.Background(), ino); !errors.Is(err, ErrNoDataServers) {
+		t.Errorf("Layout = %+v, %v", l, err)
+	}
+	if _, ok, err := s.Map(context.Background(), ino); ok || err != nil {
+		t.Errorf("Map after failed placements: %v, %v", ok, err)
+	}
+	if s.StripeUnit() != DefaultStripeUnit {
+		t.Errorf("StripeUnit = %d", s.StripeUnit())
 	}
 }
 
 func TestStripedUnsupportedAndClosed(t *testing.T) {
 	tc := newCluster(t, 2)
-	s := NewStriped(tc.reg, 0)
-	f, err := s.Open(3, true)
+	s := tc.striped(0)
+	f, err := s.Open(tc.newFile(), true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,8 +447,9 @@ func TestStripedUnsupportedAndClosed(t *testing.T) {
 
 func TestStripedDataLost(t *testing.T) {
 	tc := newCluster(t, 1)
-	s := NewStriped(tc.reg, 0)
-	f, _ := s.Open(5, true)
+	s := tc.striped(0)
+	ino := tc.newFile()
+	f, _ := s.Open(ino, true)
 	defer f.Close()
 	if _, err := f.WriteAt([]byte("hello"), 0); err != nil {
 		t.Fatal(err)
@@ -317,15 +464,15 @@ func TestStripedDataLost(t *testing.T) {
 	if err := f.Sync(); !errors.Is(err, ErrDataLost) {
 		t.Errorf("Sync after a DS reboot = %v", err)
 	}
-	if err := s.Sync(5); err != nil {
+	if err := s.Sync(ino); err != nil {
 		t.Errorf("second Sync = %v", err)
 	}
 }
 
 func BenchmarkStripedWrite1MiB(b *testing.B) {
 	tc := newCluster(b, 4)
-	s := NewStriped(tc.reg, DefaultStripeUnit)
-	f, err := s.Open(1, true)
+	s := tc.striped(DefaultStripeUnit)
+	f, err := s.Open(tc.newFile(), true)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -347,16 +494,16 @@ func BenchmarkStripedWrite1MiB(b *testing.B) {
 func TestStripedSyncCommitsWritten(t *testing.T) {
 	const unit = 64 << 10
 	tc := newCluster(t, 3)
-	s := NewStriped(tc.reg, unit)
-	commits := func() []uint64 {
-		out := make([]uint64, 3)
-		for i := range out {
-			a, _ := tc.agentAt(i)
-			out[i] = a.Stats().CommitOps
+	s := tc.striped(unit)
+	commits := func() map[string]uint64 {
+		out := map[string]uint64{}
+		for _, a := range tc.agents {
+			out[a.ID()] = a.Stats().CommitOps
 		}
 		return out
 	}
-	write := func(ino uint64, off int64) {
+	ino := tc.newFile()
+	write := func(off int64) {
 		t.Helper()
 		f, err := s.Open(ino, true)
 		if err != nil {
@@ -367,42 +514,45 @@ func TestStripedSyncCommitsWritten(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The stripe index of stripe unit k of ino is (first + k) mod 3.
-	first, _, n := s.Layout(7)
-	at := func(k int) int { return (first + k) % n }
+	// Stripe unit k of ino is on DataServers[(First + k) mod 3].
+	if _, err := s.Place(context.Background(), ino); err != nil {
+		t.Fatal(err)
+	}
+	m := stripeMap(t, s, ino)
+	at := func(k int) string { return dsFor(m, uint64(k)*unit) }
 	for _, tc := range []struct {
 		name  string
 		units []int64 // stripe units written before the Sync
-		want  map[int]uint64
+		want  map[string]uint64
 	}{
 		{"nothing written", nil, nil},
-		{"one stripe unit", []int64{0}, map[int]uint64{at(0): 1}},
-		{"same unit twice", []int64{1, 1}, map[int]uint64{at(1): 1}},
-		{"two units", []int64{0, 2}, map[int]uint64{at(0): 1, at(2): 1}},
+		{"one stripe unit", []int64{0}, map[string]uint64{at(0): 1}},
+		{"same unit twice", []int64{1, 1}, map[string]uint64{at(1): 1}},
+		{"two units", []int64{0, 2}, map[string]uint64{at(0): 1, at(2): 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := commits()
 			for _, k := range tc.units {
-				write(7, k*unit)
+				write(k * unit)
 			}
-			if err := s.Sync(7); err != nil {
+			if err := s.Sync(ino); err != nil {
 				t.Fatal(err)
 			}
 			after := commits()
-			for i := range after {
-				if got := after[i] - before[i]; got != tc.want[i] {
-					t.Errorf("stripe index %d: %d commits, want %d", i, got, tc.want[i])
+			for id := range after {
+				if got := after[id] - before[id]; got != tc.want[id] {
+					t.Errorf("data server %s: %d commits, want %d", id, got, tc.want[id])
 				}
 			}
 		})
 	}
 	// A second Sync with nothing written since commits nothing.
-	write(7, 0)
-	if err := s.Sync(7); err != nil {
+	write(0)
+	if err := s.Sync(ino); err != nil {
 		t.Fatal(err)
 	}
 	before := commits()
-	if err := s.Sync(7); err != nil {
+	if err := s.Sync(ino); err != nil {
 		t.Fatal(err)
 	}
 	if after := commits(); fmt.Sprint(after) != fmt.Sprint(before) {
@@ -410,10 +560,10 @@ func TestStripedSyncCommitsWritten(t *testing.T) {
 	}
 	// A data server that holds nothing of the file is down: the file's
 	// commit does not need it.
-	down, _ := tc.agentAt(at(1))
+	down, _ := tc.agent(at(1))
 	down.Close()
-	write(7, 0)
-	if err := s.Sync(7); err != nil {
+	write(0)
+	if err := s.Sync(ino); err != nil {
 		t.Errorf("Sync of a file with no data on the closed data server: %v", err)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/wiretest"
 )
@@ -56,12 +57,16 @@ func TestDataServerRestartChangesVerifier(t *testing.T) {
 		t.Fatalf("no restart: WRITE verifier %x, COMMIT verifier %x", w, c)
 	}
 	before := write("unstable")
+	secret, err := cluster.ReadJoinSecret(c.MDS.JoinSecretFile)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for i := range c.DS {
 		if err := c.DS[i].Close(); err != nil {
 			t.Fatalf("closing data server %d: %v", i, err)
 		}
 		d, err := StartDS(ctx, DSConfig{Listen: "127.0.0.1:0", Dir: filepath.Join(dir, fmt.Sprintf("ds%d", i)),
-			MDS: c.MDS.Addr.String(), Lease: lease, Logger: slog.New(slog.DiscardHandler)})
+			MDS: c.MDS.Addr.String(), JoinSecret: secret, Lease: lease, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatalf("restarting data server %d: %v", i, err)
 		}
@@ -102,18 +107,27 @@ func TestDataServerRestartChangesVerifier(t *testing.T) {
 func TestDataServerDownIsDelay(t *testing.T) {
 	c := startClusterIn(t, t.TempDir(), 2, 30*time.Second)
 	cl, sid, fh := openThroughMDS(t, c, "ds-down")
-	if err := c.DS[0].Close(); err != nil {
-		t.Fatal(err)
-	}
 	// One stripe unit on each data server: one of the two WRITEs needs the
 	// closed one.
 	data := bytes.Repeat([]byte{7}, 1<<20)
-	var got []nfs4.Nfsstat4
-	for off := uint64(0); off < 2<<20; off += 1 << 20 {
-		res, err := cl.Compound(putFH(fh), op(nfs4.NfsArgop4{Argop: nfs4.OP_WRITE, Opwrite: &nfs4.WRITE4args{
-			Stateid: sid, Offset: off, Stable: nfs4.FILE_SYNC4, Data: data}}))
-		got = append(got, status(t, res, err))
+	write := func() (got []nfs4.Nfsstat4) {
+		for off := uint64(0); off < 2<<20; off += 1 << 20 {
+			res, err := cl.Compound(putFH(fh), op(nfs4.NfsArgop4{Argop: nfs4.OP_WRITE, Opwrite: &nfs4.WRITE4args{
+				Stateid: sid, Offset: off, Stable: nfs4.FILE_SYNC4, Data: data}}))
+			got = append(got, status(t, res, err))
+		}
+		return got
 	}
+	// The first write places the file over both data servers; a file
+	// first written with one of them down would be placed on the other
+	// only.
+	if got := write(); got[0] != nfs4.NFS4_OK || got[1] != nfs4.NFS4_OK {
+		t.Fatalf("WRITEs with every data server up: %v", got)
+	}
+	if err := c.DS[0].Close(); err != nil {
+		t.Fatal(err)
+	}
+	got := write()
 	delays := 0
 	for _, st := range got {
 		switch st {

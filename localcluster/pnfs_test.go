@@ -15,6 +15,7 @@ import (
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/wiretest"
 	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/server"
 )
 
@@ -310,7 +311,13 @@ var _ = errors.New
 // return the right bytes of its stripe units.
 func TestReadThroughMDSAfterDataServerDies(t *testing.T) {
 	c := startCluster(t, 3, 30*time.Second)
-	const ino = 77
+	// Stripe maps are kept for regular files of the namespace only.
+	nd, _, err := c.MDS.Server.Meta().Create(ctxT(t), meta.RootIno, "dies",
+		meta.CreateArgs{Type: meta.TypeRegular, Mode: 0o644}, time.Time{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ino := uint64(nd.Ino)
 	data := make([]byte, 5<<20+123)
 	for i := range data {
 		data[i] = byte(i*7 + i>>12)

@@ -254,6 +254,12 @@ func (m *Manager) LayoutReturnAll(id ClientID) error {
 // lease from now) and returns the holders that need a CB_LAYOUTRECALL. A
 // holder already being recalled is returned again, so callers may resend.
 func (m *Manager) BeginRecall(file FileID) []LayoutHolder {
+	return m.beginRecall(file, true)
+}
+
+// beginRecall is BeginRecall; bump says whether the recall will carry the
+// layout stateid, and so moves its seqid.
+func (m *Manager) beginRecall(file FileID, bump bool) []LayoutHolder {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []LayoutHolder
@@ -262,9 +268,12 @@ func (m *Manager) BeginRecall(file FileID) []LayoutHolder {
 		if !l.recalling {
 			l.recalling = true
 			l.deadline = now.Add(m.lease)
-			// A recall changes the layout's state: the CB_LAYOUTRECALL
-			// carries the next seqid (RFC 8881 §12.5.5.2.1).
-			l.sid.Seqid = nextSeqid(l.sid.Seqid)
+			if bump {
+				// A recall changes the layout's state: the
+				// CB_LAYOUTRECALL carries the next seqid (RFC 8881
+				// §12.5.5.2.1).
+				l.sid.Seqid = nextSeqid(l.sid.Seqid)
+			}
 		}
 		h := LayoutHolder{ClientID: l.client.id, Stateid: l.sid}
 		for sid := range l.client.sessions {
@@ -286,7 +295,11 @@ func (m *Manager) BeginRecallAll() []LayoutHolder {
 	m.mu.RUnlock()
 	var out []LayoutHolder
 	for _, f := range files {
-		out = append(out, m.BeginRecall(f)...)
+		// LAYOUTRECALL4_ALL carries no stateid, so the client cannot
+		// learn a new seqid from it: moving the seqid would make its
+		// LAYOUTCOMMIT and LAYOUTRETURN under the seqid it has fail with
+		// NFS4ERR_OLD_STATEID (seen as a failed write during a drain).
+		out = append(out, m.beginRecall(f, false)...)
 	}
 	return out
 }

@@ -297,3 +297,30 @@ func (h *harness) layout(c ClientID, sid Stateid, f FileID, iomode uint32) State
 	}
 	return ls
 }
+
+// TestRecallAllKeepsSeqid: a LAYOUTRECALL4_ALL carries no stateid, so the
+// client keeps using the seqid it has; the recall must not move it, or the
+// client's LAYOUTCOMMIT and LAYOUTRETURN get NFS4ERR_OLD_STATEID.
+func TestRecallAllKeepsSeqid(t *testing.T) {
+	h := newHarness(t)
+	m := h.m
+	c, _ := h.client("c1")
+	o := h.open(c, "o1", 7, AccessBoth, DenyNone)
+	ls, err := m.LayoutGet(c, o, 7, IOModeRW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holders := m.BeginRecallAll()
+	if len(holders) != 1 || holders[0].Stateid != ls {
+		t.Fatalf("BeginRecallAll = %+v, want the layout stateid %v unchanged", holders, ls)
+	}
+	if err := m.CheckLayoutCommit(c, ls, 7); err != nil {
+		t.Fatalf("LAYOUTCOMMIT under the client's seqid during a recall of all layouts: %v", err)
+	}
+	if _, _, err := m.LayoutReturnFile(c, ls, 7); err != nil {
+		t.Fatalf("LAYOUTRETURN under the client's seqid: %v", err)
+	}
+	if !m.Recalled(7) {
+		t.Fatal("layout outstanding after its return")
+	}
+}
