@@ -387,8 +387,10 @@ type Status struct {
 // DSStatus is one data server's line of Status.
 type DSStatus struct {
 	DataServer
-	Files int    `json:"files"` // files with stripes on it
-	Bytes uint64 `json:"bytes"` // bytes of those files it holds (from the files' sizes)
+	// Files counts the files with a stripe unit on it below their size,
+	// and Bytes those units' bytes, from the files' sizes and maps.
+	Files int    `json:"files"`
+	Bytes uint64 `json:"bytes"`
 }
 
 // FileStatus is a file that is not fully available.
@@ -425,6 +427,13 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 			}
 			var down []string
 			for _, id := range fm.Map.DataServers {
+				// A data server of the map holds part of the file only if
+				// a stripe unit below the file's size falls on it; a small
+				// file is on one data server whatever its map's width.
+				held := bytesOn(fm.Map, size, id)
+				if held == 0 {
+					continue
+				}
 				i, ok := idx[id]
 				if !ok {
 					down = append(down, id)
@@ -432,7 +441,7 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 				}
 				d := &st.DataServers[i]
 				d.Files++
-				d.Bytes += bytesOn(fm.Map, size, id)
+				d.Bytes += held
 				if !d.Up || d.State == Removed {
 					down = append(down, id)
 				}

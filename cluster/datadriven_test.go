@@ -141,7 +141,14 @@ func (w *ddWorld) startMDS() {
 	w.addr = w.ln.Addr().String()
 	go w.reg.Serve(w.ln)
 	w.s = NewStriped(w.reg, w.maps, 1<<20)
-	w.admin = NewAdmin(AdminConfig{Registry: w.reg, Striped: w.s})
+	w.admin = NewAdmin(AdminConfig{Registry: w.reg, Striped: w.s, FileSize: func(_ context.Context, ino uint64) (uint64, error) {
+		// The script writes through Striped alone: the largest object is
+		// the file's size.
+		f, _ := w.s.Open(ino, false)
+		defer f.Close()
+		n, err := f.Size()
+		return uint64(n), err
+	}})
 	w.reg.SetAdmin(w.admin)
 }
 
