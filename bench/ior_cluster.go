@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shoalfs/shoal/localcluster"
+	"github.com/shoalfs/shoal/wiring"
 	"github.com/shoalfs/shoal/server"
 )
 
@@ -143,7 +143,7 @@ func (p *ClusterInProcess) StartCluster(ctx context.Context, n int) (*ClusterEnd
 	}
 	dir := filepath.Join(p.Dir, fmt.Sprintf("cluster-ds%d-%d", n, time.Now().UnixNano()))
 	f := false
-	c, err := localcluster.Start(ctx, localcluster.Config{
+	c, err := wiring.Start(ctx, wiring.Config{
 		Dir: dir, DataServers: n, Listen: "127.0.0.1:0",
 		Exports: []*server.Export{{Path: "/", RootSquash: &f}}, Logger: log,
 	})

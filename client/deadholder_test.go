@@ -14,7 +14,7 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/nfs4"
-	"github.com/shoalfs/shoal/localcluster"
+	"github.com/shoalfs/shoal/wiring"
 	"github.com/shoalfs/shoal/server"
 )
 
@@ -45,7 +45,7 @@ func startDeadHolder(t *testing.T, ctx context.Context, keepLayout bool) *deadHo
 	sctx, scancel := context.WithTimeout(t.Context(), time.Minute)
 	defer scancel()
 	d := &deadHolder{dir: t.TempDir()}
-	cl, err := localcluster.Start(sctx, localcluster.Config{
+	cl, err := wiring.Start(sctx, wiring.Config{
 		Dir: d.dir, DataServers: 2, Listen: "127.0.0.1:0",
 		Exports: []*server.Export{{Path: "/", RootSquash: &noSquash}},
 		// Short, so the server revokes the dead holder soon; the client's
@@ -54,7 +54,7 @@ func startDeadHolder(t *testing.T, ctx context.Context, keepLayout bool) *deadHo
 		Logger: quietLogger(),
 	})
 	if err != nil {
-		t.Fatalf("localcluster.Start: %v", err)
+		t.Fatalf("wiring.Start: %v", err)
 	}
 	t.Cleanup(func() { cl.Close() })
 	mdsAddr := cl.MDS.Addr.String()

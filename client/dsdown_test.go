@@ -18,7 +18,7 @@ import (
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
-	"github.com/shoalfs/shoal/localcluster"
+	"github.com/shoalfs/shoal/wiring"
 	"github.com/shoalfs/shoal/server"
 )
 
@@ -30,14 +30,14 @@ const mdsDownAfter = 5 * time.Second
 
 // startClusterNoFallback runs a metadata server and n data servers like
 // separate `shoal mds` and `shoal ds` processes do: unlike
-// localcluster.Start, the metadata server has no access to the data
+// wiring.Start, the metadata server has no access to the data
 // servers' disks (cluster.Striped.SetFallback), so a stopped data server's
 // stripe units are unavailable through the metadata server too.
-func startClusterNoFallback(t *testing.T, n int) (*localcluster.MDS, []*localcluster.DS) {
+func startClusterNoFallback(t *testing.T, n int) (*wiring.MDS, []*wiring.DS) {
 	t.Helper()
 	dir := t.TempDir()
 	noSquash := false
-	mds, err := localcluster.StartMDS(localcluster.MDSConfig{
+	mds, err := wiring.StartMDS(wiring.MDSConfig{
 		Listen: "127.0.0.1:0", Dir: filepath.Join(dir, "mds"),
 		Exports:   []*server.Export{{Path: "/", RootSquash: &noSquash}},
 		DownAfter: mdsDownAfter,
@@ -53,9 +53,9 @@ func startClusterNoFallback(t *testing.T, n int) (*localcluster.MDS, []*localclu
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	var dss []*localcluster.DS
+	var dss []*wiring.DS
 	for i := range n {
-		d, err := localcluster.StartDS(ctx, localcluster.DSConfig{
+		d, err := wiring.StartDS(ctx, wiring.DSConfig{
 			Listen: "127.0.0.1:0", Dir: filepath.Join(dir, fmt.Sprintf("ds%d", i)),
 			MDS: mds.Addr.String(), JoinSecret: secret, Lease: 10 * time.Second, Logger: quietLogger(),
 		})
@@ -141,7 +141,7 @@ func readAll(t *testing.T, c *client.Client, path string, size int) ([]byte, tim
 // and NFS4ERR_IO after that.
 func TestPNFSDataServerDown(t *testing.T) {
 	const (
-		unit = localcluster.DefaultStripeUnit
+		unit = wiring.DefaultStripeUnit
 		big  = 4 * unit // striped over both data servers
 		tiny = 100 << 10
 		// slack covers what the bounds leave out: a failed dial on

@@ -15,7 +15,7 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/cluster"
-	"github.com/shoalfs/shoal/localcluster"
+	"github.com/shoalfs/shoal/wiring"
 	"github.com/shoalfs/shoal/server"
 )
 
@@ -187,10 +187,10 @@ func (p *cutProxy) kill() {
 
 // startProxiedCluster runs an MDS and n data servers, each advertised to
 // clients through a cutProxy.
-func startProxiedCluster(t *testing.T, n int) (*localcluster.MDS, []*localcluster.DS, []*cutProxy) {
+func startProxiedCluster(t *testing.T, n int) (*wiring.MDS, []*wiring.DS, []*cutProxy) {
 	dir := t.TempDir()
 	noSquash := false
-	mds, err := localcluster.StartMDS(localcluster.MDSConfig{
+	mds, err := wiring.StartMDS(wiring.MDSConfig{
 		Listen: "127.0.0.1:0", Dir: filepath.Join(dir, "mds"),
 		Exports: []*server.Export{{Path: "/", RootSquash: &noSquash}},
 		Lease:   10 * time.Second, Logger: quietLogger(),
@@ -205,11 +205,11 @@ func startProxiedCluster(t *testing.T, n int) (*localcluster.MDS, []*localcluste
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	var dss []*localcluster.DS
+	var dss []*wiring.DS
 	var proxies []*cutProxy
 	for i := range n {
 		p := newCutProxy(t)
-		d, err := localcluster.StartDS(ctx, localcluster.DSConfig{
+		d, err := wiring.StartDS(ctx, wiring.DSConfig{
 			Listen: "127.0.0.1:0", Dir: filepath.Join(dir, fmt.Sprintf("ds%d", i)),
 			MDS: mds.Addr.String(), JoinSecret: secret, Advertise: p.ln.Addr().String(),
 			Lease: 10 * time.Second, Logger: quietLogger(),

@@ -11,25 +11,25 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/client/clienttest"
-	"github.com/shoalfs/shoal/localcluster"
+	"github.com/shoalfs/shoal/wiring"
 	"github.com/shoalfs/shoal/server"
 )
 
 // startCluster runs a metadata server and n data servers in-process on
 // loopback ports.
-func startCluster(tb testing.TB, n int) *localcluster.Cluster {
+func startCluster(tb testing.TB, n int) *wiring.Cluster {
 	tb.Helper()
 	noSquash := false
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	c, err := localcluster.Start(ctx, localcluster.Config{
+	c, err := wiring.Start(ctx, wiring.Config{
 		Dir: tb.TempDir(), DataServers: n, Listen: "127.0.0.1:0",
 		Exports: []*server.Export{{Path: "/", RootSquash: &noSquash}},
 		Lease:   10 * time.Second,
 		Logger:  quietLogger(),
 	})
 	if err != nil {
-		tb.Fatalf("localcluster.Start: %v", err)
+		tb.Fatalf("wiring.Start: %v", err)
 	}
 	tb.Cleanup(func() { c.Close() })
 	return c
@@ -147,7 +147,7 @@ func TestPNFSUnalignedIO(t *testing.T) {
 	plain := dialer(addr, client.Options{PNFSOff: true})(t)
 	defer plain.Close()
 	ctx := t.Context()
-	const unit = localcluster.DefaultStripeUnit
+	const unit = wiring.DefaultStripeUnit
 	cases := []struct{ off, n int64 }{
 		{0, 1}, {unit - 7, 14}, {3*unit - 1, 2*unit + 2}, {5 * unit, unit}, {7*unit + 123, 4567},
 	}

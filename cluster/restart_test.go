@@ -71,7 +71,7 @@ func TestFullRestart(t *testing.T) {
 			tc.agents, tc.stores = nil, nil
 			for _, i := range tt.order {
 				// The DS presents the cluster id it was given, as
-				// localcluster keeps it in the directory.
+				// wiring keeps it in the directory.
 				cfg := tc.agentConfig(old[i].ID(), oldStores[i])
 				cfg.ClusterID = old[i].ClusterID()
 				tc.startAgentWith(cfg, oldStores[i])

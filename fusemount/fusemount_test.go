@@ -20,7 +20,7 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/nfs4"
-	"github.com/shoalfs/shoal/localcluster"
+	"github.com/shoalfs/shoal/wiring"
 	"github.com/shoalfs/shoal/server"
 )
 
@@ -161,12 +161,12 @@ func startCluster(t *testing.T) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	noSquash := false
-	c, err := localcluster.Start(ctx, localcluster.Config{
+	c, err := wiring.Start(ctx, wiring.Config{
 		Dir: t.TempDir(), DataServers: 2, Listen: "127.0.0.1:0", StripeUnit: 64 << 10,
 		Exports: []*server.Export{{Path: "/", RootSquash: &noSquash}}, Logger: quietLogger(),
 	})
 	if err != nil {
-		t.Fatalf("localcluster.Start: %v", err)
+		t.Fatalf("wiring.Start: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c.MDS.Addr.String()

@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/client"
-	"github.com/shoalfs/shoal/localcluster"
+	"github.com/shoalfs/shoal/wiring"
 	"github.com/shoalfs/shoal/pcopy"
 	"github.com/shoalfs/shoal/server"
 )
@@ -33,7 +33,7 @@ func startCluster(t testing.TB) (pcopy.FS, *client.Client) {
 	t.Helper()
 	ctx := testCtx(t)
 	f := false
-	c, err := localcluster.Start(ctx, localcluster.Config{
+	c, err := wiring.Start(ctx, wiring.Config{
 		Dir: t.TempDir(), DataServers: 2, Listen: "127.0.0.1:0",
 		Exports: []*server.Export{{Path: "/", RootSquash: &f}},
 		Logger:  slog.New(slog.DiscardHandler),

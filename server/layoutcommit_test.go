@@ -12,7 +12,7 @@ import (
 
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/wiretest"
-	"github.com/shoalfs/shoal/localcluster"
+	"github.com/shoalfs/shoal/wiring"
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/server"
 )
@@ -136,12 +136,12 @@ func TestLayoutCommitStateid(t *testing.T) {
 	}
 }
 
-func startLayoutCluster(t *testing.T) *localcluster.Cluster {
+func startLayoutCluster(t *testing.T) *wiring.Cluster {
 	t.Helper()
 	f := false
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := localcluster.Start(ctx, localcluster.Config{
+	c, err := wiring.Start(ctx, wiring.Config{
 		Dir: t.TempDir(), DataServers: 1, Listen: "127.0.0.1:0",
 		Exports: []*server.Export{{Path: "/", RootSquash: &f}},
 		// Long enough that no lease runs out during the test.
@@ -159,7 +159,7 @@ func startLayoutCluster(t *testing.T) *localcluster.Cluster {
 type lcEnv struct {
 	t    *testing.T
 	ctx  context.Context
-	c    *localcluster.Cluster
+	c    *wiring.Cluster
 	cl   *wiretest.Client
 	name string // of the file, in the root directory
 	fh   []byte // set by open

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/client"
-	"github.com/shoalfs/shoal/localcluster"
+	"github.com/shoalfs/shoal/wiring"
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/server"
 )
@@ -125,12 +125,12 @@ func startPNFSOrphanEnv(t *testing.T, lease time.Duration) *orphanEnv {
 	exports := []*server.Export{{Path: "/", RootSquash: &noSquash}}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	cl, err := localcluster.Start(ctx, localcluster.Config{
+	cl, err := wiring.Start(ctx, wiring.Config{
 		Dir: dir, DataServers: 2, Listen: "127.0.0.1:0",
 		Exports: exports, Lease: lease, Logger: testLogger(),
 	})
 	if err != nil {
-		t.Fatalf("localcluster.Start: %v", err)
+		t.Fatalf("wiring.Start: %v", err)
 	}
 	var mu sync.Mutex
 	t.Cleanup(func() {
@@ -154,7 +154,7 @@ func startPNFSOrphanEnv(t *testing.T, lease time.Duration) *orphanEnv {
 		if err := cl.MDS.Close(); err != nil {
 			t.Fatalf("closing the MDS: %v", err)
 		}
-		m, err := localcluster.StartMDS(localcluster.MDSConfig{
+		m, err := wiring.StartMDS(wiring.MDSConfig{
 			Listen: addr, Dir: filepath.Join(dir, "mds"),
 			Exports: exports, Lease: lease, Logger: testLogger(),
 		})

@@ -509,7 +509,7 @@ func (b *builder) servers(ctx context.Context, ready time.Duration) error {
 		return err
 	}
 	// Listening means started: the MDS made its join secret (the file
-	// localcluster.JoinSecretName in its --dir) before it listened.
+	// wiring.JoinSecretName in its --dir) before it listened.
 	if err := b.waitTCP(ctx, mds); err != nil {
 		return err
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shoalfs/shoal/cluster"
-	"github.com/shoalfs/shoal/localcluster"
+	"github.com/shoalfs/shoal/wiring"
 )
 
 // adminFlags are the flags every `shoal admin` command takes.
@@ -25,14 +25,14 @@ type adminFlags struct {
 
 func (f *adminFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.mds, "mds", "127.0.0.1:2049", "metadata server address host:port")
-	cmd.Flags().StringVar(&f.secretFile, "join-secret-file", "", "the cluster's join secret (the MDS's "+localcluster.JoinSecretName+"; default for `shoal up`: DIR/mds/"+localcluster.JoinSecretName+" with DIR $TMPDIR/shoal)")
+	cmd.Flags().StringVar(&f.secretFile, "join-secret-file", "", "the cluster's join secret (the MDS's "+wiring.JoinSecretName+"; default for `shoal up`: DIR/mds/"+wiring.JoinSecretName+" with DIR $TMPDIR/shoal)")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print the MDS's answer as JSON")
 }
 
 func (f *adminFlags) call(ctx context.Context, command string, req cluster.AdminRequest, out any) error {
 	path := f.secretFile
 	if path == "" {
-		path = filepath.Join(os.TempDir(), "shoal", "mds", localcluster.JoinSecretName)
+		path = filepath.Join(os.TempDir(), "shoal", "mds", wiring.JoinSecretName)
 	}
 	secret, err := cluster.ReadJoinSecret(path)
 	if err != nil {

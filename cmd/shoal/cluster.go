@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shoalfs/shoal/cluster"
-	"github.com/shoalfs/shoal/localcluster"
+	"github.com/shoalfs/shoal/wiring"
 	"github.com/shoalfs/shoal/server"
 )
 
@@ -51,7 +51,7 @@ func newMDSCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			m, err := localcluster.StartMDS(localcluster.MDSConfig{
+			m, err := wiring.StartMDS(wiring.MDSConfig{
 				Listen: listen, Dir: dir, MetaURL: metaURL, StripeUnit: unit, Lease: lease,
 				JoinSecretFile: secretFile, DownAfter: downAfter,
 				Exports: exportsFor(noRootSquash), Logger: slog.Default(), Metrics: registerer(reg),
@@ -71,11 +71,11 @@ func newMDSCmd() *cobra.Command {
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:2049", "address for NFS clients and data servers")
 	cmd.Flags().StringVar(&dir, "dir", "", "metadata directory")
 	cmd.Flags().StringVar(&metaURL, "meta", "bolt", metaFlagHelp)
-	cmd.Flags().Uint64Var(&unit, "stripe-unit", localcluster.DefaultStripeUnit, "stripe unit in bytes (multiple of 64)")
+	cmd.Flags().Uint64Var(&unit, "stripe-unit", wiring.DefaultStripeUnit, "stripe unit in bytes (multiple of 64)")
 	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time")
 	cmd.Flags().BoolVar(&noRootSquash, "no-root-squash", false, "do not map root to the anonymous user")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9101)")
-	cmd.Flags().StringVar(&secretFile, "join-secret-file", "", "the cluster's join secret, created on first start (default DIR/"+localcluster.JoinSecretName+"); copy it to every data server")
+	cmd.Flags().StringVar(&secretFile, "join-secret-file", "", "the cluster's join secret, created on first start (default DIR/"+wiring.JoinSecretName+"); copy it to every data server")
 	cmd.Flags().DurationVar(&downAfter, "ds-down-after", cluster.DefaultDownAfter, "how long a data server may be out of service before I/O on its stripes fails with EIO instead of being retried")
 	return cmd
 }
@@ -97,7 +97,7 @@ func newDSCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			d, err := localcluster.StartDS(cmd.Context(), localcluster.DSConfig{
+			d, err := wiring.StartDS(cmd.Context(), wiring.DSConfig{
 				Listen: listen, Dir: dir, MDS: mds, JoinSecret: secret, Advertise: advertise, Logger: slog.Default(), Metrics: registerer(reg),
 			})
 			if err != nil {
@@ -117,7 +117,7 @@ func newDSCmd() *cobra.Command {
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address for NFS clients")
 	cmd.Flags().StringVar(&dir, "dir", "", "data directory")
 	cmd.Flags().StringVar(&mds, "mds", "", "metadata server address host:port")
-	cmd.Flags().StringVar(&secretFile, "join-secret-file", "", "the cluster's join secret: a copy of the MDS's "+localcluster.JoinSecretName+" file")
+	cmd.Flags().StringVar(&secretFile, "join-secret-file", "", "the cluster's join secret: a copy of the MDS's "+wiring.JoinSecretName+" file")
 	cmd.Flags().StringVar(&advertise, "advertise", "", "address clients use to reach this data server (default: --listen)")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address")
 	return cmd
@@ -154,7 +154,7 @@ func newUpCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := localcluster.Start(ctx, localcluster.Config{
+			c, err := wiring.Start(ctx, wiring.Config{
 				Dir: dir, DataServers: n, Listen: listen, AdvertiseHost: advertise,
 				StripeUnit: unit, Lease: lease, Exports: exportsFor(!rootSquash), Logger: slog.Default(),
 				Metrics: registerer(reg),
@@ -197,7 +197,7 @@ func newUpCmd() *cobra.Command {
 	cmd.Flags().StringVar(&dir, "dir", "", "directory for all cluster data (default $TMPDIR/shoal)")
 	cmd.Flags().StringVar(&advertise, "advertise-host", "", "host clients use to reach the data servers (default: the listen host)")
 	cmd.Flags().IntVar(&n, "ds", 4, "number of data servers")
-	cmd.Flags().Uint64Var(&unit, "stripe-unit", localcluster.DefaultStripeUnit, "stripe unit in bytes")
+	cmd.Flags().Uint64Var(&unit, "stripe-unit", wiring.DefaultStripeUnit, "stripe unit in bytes")
 	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time")
 	cmd.Flags().BoolVar(&rootSquash, "root-squash", false, "map root to the anonymous user (off for a local development cluster)")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics of all servers on this address (e.g. 127.0.0.1:9100)")

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/cluster"
-	"github.com/shoalfs/shoal/localcluster"
+	"github.com/shoalfs/shoal/wiring"
 	"github.com/shoalfs/shoal/server"
 )
 
@@ -140,7 +140,7 @@ func TestFileCommandsConnectionRefused(t *testing.T) {
 func TestGetDataServerDown(t *testing.T) {
 	dir := t.TempDir()
 	noSquash := false
-	mds, err := localcluster.StartMDS(localcluster.MDSConfig{
+	mds, err := wiring.StartMDS(wiring.MDSConfig{
 		Listen: "127.0.0.1:0", Dir: filepath.Join(dir, "mds"),
 		Exports: []*server.Export{{Path: "/", RootSquash: &noSquash}},
 		Lease:   10 * time.Second, Logger: slog.New(slog.DiscardHandler),
@@ -153,9 +153,9 @@ func TestGetDataServerDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dss []*localcluster.DS
+	var dss []*wiring.DS
 	for i := range 2 {
-		d, err := localcluster.StartDS(t.Context(), localcluster.DSConfig{
+		d, err := wiring.StartDS(t.Context(), wiring.DSConfig{
 			Listen: "127.0.0.1:0", Dir: filepath.Join(dir, fmt.Sprintf("ds%d", i)),
 			MDS: mds.Addr.String(), JoinSecret: secret, Lease: 10 * time.Second, Logger: slog.New(slog.DiscardHandler),
 		})

@@ -18,7 +18,7 @@ import (
 	"github.com/shoalfs/shoal/bench"
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/fusemount"
-	"github.com/shoalfs/shoal/localcluster"
+	"github.com/shoalfs/shoal/wiring"
 	"github.com/shoalfs/shoal/server"
 )
 
@@ -88,16 +88,16 @@ func startServerIn(t *testing.T, dir string) string {
 }
 
 // startCluster runs a pNFS metadata server with two data servers.
-func startCluster(t *testing.T) *localcluster.Cluster {
+func startCluster(t *testing.T) *wiring.Cluster {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := localcluster.Start(ctx, localcluster.Config{
+	c, err := wiring.Start(ctx, wiring.Config{
 		Dir: t.TempDir(), DataServers: 2, Listen: "127.0.0.1:0",
 		StripeUnit: 64 << 10, Exports: noSquashExports(), Logger: quietLogger(),
 	})
 	if err != nil {
-		t.Fatalf("localcluster.Start: %v", err)
+		t.Fatalf("wiring.Start: %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
 	return c

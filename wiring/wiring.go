@@ -1,14 +1,16 @@
-// Package localcluster assembles Shoal's pNFS roles: a metadata server with
-// its data-server registry, and data servers with their control agents. The
-// `shoal mds`, `shoal ds` and `shoal up` commands, tests and benchmarks use
-// it, so every one of them runs the same wiring.
+// Package wiring is Shoal's production wiring: it assembles the pNFS roles
+// exactly as the shoal binary runs them, a metadata server with its
+// data-server registry, administration and striped backend, and data
+// servers with their control agents. `shoal mds`, `shoal ds` and `shoal up`
+// use it, and so do the tests and benchmarks that need a cluster, so a test
+// never passes on a path the binary does not take.
 //
 // The seams it joins are small on purpose: the server package knows data
 // servers only through server.DataServers and server.DataServerConfig, and
 // the cluster package knows nothing of NFS. Both speak the cluster's
 // errors (stateid verdicts, ErrUnavailable, ErrDataServerDown), which the
 // server maps to NFS4ERR_* in its one error table.
-package localcluster
+package wiring
 
 import (
 	"context"
