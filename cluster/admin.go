@@ -193,47 +193,36 @@ func (a *Admin) run(ctx context.Context, j *Job) {
 	defer close(j.done)
 	s := a.cfg.Striped
 	a.log.Info("cluster: job started", "kind", j.Kind, "ds", j.DS)
-	var after meta.Ino
 	var failures []error
-	for ctx.Err() == nil {
-		page, err := s.maps.StripeMaps(ctx, after, 256)
-		if err != nil {
-			failures = append(failures, err)
-			break
+	err := s.eachMap(ctx, func(fm meta.FileStripeMap) bool {
+		ids, first, ok := a.target(j, fm)
+		if !ok {
+			return true
 		}
-		if len(page) == 0 {
-			break
+		a.mu.Lock()
+		j.Files++
+		a.mu.Unlock()
+		st, err := s.Move(ctx, uint64(fm.Ino), fm.Map, ids, first, a.cfg.Hold)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		j.Bytes += st.Bytes
+		switch {
+		case err == nil:
+			j.Moved++
+		case errors.Is(err, meta.ErrConflict), errors.Is(err, meta.ErrStale):
+			// Changed or gone meanwhile: nothing of it to move now.
+			j.Files--
+		default:
+			if ctx.Err() == nil {
+				j.Failed++
+				failures = append(failures, err)
+				a.log.Warn("cluster: could not move a file", "job", j.Kind, "ino", fm.Ino, "err", err)
+			}
 		}
-		after = page[len(page)-1].Ino
-		for _, fm := range page {
-			if ctx.Err() != nil {
-				break
-			}
-			ids, first, ok := a.target(j, fm)
-			if !ok {
-				continue
-			}
-			a.mu.Lock()
-			j.Files++
-			a.mu.Unlock()
-			st, err := s.Move(ctx, uint64(fm.Ino), fm.Map, ids, first, a.cfg.Hold)
-			a.mu.Lock()
-			j.Bytes += st.Bytes
-			switch {
-			case err == nil:
-				j.Moved++
-			case errors.Is(err, meta.ErrConflict), errors.Is(err, meta.ErrStale):
-				// Changed or gone meanwhile: nothing of it to move now.
-				j.Files--
-			default:
-				if ctx.Err() == nil {
-					j.Failed++
-					failures = append(failures, err)
-					a.log.Warn("cluster: could not move a file", "job", j.Kind, "ino", fm.Ino, "err", err)
-				}
-			}
-			a.mu.Unlock()
-		}
+		return true
+	})
+	if err != nil && ctx.Err() == nil {
+		failures = append(failures, err)
 	}
 	a.mu.Lock()
 	j.Running = false
@@ -328,24 +317,19 @@ func (a *Admin) Remove(ctx context.Context, id string, force bool) (*RemoveResul
 	a.mu.Unlock()
 	res := &RemoveResult{DS: id}
 	if d.State != Drained && d.State != Removed {
-		var after meta.Ino
-		for {
-			page, err := a.cfg.Striped.maps.StripeMaps(ctx, after, 1024)
-			if err != nil {
-				return nil, err
-			}
-			if len(page) == 0 {
-				break
-			}
-			after = page[len(page)-1].Ino
-			for _, fm := range page {
-				if fm.Map.Holds(id) {
-					res.FilesLost++
-					if len(res.Inodes) < maxListed {
-						res.Inodes = append(res.Inodes, uint64(fm.Ino))
-					}
+		err := a.cfg.Striped.eachMap(ctx, func(fm meta.FileStripeMap) bool {
+			// Every map that names it counts, holding bytes or not: a
+			// file that grows writes its later units there.
+			if fm.Map.Holds(id) {
+				res.FilesLost++
+				if len(res.Inodes) < maxListed {
+					res.Inodes = append(res.Inodes, uint64(fm.Ino))
 				}
 			}
+			return true
+		})
+		if err != nil {
+			return nil, err
 		}
 		if res.FilesLost > 0 && !force {
 			return nil, fmt.Errorf("cluster: %s holds stripes of %d files; drain it first (`shoal admin drain %s`), or remove it with --force and lose them: %w",
@@ -359,6 +343,35 @@ func (a *Admin) Remove(ctx context.Context, id string, force bool) (*RemoveResul
 		a.log.Warn("cluster: data server removed with data; these files lost stripes", "ds", id, "files", res.FilesLost, "inodes", res.Inodes)
 	}
 	return res, nil
+}
+
+// eachMap calls fn for every stripe map in inode order, a page of maps
+// (one metadata transaction) at a time, until fn returns false or ctx is
+// done.
+func (s *Striped) eachMap(ctx context.Context, fn func(meta.FileStripeMap) bool) error {
+	var after meta.Ino
+	for ctx.Err() == nil {
+		page, err := s.maps.StripeMaps(ctx, after, 256)
+		if err != nil || len(page) == 0 {
+			return err
+		}
+		after = page[len(page)-1].Ino
+		for _, fm := range page {
+			if !fn(fm) {
+				return nil
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+// size returns file ino's size for status (0 if unknown).
+func (a *Admin) size(ctx context.Context, ino meta.Ino) uint64 {
+	var size uint64
+	if a.cfg.FileSize != nil {
+		size, _ = a.cfg.FileSize(ctx, uint64(ino))
+	}
+	return size
 }
 
 // maxListed bounds the files listed by name in admin results.
@@ -409,50 +422,40 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 		idx[d.ID] = len(st.DataServers)
 		st.DataServers = append(st.DataServers, DSStatus{DataServer: d})
 	}
-	var after meta.Ino
-	for {
-		page, err := a.cfg.Striped.maps.StripeMaps(ctx, after, 1024)
-		if err != nil {
-			return nil, err
-		}
-		if len(page) == 0 {
-			break
-		}
-		after = page[len(page)-1].Ino
-		for _, fm := range page {
-			st.Files++
-			var size uint64
-			if a.cfg.FileSize != nil {
-				size, _ = a.cfg.FileSize(ctx, uint64(fm.Ino))
+	err := a.cfg.Striped.eachMap(ctx, func(fm meta.FileStripeMap) bool {
+		st.Files++
+		size := a.size(ctx, fm.Ino)
+		var down []string
+		for _, id := range fm.Map.DataServers {
+			// A data server of the map holds part of the file only if a
+			// stripe unit below the file's size falls on it; a small file
+			// is on one data server whatever its map's width.
+			held := bytesOn(fm.Map, size, id)
+			if held == 0 {
+				continue
 			}
-			var down []string
-			for _, id := range fm.Map.DataServers {
-				// A data server of the map holds part of the file only if
-				// a stripe unit below the file's size falls on it; a small
-				// file is on one data server whatever its map's width.
-				held := bytesOn(fm.Map, size, id)
-				if held == 0 {
-					continue
-				}
-				i, ok := idx[id]
-				if !ok {
-					down = append(down, id)
-					continue
-				}
-				d := &st.DataServers[i]
-				d.Files++
-				d.Bytes += held
-				if !d.Up || d.State == Removed {
-					down = append(down, id)
-				}
+			i, ok := idx[id]
+			if !ok {
+				down = append(down, id)
+				continue
 			}
-			if len(down) > 0 {
-				st.UnavailableFiles++
-				if len(st.Unavailable) < maxListed {
-					st.Unavailable = append(st.Unavailable, FileStatus{Ino: uint64(fm.Ino), Down: down})
-				}
+			d := &st.DataServers[i]
+			d.Files++
+			d.Bytes += held
+			if !d.Up || d.State == Removed {
+				down = append(down, id)
 			}
 		}
+		if len(down) > 0 {
+			st.UnavailableFiles++
+			if len(st.Unavailable) < maxListed {
+				st.Unavailable = append(st.Unavailable, FileStatus{Ino: uint64(fm.Ino), Down: down})
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
 	}
 	a.mu.Lock()
 	if a.job != nil {
