@@ -90,11 +90,13 @@ fi
 
 if [ "$SHOAL_KERNEL" = "1" ]; then
 	step "Linux kernel client in qemu"
-	# Shoal runs twice: `shoal serve`, then the pNFS cluster (`shoal up`,
-	# 4 data servers). A list of kinds runs in one `go test` (subtests
-	# TestKernel/shoal/... and TestKernel/shoal-pnfs/...), so one JSON file.
+	# Shoal runs three times: `shoal serve`, the pNFS cluster (`shoal up`,
+	# 4 data servers), and a cluster of separate `shoal mds`/`shoal ds`
+	# processes that gains a third data server under the mounted client
+	# (shoal-pnfs-grow). A list of kinds runs in one `go test` (subtests
+	# TestKernel/shoal/..., TestKernel/shoal-pnfs/...), so one JSON file.
 	kinds=$SHOAL_KERNEL_SERVER
-	[ "$kinds" = shoal ] && kinds=shoal,shoal-pnfs
+	[ "$kinds" = shoal ] && kinds=shoal,shoal-pnfs,shoal-pnfs-grow
 	SHOAL_KERNEL_SERVER=$kinds gotestsum --format standard-verbose --jsonfile /tmp/shoal-kernel.json -- \
 		-count=1 -timeout 45m ./test/kernel/
 fi

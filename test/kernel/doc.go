@@ -36,10 +36,28 @@
 // truncate and remove steps. Whether the client gave a recalled layout
 // back is read from the capture, because Linux answers a recall of an idle
 // layout with NFS4ERR_NOMATCHING_LAYOUT and sends no LAYOUTRETURN.
+// The pNFS workload also reads files that end on or inside a 1 MiB stripe
+// unit back with O_DIRECT after a cache drop (c/odirect.c). The last
+// request then goes past the end of the file on a data server, which must
+// answer with a short read and eof. A limit in the reader and guest
+// timeouts turn a server that keeps returning data into a failure rather
+// than a hang.
+//
+// With SHOAL_KERNEL_SERVER=shoal-pnfs-grow the driver runs `shoal mds` and
+// two `shoal ds` processes (grow.go) and boots one VM per version, in
+// phase "grow". The guest writes files, then prints "SYNC grow-add-ds".
+// The driver starts a third data server, waits until `shoal admin status`
+// shows it in service, and answers. The guest, still mounted, reads the
+// old files back and writes new ones, then remounts and reads everything
+// again. The driver checks from the status that the old files stayed on
+// the first two data servers, and that the new files were striped over
+// all three. From each process's metrics it checks that every data server
+// carried its share of the new files' I/O.
 //
 // # Running
 //
 // The test is skipped unless SHOAL_KERNEL=1 or -kernel is given, so that
 // `go test ./...` stays fast. See README.md for the environment variables
-// that select the server (SHOAL_KERNEL_SERVER=ganesha|shoal|shoal-pnfs|cmd).
+// that select the server
+// (SHOAL_KERNEL_SERVER=ganesha|shoal|shoal-pnfs|shoal-pnfs-grow|cmd).
 package kernel

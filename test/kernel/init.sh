@@ -10,7 +10,7 @@
 #   t_port=2049       server port
 #   t_path=/export    exported path to mount
 #   t_vers=4.1        NFS minor version (4.1 or 4.2)
-#   t_phase=main      workload phase: main | verify
+#   t_phase=main      workload phase: main | verify | grow
 #   t_sums=...        phase "verify": name:sha256,... written by phase "main"
 #   t_pnfs=1          add the pNFS steps; SYNC lines ask the driver for metrics
 #   t_ip=10.0.2.15    guest address (/24), t_gw=10.0.2.2 default gateway

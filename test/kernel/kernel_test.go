@@ -52,7 +52,7 @@ func TestKernel(t *testing.T) {
 		t.Fatalf("SHOAL_KERNEL_VM_TIMEOUT: %v", err)
 	}
 	var shoalBin string
-	if slices.ContainsFunc(kinds, func(k string) bool { return k == "shoal" || k == "shoal-pnfs" }) {
+	if slices.ContainsFunc(kinds, func(k string) bool { return strings.HasPrefix(k, "shoal") }) {
 		shoalBin = buildShoal(t, root)
 	}
 	for _, kind := range kinds {
@@ -71,6 +71,12 @@ func testServer(t *testing.T, kind, root, shoalBin string, img images, vmTimeout
 	for _, vers := range strings.Split(env("SHOAL_KERNEL_VERS", "4.1,4.2"), ",") {
 		t.Run("v"+vers, func(t *testing.T) {
 			out := artifactDir(t, kind, vers)
+			if kind == "shoal-pnfs-grow" {
+				// A cluster of separate processes that grows under the
+				// mounted client; its own workload phase (grow.go).
+				testGrow(t, shoalBin, img, vmTimeout, vers, out)
+				return
+			}
 			port, err := freePort()
 			if err != nil {
 				t.Fatal(err)
@@ -184,10 +190,12 @@ func testServer(t *testing.T, kind, root, shoalBin string, img images, vmTimeout
 			}
 
 			ports := []int{port}
+			perDS := 0
 			if pnfs != nil {
 				ports = append(ports, pnfs.dsPorts...)
+				perDS = nDS
 			}
-			t.Run("wire", func(t *testing.T) { checkWire(t, captures, ports, pnfs != nil) })
+			t.Run("wire", func(t *testing.T) { checkWire(t, captures, ports, perDS) })
 		})
 	}
 }
@@ -230,6 +238,7 @@ func artifactDir(t *testing.T, kind, vers string) string {
 //   - ganesha: NFS-Ganesha via scripts/ganesha.sh (export /export);
 //   - shoal:   `shoal serve --listen 127.0.0.1:PORT --dir DIR`;
 //   - shoal-pnfs: `shoal up` with 4 data servers (pnfsServer);
+//   - shoal-pnfs-grow: not built here, see testGrow (grow.go);
 //   - cmd:     SHOAL_KERNEL_SERVER_CMD with {port} and {dir} substituted.
 //
 // SHOAL_KERNEL_EXPORT overrides the path the client mounts.
@@ -264,7 +273,7 @@ func newServer(t *testing.T, kind, root, shoalBin, dir string, port int) server 
 			argv: expandArgs(tmpl, port, dir),
 		}
 	default:
-		t.Fatalf("SHOAL_KERNEL_SERVER=%q: want ganesha, shoal, shoal-pnfs or cmd", kind)
+		t.Fatalf("SHOAL_KERNEL_SERVER=%q: want ganesha, shoal, shoal-pnfs, shoal-pnfs-grow or cmd", kind)
 		return nil
 	}
 }
@@ -325,9 +334,9 @@ func countSteps(res runResult, pass bool) int {
 
 // checkWire dissects the captures of one version's VM runs with tshark,
 // decoding every server port (the MDS or server port, then the data
-// servers' ports, if any) as ONC RPC. With data servers, the main capture
-// must also show NFS traffic to each of them.
-func checkWire(t *testing.T, captures []string, ports []int, perDS bool) {
+// servers' ports, if any) as ONC RPC. The first capture must also show
+// NFS traffic to each of the first perDS data-server ports.
+func checkWire(t *testing.T, captures []string, ports []int, perDS int) {
 	if !tsharkAvailable() {
 		t.Skip("tshark not installed")
 	}
@@ -342,9 +351,9 @@ func checkWire(t *testing.T, captures []string, ports []int, perDS bool) {
 		if rep.rpcPackets == 0 {
 			t.Errorf("%s: no NFS/RPC packets decoded on ports %v", c, ports)
 		}
-		if perDS && i == 0 {
+		if perDS > 0 && i == 0 {
 			// The data servers of the first start carried the main run's I/O.
-			for _, p := range ports[1 : 1+nDS] {
+			for _, p := range ports[1 : 1+perDS] {
 				if rep.perPort[p] == 0 {
 					t.Errorf("%s: no NFS/RPC packets to or from data server port %d", c, p)
 				}
@@ -378,7 +387,7 @@ func checkPNFS(t *testing.T, snaps *snapshots, capture string, ports []int) {
 		rows := ioSplit(before, after)
 		t.Logf("64 MiB written and read back once:\n%s", formatSplit(rows))
 		// The MDS may carry a few small I/Os but none of the file's stripes.
-		for _, p := range checkSplit(rows, 64<<20, 0.15, 1<<20) {
+		for _, p := range checkSplit(rows, nDS, 64<<20, 0.15, 1<<20) {
 			t.Error(p)
 		}
 	})

@@ -17,10 +17,11 @@ import (
 
 // pnfsServer is `shoal up`: one metadata server and nDS data servers in
 // one process. The client mounts the MDS; the data servers listen on
-// 127.0.0.1 with ports the kernel picks anew at every start and are
+// 127.0.0.1 on ports the kernel picks at the first start and are
 // advertised to the guest as 10.0.2.2:PORT. A crash kills the whole
 // process; the restart on the same --dir keeps each data server's identity
-// and stripe index (files in their directories), not its port.
+// and port (ds-identity.json and ds-port in its directory). The metrics
+// name each data server by its identity (instance="ds-<hex>").
 type pnfsServer struct {
 	*processServer
 	metrics string // host:port of the Prometheus endpoint
@@ -178,14 +179,18 @@ func scrape(ctx context.Context, addr string) (snapshot, error) {
 	return parseMetrics(resp.Body)
 }
 
-// instances are the metric instance labels of the cluster: the data
-// servers by stripe index, then the MDS.
-func instances() []string {
+// dsInstances are the metric instance labels of the data servers in a
+// snapshot, sorted: each data server's persistent ID ("ds-<hex>", kept in
+// its directory, so the same across restarts).
+func dsInstances(s snapshot) []string {
 	var in []string
-	for i := range nDS {
-		in = append(in, strconv.Itoa(i))
+	for _, smp := range s {
+		if smp.name == "shoal_nfs_bytes_total" && smp.labels["role"] == "ds" && !slices.Contains(in, smp.labels["instance"]) {
+			in = append(in, smp.labels["instance"])
+		}
 	}
-	return append(in, "mds")
+	slices.Sort(in)
+	return in
 }
 
 // ioRow is one server's share of a window of I/O.
@@ -196,13 +201,13 @@ type ioRow struct {
 }
 
 // ioSplit is the per-server difference of READ/WRITE bytes and ops between
-// two snapshots.
+// two snapshots: one row per data server found in after, then the MDS.
 func ioSplit(before, after snapshot) []ioRow {
 	d := func(name string, match ...string) float64 {
 		return after.get(name, match...) - before.get(name, match...)
 	}
 	var rows []ioRow
-	for _, in := range instances() {
+	for _, in := range append(dsInstances(after), "mds") {
 		rows = append(rows, ioRow{
 			instance:   in,
 			readBytes:  d("shoal_nfs_bytes_total", "instance", in, "dir", "read"),
@@ -215,11 +220,15 @@ func ioSplit(before, after snapshot) []ioRow {
 }
 
 // checkSplit reports what is wrong with a split of size bytes written and
-// read once: every data server must carry size/nDS ± tol of each, and the
-// MDS at most mdsMax bytes.
-func checkSplit(rows []ioRow, size, tol, mdsMax float64) []string {
+// read once over nds data servers: there must be nds data-server rows,
+// every one must carry size/nds ± tol of each, and the MDS at most mdsMax
+// bytes.
+func checkSplit(rows []ioRow, nds int, size, tol, mdsMax float64) []string {
 	var bad []string
-	share := size / nDS
+	if got := len(rows) - 1; got != nds {
+		bad = append(bad, fmt.Sprintf("%d data servers in the metrics, want %d", got, nds))
+	}
+	share := size / float64(nds)
 	for _, r := range rows {
 		if r.instance == "mds" {
 			if r.readBytes > mdsMax || r.writeBytes > mdsMax {
@@ -244,13 +253,13 @@ func checkSplit(rows []ioRow, size, tol, mdsMax float64) []string {
 // formatSplit renders the rows as a table for the test log.
 func formatSplit(rows []ioRow) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-8s %12s %12s %8s %8s\n", "server", "READ bytes", "WRITE bytes", "READs", "WRITEs")
+	fmt.Fprintf(&b, "%-22s %12s %12s %8s %8s\n", "server", "READ bytes", "WRITE bytes", "READs", "WRITEs")
 	for _, r := range rows {
 		name := "DS " + r.instance
 		if r.instance == "mds" {
 			name = "MDS"
 		}
-		fmt.Fprintf(&b, "%-8s %12.0f %12.0f %8.0f %8.0f\n", name, r.readBytes, r.writeBytes, r.readOps, r.writeOps)
+		fmt.Fprintf(&b, "%-22s %12.0f %12.0f %8.0f %8.0f\n", name, r.readBytes, r.writeBytes, r.readOps, r.writeOps)
 	}
 	return b.String()
 }

@@ -68,7 +68,7 @@ func TestParseMetrics(t *testing.T) {
 func TestCheckSplit(t *testing.T) {
 	even := func(ds, mds float64) []ioRow {
 		var rows []ioRow
-		for _, in := range instances() {
+		for _, in := range []string{"ds-a", "ds-b", "ds-c", "ds-d", "mds"} {
 			v := ds
 			if in == "mds" {
 				v = mds
@@ -94,10 +94,48 @@ func TestCheckSplit(t *testing.T) {
 		rows []ioRow
 		bad  int
 	}{"one DS skewed", skew, 1})
+	// A data server missing from the metrics is a problem of its own.
+	tests = append(tests, struct {
+		name string
+		rows []ioRow
+		bad  int
+	}{"a DS missing", even(size/nDS, 0)[1:], 1})
 	for _, tc := range tests {
-		if got := checkSplit(tc.rows, size, 0.15, 1<<20); len(got) != tc.bad {
+		if got := checkSplit(tc.rows, nDS, size, 0.15, 1<<20); len(got) != tc.bad {
 			t.Errorf("%s: %d problems %v, want %d", tc.name, len(got), got, tc.bad)
 		}
+	}
+}
+
+// The data servers' metric instances are their IDs, found in the scrape.
+func TestIOSplitInstances(t *testing.T) {
+	parse := func(text string) snapshot {
+		s, err := parseMetrics(strings.NewReader(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	before := parse(`shoal_nfs_bytes_total{dir="write",instance="ds-0b",role="ds"} 10
+shoal_nfs_bytes_total{dir="write",instance="mds",role="mds"} 1
+`)
+	after := parse(`shoal_nfs_bytes_total{dir="write",instance="ds-0b",role="ds"} 110
+shoal_nfs_bytes_total{dir="read",instance="ds-0b",role="ds"} 5
+shoal_nfs_bytes_total{dir="write",instance="ds-0a",role="ds"} 200
+shoal_nfs_ops_total{instance="ds-0a",op="WRITE",role="ds"} 2
+shoal_nfs_bytes_total{dir="write",instance="mds",role="mds"} 1
+`)
+	if got := dsInstances(after); !slices.Equal(got, []string{"ds-0a", "ds-0b"}) {
+		t.Errorf("dsInstances = %v", got)
+	}
+	rows := ioSplit(before, after)
+	want := []ioRow{
+		{instance: "ds-0a", writeBytes: 200, writeOps: 2},
+		{instance: "ds-0b", readBytes: 5, writeBytes: 100},
+		{instance: "mds"},
+	}
+	if !slices.Equal(rows, want) {
+		t.Errorf("ioSplit = %+v, want %+v", rows, want)
 	}
 }
 

@@ -16,6 +16,13 @@
 # kill -9s the server, restarts it and boots phase "verify", which mounts
 # and checks those sums (given as t_sums=name:sum,...).
 #
+# Phase "grow" (server kind shoal-pnfs-grow: an MDS and two data servers
+# as separate processes): write files, ask the driver to add a third data
+# server while the file system stays mounted ("SYNC grow-add-ds", answered
+# "OK grow-add-ds" once the data server is in service), read the old files
+# back, write new ones (which stripe over all three), then unmount, mount
+# again and read everything back.
+#
 # Step state is kept in files under /tmp (tmpfs), since steps run in
 # separate processes.
 
@@ -26,6 +33,13 @@ W=$M/w$t_vers          # per-version work dir on the export
 C=$M/crash$t_vers      # crash-test dir on the export
 S=/tmp/src             # reference copies in tmpfs
 SIZES="0 1 4095 4096 4097 1048576 67108864"
+# pNFS (stripe unit 1 MiB): files that end on a stripe-unit boundary and
+# inside a unit, read back with O_DIRECT past their end.
+DIRECT_SIZES="33554432 33558528 3158073 1048064"
+# Phase grow: the files written before the third data server joins, and
+# after.
+GROW_OLD="33554432 33558528 3158073 1048064 16777216"
+GROW_NEW="16777216 3158073"
 
 # ---- helpers --------------------------------------------------------------
 
@@ -41,6 +55,11 @@ size_name() {
 	case "$1" in
 	1048576) echo 1M ;;
 	67108864) echo 64M ;;
+	16777216) echo 16M ;;
+	33554432) echo 32M ;;
+	33558528) echo 32M+4096 ;;
+	3158073) echo 3M+12345 ;;
+	1048064) echo 1M-512 ;;
 	*) echo "$1" ;;
 	esac
 }
@@ -50,6 +69,55 @@ do_mount() {
 	mountnfs "$t_host:$t_path" $M \
 		"vers=$t_vers,proto=tcp,port=$t_port,addr=$t_host,clientaddr=${t_ip:-10.0.2.15},hard,timeo=600,retrans=2" ||
 		return 1
+}
+
+# put_file SRC DST: copy SRC to DST on NFS under a timeout. A size that is
+# a multiple of 512 is written with O_DIRECT (odirect: 1 MiB writes from an
+# aligned buffer, then fsync), any other size buffered and synced. Sets
+# $how to "direct" or "buffered".
+put_file() {
+	n=$(fsize "$1")
+	rc=0
+	if [ $((n % 512)) -eq 0 ]; then
+		how=direct
+		timeout -s KILL 120 odirect write "$2" <"$1" 2>/tmp/put.err || rc=$?
+	else
+		how=buffered
+		timeout -s KILL 120 cp "$1" "$2" 2>/tmp/put.err || rc=$?
+		[ $rc -ne 0 ] || timeout -s KILL 60 sync 2>>/tmp/put.err || rc=$?
+	fi
+	if [ $rc -eq 137 ]; then
+		die "$how write of $2 ($n bytes) did not finish within the timeout"
+	elif [ $rc -ne 0 ]; then
+		die "$how write of $2 ($n bytes) failed (status $rc): $(cat /tmp/put.err)"
+	fi
+}
+
+# read_check FILE SIZE SUM MODE: drop the caches, read FILE back under a
+# 60 s timeout, with O_DIRECT in 1 MiB requests (MODE direct: the read that
+# reaches the end must come back short or empty, or the reader never sees
+# the end of the file) or through the page cache (MODE buffered), and
+# compare the byte count and sha256. odirect's summary of the last direct
+# read is left in /tmp/rd.direct.
+read_check() {
+	f=$1 n=$2 want=$3 mode=$4
+	drop_caches
+	rm -f /tmp/rd
+	rc=0
+	if [ "$mode" = direct ]; then
+		timeout -s KILL 60 odirect read "$f" "$n" >/tmp/rd 2>/tmp/rd.err || rc=$?
+		cp /tmp/rd.err /tmp/rd.direct
+	else
+		timeout -s KILL 60 cat "$f" >/tmp/rd 2>/tmp/rd.err || rc=$?
+	fi
+	if [ $rc -eq 137 ]; then
+		die "$mode read of $f ($n bytes) did not finish within 60 s; $(fsize /tmp/rd) bytes had come back"
+	elif [ $rc -ne 0 ]; then
+		die "$mode read of $f ($n bytes) failed (status $rc): $(cat /tmp/rd.err)"
+	fi
+	expect "bytes from the $mode read of $f" "$(fsize /tmp/rd)" "$n"
+	expect "sha256 of the $mode read of $f" "$(sum /tmp/rd)" "$want"
+	rm -f /tmp/rd
 }
 
 # ---- steps (each runs as: sh /workload.sh step NAME ARGS) -------------------
@@ -456,6 +524,101 @@ step_pnfs_rm() {
 	echo "$(pnfs_ops)"
 }
 
+# step_direct SIZE: a file of SIZE bytes is written (put_file), the caches
+# are dropped, and it is read back with O_DIRECT in 1 MiB requests, then
+# buffered, each after a cache drop. With a stripe unit of 1 MiB the last
+# request reaches past the end of the file on a data server whose object
+# ends earlier (or exactly at the end): the data server must answer with a
+# short read and eof. (Before data servers asked the MDS for the file size,
+# they answered 1 MiB of zeros without eof, and an O_DIRECT reader never
+# finished.)
+step_direct() {
+	n=$1
+	f=$W/direct.$n
+	src=$S/direct.$n
+	head -c "$n" /dev/urandom >"$src"
+	want=$(sum "$src")
+	put_file "$src" "$f"
+	rm -f "$src"
+	drop_caches
+	expect "size on NFS" "$(fsize "$f")" "$n"
+	read_check "$f" "$n" "$want" direct
+	read_check "$f" "$n" "$want" buffered
+	echo "written $how; $(sed 's/^odirect: //' /tmp/rd.direct)"
+}
+
+# step_grow_write KIND SIZE...: writes $W/KIND.SIZE from fresh random data
+# (put_file) and keeps its sha256 in $S/grow.KIND.SIZE.sum.
+step_grow_write() {
+	kind=$1
+	shift
+	hows=
+	for n in "$@"; do
+		src=$S/grow.$kind.$n
+		head -c "$n" /dev/urandom >"$src"
+		sum "$src" >"$src.sum"
+		put_file "$src" "$W/$kind.$n"
+		rm -f "$src"
+		hows="$hows $(size_name "$n"):$how"
+	done
+	timeout -s KILL 60 sync || die "sync failed or hung (status $?)"
+	echo "wrote$hows"
+}
+
+# step_grow_read MODES KIND...: every file step_grow_write wrote for each
+# KIND is read back in each of MODES (comma-separated: direct, buffered),
+# each read after a cache drop (read_check).
+step_grow_read() {
+	modes=$(echo "$1" | tr , ' ')
+	shift
+	cnt=0
+	for kind in "$@"; do
+		for sf in "$S"/grow.$kind.*.sum; do
+			[ -f "$sf" ] || die "no sums for the $kind files (did grow/write-$kind fail?)"
+			n=${sf%.sum}
+			n=${n##*.}
+			for mode in $modes; do
+				read_check "$W/$kind.$n" "$n" "$(cat "$sf")" "$mode"
+				cnt=$((cnt + 1))
+			done
+		done
+	done
+	echo "$cnt reads ($modes) of $* files checked"
+}
+
+step_remount_only() {
+	timeout -s KILL 60 sync || die "sync failed or hung (status $?)"
+	mountnfs -u $M || die "umount failed"
+	if grep -q " $M " /proc/mounts; then die "still mounted after umount"; fi
+	do_mount || die "remount failed"
+}
+
+# host_act NAME TAG SECS: the driver acts on the host at "SYNC TAG" and
+# answers "OK TAG" when done, or "ERR TAG reason". Reported as step NAME.
+host_act() {
+	name=$1 tag=$2 secs=$3
+	t0=$(uptime_cs)
+	echo "SYNC $tag"
+	if ! read -t "$secs" reply; then
+		FAILED=$((FAILED + 1))
+		echo "FAIL $name no reply from the driver to SYNC $tag within ${secs}s"
+		return 1
+	fi
+	t1=$(uptime_cs)
+	dt="$(((t1 - t0) / 100)).$(printf %02d $(((t1 - t0) % 100)))s"
+	case "$reply" in
+	"OK $tag"*)
+		PASSED=$((PASSED + 1))
+		echo "PASS $name $dt"
+		;;
+	*)
+		FAILED=$((FAILED + 1))
+		echo "FAIL $name driver: $reply"
+		return 1
+		;;
+	esac
+}
+
 # host_sync TAG: with t_pnfs=1 the driver snapshots the servers' metrics
 # when it sees "SYNC TAG" and answers "OK TAG" on the console.
 # The LOOKUP of "$W/.mark-TAG" marks the point in the capture.
@@ -514,6 +677,11 @@ main)
 			run "io/$(size_name $n)" io "$n"
 			[ "$n" = 67108864 ] && host_sync io64-after
 		done
+		if [ "${t_pnfs:-0}" = 1 ]; then
+			for n in $DIRECT_SIZES; do
+				run "pnfs/direct/$(size_name $n)" direct "$n"
+			done
+		fi
 		run tree tree
 		run rename rename
 		run hardlink hardlink
@@ -552,6 +720,25 @@ main)
 			fi
 			mountnfs -u $M || echo "umount before crash failed"
 			echo CRASHPOINT
+		fi
+		grep -q " $M " /proc/mounts && mountnfs -u $M
+	fi
+	;;
+grow)
+	# The driver runs an MDS and two data servers; it adds a third at
+	# grow-add-ds and reads the servers' counters at the other SYNCs.
+	if run mount mount; then
+		run pnfs/mountstats pnfs_mountstats
+		run grow/write-old grow_write old $GROW_OLD
+		host_act grow/add-ds grow-add-ds 180
+		# Still mounted: the old files keep their two-server stripe maps.
+		run grow/read-old grow_read direct,buffered old
+		host_sync grow-new-before
+		run grow/write-new grow_write new $GROW_NEW
+		run grow/read-new grow_read direct new
+		host_sync grow-new-after
+		if run grow/remount remount_only; then
+			run grow/read-all-after-remount grow_read buffered,direct old new
 		fi
 		grep -q " $M " /proc/mounts && mountnfs -u $M
 	fi
