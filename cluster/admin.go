@@ -193,6 +193,10 @@ func (a *Admin) run(ctx context.Context, j *Job) {
 	defer close(j.done)
 	s := a.cfg.Striped
 	a.log.Info("cluster: job started", "kind", j.Kind, "ds", j.DS)
+	// A job resumed as the MDS starts would find every data server still
+	// re-registering and fail every move: give them the time they have
+	// before they count as down.
+	a.cfg.Registry.waitMembers(ctx, a.cfg.Registry.downAfter)
 	var failures []error
 	err := s.eachMap(ctx, func(fm meta.FileStripeMap) bool {
 		ids, first, ok := a.target(j, fm)

@@ -403,6 +403,36 @@ func (r *Registry) WaitFor(ctx context.Context, n int) error {
 	}
 }
 
+// waitMembers waits until every data server that is not Removed is in
+// service, ctx is done, or max has passed.
+func (r *Registry) waitMembers(ctx context.Context, max time.Duration) {
+	t := time.NewTimer(max)
+	defer t.Stop()
+	for {
+		r.mu.Lock()
+		all := true
+		for _, m := range r.ordered {
+			if m.ds.State != Removed && !m.ds.Up {
+				all = false
+			}
+		}
+		ch := r.changed
+		r.mu.Unlock()
+		if all {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			return
+		case <-r.stop:
+			return
+		case <-ch:
+		}
+	}
+}
+
 // Fence makes every DS refuse I/O by clientID until Unfence, and drops
 // their cached stateid answers for it. DSes that are disconnected now learn
 // of the fence when they register again. The error joins the failures of
