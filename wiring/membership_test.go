@@ -6,8 +6,11 @@ import (
 	"errors"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
@@ -328,5 +331,70 @@ func TestJoinNeedsTheSecret(t *testing.T) {
 	}
 	if err := cluster.CallAdmin(ctxT(t), c.MDS.Addr.String(), secret, "status", cluster.AdminRequest{}, nil); err != nil {
 		t.Fatalf("admin status with the secret: %v", err)
+	}
+}
+
+// TestClusterGauges: `shoal admin status` and the MDS's Prometheus gauges
+// report the same numbers.
+func TestClusterGauges(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	f := false
+	c, err := Start(ctxT(t), Config{
+		Dir: t.TempDir(), DataServers: 2, Listen: "127.0.0.1:0", DownAfter: time.Second,
+		Exports: []*server.Export{{Path: "/", RootSquash: &f}}, Lease: 30 * time.Second,
+		Logger: slog.New(slog.DiscardHandler), Metrics: reg,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := wiretest.Setup(ctxT(t), c.MDS.Addr.String(), []byte("gauges"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	sid, fh := createMDS(t, cl, "f")
+	writeMDS(t, cl, sid, fh, 0, randomBytes(t, 3<<20+5))
+	st, err := c.MDS.Admin.Status(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if !strings.HasPrefix(mf.GetName(), "shoal_cluster_") {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "ds" {
+					key += "/" + l.GetValue()
+				}
+			}
+			got[key] = m.GetGauge().GetValue()
+		}
+	}
+	if got["shoal_cluster_files"] != float64(st.Files) || st.Files != 1 {
+		t.Errorf("files: gauge %v, status %d, want 1", got["shoal_cluster_files"], st.Files)
+	}
+	var total float64
+	for _, d := range st.DataServers {
+		if got["shoal_cluster_ds_up/"+d.ID] != 1 {
+			t.Errorf("%s: up gauge %v", d.ID, got["shoal_cluster_ds_up/"+d.ID])
+		}
+		if g := got["shoal_cluster_ds_bytes/"+d.ID]; g != float64(d.Bytes) {
+			t.Errorf("%s: bytes gauge %v, status %d", d.ID, g, d.Bytes)
+		}
+		if g := got["shoal_cluster_ds_files/"+d.ID]; g != float64(d.Files) {
+			t.Errorf("%s: files gauge %v, status %d", d.ID, g, d.Files)
+		}
+		total += got["shoal_cluster_ds_bytes/"+d.ID]
+	}
+	if total != 3<<20+5 {
+		t.Errorf("bytes over all data servers %v, want the file's %d", total, 3<<20+5)
 	}
 }
