@@ -140,6 +140,7 @@ func (d *dataServers) StripeUnit() uint64                    { return d.striped.
 
 func (d *dataServers) Fence(ctx context.Context, id uint64) error   { return d.reg.Fence(ctx, id) }
 func (d *dataServers) Unfence(ctx context.Context, id uint64) error { return d.reg.Unfence(ctx, id) }
+
 // OnChange runs fn when a data server joins or leaves service, when
 // layouts naming it must be fetched again. A change of state (drain,
 // remove) moves no data by itself: each file that moves has its own
