@@ -172,6 +172,7 @@ func newUpCmd() *cobra.Command {
 			fmt.Printf("  mount:  mount -t nfs4 -o vers=4.1,port=%d %s:/ /mnt\n", addr.Port, addr.IP)
 			fmt.Printf("  files:  shoal ls nfs://%s/\n", addr)
 			fmt.Printf("  bench:  shoal bench --addr %s\n", addr)
+			fmt.Printf("  admin:  shoal admin status --mds %s --join-secret-file %s\n", addr, c.MDS.JoinSecretFile)
 			fmt.Println("  stop:   Ctrl-C")
 			if readyFile != "" {
 				if err := writeReadyFile(readyFile, addr.String(), ds); err != nil {
