@@ -259,18 +259,26 @@ func (a *Admin) target(j *Job, fm meta.FileStripeMap) ([]string, uint32, bool) {
 		if i < 0 {
 			return nil, 0, false
 		}
-		// Replace the drained data server by the active one with the most
-		// free space that the file does not use yet: only its stripe
-		// units move. With none left, the file narrows.
-		var best string
-		var bestFree uint64
+		// Replace the drained data server by an active one that the file
+		// does not use yet, so that only its stripe units move; files
+		// take the candidates in turn (by inode), which spreads a drain
+		// evenly, skipping any that reported itself nearly full while
+		// others have room. With no candidate the file narrows.
+		var cands []string
 		for _, id := range place {
-			if m.Holds(id) {
-				continue
+			if !m.Holds(id) {
+				cands = append(cands, id)
 			}
-			if d, ok := a.cfg.Registry.DataServer(id); ok && (best == "" || d.Free > bestFree) {
-				best, bestFree = id, d.Free
-			}
+		}
+		if roomy := slices.DeleteFunc(slices.Clone(cands), func(id string) bool {
+			d, _ := a.cfg.Registry.DataServer(id)
+			return d.Capacity > 0 && d.Free < d.Capacity/20
+		}); len(roomy) > 0 {
+			cands = roomy
+		}
+		best := ""
+		if len(cands) > 0 {
+			best = cands[uint64(fm.Ino)%uint64(len(cands))]
 		}
 		ids := slices.Clone(m.DataServers)
 		if best != "" {
