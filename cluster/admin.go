@@ -255,15 +255,17 @@ func (a *Admin) target(j *Job, fm meta.FileStripeMap) ([]string, uint32, bool) {
 	place := a.cfg.Registry.Placement()
 	switch j.Kind {
 	case "drain":
-		i := slices.Index(m.DataServers, j.DS)
-		if i < 0 {
+		if !m.Holds(j.DS) {
 			return nil, 0, false
 		}
-		// Replace the drained data server by an active one that the file
-		// does not use yet, so that only its stripe units move; files
-		// take the candidates in turn (by inode), which spreads a drain
-		// evenly, skipping any that reported itself nearly full while
-		// others have room. With no candidate the file narrows.
+		// Replace the drained data server, at each position it has, by an
+		// active one that the file does not use yet, so that only its
+		// stripe units move; files take the candidates in turn (by
+		// inode), which spreads a drain evenly, skipping any that
+		// reported itself nearly full while others have room. With no
+		// such candidate, another data server of the file takes the
+		// position too (it then holds two positions): still only the
+		// drained one's units move.
 		var cands []string
 		for _, id := range place {
 			if !m.Holds(id) {
@@ -276,22 +278,33 @@ func (a *Admin) target(j *Job, fm meta.FileStripeMap) ([]string, uint32, bool) {
 		}); len(roomy) > 0 {
 			cands = roomy
 		}
-		best := ""
-		if len(cands) > 0 {
-			best = cands[uint64(fm.Ino)%uint64(len(cands))]
+		if len(cands) == 0 {
+			for _, id := range m.DataServers {
+				if id != j.DS && slices.Contains(place, id) && !slices.Contains(cands, id) {
+					cands = append(cands, id)
+				}
+			}
 		}
-		ids := slices.Clone(m.DataServers)
-		if best != "" {
-			ids[i] = best
-			return ids, m.First, true
-		}
-		ids = slices.Delete(ids, i, i+1)
-		if len(ids) == 0 {
+		if len(cands) == 0 {
 			return nil, 0, false // nowhere to go; reported as not drained
 		}
-		return ids, m.First % uint32(len(ids)), true
+		ids := slices.Clone(m.DataServers)
+		k := uint64(fm.Ino)
+		for p, id := range ids {
+			if id == j.DS {
+				ids[p] = cands[k%uint64(len(cands))]
+				k++
+			}
+		}
+		return ids, m.First, true
 	case "rebalance":
-		if len(place) <= len(m.DataServers) {
+		var unused []string
+		for _, id := range place {
+			if !m.Holds(id) {
+				unused = append(unused, id)
+			}
+		}
+		if len(unused) == 0 {
 			return nil, 0, false
 		}
 		for _, id := range m.DataServers {
@@ -299,15 +312,19 @@ func (a *Admin) target(j *Job, fm meta.FileStripeMap) ([]string, uint32, bool) {
 				return nil, 0, false // a drain's business
 			}
 		}
-		// Keep the data servers it has, in their order, and add the
-		// others: the units that stay put are those whose index is
-		// unchanged.
+		// Positions a data server holds twice go to the unused data
+		// servers first (only those units move); the rest widen the file:
+		// the units that stay put are those whose index is unchanged.
 		ids := slices.Clone(m.DataServers)
-		for _, id := range place {
-			if !slices.Contains(ids, id) {
-				ids = append(ids, id)
+		seen := map[string]bool{}
+		for p, id := range ids {
+			if seen[id] && len(unused) > 0 {
+				ids[p], unused = unused[0], unused[1:]
+				continue
 			}
+			seen[id] = true
 		}
+		ids = append(ids, unused...)
 		return ids, m.First, true
 	}
 	return nil, 0, false
@@ -438,7 +455,10 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 		st.Files++
 		size := a.size(ctx, fm.Ino)
 		var down []string
-		for _, id := range fm.Map.DataServers {
+		for p, id := range fm.Map.DataServers {
+			if slices.Index(fm.Map.DataServers, id) != p {
+				continue // a data server at several positions counts once
+			}
 			// A data server of the map holds part of the file only if a
 			// stripe unit below the file's size falls on it; a small file
 			// is on one data server whatever its map's width.
@@ -478,23 +498,28 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 }
 
 // bytesOn returns how many bytes of a file of size bytes data server id
-// holds under map m.
+// holds under map m, over every stripe position it has.
 func bytesOn(m meta.StripeMap, size uint64, id string) uint64 {
 	n := uint64(len(m.DataServers))
-	pos := uint64(slices.Index(m.DataServers, id))
-	if n == 0 || pos >= n || m.Unit == 0 {
+	if n == 0 || m.Unit == 0 {
 		return 0
 	}
 	units := size / m.Unit // full units
-	// Unit k is on position (First+k) mod n; count k < units with that
-	// position, then the partial last unit.
-	k0 := (pos + n - uint64(m.First)%n) % n // first unit on pos
+	rest := size % m.Unit
 	var total uint64
-	if units > k0 {
-		total = ((units-k0-1)/n + 1) * m.Unit
-	}
-	if rest := size % m.Unit; rest > 0 && units%n == k0 {
-		total += rest
+	for p, ds := range m.DataServers {
+		if ds != id {
+			continue
+		}
+		// Unit k is at position (First+k) mod n: count the full units
+		// k < units at position p, then the partial last unit.
+		k0 := (uint64(p) + n - uint64(m.First)%n) % n // first unit at p
+		if units > k0 {
+			total += ((units-k0-1)/n + 1) * m.Unit
+		}
+		if rest > 0 && units%n == k0 {
+			total += rest
+		}
 	}
 	return total
 }

@@ -562,6 +562,13 @@ func (a *Agent) serveRPC(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc
 			out.Status = a.storeStatus("remove", args.Ino, err)
 		}
 		out.EncodeXDR(res)
+	case ctlproto.CTLPROC_OBJ_PUNCH:
+		var args ctlproto.CtlPunchArgs
+		if !decodeArgs(c, &args) {
+			return rpc.GarbageArgs
+		}
+		out := ctlproto.CtlStatusRes{Status: a.objPunch(&args)}
+		out.EncodeXDR(res)
 	case ctlproto.CTLPROC_OBJ_GETSIZE:
 		var args ctlproto.CtlInoArgs
 		if !decodeArgs(c, &args) {
@@ -697,4 +704,35 @@ func (a *Agent) objSize(ino uint64) ctlproto.CtlGetsizeRes {
 	}
 	size := uint64(n)
 	return ctlproto.CtlGetsizeRes{Status: ctlproto.CTL_OK, Size: &size}
+}
+
+// objPunch deallocates a range of an object. A store that cannot punch
+// holes writes zeros instead: the range's old bytes must not survive a
+// move in any case, or a later map change could expose them.
+func (a *Agent) objPunch(args *ctlproto.CtlPunchArgs) ctlproto.CtlStatus {
+	end := args.Offset + args.Length
+	if end < args.Offset || end > 1<<63-1 {
+		return ctlproto.CTL_ERR_INVAL
+	}
+	f, err := a.cfg.Store.Open(args.Ino, false)
+	if errors.Is(err, fs.ErrNotExist) {
+		return ctlproto.CTL_OK
+	}
+	if err != nil {
+		return a.storeStatus("punch", args.Ino, err)
+	}
+	defer f.Close()
+	err = f.PunchHole(int64(args.Offset), int64(args.Length))
+	if errors.Is(err, store.ErrNotSupported) {
+		err = nil
+		zeros := make([]byte, min(args.Length, maxIO))
+		for off := args.Offset; off < end && err == nil; off += uint64(len(zeros)) {
+			n := min(uint64(len(zeros)), end-off)
+			_, err = f.WriteAt(zeros[:n], int64(off))
+		}
+	}
+	if err != nil {
+		return a.storeStatus("punch", args.Ino, err)
+	}
+	return ctlproto.CTL_OK
 }

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +35,7 @@ import (
 //	layout ino=N           the file's files layout, or why it has none
 //	write ino=N off=O len=L / read ino=N off=O len=L   through Striped (bytes are a function of ino and offset)
 //	drain NAME / rebalance / remove NAME [force]       admin jobs, run to the end
+//	du NAME                KiB allocated by a data server's objects
 func TestMembershipScripts(t *testing.T) {
 	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
 		w := newDDWorld(t)
@@ -358,6 +361,25 @@ func (w *ddWorld) run(d *datadriven.TestData) (string, error) {
 			fmt.Fprintf(&b, "%s %s files=%d\n", w.names[ds.ID], ds.State, ds.Files)
 		}
 		return b.String(), nil
+	case "du":
+		// Bytes allocated by a data server's objects: what a move left
+		// behind shows here.
+		var total int64
+		err := filepath.WalkDir(filepath.Join(w.dir, d.CmdArgs[0].Key), func(path string, e fs.DirEntry, err error) error {
+			if err != nil || !e.Type().IsRegular() {
+				return err
+			}
+			var st syscall.Stat_t
+			if err := syscall.Stat(path, &st); err != nil {
+				return err
+			}
+			total += st.Blocks * 512
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("%s: %d KiB\n", d.CmdArgs[0].Key, total>>10), nil
 	case "remove":
 		force := d.HasArg("force")
 		res, err := w.admin.Remove(ctx, w.ids[d.CmdArgs[0].Key], force)

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/shoalfs/shoal/internal/ctlproto"
+	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/meta"
 )
 
@@ -141,7 +143,7 @@ func (s *Striped) Move(ctx context.Context, ino uint64, old meta.StripeMap, ids 
 	s.remember(ino, got)
 	var gone []string
 	for _, id := range old.DataServers {
-		if !nm.Holds(id) {
+		if !nm.Holds(id) && !slices.Contains(gone, id) {
 			gone = append(gone, id)
 		}
 	}
@@ -152,6 +154,21 @@ func (s *Striped) Move(ctx context.Context, ino uint64, old meta.StripeMap, ids 
 		}
 		return err
 	})
+	// Units that left a data server which stays in the map are freed
+	// there too, so the move leaves no second copy behind.
+	var stay []chunk
+	for _, c := range chunks {
+		if nm.Holds(c.src) {
+			stay = append(stay, c)
+		}
+	}
+	err = errors.Join(err, parallel(len(stay), func(i int) error {
+		conn, err := s.r.conn(stay[i].src)
+		if err == nil {
+			err = objPunch(ctx, conn, ino, stay[i].off, uint64(stay[i].n))
+		}
+		return err
+	}))
 	if err != nil {
 		// The map no longer names them: what is left there is garbage,
 		// not data anyone can read.
@@ -163,3 +180,11 @@ func (s *Striped) Move(ctx context.Context, ino uint64, old meta.StripeMap, ids 
 // errLeftover marks a Move whose map switched but whose old objects were
 // not all removed.
 var errLeftover = errors.New("cluster: old objects left behind")
+
+func objPunch(ctx context.Context, conn *rpc.Conn, ino, off, length uint64) error {
+	var res ctlproto.CtlStatusRes
+	if err := call(ctx, conn, ctlproto.CTLPROC_OBJ_PUNCH, &ctlproto.CtlPunchArgs{Ino: ino, Offset: off, Length: length}, &res); err != nil {
+		return err
+	}
+	return errOf(res.Status)
+}

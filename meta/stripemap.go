@@ -19,9 +19,13 @@ import (
 // adding, losing or reordering data servers cannot move a byte of a file
 // that already has a map.
 type StripeMap struct {
-	Unit        uint64   // stripe unit in bytes (> 0)
-	First       uint32   // index into DataServers of stripe unit 0
-	DataServers []string // data-server identities in stripe order, no repeats
+	Unit  uint64 // stripe unit in bytes (> 0)
+	First uint32 // index into DataServers of stripe unit 0
+	// DataServers are the data-server identities in stripe order. One may
+	// stand at several positions (a drain that has no spare data server
+	// gives the drained one's positions to the others, so that only its
+	// units move).
+	DataServers []string
 	// Gen is 1 for the first placement and grows by one with every
 	// ReplaceStripeMap; it is how a mover notices a concurrent move.
 	Gen uint64
@@ -61,12 +65,10 @@ func (m StripeMap) validate() error {
 		int(m.First) >= len(m.DataServers) {
 		return fmt.Errorf("stripe map unit %d first %d over %d data servers: %w", m.Unit, m.First, len(m.DataServers), ErrInval)
 	}
-	seen := make(map[string]bool, len(m.DataServers))
 	for _, id := range m.DataServers {
-		if id == "" || len(id) > 255 || seen[id] {
+		if id == "" || len(id) > 255 {
 			return fmt.Errorf("stripe map data server %q: %w", id, ErrInval)
 		}
-		seen[id] = true
 	}
 	return nil
 }

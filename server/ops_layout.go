@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/shoalfs/shoal/cluster"
@@ -112,12 +113,22 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 	})
 }
 
-// deviceAddr encodes the files-layout device: stripe index i maps to data
-// server i, each reachable at its advertised addresses (multipath).
+// deviceAddr encodes the files-layout device: stripe index i maps to the
+// data server at addrs[i], each reachable at its advertised addresses
+// (multipath). A data server at several stripe indexes is listed once and
+// named by each of them (nflda_stripe_indices, RFC 8881 §13.3).
 func deviceAddr(addrs [][]string) ([]byte, error) {
 	var da nfs4.Nfsv41FileLayoutDsAddr4
-	for i, list := range addrs {
-		da.NfldaStripeIndices = append(da.NfldaStripeIndices, uint32(i))
+	seen := map[string]uint32{}
+	for _, list := range addrs {
+		key := strings.Join(list, ",")
+		if j, ok := seen[key]; ok {
+			da.NfldaStripeIndices = append(da.NfldaStripeIndices, j)
+			continue
+		}
+		j := uint32(len(da.NfldaMultipathDsList))
+		seen[key] = j
+		da.NfldaStripeIndices = append(da.NfldaStripeIndices, j)
 		var mp nfs4.MultipathList4
 		for _, a := range list {
 			netid, ua, err := uaddr(a)

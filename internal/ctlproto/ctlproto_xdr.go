@@ -612,6 +612,27 @@ func (v *CtlTruncateArgs) DecodeXDR(d *xdr.Decoder) {
 	v.Size = d.Uint64()
 }
 
+// CtlPunchArgs is the XDR struct ctl_punch_args.
+type CtlPunchArgs struct {
+	Ino    uint64
+	Offset uint64
+	Length uint64
+}
+
+// EncodeXDR implements xdr.Marshaler.
+func (v *CtlPunchArgs) EncodeXDR(e *xdr.Encoder) {
+	e.Uint64(v.Ino)
+	e.Uint64(v.Offset)
+	e.Uint64(v.Length)
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlPunchArgs) DecodeXDR(d *xdr.Decoder) {
+	v.Ino = d.Uint64()
+	v.Offset = d.Uint64()
+	v.Length = d.Uint64()
+}
+
 // CtlClientArgs is the XDR struct ctl_client_args.
 type CtlClientArgs struct {
 	Clientid uint64
@@ -688,4 +709,5 @@ const (
 	CTLPROC_OBJ_GETSIZE   = 12
 	CTLPROC_FILE_SIZE     = 13
 	CTLPROC_ADMIN         = 14
+	CTLPROC_OBJ_PUNCH     = 15
 )
