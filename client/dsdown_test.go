@@ -18,8 +18,8 @@ import (
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
-	"github.com/shoalfs/shoal/wiring"
 	"github.com/shoalfs/shoal/server"
+	"github.com/shoalfs/shoal/wiring"
 )
 
 // mdsDownAfter is how long the metadata server of these tests answers

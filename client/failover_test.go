@@ -15,8 +15,8 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/cluster"
-	"github.com/shoalfs/shoal/wiring"
 	"github.com/shoalfs/shoal/server"
+	"github.com/shoalfs/shoal/wiring"
 )
 
 // cutProxy stands between clients and one data server. Its kill makes the

@@ -13,8 +13,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shoalfs/shoal/cluster"
-	"github.com/shoalfs/shoal/wiring"
 	"github.com/shoalfs/shoal/server"
+	"github.com/shoalfs/shoal/wiring"
 )
 
 // squashFlag returns exports with root squashing turned off when asked.

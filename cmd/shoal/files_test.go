@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/cluster"
-	"github.com/shoalfs/shoal/wiring"
 	"github.com/shoalfs/shoal/server"
+	"github.com/shoalfs/shoal/wiring"
 )
 
 // startServer runs Shoal's server in-process on a loopback port and returns

@@ -18,8 +18,8 @@ import (
 	"github.com/shoalfs/shoal/bench"
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/fusemount"
-	"github.com/shoalfs/shoal/wiring"
 	"github.com/shoalfs/shoal/server"
+	"github.com/shoalfs/shoal/wiring"
 )
 
 // helperEnv makes the test binary act as a helper process (see TestMain).
