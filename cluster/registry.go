@@ -378,57 +378,58 @@ func (r *Registry) Subscribe(fn func(ev Event)) (cancel func()) {
 
 // WaitFor blocks until at least n DSes are in service or ctx is done.
 func (r *Registry) WaitFor(ctx context.Context, n int) error {
-	for {
-		r.mu.Lock()
-		up := 0
+	up := 0
+	err := r.waitUntil(ctx, func() bool {
+		up = 0
 		for _, m := range r.ordered {
 			if m.ds.Up {
 				up++
 			}
 		}
-		ch, closed := r.changed, r.closed
-		r.mu.Unlock()
-		if up >= n {
-			return nil
-		}
-		if closed {
-			return fmt.Errorf("cluster: registry closed with %d of %d data servers", up, n)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cluster: waiting for %d data servers (%d up): %w", n, up, ctx.Err())
-		case <-ch:
-		case <-r.stop:
-		}
+		return up >= n
+	})
+	if err != nil {
+		return fmt.Errorf("cluster: waiting for %d data servers (%d up): %w", n, up, err)
 	}
+	return nil
 }
 
 // waitMembers waits until every data server that is not Removed is in
 // service, ctx is done, or max has passed.
 func (r *Registry) waitMembers(ctx context.Context, max time.Duration) {
-	t := time.NewTimer(max)
-	defer t.Stop()
-	for {
-		r.mu.Lock()
-		all := true
+	ctx, cancel := context.WithTimeout(ctx, max)
+	defer cancel()
+	_ = r.waitUntil(ctx, func() bool {
 		for _, m := range r.ordered {
 			if m.ds.State != Removed && !m.ds.Up {
-				all = false
+				return false
 			}
 		}
-		ch := r.changed
+		return true
+	})
+}
+
+// errRegistryClosed ends waits on a closed registry.
+var errRegistryClosed = errors.New("cluster: registry closed")
+
+// waitUntil blocks until cond, called under r.mu after every membership
+// change, holds; or until ctx is done or the registry closes.
+func (r *Registry) waitUntil(ctx context.Context, cond func() bool) error {
+	for {
+		r.mu.Lock()
+		ok, ch, closed := cond(), r.changed, r.closed
 		r.mu.Unlock()
-		if all {
-			return
+		switch {
+		case ok:
+			return nil
+		case closed:
+			return errRegistryClosed
 		}
 		select {
 		case <-ctx.Done():
-			return
-		case <-t.C:
-			return
-		case <-r.stop:
-			return
+			return ctx.Err()
 		case <-ch:
+		case <-r.stop:
 		}
 	}
 }
