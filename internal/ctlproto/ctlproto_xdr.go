@@ -8,7 +8,7 @@ import (
 	"github.com/shoalfs/shoal/internal/xdr"
 )
 
-const CTL_VERSION = 3
+const CTL_VERSION = 4
 
 const CTL_MAX_ID = 255
 
@@ -59,6 +59,8 @@ const (
 	CTL_ERR_FULL          CtlStatus = 18
 	CTL_ERR_WRONG_CLUSTER CtlStatus = 19
 	CTL_ERR_BUSY          CtlStatus = 20
+	CTL_ERR_CORRUPT       CtlStatus = 21
+	CTL_ERR_NOTMEMBER     CtlStatus = 22
 )
 
 // String returns the XDR name of v.
@@ -106,6 +108,10 @@ func (v CtlStatus) String() string {
 		return "CTL_ERR_WRONG_CLUSTER"
 	case CTL_ERR_BUSY:
 		return "CTL_ERR_BUSY"
+	case CTL_ERR_CORRUPT:
+		return "CTL_ERR_CORRUPT"
+	case CTL_ERR_NOTMEMBER:
+		return "CTL_ERR_NOTMEMBER"
 	}
 	return "CtlStatus(" + strconv.FormatInt(int64(v), 10) + ")"
 }
@@ -117,6 +123,8 @@ func (v *CtlStatus) EncodeXDR(e *xdr.Encoder) { e.Int32(int32(*v)) }
 func (v *CtlStatus) DecodeXDR(d *xdr.Decoder) { *v = CtlStatus(d.Int32()) }
 
 type CtlAddr = string
+
+type CtlId = string
 
 type CtlVerifier = [CTL_VERIFIER_SIZE]byte
 
@@ -690,24 +698,314 @@ func (v *CtlAdminRes) DecodeXDR(d *xdr.Decoder) {
 	v.Body = d.Opaque(0)
 }
 
+// CtlMemberAddrs is the XDR struct ctl_member_addrs.
+type CtlMemberAddrs struct {
+	DsId  string
+	Addrs []CtlAddr
+}
+
+// EncodeXDR implements xdr.Marshaler.
+func (v *CtlMemberAddrs) EncodeXDR(e *xdr.Encoder) {
+	e.String(v.DsId)
+	e.Uint32(uint32(len(v.Addrs)))
+	for i0 := range v.Addrs {
+		e.String(v.Addrs[i0])
+	}
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlMemberAddrs) DecodeXDR(d *xdr.Decoder) {
+	v.DsId = d.String(CTL_MAX_ID)
+	if n0 := d.ArrayLen(CTL_MAX_ADDRS, 4); n0 > 0 {
+		v.Addrs = make([]CtlAddr, n0)
+		for i0 := range v.Addrs {
+			if d.Err() != nil {
+				break
+			}
+			v.Addrs[i0] = d.String(CTL_MAX_ADDR)
+		}
+	} else {
+		v.Addrs = nil
+	}
+}
+
+// CtlMap is the XDR struct ctl_map.
+type CtlMap struct {
+	Gen     uint64
+	Unit    uint64
+	First   uint32
+	Mirrors uint32
+	Members []CtlId
+	Stale   []CtlId
+	Peers   []CtlMemberAddrs
+}
+
+// EncodeXDR implements xdr.Marshaler.
+func (v *CtlMap) EncodeXDR(e *xdr.Encoder) {
+	e.Uint64(v.Gen)
+	e.Uint64(v.Unit)
+	e.Uint32(v.First)
+	e.Uint32(v.Mirrors)
+	e.Uint32(uint32(len(v.Members)))
+	for i0 := range v.Members {
+		e.String(v.Members[i0])
+	}
+	e.Uint32(uint32(len(v.Stale)))
+	for i0 := range v.Stale {
+		e.String(v.Stale[i0])
+	}
+	e.Uint32(uint32(len(v.Peers)))
+	for i0 := range v.Peers {
+		v.Peers[i0].EncodeXDR(e)
+	}
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlMap) DecodeXDR(d *xdr.Decoder) {
+	v.Gen = d.Uint64()
+	v.Unit = d.Uint64()
+	v.First = d.Uint32()
+	v.Mirrors = d.Uint32()
+	if n0 := d.ArrayLen(0, 4); n0 > 0 {
+		v.Members = make([]CtlId, n0)
+		for i0 := range v.Members {
+			if d.Err() != nil {
+				break
+			}
+			v.Members[i0] = d.String(CTL_MAX_ID)
+		}
+	} else {
+		v.Members = nil
+	}
+	if n0 := d.ArrayLen(0, 4); n0 > 0 {
+		v.Stale = make([]CtlId, n0)
+		for i0 := range v.Stale {
+			if d.Err() != nil {
+				break
+			}
+			v.Stale[i0] = d.String(CTL_MAX_ID)
+		}
+	} else {
+		v.Stale = nil
+	}
+	if n0 := d.ArrayLen(0, 8); n0 > 0 {
+		v.Peers = make([]CtlMemberAddrs, n0)
+		for i0 := range v.Peers {
+			if d.Err() != nil {
+				break
+			}
+			v.Peers[i0].DecodeXDR(d)
+		}
+	} else {
+		v.Peers = nil
+	}
+}
+
+// CtlMapRes is the XDR union ctl_map_res. Only the field selected by Status is used.
+type CtlMapRes struct {
+	Status CtlStatus
+	Map    *CtlMap
+}
+
+// EncodeXDR implements xdr.Marshaler. A nil arm encodes as its zero value.
+func (v *CtlMapRes) EncodeXDR(e *xdr.Encoder) {
+	e.Int32(int32(v.Status))
+	switch v.Status {
+	case CTL_OK:
+		x := v.Map
+		if x == nil {
+			x = new(CtlMap)
+		}
+		x.EncodeXDR(e)
+	default:
+	}
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlMapRes) DecodeXDR(d *xdr.Decoder) {
+	*v = CtlMapRes{}
+	v.Status = CtlStatus(d.Int32())
+	if d.Err() != nil {
+		return
+	}
+	switch v.Status {
+	case CTL_OK:
+		v.Map = new(CtlMap)
+		v.Map.DecodeXDR(d)
+	default:
+	}
+}
+
+// CtlReplicaFailedArgs is the XDR struct ctl_replica_failed_args.
+type CtlReplicaFailedArgs struct {
+	Ino  uint64
+	Gen  uint64
+	DsId string
+}
+
+// EncodeXDR implements xdr.Marshaler.
+func (v *CtlReplicaFailedArgs) EncodeXDR(e *xdr.Encoder) {
+	e.Uint64(v.Ino)
+	e.Uint64(v.Gen)
+	e.String(v.DsId)
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlReplicaFailedArgs) DecodeXDR(d *xdr.Decoder) {
+	v.Ino = d.Uint64()
+	v.Gen = d.Uint64()
+	v.DsId = d.String(CTL_MAX_ID)
+}
+
+// CtlReplicaWriteArgs is the XDR struct ctl_replica_write_args.
+type CtlReplicaWriteArgs struct {
+	Mac    [16]byte
+	Ino    uint64
+	Gen    uint64
+	Offset uint64
+	Stable bool
+	Data   []byte
+}
+
+// EncodeXDR implements xdr.Marshaler.
+func (v *CtlReplicaWriteArgs) EncodeXDR(e *xdr.Encoder) {
+	e.FixedOpaque(v.Mac[:])
+	e.Uint64(v.Ino)
+	e.Uint64(v.Gen)
+	e.Uint64(v.Offset)
+	e.Bool(v.Stable)
+	e.OpaqueRef(v.Data)
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlReplicaWriteArgs) DecodeXDR(d *xdr.Decoder) {
+	copy(v.Mac[:], d.FixedOpaque(16))
+	v.Ino = d.Uint64()
+	v.Gen = d.Uint64()
+	v.Offset = d.Uint64()
+	v.Stable = d.Bool()
+	v.Data = d.Opaque(0)
+}
+
+// CtlReplicaCommitArgs is the XDR struct ctl_replica_commit_args.
+type CtlReplicaCommitArgs struct {
+	Mac [16]byte
+	Ino uint64
+	Gen uint64
+}
+
+// EncodeXDR implements xdr.Marshaler.
+func (v *CtlReplicaCommitArgs) EncodeXDR(e *xdr.Encoder) {
+	e.FixedOpaque(v.Mac[:])
+	e.Uint64(v.Ino)
+	e.Uint64(v.Gen)
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlReplicaCommitArgs) DecodeXDR(d *xdr.Decoder) {
+	copy(v.Mac[:], d.FixedOpaque(16))
+	v.Ino = d.Uint64()
+	v.Gen = d.Uint64()
+}
+
+// CtlSumArgs is the XDR struct ctl_sum_args.
+type CtlSumArgs struct {
+	Ino    uint64
+	Offset uint64
+	Length uint64
+}
+
+// EncodeXDR implements xdr.Marshaler.
+func (v *CtlSumArgs) EncodeXDR(e *xdr.Encoder) {
+	e.Uint64(v.Ino)
+	e.Uint64(v.Offset)
+	e.Uint64(v.Length)
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlSumArgs) DecodeXDR(d *xdr.Decoder) {
+	v.Ino = d.Uint64()
+	v.Offset = d.Uint64()
+	v.Length = d.Uint64()
+}
+
+// CtlSumOk is the XDR struct ctl_sum_ok.
+type CtlSumOk struct {
+	Sha256 [32]byte
+	Size   uint64
+}
+
+// EncodeXDR implements xdr.Marshaler.
+func (v *CtlSumOk) EncodeXDR(e *xdr.Encoder) {
+	e.FixedOpaque(v.Sha256[:])
+	e.Uint64(v.Size)
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlSumOk) DecodeXDR(d *xdr.Decoder) {
+	copy(v.Sha256[:], d.FixedOpaque(32))
+	v.Size = d.Uint64()
+}
+
+// CtlSumRes is the XDR union ctl_sum_res. Only the field selected by Status is used.
+type CtlSumRes struct {
+	Status CtlStatus
+	Ok     *CtlSumOk
+}
+
+// EncodeXDR implements xdr.Marshaler. A nil arm encodes as its zero value.
+func (v *CtlSumRes) EncodeXDR(e *xdr.Encoder) {
+	e.Int32(int32(v.Status))
+	switch v.Status {
+	case CTL_OK:
+		x := v.Ok
+		if x == nil {
+			x = new(CtlSumOk)
+		}
+		x.EncodeXDR(e)
+	default:
+	}
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlSumRes) DecodeXDR(d *xdr.Decoder) {
+	*v = CtlSumRes{}
+	v.Status = CtlStatus(d.Int32())
+	if d.Err() != nil {
+		return
+	}
+	switch v.Status {
+	case CTL_OK:
+		v.Ok = new(CtlSumOk)
+		v.Ok.DecodeXDR(d)
+	default:
+	}
+}
+
 // Program SHOAL_CONTROL and its version and procedure numbers.
 const (
-	SHOAL_CONTROL         = 0x2E5A0001
-	SHOAL_CONTROL_V1      = 1
-	CTLPROC_NULL          = 0
-	CTLPROC_REGISTER      = 1
-	CTLPROC_HEARTBEAT     = 2
-	CTLPROC_CHECK_STATEID = 3
-	CTLPROC_OBJ_READ      = 4
-	CTLPROC_OBJ_WRITE     = 5
-	CTLPROC_OBJ_COMMIT    = 6
-	CTLPROC_OBJ_TRUNCATE  = 7
-	CTLPROC_OBJ_REMOVE    = 8
-	CTLPROC_FENCE         = 9
-	CTLPROC_UNFENCE       = 10
-	CTLPROC_RETIRE        = 11
-	CTLPROC_OBJ_GETSIZE   = 12
-	CTLPROC_FILE_SIZE     = 13
-	CTLPROC_ADMIN         = 14
-	CTLPROC_OBJ_PUNCH     = 15
+	SHOAL_CONTROL          = 0x2E5A0001
+	SHOAL_CONTROL_V1       = 1
+	CTLPROC_NULL           = 0
+	CTLPROC_REGISTER       = 1
+	CTLPROC_HEARTBEAT      = 2
+	CTLPROC_CHECK_STATEID  = 3
+	CTLPROC_OBJ_READ       = 4
+	CTLPROC_OBJ_WRITE      = 5
+	CTLPROC_OBJ_COMMIT     = 6
+	CTLPROC_OBJ_TRUNCATE   = 7
+	CTLPROC_OBJ_REMOVE     = 8
+	CTLPROC_FENCE          = 9
+	CTLPROC_UNFENCE        = 10
+	CTLPROC_RETIRE         = 11
+	CTLPROC_OBJ_GETSIZE    = 12
+	CTLPROC_FILE_SIZE      = 13
+	CTLPROC_ADMIN          = 14
+	CTLPROC_OBJ_PUNCH      = 15
+	CTLPROC_MAP            = 16
+	CTLPROC_MAP_CHANGED    = 17
+	CTLPROC_REPLICA_FAILED = 18
+	CTLPROC_REPLICA_WRITE  = 19
+	CTLPROC_REPLICA_COMMIT = 20
+	CTLPROC_OBJ_SUM        = 21
 )
