@@ -74,6 +74,9 @@ type Striped struct {
 	// verifier, not the data server's, and resends them through the MDS.
 	dirtyMu sync.Mutex
 	dirty   map[uint64]map[string]struct{}
+
+	hookMu sync.Mutex
+	recall func(ino uint64) // SetRecall
 }
 
 var (
