@@ -112,6 +112,13 @@ type MDSConfig struct {
 	// DownAfter is how long a data server may be out of service before
 	// I/O on its stripes fails (cluster.RegistryConfig.DownAfter).
 	DownAfter time.Duration
+	// Mirrors is the number of copies of each stripe unit for files in
+	// directories without a policy of their own (`shoal admin policy`):
+	// 1 (the default for 0) to 3.
+	Mirrors int
+	// HealRate bounds the bandwidth healing uses to copy stripes, in
+	// bytes per second (cluster.AdminConfig.HealRate).
+	HealRate int64
 	// MetaURL selects the metadata engine (see server.Config.MetaURL):
 	// "" for bbolt in Dir, or etcd://HOST:PORT[,HOST:PORT...]/PREFIX.
 	MetaURL    string
@@ -175,6 +182,9 @@ func (b lazyBackend) Close() error { return b.d.striped.Close() }
 func StartMDS(cfg MDSConfig) (*MDS, error) {
 	if cfg.StripeUnit == 0 {
 		cfg.StripeUnit = DefaultStripeUnit
+	}
+	if cfg.Mirrors < 0 || cfg.Mirrors > meta.MaxMirrors {
+		return nil, fmt.Errorf("mirrors %d: want 1 to %d", cfg.Mirrors, meta.MaxMirrors)
 	}
 	if cfg.StripeUnit%64 != 0 {
 		return nil, fmt.Errorf("stripe unit %d is not a multiple of 64 bytes", cfg.StripeUnit)
@@ -470,8 +480,10 @@ type Config struct {
 	Lease         time.Duration
 	// DownAfter is MDSConfig.DownAfter.
 	DownAfter time.Duration
-	Logger    *slog.Logger
-	Metrics   prometheus.Registerer
+	// Mirrors is MDSConfig.Mirrors.
+	Mirrors int
+	Logger  *slog.Logger
+	Metrics prometheus.Registerer
 }
 
 // Start brings up a local cluster and waits until every data server is in
@@ -486,7 +498,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	mds, err := StartMDS(MDSConfig{
 		Listen: cfg.Listen, Dir: filepath.Join(cfg.Dir, "mds"), MetaURL: cfg.MetaURL, StripeUnit: cfg.StripeUnit,
-		Exports: cfg.Exports, Lease: cfg.Lease, DownAfter: cfg.DownAfter, Logger: cfg.Logger, Metrics: cfg.Metrics,
+		Exports: cfg.Exports, Lease: cfg.Lease, DownAfter: cfg.DownAfter, Mirrors: cfg.Mirrors, Logger: cfg.Logger, Metrics: cfg.Metrics,
 	})
 	if err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shoalfs/shoal/cluster"
+	"github.com/shoalfs/shoal/pcopy"
 	"github.com/shoalfs/shoal/server"
 	"github.com/shoalfs/shoal/wiring"
 )
@@ -36,6 +37,8 @@ func newMDSCmd() *cobra.Command {
 		metrics      string
 		secretFile   string
 		downAfter    time.Duration
+		mirrors      int
+		healRate     string
 	)
 	cmd := &cobra.Command{
 		Use:   "mds",
@@ -47,13 +50,17 @@ func newMDSCmd() *cobra.Command {
 			if err := checkMetaURL(metaURL); err != nil {
 				return err
 			}
+			rate, err := parseRate(healRate)
+			if err != nil {
+				return fmt.Errorf("--heal-rate: %w", err)
+			}
 			reg, err := startMetrics(metrics)
 			if err != nil {
 				return err
 			}
 			m, err := wiring.StartMDS(wiring.MDSConfig{
 				Listen: listen, Dir: dir, MetaURL: metaURL, StripeUnit: unit, Lease: lease,
-				JoinSecretFile: secretFile, DownAfter: downAfter,
+				JoinSecretFile: secretFile, DownAfter: downAfter, Mirrors: mirrors, HealRate: rate,
 				Exports: exportsFor(noRootSquash), Logger: slog.Default(), Metrics: registerer(reg),
 			})
 			if err != nil {
@@ -76,7 +83,9 @@ func newMDSCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&noRootSquash, "no-root-squash", false, "do not map root to the anonymous user")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9101)")
 	cmd.Flags().StringVar(&secretFile, "join-secret-file", "", "the cluster's join secret, created on first start (default DIR/"+wiring.JoinSecretName+"); copy it to every data server")
-	cmd.Flags().DurationVar(&downAfter, "ds-down-after", cluster.DefaultDownAfter, "how long a data server may be out of service before I/O on its stripes fails with EIO instead of being retried")
+	cmd.Flags().DurationVar(&downAfter, "ds-down-after", cluster.DefaultDownAfter, "how long a data server may be out of service before I/O on its stripes fails with EIO instead of being retried, and before healing replaces its copies")
+	cmd.Flags().IntVar(&mirrors, "mirrors", 1, "copies of each stripe unit for directories without a policy of their own (1-3; see `shoal admin policy`)")
+	cmd.Flags().StringVar(&healRate, "heal-rate", "64MiB", "bandwidth healing may use to copy stripes, per second (0 = unlimited)")
 	return cmd
 }
 
@@ -128,7 +137,7 @@ func newUpCmd() *cobra.Command {
 		listen, dir, advertise string
 		metrics                string
 		readyFile, cpuprofile  string
-		n                      int
+		n, mirrors             int
 		unit                   uint64
 		lease                  time.Duration
 		rootSquash             bool
@@ -157,7 +166,7 @@ func newUpCmd() *cobra.Command {
 			c, err := wiring.Start(ctx, wiring.Config{
 				Dir: dir, DataServers: n, Listen: listen, AdvertiseHost: advertise,
 				StripeUnit: unit, Lease: lease, Exports: exportsFor(!rootSquash), Logger: slog.Default(),
-				Metrics: registerer(reg),
+				Metrics: registerer(reg), Mirrors: mirrors,
 			})
 			if err != nil {
 				return err
@@ -198,6 +207,7 @@ func newUpCmd() *cobra.Command {
 	cmd.Flags().StringVar(&dir, "dir", "", "directory for all cluster data (default $TMPDIR/shoal)")
 	cmd.Flags().StringVar(&advertise, "advertise-host", "", "host clients use to reach the data servers (default: the listen host)")
 	cmd.Flags().IntVar(&n, "ds", 4, "number of data servers")
+	cmd.Flags().IntVar(&mirrors, "mirrors", 1, "copies of each stripe unit (1-3, at most --ds)")
 	cmd.Flags().Uint64Var(&unit, "stripe-unit", wiring.DefaultStripeUnit, "stripe unit in bytes")
 	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time")
 	cmd.Flags().BoolVar(&rootSquash, "root-squash", false, "map root to the anonymous user (off for a local development cluster)")
@@ -208,4 +218,17 @@ func newUpCmd() *cobra.Command {
 	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the cluster to this file")
 	_ = cmd.Flags().MarkHidden("cpuprofile")
 	return cmd
+}
+
+// parseRate parses a bandwidth per second such as "64MiB"; "0" means
+// unlimited, which cluster.AdminConfig.HealRate spells as a negative rate.
+func parseRate(s string) (int64, error) {
+	n, err := pcopy.ParseSize(s)
+	if err != nil {
+		return 0, err
+	}
+	if n == 0 {
+		return -1, nil
+	}
+	return n, nil
 }

@@ -156,9 +156,16 @@ func (g *growCluster) ports() []int {
 
 // adminStatus is the part of `shoal admin status --json` the test reads.
 type adminStatus struct {
-	DataServers []dsStatus `json:"data_servers"`
-	Files       int        `json:"files"`
-	Unavailable int        `json:"unavailable_files"`
+	DataServers []dsStatus        `json:"data_servers"`
+	Files       int               `json:"files"`
+	Unavailable int               `json:"unavailable_files"`
+	Replication replicationStatus `json:"replication"`
+}
+
+// replicationStatus is the replication section of the status.
+type replicationStatus struct {
+	DegradedFiles   int `json:"degraded_files"`
+	DegradedStripes int `json:"degraded_stripes"`
 }
 
 type dsStatus struct {
@@ -190,7 +197,8 @@ func (s *adminStatus) up() int {
 
 func (s *adminStatus) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d files placed, %d not fully available\n", s.Files, s.Unavailable)
+	fmt.Fprintf(&b, "%d files placed, %d not fully available, %d degraded (%d stripes)\n",
+		s.Files, s.Unavailable, s.Replication.DegradedFiles, s.Replication.DegradedStripes)
 	fmt.Fprintf(&b, "%-20s %-18s %-8s %-4s %6s %12s\n", "ID", "ADDRESS", "STATE", "UP", "FILES", "BYTES")
 	for _, d := range s.DataServers {
 		fmt.Fprintf(&b, "%-20s %-18s %-8s %-4v %6d %12d\n", d.ID, strings.Join(d.Addrs, ","), d.State, d.Up, d.Files, d.Bytes)

@@ -71,10 +71,16 @@ func testServer(t *testing.T, kind, root, shoalBin string, img images, vmTimeout
 	for _, vers := range strings.Split(env("SHOAL_KERNEL_VERS", "4.1,4.2"), ",") {
 		t.Run("v"+vers, func(t *testing.T) {
 			out := artifactDir(t, kind, vers)
-			if kind == "shoal-pnfs-grow" {
+			switch kind {
+			case "shoal-pnfs-grow":
 				// A cluster of separate processes that grows under the
-				// mounted client; its own workload phase (grow.go).
+				// mounted client; its own workload phase (grow_test.go).
 				testGrow(t, shoalBin, img, vmTimeout, vers, out)
+				return
+			case "shoal-pnfs-mirror":
+				// Replicated stripes under data-server failures
+				// (mirror_test.go).
+				testMirror(t, shoalBin, img, vmTimeout, vers, out)
 				return
 			}
 			port, err := freePort()
@@ -273,7 +279,7 @@ func newServer(t *testing.T, kind, root, shoalBin, dir string, port int) server 
 			argv: expandArgs(tmpl, port, dir),
 		}
 	default:
-		t.Fatalf("SHOAL_KERNEL_SERVER=%q: want ganesha, shoal, shoal-pnfs, shoal-pnfs-grow or cmd", kind)
+		t.Fatalf("SHOAL_KERNEL_SERVER=%q: want ganesha, shoal, shoal-pnfs, shoal-pnfs-grow, shoal-pnfs-mirror or cmd", kind)
 		return nil
 	}
 }

@@ -593,6 +593,75 @@ step_remount_only() {
 	do_mount || die "remount failed"
 }
 
+# ---- phase mirror: replicated stripes under data-server failures -----------
+
+MIRROR_MB=64
+
+# step_mirror_source: the 64 MiB reference copy in tmpfs, and its sum.
+step_mirror_source() {
+	dd if=/dev/urandom of=$S/mirror.src bs=1048576 count=$MIRROR_MB 2>/dev/null
+	sum $S/mirror.src >$S/mirror.src.sum
+	echo "$MIRROR_MB MiB source $(cut -c1-16 $S/mirror.src.sum)"
+}
+
+# mirror_dd_start: one dd of the 64 MiB file onto the mount, in the
+# background. Its input comes through a pipe that a pacer fills 1 MiB at a
+# time; once 16 MiB have gone through, the pacer slows down, so that the
+# dd is certainly still writing when the driver kills a data server. dd
+# writes with O_DIRECT and fsyncs at the end, so its exit status covers
+# every byte reaching stable storage.
+mirror_dd_start() {
+	rm -f /tmp/mirror.rc /tmp/mirror.dd /tmp/mirror.half
+	(
+		(
+			i=0
+			while [ $i -lt $MIRROR_MB ]; do
+				dd if=$S/mirror.src bs=1048576 skip=$i count=1 2>/dev/null
+				i=$((i + 1))
+				[ $i -eq 16 ] && touch /tmp/mirror.half
+				[ $i -gt 16 ] && sleep 0.1
+			done
+		) | timeout -s KILL 600 dd of=$W/mirror bs=1048576 iflag=fullblock oflag=direct conv=fsync 2>/tmp/mirror.dd
+		echo $? >/tmp/mirror.rc
+	) &
+	MIRROR_DD=$!
+	n=0
+	while [ ! -f /tmp/mirror.half ] && [ $n -lt 600 ]; do
+		sleep 0.1
+		n=$((n + 1))
+	done
+}
+
+# step_mirror_dd_wait: dd was still running when the driver answered the
+# kill, and exits 0.
+step_mirror_dd_wait() {
+	running=$1
+	[ "$running" = yes ] || die "dd had finished before the data server was killed; the test proves nothing"
+	n=0
+	while [ ! -f /tmp/mirror.rc ] && [ $n -lt 2000 ]; do
+		sleep 0.1
+		n=$((n + 1))
+	done
+	[ -f /tmp/mirror.rc ] || die "dd did not finish within 200 s"
+	rc=$(cat /tmp/mirror.rc)
+	[ "$rc" = 0 ] || die "dd exited $rc: $(tail -n 2 /tmp/mirror.dd | tr '\n' ' ')"
+	expect "size after dd" "$(fsize $W/mirror)" $((MIRROR_MB * 1048576))
+	echo "dd exit 0: $(tail -n 1 /tmp/mirror.dd)"
+}
+
+# step_mirror_read LABEL: a fresh mount (umount, mount), then the file
+# read back buffered and with O_DIRECT, each after a cache drop.
+step_mirror_read() {
+	timeout -s KILL 60 sync || die "sync failed or hung (status $?)"
+	mountnfs -u $M || die "umount failed"
+	do_mount || die "remount failed"
+	n=$((MIRROR_MB * 1048576))
+	want=$(cat $S/mirror.src.sum)
+	read_check $W/mirror $n "$want" buffered
+	read_check $W/mirror $n "$want" direct
+	echo "$1: sha256 identical from a fresh mount (buffered and direct)"
+}
+
 # host_act NAME TAG SECS: the driver acts on the host at "SYNC TAG" and
 # answers "OK TAG" when done, or "ERR TAG reason". Reported as step NAME.
 host_act() {
@@ -740,6 +809,27 @@ grow)
 		if run grow/remount remount_only; then
 			run grow/read-all-after-remount grow_read buffered,direct old new
 		fi
+		grep -q " $M " /proc/mounts && mountnfs -u $M
+	fi
+	;;
+mirror)
+	# The driver runs an MDS with --mirrors 2 and three data servers. It
+	# kills one (kill -9) while dd writes, waits for healing, then kills a
+	# second one.
+	if run mount mount; then
+		run pnfs/mountstats pnfs_mountstats
+		run mirror/source mirror_source
+		mirror_dd_start
+		host_act mirror/kill-ds mirror-kill 120
+		running=no
+		kill -0 $MIRROR_DD 2>/dev/null && [ ! -f /tmp/mirror.rc ] && running=yes
+		run mirror/dd mirror_dd_wait $running
+		run mirror/read-degraded mirror_read degraded
+		host_act mirror/healed mirror-heal 300
+		run mirror/read-healed mirror_read healed
+		host_act mirror/kill-second mirror-kill2 120
+		run mirror/read-after-second-kill mirror_read "second kill"
+		run pnfs/mountstats-after pnfs_mountstats
 		grep -q " $M " /proc/mounts && mountnfs -u $M
 	fi
 	;;
