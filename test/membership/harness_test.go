@@ -117,9 +117,10 @@ type cluster struct {
 	logDir  string
 	work    string // scratch: sources of puts, destinations of gets
 	mdsDir  string
-	mdsAddr string // 127.0.0.1:PORT, fixed by the MDS's first start
-	metaURL string // "" for bolt
-	secret  string // the join-secret file
+	mdsAddr string   // 127.0.0.1:PORT, fixed by the MDS's first start
+	metaURL string   // "" for bolt
+	mdsArgs []string // extra `shoal mds` flags
+	secret  string   // the join-secret file
 	mds     *proc
 	ds      []*dsNode // in the order they first started
 	seq     int
@@ -266,6 +267,7 @@ func (c *cluster) startMDS() {
 	if c.metaURL != "" {
 		args = append(args, "--meta", c.metaURL)
 	}
+	args = append(args, c.mdsArgs...)
 	c.mds = c.start("mds", args...)
 	m := c.waitLog(c.mds, mdsReady, 60*time.Second)
 	if c.mdsAddr == "" {
@@ -373,6 +375,10 @@ type status struct {
 	UnavailableFiles int             `json:"unavailable_files"`
 	Files            int             `json:"files"`
 	Job              json.RawMessage `json:"job"`
+	Replication      struct {
+		DegradedFiles   int `json:"degraded_files"`
+		DegradedStripes int `json:"degraded_stripes"`
+	} `json:"replication"`
 }
 
 func (s *status) ds(id string) *dsStatus {

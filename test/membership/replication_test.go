@@ -1,0 +1,304 @@
+package membership
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/shoalfs/shoal/client"
+	"github.com/shoalfs/shoal/fusemount"
+)
+
+// TestReplication is issue 11's failure story through Shoal's own clients,
+// with real processes: `shoal mds --mirrors 2` and three `shoal ds`.
+//
+//  1. A 64 MiB file is written 1 MiB at a time; after 16 MiB one data
+//     server is killed with SIGKILL and the writer goes on. Every write,
+//     the final fsync and the close succeed.
+//  2. The file reads back identical through a fresh client (a new
+//     connection, or a new mount).
+//  3. `shoal admin status` reports degraded stripes, then healing puts
+//     both copies of every stripe on the two survivors.
+//  4. A second data server is killed: the file still reads back
+//     identical, through the method under test and through `shoal get`.
+//
+// It runs once through the Go client library and once through a FUSE
+// mount (`shoal mount`).
+func TestReplication(t *testing.T) {
+	for _, method := range []string{"client", "fuse"} {
+		t.Run(method, func(t *testing.T) {
+			if method == "fuse" {
+				if _, err := os.Stat("/dev/fuse"); err != nil {
+					t.Skip("no /dev/fuse")
+				}
+			}
+			testReplication(t, method)
+		})
+	}
+}
+
+const (
+	replSize     = 64 << 20
+	replChunk    = 1 << 20
+	replKillAt   = 16 // chunks written before the first kill
+	replDownWait = 2 * time.Second
+)
+
+// replAccess is how the test writes and reads a file: through the Go
+// client or through a FUSE mount.
+type replAccess interface {
+	create(name string) (io.WriteCloser, func() error, error) // writer, fsync
+	open(name string) (io.ReadCloser, error)
+	fresh() error // drop every cached state: a new connection or mount
+	close()
+}
+
+type clientAccess struct {
+	addr string
+	cl   *client.Client
+}
+
+func (a *clientAccess) fresh() error {
+	if a.cl != nil {
+		a.cl.Close()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := client.Dial(ctx, a.addr, client.Options{})
+	a.cl = cl
+	return err
+}
+
+func (a *clientAccess) create(name string) (io.WriteCloser, func() error, error) {
+	f, err := a.cl.Open(context.Background(), "/"+name, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, f.Sync, nil
+}
+
+func (a *clientAccess) open(name string) (io.ReadCloser, error) {
+	return a.cl.Open(context.Background(), "/"+name, os.O_RDONLY, 0)
+}
+
+func (a *clientAccess) close() {
+	if a.cl != nil {
+		a.cl.Close()
+	}
+}
+
+type fuseAccess struct {
+	c   *cluster
+	dir string
+	p   *proc
+}
+
+func (a *fuseAccess) fresh() error {
+	a.unmount()
+	a.p = a.c.start("mount", "mount", "nfs://"+a.c.mdsAddr+"/", a.dir)
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if ok, err := fusemount.Mounted(a.dir); err != nil {
+			return err
+		} else if ok {
+			return nil
+		}
+		if a.p.exited() {
+			return fmt.Errorf("shoal mount exited: %s", a.p.log())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return errors.New("shoal mount: not mounted after 30 s")
+}
+
+func (a *fuseAccess) unmount() {
+	if a.p == nil {
+		return
+	}
+	a.p.signal(syscall.SIGTERM)
+	if err := a.p.wait(30 * time.Second); err != nil {
+		a.p.signal(syscall.SIGKILL)
+		_ = a.p.wait(10 * time.Second)
+	}
+	if ok, _ := fusemount.Mounted(a.dir); ok {
+		_ = fusemount.Unmount(a.dir, true)
+	}
+	a.p = nil
+}
+
+func (a *fuseAccess) create(name string) (io.WriteCloser, func() error, error) {
+	f, err := os.OpenFile(filepath.Join(a.dir, name), os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, f.Sync, nil
+}
+
+func (a *fuseAccess) open(name string) (io.ReadCloser, error) {
+	return os.Open(filepath.Join(a.dir, name))
+}
+
+func (a *fuseAccess) close() { a.unmount() }
+
+// readSum reads name through acc and returns its size and sha256.
+func readSum(acc replAccess, name string) (int64, [32]byte, error) {
+	var sum [32]byte
+	r, err := acc.open(name)
+	if err != nil {
+		return 0, sum, err
+	}
+	defer r.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, r)
+	h.Sum(sum[:0])
+	return n, sum, err
+}
+
+func testReplication(t *testing.T, method string) {
+	c := newCluster(t, "")
+	c.mdsArgs = []string{"--mirrors", "2", "--ds-down-after", replDownWait.String()}
+	c.startMDS()
+	t.Cleanup(func() {
+		for _, n := range c.ds {
+			if n.p != nil {
+				n.p.signal(syscall.SIGKILL)
+				_ = n.p.wait(10 * time.Second)
+			}
+		}
+		c.mds.signal(syscall.SIGKILL)
+		_ = c.mds.wait(10 * time.Second)
+	})
+	ds := []*dsNode{c.addDS(), c.addDS(), c.addDS()}
+	c.waitUp(ds...)
+
+	var acc replAccess
+	switch method {
+	case "client":
+		acc = &clientAccess{addr: c.mdsAddr}
+	case "fuse":
+		dir := filepath.Join(c.work, "mnt")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		acc = &fuseAccess{c: c, dir: dir}
+	}
+	if err := acc.fresh(); err != nil {
+		t.Fatal(err)
+	}
+	defer acc.close()
+
+	kill := func(n *dsNode) {
+		t.Helper()
+		n.p.signal(syscall.SIGKILL)
+		if err := n.p.wait(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+		c.waitStatus(n.name+" out of service", 30*time.Second, func(st *status) bool {
+			d := st.ds(n.id)
+			return d != nil && !d.Up
+		})
+	}
+
+	// 1. Write, killing ds3 after 16 MiB.
+	data := make([]byte, replSize)
+	if _, err := rand.Read(data); err != nil {
+		t.Fatal(err)
+	}
+	want := sha256.Sum256(data)
+	const name = "replicated"
+	w, fsync, err := acc.create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		watchMu     sync.Mutex
+		maxDegraded int
+	)
+	stopWatch := make(chan struct{})
+	watchDone := make(chan struct{})
+	for i := 0; i < replSize/replChunk; i++ {
+		if i == replKillAt {
+			kill(ds[2])
+			t.Logf("killed %s (%s) after %d MiB", ds[2].name, ds[2].id, i)
+			go func() {
+				defer close(watchDone)
+				for {
+					if st, err := c.statusErr(); err == nil {
+						watchMu.Lock()
+						maxDegraded = max(maxDegraded, st.Replication.DegradedStripes)
+						watchMu.Unlock()
+					}
+					select {
+					case <-stopWatch:
+						return
+					case <-time.After(100 * time.Millisecond):
+					}
+				}
+			}()
+		}
+		if _, err := w.Write(data[i*replChunk : (i+1)*replChunk]); err != nil {
+			t.Fatalf("write of MiB %d after the kill: %v", i, err)
+		}
+	}
+	if err := fsync(); err != nil {
+		t.Fatalf("fsync after the kill: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatalf("close after the kill: %v", err)
+	}
+
+	// 2. Read back from a fresh client.
+	check := func(when string) {
+		t.Helper()
+		if err := acc.fresh(); err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+		n, got, err := readSum(acc, name)
+		if err != nil || n != replSize || got != want {
+			t.Fatalf("%s: read %d bytes (err %v), sha256 %x; want %d bytes, %x", when, n, err, got[:8], replSize, want[:8])
+		}
+		t.Logf("%s: %d bytes read back identical", when, n)
+	}
+	check("after the first kill")
+
+	// 3. Degraded, then healed onto the two survivors.
+	st := c.waitStatus("healed onto the two survivors", 3*time.Minute, func(st *status) bool {
+		if st.Replication.DegradedStripes != 0 || st.Replication.DegradedFiles != 0 {
+			return false
+		}
+		for _, n := range ds[:2] {
+			if d := st.ds(n.id); d == nil || d.Bytes != replSize {
+				return false
+			}
+		}
+		return true
+	})
+	close(stopWatch)
+	<-watchDone
+	watchMu.Lock()
+	seen := maxDegraded
+	watchMu.Unlock()
+	if seen == 0 {
+		t.Errorf("shoal admin status never reported a degraded stripe after the kill")
+	}
+	t.Logf("degraded stripes reported after the kill: up to %d; healed:\n%s", seen, st)
+	check("after healing")
+
+	// 4. A second data server dies; one copy of everything is left.
+	kill(ds[1])
+	t.Logf("killed %s (%s)", ds[1].name, ds[1].id)
+	check("after the second kill")
+	g, err := c.get(&file{name: name, size: replSize, sum: want})
+	if err != nil || g.err != nil || g.sum != want {
+		t.Fatalf("shoal get after the second kill: %v %v", err, g.result)
+	}
+}
