@@ -280,43 +280,97 @@ func TestRemoveWhileOpen(t *testing.T) {
 	}
 }
 
-func BenchmarkWriteAt1MiB(b *testing.B) {
-	l, _ := newLocal(b, 8)
-	f, err := l.Open(1, true)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	buf := bytes.Repeat([]byte{1}, 1<<20)
-	b.SetBytes(int64(len(buf)))
-	i := 0
-	for b.Loop() {
-		if _, err := f.WriteAt(buf, int64(i%64)<<20); err != nil {
-			b.Fatal(err)
-		}
-		i++
+// benchModes runs a benchmark on a file in a store without and with
+// checksums.
+func benchModes(b *testing.B, fn func(b *testing.B, f store.File)) {
+	for _, mode := range []struct {
+		name string
+		crc  bool
+	}{{"plain", false}, {"checksums", true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			l, err := store.NewLocal(b.TempDir(), store.LocalOptions{MaxOpen: 8, Checksums: mode.crc})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			f, err := l.Open(1, true)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			b.ReportAllocs()
+			fn(b, f)
+		})
 	}
 }
 
+func BenchmarkWriteAt1MiB(b *testing.B) {
+	benchModes(b, func(b *testing.B, f store.File) {
+		buf := bytes.Repeat([]byte{1}, 1<<20)
+		b.SetBytes(int64(len(buf)))
+		i := 0
+		for b.Loop() {
+			if _, err := f.WriteAt(buf, int64(i%64)<<20); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+}
+
 func BenchmarkReadAt1MiB(b *testing.B) {
-	l, _ := newLocal(b, 8)
-	f, err := l.Open(1, true)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	buf := bytes.Repeat([]byte{1}, 1<<20)
-	for i := range 64 {
-		if _, err := f.WriteAt(buf, int64(i)<<20); err != nil {
+	benchModes(b, func(b *testing.B, f store.File) {
+		buf := bytes.Repeat([]byte{1}, 1<<20)
+		for i := range 64 {
+			if _, err := f.WriteAt(buf, int64(i)<<20); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.SetBytes(int64(len(buf)))
+		i := 0
+		for b.Loop() {
+			if _, err := f.ReadAt(buf, int64(i%64)<<20); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+}
+
+// BenchmarkWriteAt4KiBUnaligned writes 4 KiB at offsets that are not
+// block-aligned, the read-modify-write case with checksums.
+func BenchmarkWriteAt4KiBUnaligned(b *testing.B) {
+	benchModes(b, func(b *testing.B, f store.File) {
+		buf := bytes.Repeat([]byte{1}, 4<<10)
+		if _, err := f.WriteAt(make([]byte, 64<<20), 0); err != nil {
 			b.Fatal(err)
 		}
-	}
-	b.SetBytes(int64(len(buf)))
-	i := 0
-	for b.Loop() {
-		if _, err := f.ReadAt(buf, int64(i%64)<<20); err != nil {
+		b.SetBytes(int64(len(buf)))
+		i := 0
+		for b.Loop() {
+			if _, err := f.WriteAt(buf, int64(i%16384)*4096+100); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+}
+
+// BenchmarkReadAt4KiBUnaligned reads 4 KiB at offsets that are not
+// block-aligned: with checksums, each read verifies a whole block.
+func BenchmarkReadAt4KiBUnaligned(b *testing.B) {
+	benchModes(b, func(b *testing.B, f store.File) {
+		if _, err := f.WriteAt(bytes.Repeat([]byte{1}, 64<<20), 0); err != nil {
 			b.Fatal(err)
 		}
-		i++
-	}
+		buf := make([]byte, 4<<10)
+		b.SetBytes(int64(len(buf)))
+		i := 0
+		for b.Loop() {
+			if _, err := f.ReadAt(buf, int64(i%16000)*4096+100); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
 }
