@@ -129,6 +129,25 @@ func (s *Server) HoldLayouts(ctx context.Context, ino uint64) (release func(), e
 	return release, nil
 }
 
+// RecallLayouts recalls every layout of file ino without waiting for them
+// to come back: the file's stripe map changed (a copy went stale, healing
+// replaced a member), and clients must get layouts naming the current
+// members. Holders that do not return theirs within a lease are revoked
+// and fenced as for any recall.
+func (s *Server) RecallLayouts(ino uint64) {
+	if s.pnfs == nil {
+		return
+	}
+	p, file := s.pnfs, state.FileID(ino)
+	p.mu.Lock()
+	fh := p.layoutFH[file]
+	p.mu.Unlock()
+	if fh == nil {
+		fh = s.fh.encode(fhandle{kind: fhObject, ino: meta.Ino(ino)})
+	}
+	s.recallFile(ino, fh)
+}
+
 // uaddr formats host:port as an RFC 5665 universal address.
 func uaddr(hostport string) (netid, addr string, err error) {
 	host, port, err := net.SplitHostPort(hostport)
