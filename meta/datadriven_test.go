@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +25,8 @@ import (
 //	mv FROM TO                            ls PATH [max=N]
 //	stat PATH                             readlink PATH
 //	chmod PATH MODE                       truncate PATH SIZE
-//	reopen
+//	setpolicy PATH MIRRORS                policy PATH|ino=N
+//	freeorphan N                          reopen
 //
 // The scripts run against every engine and must give the same output.
 func TestNamespace(t *testing.T) {
@@ -230,6 +232,47 @@ func (h *nsHarness) run(t *testing.T, d *datadriven.TestData) (string, error) {
 			return "", err
 		}
 		return h.e.Readlink(ctx, ino)
+	case "setpolicy":
+		ino, err := h.resolve(arg(0))
+		if err != nil {
+			return "", err
+		}
+		m, err := strconv.Atoi(arg(1))
+		if err != nil {
+			t.Fatalf("bad number %q", arg(1))
+		}
+		if err := h.e.SetPolicy(ctx, ino, meta.Policy{Mirrors: m}); err != nil {
+			return "", err
+		}
+		return "ok", nil
+	case "policy":
+		var ino meta.Ino
+		var err error
+		if d.HasArg("ino") {
+			var n uint64
+			d.ScanArgs(t, "ino", &n)
+			ino = meta.Ino(n)
+		} else if ino, err = h.resolve(arg(0)); err != nil {
+			return "", err
+		}
+		p, err := h.e.Policy(ctx, ino)
+		if err != nil {
+			return "", err
+		}
+		if p.Mirrors == 0 {
+			return fmt.Sprintf("ino=%d none", ino), nil
+		}
+		return fmt.Sprintf("ino=%d mirrors=%d", ino, p.Mirrors), nil
+	case "freeorphan":
+		n, err := strconv.ParseUint(arg(0), 10, 64)
+		if err != nil {
+			t.Fatalf("bad number %q", arg(0))
+		}
+		a, err := h.e.FreeOrphan(ctx, meta.Ino(n))
+		if err != nil {
+			return "", err
+		}
+		return fmtAttr(meta.Ino(n), a), nil
 	case "chmod", "truncate":
 		ino, err := h.resolve(arg(0))
 		if err != nil {

@@ -32,6 +32,7 @@
 //	'c' key                          NFSv4.1 client record (opaque)
 //	'O' ino(8)                       orphan: an unlinked regular file kept while open
 //	'M' ino(8)                       stripe map of a regular file on the data servers (stripemap.go)
+//	'P' ino(8)                       replication policy of a directory or regular file (policy.go)
 //
 // An inode record is a version byte (1) followed by fixed-width fields:
 // type, mode, nlink, uid, gid, rdev, size, four timestamps as seconds(8) +
@@ -108,6 +109,20 @@
 // handles cannot alias. Attr.Change is a per-inode counter bumped in the same
 // transaction as every modification; directory operations also return the
 // parent's change value before and after (ChangeInfo) for NFS change_info4.
+//
+// # Replication policies
+//
+// A directory may carry a Policy (SetPolicy): for now the number of copies
+// ("mirrors") the data of its files gets. A policy is a default for new
+// inodes, as Lustre's default directory striping is: Create copies the
+// parent's policy record to a new regular file or directory in the same
+// transaction that creates it, so a file's own Policy is the one its data
+// placement uses, and subdirectories pass the policy on. Changing a
+// directory's policy later affects only what is created in it afterwards;
+// Link and Rename never change a policy. The record is deleted with its
+// inode (Remove of a directory, FreeOrphan of a file). What the data
+// servers actually hold is the file's StripeMap, fixed when its data is
+// first placed.
 //
 // # Readdir cookies
 //

@@ -154,6 +154,11 @@ func (x *tx) deleteInode(ino Ino, n *inode) error {
 			return err
 		}
 	}
+	if inherits(n.Type) {
+		if err := x.t.Delete(policyKey(ino)); err != nil {
+			return err
+		}
+	}
 	return x.addCounter(keyFiles, -1)
 }
 
@@ -420,15 +425,31 @@ func (e *kvEngine) Create(ctx context.Context, parent Ino, name string, args Cre
 		if err != nil {
 			return err
 		}
-		if d, ok, err := x.lookup(parent, name); err != nil {
+		// Read the name and, for an inode that inherits it, the parent's
+		// policy together: one round trip on etcd.
+		keys := [][]byte{dentryKey(parent, name)}
+		if inherits(args.Type) {
+			keys = append(keys, policyKey(parent))
+		}
+		vals, err := getMany(x.t, keys)
+		if err != nil {
 			return err
-		} else if ok {
+		}
+		if vals[0] != nil {
+			d, err := decodeDentry(vals[0])
+			if err != nil {
+				return err
+			}
 			n, err := x.inode(d.ino)
 			if err != nil {
 				return err
 			}
 			nd = Node{d.ino, n.Attr}
 			return fmt.Errorf("create %q in %d: %w", name, parent, ErrExist)
+		}
+		var policy []byte
+		if len(vals) > 1 {
+			policy = vals[1]
 		}
 		if args.Type == TypeDirectory && dir.Nlink == math.MaxUint32 {
 			return fmt.Errorf("mkdir in %d: %w", parent, ErrTooManyLinks)
@@ -465,6 +486,9 @@ func (e *kvEngine) Create(ctx context.Context, parent Ino, name string, args Cre
 		}
 		if args.Exclusive {
 			n.Verifier = args.Verifier
+		}
+		if err := x.inheritPolicy(parent, ino, policy); err != nil {
+			return err
 		}
 		x.nodes[ino] = n
 		x.dirty[ino] = true

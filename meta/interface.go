@@ -252,6 +252,22 @@ type Engine interface {
 	// inode order (max is capped at 1024). A map is deleted with its inode.
 	StripeMaps(ctx context.Context, after Ino, max int) ([]FileStripeMap, error)
 
+	// Policy returns the replication policy recorded for ino: set on a
+	// directory with SetPolicy, or copied to a regular file or directory
+	// from its parent when it was created (see Policy). It is the zero
+	// Policy if none is recorded. A missing inode yields ErrStale, as for
+	// every method that takes an inode.
+	Policy(ctx context.Context, ino Ino) (Policy, error)
+	// SetPolicy records p as the policy of the directory ino; a zero p
+	// clears it. Like Lustre's default directory striping, the change
+	// applies only to files and directories created in ino afterwards,
+	// which get a copy of it: inodes created before keep the policy they
+	// were created with. p.Mirrors must be 0 to MaxMirrors (else
+	// ErrInval), and ino a directory (else ErrNotDir). The directory's
+	// attributes, change included, are left alone: a policy is not an
+	// NFS attribute.
+	SetPolicy(ctx context.Context, ino Ino, p Policy) error
+
 	// GetConfig returns the value stored under key, or ErrNotFound.
 	GetConfig(ctx context.Context, key string) ([]byte, error)
 	PutConfig(ctx context.Context, key string, val []byte) error

@@ -265,8 +265,13 @@ func decodeStripeMap(b []byte) (StripeMap, error) {
 	m := StripeMap{Unit: be.Uint64(b[1:]), First: be.Uint32(b[9:]), Gen: be.Uint64(b[13:])}
 	n := int(be.Uint16(b[21:]))
 	b = b[23:]
+	if n > maxStripeDataServers {
+		return StripeMap{}, bad
+	}
 	ids := func(count int) ([]string, bool) {
-		out := make([]string, 0, count)
+		// Every id takes at least its length byte: a corrupt count
+		// cannot make a short record allocate much.
+		out := make([]string, 0, min(count, len(b)))
 		for range count {
 			if len(b) < 1 || len(b) < 1+int(b[0]) {
 				return nil, false
@@ -286,6 +291,9 @@ func decodeStripeMap(b []byte) (StripeMap, error) {
 		}
 		r := int(b[0])
 		b = b[1:]
+		if r >= MaxMirrors {
+			return StripeMap{}, bad
+		}
 		if r > 0 {
 			m.Replicas = make([][]string, n)
 			for p := range n {

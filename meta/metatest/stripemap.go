@@ -123,3 +123,135 @@ func testStripeMapPlaceRace(t *testing.T, v *env) {
 		}
 	}
 }
+
+// sameMap reports whether got is want down to the layout of every field
+// (Equal treats Stale as a set and ignores Gen; a record must also keep
+// the order of Stale and the nil-ness of Replicas).
+func sameMap(got, want meta.StripeMap) bool {
+	if !got.Equal(want) || got.Gen != want.Gen || (got.Replicas == nil) != (want.Replicas == nil) ||
+		got.Mirrors() != want.Mirrors() || len(got.Stale) != len(want.Stale) {
+		return false
+	}
+	for i := range got.Stale {
+		if got.Stale[i] != want.Stale[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// testStripeMapsReplicas covers maps with several copies per position and
+// stale copies (record version 2) next to single-copy maps (version 1):
+// every map comes back intact from PlaceStripeMap, ReplaceStripeMap,
+// StripeMap and StripeMaps, across a reopen, whichever version replaces
+// which; and maps with bad replicas are refused.
+func testStripeMapsReplicas(t *testing.T, v *env) {
+	f := v.create(meta.RootIno, "f", meta.TypeRegular)
+	g := v.create(meta.RootIno, "g", meta.TypeRegular)
+	three := meta.StripeMap{Unit: 1 << 20, First: 2, DataServers: []string{"a", "b", "c", "d"},
+		Replicas: [][]string{{"b", "c"}, {"c", "d"}, {"d", "a"}, {"a", "b"}}, Stale: []string{"d", "a"}}
+	two := meta.StripeMap{Unit: 65536, First: 0, DataServers: []string{"a", "b", "a"},
+		Replicas: [][]string{{"c"}, {"a"}, {"b"}}}
+	one := meta.StripeMap{Unit: 4096, First: 1, DataServers: []string{"x", "y"}}
+	oneStale := meta.StripeMap{Unit: 4096, First: 1, DataServers: []string{"x", "y"}, Stale: []string{"y"}}
+
+	// Refusals first, so that f has no map yet.
+	bad := []struct {
+		name string
+		m    meta.StripeMap
+	}{
+		{"first member repeated as replica", meta.StripeMap{Unit: 4096, DataServers: []string{"a", "b"},
+			Replicas: [][]string{{"a"}, {"a"}}}},
+		{"replica repeated in a position", meta.StripeMap{Unit: 4096, DataServers: []string{"a", "b"},
+			Replicas: [][]string{{"b", "c"}, {"c", "c"}}}},
+		{"uneven replica counts", meta.StripeMap{Unit: 4096, DataServers: []string{"a", "b", "c"},
+			Replicas: [][]string{{"b"}, {"c", "a"}, {"a"}}}},
+		{"replicas for some positions", meta.StripeMap{Unit: 4096, DataServers: []string{"a", "b", "c"},
+			Replicas: [][]string{{"b"}, {"c"}}}},
+		{"replicas for too many positions", meta.StripeMap{Unit: 4096, DataServers: []string{"a"},
+			Replicas: [][]string{{"b"}, {"c"}}}},
+		{"empty replica lists", meta.StripeMap{Unit: 4096, DataServers: []string{"a", "b"},
+			Replicas: [][]string{{}, {}}}},
+		{"four copies", meta.StripeMap{Unit: 4096, DataServers: []string{"a", "b"},
+			Replicas: [][]string{{"b", "c", "d"}, {"c", "d", "a"}}}},
+		{"empty replica id", meta.StripeMap{Unit: 4096, DataServers: []string{"a"},
+			Replicas: [][]string{{""}}}},
+		{"replica id too long", meta.StripeMap{Unit: 4096, DataServers: []string{"a"},
+			Replicas: [][]string{{string(make([]byte, 256))}}}},
+		{"stale id not a member", meta.StripeMap{Unit: 4096, DataServers: []string{"a", "b"},
+			Replicas: [][]string{{"b"}, {"a"}}, Stale: []string{"z"}}},
+		{"stale id not a member of a single-copy map", meta.StripeMap{Unit: 4096, DataServers: []string{"a"},
+			Stale: []string{"b"}}},
+		{"stale id twice", meta.StripeMap{Unit: 4096, DataServers: []string{"a", "b"},
+			Replicas: [][]string{{"b"}, {"a"}}, Stale: []string{"b", "b"}}},
+	}
+	for _, tc := range bad {
+		t.Run("refuse/"+tc.name, func(t *testing.T) {
+			_, err := v.e.PlaceStripeMap(v.ctx, f.Ino, tc.m)
+			wantErr(t, "PlaceStripeMap", err, meta.ErrInval)
+		})
+	}
+	if _, err := v.e.StripeMap(v.ctx, f.Ino); !errors.Is(err, meta.ErrNotFound) {
+		t.Fatalf("refused placements left a map: %v", err)
+	}
+
+	// Placement returns, and stores, a copy of the map: changing the
+	// caller's slices afterwards changes nothing.
+	arg := three.Clone()
+	got, err := v.e.PlaceStripeMap(v.ctx, f.Ino, arg)
+	want := three.Clone()
+	want.Gen = 1
+	if err != nil || !sameMap(got, want) {
+		t.Fatalf("PlaceStripeMap = %+v, %v; want %+v", got, err, want)
+	}
+	arg.Replicas[0][0], arg.Stale[0], got.Replicas[1][1] = "mutated", "mutated", "mutated"
+	if got, err := v.e.StripeMap(v.ctx, f.Ino); err != nil || !sameMap(got, want) || got.Mirrors() != 3 || !got.Degraded() {
+		t.Fatalf("StripeMap = %+v, %v; want %+v", got, err, want)
+	}
+	if _, err := v.e.PlaceStripeMap(v.ctx, g.Ino, one); err != nil {
+		t.Fatal(err)
+	}
+
+	// Refused replacements leave the map as it was.
+	for _, tc := range bad {
+		if _, err := v.e.ReplaceStripeMap(v.ctx, f.Ino, 1, tc.m); !errors.Is(err, meta.ErrInval) {
+			t.Fatalf("ReplaceStripeMap with %s: %v, want ErrInval", tc.name, err)
+		}
+	}
+	if got, err := v.e.StripeMap(v.ctx, f.Ino); err != nil || !sameMap(got, want) {
+		t.Fatalf("after refused replacements: %+v, %v; want %+v", got, err, want)
+	}
+
+	// Replace through every pair of versions: three copies, two, one
+	// with a stale copy (version 2 without replicas), one (version 1),
+	// and back to three.
+	gen := uint64(1)
+	for _, next := range []meta.StripeMap{two, oneStale, one, three, one, two} {
+		got, err := v.e.ReplaceStripeMap(v.ctx, f.Ino, gen, next)
+		gen++
+		want := next.Clone()
+		want.Gen = gen
+		if err != nil || !sameMap(got, want) {
+			t.Fatalf("ReplaceStripeMap to %+v = %+v, %v", next, got, err)
+		}
+		if got, err := v.e.StripeMap(v.ctx, f.Ino); err != nil || !sameMap(got, want) {
+			t.Fatalf("StripeMap after replacing with %+v = %+v, %v", next, got, err)
+		}
+	}
+	// Clear the stale mark as healing would.
+	healed := three.Clone()
+	healed.Stale = nil
+	if _, err := v.e.ReplaceStripeMap(v.ctx, g.Ino, 1, healed); err != nil {
+		t.Fatal(err)
+	}
+	healed.Gen = 2
+	wantF := two.Clone()
+	wantF.Gen = gen
+
+	v.reopen()
+	list, err := v.e.StripeMaps(v.ctx, 0, 10)
+	if err != nil || len(list) != 2 || list[0].Ino != f.Ino || list[1].Ino != g.Ino ||
+		!sameMap(list[0].Map, wantF) || !sameMap(list[1].Map, healed) || list[1].Map.Degraded() {
+		t.Fatalf("StripeMaps after reopen = %+v, %v; want %+v and %+v", list, err, wantF, healed)
+	}
+}

@@ -134,6 +134,7 @@ func Run(t *testing.T, open Opener) {
 		{"Closed", testClosed},
 		{"StripeMaps", testStripeMaps},
 		{"StripeMapPlaceRace", testStripeMapPlaceRace},
+		{"StripeMapsReplicas", testStripeMapsReplicas},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -141,6 +142,7 @@ func Run(t *testing.T, open Opener) {
 		})
 	}
 	runOrphans(t, open)
+	runPolicies(t, open)
 }
 
 func testRoot(t *testing.T, v *env) {

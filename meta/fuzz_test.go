@@ -1,0 +1,85 @@
+package meta
+
+import (
+	"bytes"
+	"slices"
+	"testing"
+)
+
+// FuzzDecodeStripeMap feeds arbitrary records to decodeStripeMap. It must
+// never panic, and whatever it accepts must be a valid map that encodes
+// back to the same bytes, except a version-2 record with neither
+// replicas nor stale ids, which is written as version 1.
+func FuzzDecodeStripeMap(f *testing.F) {
+	f.Add(stripeV1Golden)
+	f.Add(stripeV2Golden)
+	for _, m := range []StripeMap{
+		{Unit: 1, DataServers: []string{"a"}},
+		{Unit: 1 << 20, First: 2, Gen: 9, DataServers: []string{"a", "b", "a"}, Stale: []string{"a"}},
+		{Unit: 4096, DataServers: []string{"a", "b"}, Replicas: [][]string{{"b", "c"}, {"c", "a"}}},
+	} {
+		b := m.encode()
+		f.Add(b)
+		f.Add(b[:len(b)-1])
+	}
+	f.Add([]byte{})
+	f.Add([]byte{2})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		in := slices.Clone(b)
+		m, err := decodeStripeMap(b)
+		if !bytes.Equal(b, in) {
+			t.Fatal("decodeStripeMap modified its input")
+		}
+		if err != nil {
+			return
+		}
+		if err := m.validate(); err != nil {
+			t.Fatalf("decoded an invalid map %+v: %v", m, err)
+		}
+		enc := m.encode()
+		if b[0] == stripeMapVersion || m.Replicas != nil || len(m.Stale) > 0 {
+			if !bytes.Equal(enc, b) {
+				t.Fatalf("%x decodes to %+v, which encodes to %x", b, m, enc)
+			}
+		} else if enc[0] != stripeMapVersion {
+			t.Fatalf("single-copy map %+v encoded as version %d", m, enc[0])
+		}
+		again, err := decodeStripeMap(enc)
+		if err != nil || !again.Equal(m) || again.Gen != m.Gen || !slices.Equal(again.Stale, m.Stale) {
+			t.Fatalf("re-decoding %+v: %+v, %v", m, again, err)
+		}
+		// The accessors must hold up on anything the decoder accepts.
+		for p := range m.DataServers {
+			if got := len(m.Members(p)); got != m.Mirrors() {
+				t.Fatalf("position %d has %d members, map has %d copies", p, got, m.Mirrors())
+			}
+			m.Good(p)
+		}
+		m.Position(^uint64(0))
+		m.All()
+	})
+}
+
+// FuzzDecodePolicy feeds arbitrary records to decodePolicy: it must never
+// panic, and what it accepts is a set policy whose encoding is the
+// record's version-1 prefix.
+func FuzzDecodePolicy(f *testing.F) {
+	for m := 1; m <= MaxMirrors; m++ {
+		f.Add(Policy{Mirrors: m}.encode())
+	}
+	f.Add([]byte{})
+	f.Add([]byte{1, 0})
+	f.Add([]byte{1, 2, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := decodePolicy(b)
+		if err != nil {
+			return
+		}
+		if p.Mirrors == 0 || p.validate() != nil {
+			t.Fatalf("%x decodes to %+v, which is not a set policy", b, p)
+		}
+		if enc := p.encode(); !bytes.Equal(enc, b[:policyV1Len]) {
+			t.Fatalf("%x decodes to %+v, which encodes to %x", b, p, enc)
+		}
+	})
+}
