@@ -16,12 +16,14 @@ import (
 	"github.com/shoalfs/shoal/meta"
 )
 
-// Cluster administration: status, drain, remove, rebalance. The MDS serves
-// these to `shoal admin` over the control protocol's ADMIN call (the join
-// secret is the credential) and runs the long ones as one background job
-// at a time. A drain is resumable: the Draining state is persistent, a job
-// interrupted by `shoal admin cancel` or an MDS restart leaves it so, and
-// the MDS resumes draining every Draining data server when it starts.
+// Cluster administration: status, drain, remove, rebalance, scrub, and the
+// directories' replication policy. The MDS serves these to `shoal admin`
+// over the control protocol's ADMIN call (the join secret is the
+// credential) and runs the long ones (drain, rebalance, scrub) as one
+// background job at a time. A drain is resumable: the Draining state is
+// persistent, a job interrupted by `shoal admin cancel` or an MDS restart
+// leaves it so, and the MDS resumes draining every Draining data server
+// when it starts. Healing (heal.go) runs beside them, always.
 
 // AdminConfig configures an Admin.
 type AdminConfig struct {
@@ -31,7 +33,36 @@ type AdminConfig struct {
 	Hold HoldFunc
 	// FileSize returns a file's size (the metadata engine's), for status.
 	FileSize func(ctx context.Context, ino uint64) (uint64, error)
-	Logger   *slog.Logger
+	// Policy keeps the directories' replication policy (`shoal admin
+	// policy`); nil: the command is refused.
+	Policy PolicyStore
+	// HealRate bounds the bandwidth healing copies with, in bytes per
+	// second: 0 is DefaultHealRate, negative is no limit.
+	HealRate int64
+	// HealInterval is how often the healer scans every stripe map (it
+	// also scans when data servers come and go): 0 is
+	// DefaultHealInterval, negative turns healing off.
+	HealInterval time.Duration
+	Logger       *slog.Logger
+}
+
+// PolicyStore keeps the replication policy of directories: how many copies
+// of each stripe unit the files created below a directory get.
+type PolicyStore interface {
+	PolicyOf(ctx context.Context, path string) (PolicyInfo, error)
+	// SetPolicy sets path's mirror count; 0 clears it (path then
+	// inherits).
+	SetPolicy(ctx context.Context, path string, mirrors int) (PolicyInfo, error)
+}
+
+// PolicyInfo is a directory's replication policy.
+type PolicyInfo struct {
+	Path    string `json:"path"`
+	Mirrors int    `json:"mirrors"` // copies of each stripe unit of new files
+	// Inherited is true when Mirrors is the cluster default, nothing
+	// being set on the path or above it.
+	Inherited bool `json:"inherited"`
+	Default   int  `json:"default"` // the cluster default
 }
 
 // Admin runs cluster administration on the MDS.
@@ -39,36 +70,54 @@ type Admin struct {
 	cfg AdminConfig
 	log *slog.Logger
 
-	mu  sync.Mutex
-	job *Job
+	heal *healer // nil: healing is off
+
+	mu    sync.Mutex
+	job   *Job
+	scrub ScrubTotals
 }
 
 var _ AdminHandler = (*Admin)(nil)
 
-// Job is the state of a drain or rebalance, as `shoal admin status` shows it.
+// Job is the state of a drain, rebalance or scrub, as `shoal admin status`
+// shows it.
 type Job struct {
-	Kind      string    `json:"kind"` // "drain" or "rebalance"
-	DS        string    `json:"ds,omitempty"`
-	Started   time.Time `json:"started"`
-	Ended     time.Time `json:"ended,omitzero"`
-	Files     int       `json:"files"` // files found that must move
-	Moved     int       `json:"moved"`
-	Failed    int       `json:"failed"`
-	Bytes     int64     `json:"bytes"` // bytes copied and verified
-	Running   bool      `json:"running"`
-	Cancelled bool      `json:"cancelled,omitempty"`
-	Err       string    `json:"error,omitempty"`
+	Kind    string    `json:"kind"` // "drain", "rebalance" or "scrub"
+	DS      string    `json:"ds,omitempty"`
+	Started time.Time `json:"started"`
+	Ended   time.Time `json:"ended,omitzero"`
+	// Files are the files found that must move (drain, rebalance) or the
+	// replicated files checked (scrub); Failed those that could not be
+	// moved or checked.
+	Files     int    `json:"files"`
+	Moved     int    `json:"moved"`
+	Failed    int    `json:"failed"`
+	Bytes     int64  `json:"bytes"` // bytes copied and verified
+	Running   bool   `json:"running"`
+	Cancelled bool   `json:"cancelled,omitempty"`
+	Err       string `json:"error,omitempty"`
+	// Scrub: chunks checked (one per stripe position and MiB), copies
+	// found bad and repaired, and the first maxListed of them.
+	Chunks   int64          `json:"chunks,omitempty"`
+	Bad      int            `json:"bad,omitempty"`
+	Repaired int            `json:"repaired,omitempty"`
+	Findings []ScrubFinding `json:"findings,omitempty"`
 
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-// NewAdmin returns the MDS's administration and resumes every drain that
-// was in progress.
+// NewAdmin returns the MDS's administration, starts healing (unless
+// cfg.HealInterval is negative) and resumes every drain that was in
+// progress.
 func NewAdmin(cfg AdminConfig) *Admin {
 	a := &Admin{cfg: cfg, log: cfg.Logger}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.HealInterval >= 0 {
+		a.heal = newHealer(a)
+		a.heal.start()
 	}
 	for _, ds := range cfg.Registry.DataServers() {
 		if ds.State == Draining {
@@ -83,8 +132,11 @@ func NewAdmin(cfg AdminConfig) *Admin {
 	return a
 }
 
-// Close cancels a running job and waits for it.
+// Close stops healing, cancels a running job and waits for them.
 func (a *Admin) Close() {
+	if a.heal != nil {
+		a.heal.stop()
+	}
 	a.mu.Lock()
 	j := a.job
 	a.mu.Unlock()
@@ -94,10 +146,22 @@ func (a *Admin) Close() {
 	}
 }
 
+// Kick makes the healer scan the stripe maps now: call it when a copy was
+// marked stale. It does nothing when healing is off.
+func (a *Admin) Kick() {
+	if a.heal != nil {
+		a.heal.Kick()
+	}
+}
+
 // AdminRequest is the JSON request of every ADMIN command.
 type AdminRequest struct {
 	DS    string `json:"ds,omitempty"`
 	Force bool   `json:"force,omitempty"`
+	// Path and Mirrors are the policy command's: the directory, and the
+	// mirror count to set (nil: only show it; 0: clear it).
+	Path    string `json:"path,omitempty"`
+	Mirrors *int   `json:"mirrors,omitempty"`
 }
 
 // Admin implements AdminHandler.
@@ -117,6 +181,10 @@ func (a *Admin) Admin(ctx context.Context, command string, request []byte) ([]by
 		out, err = a.start("drain", req.DS)
 	case "rebalance":
 		out, err = a.start("rebalance", "")
+	case "scrub":
+		out, err = a.start("scrub", "")
+	case "policy":
+		out, err = a.Policy(ctx, req.Path, req.Mirrors)
 	case "cancel":
 		out, err = a.Cancel()
 	case "remove":
@@ -166,10 +234,40 @@ func (a *Admin) start(kind, ds string) (*Job, error) {
 	return j.snapshot(), nil
 }
 
+// snapshot copies j; the caller holds Admin.mu.
 func (j *Job) snapshot() *Job {
 	c := *j
 	c.cancel, c.done = nil, nil
+	c.Findings = slices.Clone(j.Findings)
 	return &c
+}
+
+// Policy shows the replication policy of path, or sets its mirror count
+// (0 clears it) if mirrors is not nil.
+func (a *Admin) Policy(ctx context.Context, path string, mirrors *int) (*PolicyInfo, error) {
+	if a.cfg.Policy == nil {
+		return nil, fmt.Errorf("cluster: this MDS keeps no replication policies: %w", errInval)
+	}
+	if path == "" {
+		return nil, fmt.Errorf("cluster: a path is required: %w", errInval)
+	}
+	var pi PolicyInfo
+	var err error
+	if mirrors == nil {
+		pi, err = a.cfg.Policy.PolicyOf(ctx, path)
+	} else {
+		if *mirrors < 0 || *mirrors > meta.MaxMirrors {
+			return nil, fmt.Errorf("cluster: %d mirrors: must be 1 to %d, or 0 to clear: %w", *mirrors, meta.MaxMirrors, errInval)
+		}
+		pi, err = a.cfg.Policy.SetPolicy(ctx, path, *mirrors)
+		if err == nil {
+			a.log.Info("cluster: replication policy set", "path", path, "mirrors", *mirrors)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cluster: policy of %s: %w", path, err)
+	}
+	return &pi, nil
 }
 
 // Cancel stops the running job; a drain stays Draining and resumes when
@@ -188,43 +286,22 @@ func (a *Admin) Cancel() (*Job, error) {
 	return j.snapshot(), nil
 }
 
-// run moves every file the job concerns.
+// run carries out job j: moves every file a drain or rebalance concerns,
+// or scrubs every replicated file.
 func (a *Admin) run(ctx context.Context, j *Job) {
 	defer close(j.done)
-	s := a.cfg.Striped
 	a.log.Info("cluster: job started", "kind", j.Kind, "ds", j.DS)
 	// A job resumed as the MDS starts would find every data server still
 	// re-registering and fail every move: give them the time they have
 	// before they count as down.
 	a.cfg.Registry.waitMembers(ctx, a.cfg.Registry.downAfter)
 	var failures []error
-	err := s.eachMap(ctx, func(fm meta.FileStripeMap) bool {
-		ids, first, ok := a.target(j, fm)
-		if !ok {
-			return true
-		}
-		a.mu.Lock()
-		j.Files++
-		a.mu.Unlock()
-		st, err := s.Move(ctx, uint64(fm.Ino), fm.Map, ids, first, a.cfg.Hold)
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		j.Bytes += st.Bytes
-		switch {
-		case err == nil:
-			j.Moved++
-		case errors.Is(err, meta.ErrConflict), errors.Is(err, meta.ErrStale):
-			// Changed or gone meanwhile: nothing of it to move now.
-			j.Files--
-		default:
-			if ctx.Err() == nil {
-				j.Failed++
-				failures = append(failures, err)
-				a.log.Warn("cluster: could not move a file", "job", j.Kind, "ino", fm.Ino, "err", err)
-			}
-		}
-		return true
-	})
+	var err error
+	if j.Kind == "scrub" {
+		failures, err = a.runScrub(ctx, j)
+	} else {
+		failures, err = a.runMoves(ctx, j)
+	}
 	if err != nil && ctx.Err() == nil {
 		failures = append(failures, err)
 	}
@@ -233,7 +310,11 @@ func (a *Admin) run(ctx context.Context, j *Job) {
 	j.Ended = time.Now()
 	j.Cancelled = ctx.Err() != nil
 	if len(failures) > 0 {
-		j.Err = fmt.Sprintf("%d files could not be moved; first error: %v", len(failures), failures[0])
+		what := "files could not be moved"
+		if j.Kind == "scrub" {
+			what = "files could not be scrubbed"
+		}
+		j.Err = fmt.Sprintf("%d %s; first error: %v", len(failures), what, failures[0])
 	}
 	finished := !j.Cancelled && len(failures) == 0
 	a.mu.Unlock()
@@ -244,59 +325,140 @@ func (a *Admin) run(ctx context.Context, j *Job) {
 			a.mu.Unlock()
 		}
 	}
-	a.log.Info("cluster: job ended", "kind", j.Kind, "ds", j.DS, "moved", j.Moved, "failed", j.Failed,
-		"bytes", j.Bytes, "cancelled", j.Cancelled, "err", j.Err)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.log.Info("cluster: job ended", "kind", j.Kind, "ds", j.DS, "files", j.Files, "moved", j.Moved, "failed", j.Failed,
+		"bytes", j.Bytes, "bad", j.Bad, "repaired", j.Repaired, "cancelled", j.Cancelled, "err", j.Err)
 }
 
-// target returns the data servers file fm should move to for job j, and
-// whether it must move at all.
-func (a *Admin) target(j *Job, fm meta.FileStripeMap) ([]string, uint32, bool) {
+// runMoves moves every file a drain or rebalance concerns.
+func (a *Admin) runMoves(ctx context.Context, j *Job) ([]error, error) {
+	var failures []error
+	err := a.cfg.Striped.eachMap(ctx, func(fm meta.FileStripeMap) bool {
+		if err := a.moveFile(ctx, j, fm); err != nil && ctx.Err() == nil {
+			a.mu.Lock()
+			j.Failed++
+			failures = append(failures, err)
+			a.mu.Unlock()
+			a.log.Warn("cluster: could not move a file", "job", j.Kind, "ino", fm.Ino, "err", err)
+		}
+		return true
+	})
+	return failures, err
+}
+
+// moveFile moves file fm for job j if it must move, counting it in j. A
+// file whose map changed meanwhile (healing, a write that marked a copy
+// stale) is judged again on its new map; one that is gone is not counted.
+func (a *Admin) moveFile(ctx context.Context, j *Job, fm meta.FileStripeMap) error {
+	s := a.cfg.Striped
+	counted := false
+	count := func(must bool) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		switch {
+		case must && !counted:
+			j.Files++
+		case !must && counted:
+			j.Files--
+		}
+		counted = must
+	}
+	for attempt := 0; ; attempt++ {
+		nm, ok, err := a.target(j, fm)
+		count(ok || err != nil)
+		if !ok {
+			return err
+		}
+		st, err := s.Move(ctx, uint64(fm.Ino), fm.Map, nm, a.cfg.Hold)
+		a.mu.Lock()
+		j.Bytes += st.Bytes
+		if err == nil {
+			j.Moved++
+		}
+		a.mu.Unlock()
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, meta.ErrStale), errors.Is(err, meta.ErrNotFound):
+			count(false) // gone meanwhile: nothing of it to move
+			return nil
+		case !errors.Is(err, meta.ErrConflict) || attempt == 3:
+			return err
+		}
+		s.forget(uint64(fm.Ino))
+		cur, found, err := s.Map(ctx, uint64(fm.Ino))
+		if err != nil {
+			return err
+		}
+		if !found {
+			count(false)
+			return nil
+		}
+		fm.Map = cur
+	}
+}
+
+// target returns the map file fm should move to for job j, and whether it
+// must move at all; an error if it must but cannot.
+func (a *Admin) target(j *Job, fm meta.FileStripeMap) (meta.StripeMap, bool, error) {
 	m := fm.Map
 	place := a.cfg.Registry.Placement()
 	switch j.Kind {
 	case "drain":
 		if !m.Holds(j.DS) {
-			return nil, 0, false
+			return meta.StripeMap{}, false, nil
 		}
 		// Replace the drained data server, at each position it has, by an
 		// active one that the file does not use yet, so that only its
 		// stripe units move; files take the candidates in turn (by
 		// inode), which spreads a drain evenly, skipping any that
 		// reported itself nearly full while others have room. With no
-		// such candidate, another data server of the file takes the
-		// position too (it then holds two positions): still only the
-		// drained one's units move.
-		var cands []string
+		// such candidate, another data server of the file that is not a
+		// member of the position yet takes it (it then holds two
+		// positions): still only the drained one's units move.
+		var spare []string
 		for _, id := range place {
 			if !m.Holds(id) {
-				cands = append(cands, id)
+				spare = append(spare, id)
 			}
 		}
-		if roomy := slices.DeleteFunc(slices.Clone(cands), func(id string) bool {
+		if roomy := slices.DeleteFunc(slices.Clone(spare), func(id string) bool {
 			d, _ := a.cfg.Registry.DataServer(id)
 			return d.Capacity > 0 && d.Free < d.Capacity/20
 		}); len(roomy) > 0 {
-			cands = roomy
+			spare = roomy
 		}
-		if len(cands) == 0 {
-			for _, id := range m.DataServers {
-				if id != j.DS && slices.Contains(place, id) && !slices.Contains(cands, id) {
-					cands = append(cands, id)
-				}
+		var others []string
+		for _, id := range m.All() {
+			if id != j.DS && slices.Contains(place, id) {
+				others = append(others, id)
 			}
 		}
-		if len(cands) == 0 {
-			return nil, 0, false // nowhere to go; reported as not drained
-		}
-		ids := slices.Clone(m.DataServers)
+		nm := m.Clone()
 		k := uint64(fm.Ino)
-		for p, id := range ids {
-			if id == j.DS {
-				ids[p] = cands[k%uint64(len(cands))]
-				k++
+		for p := range nm.DataServers {
+			members := nm.Members(p)
+			r := slices.Index(members, j.DS)
+			if r < 0 {
+				continue
 			}
+			free := func(ids []string) []string {
+				return slices.DeleteFunc(slices.Clone(ids), func(id string) bool { return slices.Contains(members, id) })
+			}
+			cands := free(spare)
+			if len(cands) == 0 {
+				cands = free(others)
+			}
+			if len(cands) == 0 {
+				return meta.StripeMap{}, false, fmt.Errorf("cluster: drain %s: no active data server can take position %d of ino %d (members %v)",
+					j.DS, p, fm.Ino, members)
+			}
+			setMember(&nm, p, r, cands[k%uint64(len(cands))])
+			k++
 		}
-		return ids, m.First, true
+		nm.Stale = slices.DeleteFunc(nm.Stale, func(id string) bool { return !nm.Holds(id) })
+		return nm, true, nil
 	case "rebalance":
 		var unused []string
 		for _, id := range place {
@@ -304,12 +466,12 @@ func (a *Admin) target(j *Job, fm meta.FileStripeMap) ([]string, uint32, bool) {
 				unused = append(unused, id)
 			}
 		}
-		if len(unused) == 0 {
-			return nil, 0, false
+		if len(unused) == 0 || m.Degraded() {
+			return meta.StripeMap{}, false, nil // a degraded file is healing's business
 		}
-		for _, id := range m.DataServers {
+		for _, id := range m.All() {
 			if d, ok := a.cfg.Registry.DataServer(id); !ok || d.State != Active {
-				return nil, 0, false // a drain's business
+				return meta.StripeMap{}, false, nil // a drain's business
 			}
 		}
 		// Positions a data server holds twice go to the unused data
@@ -325,9 +487,30 @@ func (a *Admin) target(j *Job, fm meta.FileStripeMap) ([]string, uint32, bool) {
 			seen[id] = true
 		}
 		ids = append(ids, unused...)
-		return ids, m.First, true
+		nm := meta.StripeMap{Unit: m.Unit, First: m.First, DataServers: ids}
+		if k := m.Mirrors() - 1; k > 0 {
+			// The old positions keep their replicas; a new one takes the
+			// data servers after it in stripe order, as placement does.
+			nm.Replicas = make([][]string, len(ids))
+			for p := range ids {
+				if p < len(m.Replicas) {
+					nm.Replicas[p] = slices.Clone(m.Replicas[p])
+					continue
+				}
+				for r := 1; len(nm.Replicas[p]) < k && r < len(ids); r++ {
+					id := ids[(p+r)%len(ids)]
+					if id != ids[p] && !slices.Contains(nm.Replicas[p], id) {
+						nm.Replicas[p] = append(nm.Replicas[p], id)
+					}
+				}
+				if len(nm.Replicas[p]) < k {
+					return meta.StripeMap{}, false, nil
+				}
+			}
+		}
+		return nm, true, nil
 	}
-	return nil, 0, false
+	return meta.StripeMap{}, false, nil
 }
 
 // Remove retires data server id. A drained one goes at once; one that
@@ -417,20 +600,44 @@ type RemoveResult struct {
 type Status struct {
 	ClusterID   string     `json:"cluster_id"`
 	DataServers []DSStatus `json:"data_servers"`
-	// Unavailable lists files with a stripe on a data server that is out
-	// of service or removed (the first maxListed); UnavailableFiles
-	// counts them all.
+	// Unavailable lists files with data at a stripe position that has no
+	// good copy in service (every member out of service, removed or
+	// stale; the first maxListed); UnavailableFiles counts them all.
 	Unavailable      []FileStatus `json:"unavailable,omitempty"`
 	UnavailableFiles int          `json:"unavailable_files"`
 	Files            int          `json:"files"` // files with data placed
-	Job              *Job         `json:"job,omitempty"`
+	// Replication is the state of the files kept in several copies.
+	Replication ReplicationStatus `json:"replication"`
+	Job         *Job              `json:"job,omitempty"`
+}
+
+// ReplicationStatus is the replication section of Status.
+type ReplicationStatus struct {
+	Files int `json:"files"` // files kept in more than one copy
+	// DegradedFiles have stale copies or members that are lost (removed,
+	// or out of service for longer than DownAfter); DegradedStripes
+	// counts their positions that have such a member, StaleCopies the
+	// copies marked stale (one per file and data server).
+	DegradedFiles   int `json:"degraded_files"`
+	DegradedStripes int `json:"degraded_stripes"`
+	StaleCopies     int `json:"stale_copies"`
+	// UnhealableFiles are degraded files with a position that has no
+	// good copy in service: they cannot heal until one comes back.
+	// Unhealable lists the first maxListed.
+	UnhealableFiles int      `json:"unhealable_files"`
+	Unhealable      []uint64 `json:"unhealable,omitempty"`
+	// Heal is the healer's progress; nil when healing is off.
+	Heal *HealStatus `json:"heal,omitempty"`
+	// Scrub counts what scrubs found since the MDS started.
+	Scrub ScrubTotals `json:"scrub"`
 }
 
 // DSStatus is one data server's line of Status.
 type DSStatus struct {
 	DataServer
-	// Files counts the files with a stripe unit on it below their size,
-	// and Bytes those units' bytes, from the files' sizes and maps.
+	// Files counts the files with a stripe unit on it below their size
+	// (as any member of the unit's position, stale or not), and Bytes
+	// those units' bytes, from the files' sizes and maps.
 	Files int    `json:"files"`
 	Bytes uint64 `json:"bytes"`
 }
@@ -438,11 +645,12 @@ type DSStatus struct {
 // FileStatus is a file that is not fully available.
 type FileStatus struct {
 	Ino  uint64   `json:"ino"`
-	Down []string `json:"down"` // its data servers that are out of service
+	Down []string `json:"down"` // members of its unavailable positions that are out of service
 }
 
-// Status scans every stripe map and reports the data servers and the
-// files that are not fully available.
+// Status scans every stripe map and reports the data servers, the files
+// that are not fully available, and the state of replication. No lock is
+// held while it reads the metadata engine.
 func (a *Admin) Status(ctx context.Context) (*Status, error) {
 	r := a.cfg.Registry
 	st := &Status{ClusterID: fmt.Sprintf("%x", r.ClusterID())}
@@ -451,37 +659,59 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 		idx[d.ID] = len(st.DataServers)
 		st.DataServers = append(st.DataServers, DSStatus{DataServer: d})
 	}
+	rep := &st.Replication
+	v := r.liveView()
 	err := a.cfg.Striped.eachMap(ctx, func(fm meta.FileStripeMap) bool {
+		m := fm.Map
 		st.Files++
 		size := a.size(ctx, fm.Ino)
-		var down []string
-		for p, id := range fm.Map.DataServers {
-			if slices.Index(fm.Map.DataServers, id) != p {
-				continue // a data server at several positions counts once
-			}
+		v = v.fresh(r)
+		for _, id := range m.All() {
 			// A data server of the map holds part of the file only if a
 			// stripe unit below the file's size falls on it; a small file
-			// is on one data server whatever its map's width.
-			held := bytesOn(fm.Map, size, id)
+			// is on one position whatever its map's width.
+			held := bytesOn(m, size, id)
 			if held == 0 {
 				continue
 			}
-			i, ok := idx[id]
-			if !ok {
-				down = append(down, id)
-				continue
-			}
-			d := &st.DataServers[i]
-			d.Files++
-			d.Bytes += held
-			if !d.Up || d.State == Removed {
-				down = append(down, id)
+			if i, ok := idx[id]; ok {
+				st.DataServers[i].Files++
+				st.DataServers[i].Bytes += held
 			}
 		}
-		if len(down) > 0 {
+		h := health(m, v)
+		var down []string
+		for _, p := range h.unavailable {
+			if posBytes(m, size, p) == 0 {
+				continue
+			}
+			for _, id := range m.Members(p) {
+				if !v.inService(id) && !slices.Contains(down, id) {
+					down = append(down, id)
+				}
+			}
+			if len(down) == 0 {
+				down = []string{} // only stale copies
+			}
+		}
+		if down != nil {
 			st.UnavailableFiles++
 			if len(st.Unavailable) < maxListed {
 				st.Unavailable = append(st.Unavailable, FileStatus{Ino: uint64(fm.Ino), Down: down})
+			}
+		}
+		if m.Mirrors() > 1 || m.Degraded() {
+			rep.Files++
+			rep.StaleCopies += len(m.Stale)
+			if h.degraded > 0 {
+				rep.DegradedFiles++
+				rep.DegradedStripes += h.degraded
+				if len(h.unavailable) > 0 {
+					rep.UnhealableFiles++
+					if len(rep.Unhealable) < maxListed {
+						rep.Unhealable = append(rep.Unhealable, uint64(fm.Ino))
+					}
+				}
 			}
 		}
 		return true
@@ -489,7 +719,12 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 	if err != nil {
 		return nil, err
 	}
+	if a.heal != nil {
+		hs := a.heal.status()
+		rep.Heal = &hs
+	}
 	a.mu.Lock()
+	rep.Scrub = a.scrub
 	if a.job != nil {
 		st.Job = a.job.snapshot()
 	}
@@ -498,28 +733,35 @@ func (a *Admin) Status(ctx context.Context) (*Status, error) {
 }
 
 // bytesOn returns how many bytes of a file of size bytes data server id
-// holds under map m, over every stripe position it has.
+// holds under map m, over every stripe position it is a member of.
 func bytesOn(m meta.StripeMap, size uint64, id string) uint64 {
+	var total uint64
+	for p := range m.DataServers {
+		if slices.Contains(m.Members(p), id) {
+			total += posBytes(m, size, p)
+		}
+	}
+	return total
+}
+
+// posBytes returns how many bytes of a file of size bytes fall on
+// position p of map m.
+func posBytes(m meta.StripeMap, size uint64, p int) uint64 {
 	n := uint64(len(m.DataServers))
 	if n == 0 || m.Unit == 0 {
 		return 0
 	}
 	units := size / m.Unit // full units
 	rest := size % m.Unit
+	// Unit k is at position (First+k) mod n: count the full units k <
+	// units at position p, then the partial last unit.
 	var total uint64
-	for p, ds := range m.DataServers {
-		if ds != id {
-			continue
-		}
-		// Unit k is at position (First+k) mod n: count the full units
-		// k < units at position p, then the partial last unit.
-		k0 := (uint64(p) + n - uint64(m.First)%n) % n // first unit at p
-		if units > k0 {
-			total += ((units-k0-1)/n + 1) * m.Unit
-		}
-		if rest > 0 && units%n == k0 {
-			total += rest
-		}
+	k0 := (uint64(p) + n - uint64(m.First)%n) % n // first unit at p
+	if units > k0 {
+		total += ((units-k0-1)/n + 1) * m.Unit
+	}
+	if rest > 0 && units%n == k0 {
+		total += rest
 	}
 	return total
 }

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +26,9 @@ type AgentConfig struct {
 	MDS   string   // host:port of the MDS control listener
 	ID    string   // persistent identity of this DS; stripe maps name it
 	Addrs []string // advertised host:port of this DS's NFS listener
+	// PeerAddrs is where the other data servers reach this one, if not
+	// at Addrs (which clients use).
+	PeerAddrs []string
 	// ClusterID is the cluster this DS's directory joined before, empty
 	// for a new directory; the MDS refuses a DS of another cluster
 	// (ErrWrongCluster). After registering, Agent.ClusterID has the
@@ -62,6 +66,16 @@ type AgentStats struct {
 	// answered from the cache without asking the MDS.
 	StateidChecks, StateidCacheHits uint64
 	Registrations                   uint64
+	// MapFetches counts MAP calls to the MDS (Agent.Map cache misses).
+	MapFetches uint64
+	// ReplicaWriteOps and ReplicaWriteBytes count the REPLICA_WRITEs this
+	// DS served for its peers, ReplicaCommitOps their REPLICA_COMMITs.
+	ReplicaWriteOps, ReplicaWriteBytes, ReplicaCommitOps uint64
+	// ReplicaFailed counts the peers this DS reported unreachable to the
+	// MDS (REPLICA_FAILED).
+	ReplicaFailed uint64
+	// SumOps counts OBJ_SUM calls served.
+	SumOps uint64
 }
 
 // stateidTTL is how long a positive CHECK_STATEID answer is reused.
@@ -121,11 +135,23 @@ type Agent struct {
 	cache     map[cacheKey]cacheEntry
 	removed   bool
 	removedCh chan struct{}
+	// maps caches stripe maps by inode (Map, replica.go) while the agent
+	// is registered: dropped wholesale when the connection to the MDS
+	// goes and when the DS registers again, entry by entry on MAP_CHANGED.
+	maps map[uint64]*mapEntry
+	// peerAddrs are the advertised addresses of the data servers named
+	// by the maps fetched, by id, from the MAP replies.
+	peerAddrs map[string][]string
+
+	peers *peerPool // connections to other data servers (peer.go)
 
 	stats struct {
 		readOps, readBytes, writeOps, writeBytes       atomic.Uint64
 		commitOps, truncateOps, removeOps, getSizeOps  atomic.Uint64
 		stateidChecks, stateidCacheHits, registrations atomic.Uint64
+		mapFetches, sumOps                             atomic.Uint64
+		replicaWriteOps, replicaWriteBytes             atomic.Uint64
+		replicaCommitOps, replicaFailed                atomic.Uint64
 	}
 }
 
@@ -138,7 +164,7 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (*Agent, error) {
 	if cfg.MDS == "" || cfg.ID == "" || cfg.Store == nil {
 		return nil, errors.New("cluster: AgentConfig needs MDS, ID and Store")
 	}
-	if len(cfg.ID) > ctlproto.CTL_MAX_ID || len(cfg.Addrs) > ctlproto.CTL_MAX_ADDRS {
+	if len(cfg.ID) > ctlproto.CTL_MAX_ID || len(cfg.Addrs) > ctlproto.CTL_MAX_ADDRS || len(cfg.PeerAddrs) > ctlproto.CTL_MAX_ADDRS {
 		return nil, errors.New("cluster: AgentConfig ID or Addrs too long")
 	}
 	a := &Agent{
@@ -148,9 +174,12 @@ func StartAgent(ctx context.Context, cfg AgentConfig) (*Agent, error) {
 		ttl:       stateidTTL,
 		fenced:    map[uint64]struct{}{},
 		cache:     map[cacheKey]cacheEntry{},
+		maps:      map[uint64]*mapEntry{},
+		peerAddrs: map[string][]string{},
 		done:      make(chan struct{}),
 		removedCh: make(chan struct{}),
 	}
+	a.peers = newPeerPool(a)
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -228,15 +257,19 @@ func (a *Agent) Stats() AgentStats {
 		CommitOps: s.commitOps.Load(), TruncateOps: s.truncateOps.Load(),
 		RemoveOps: s.removeOps.Load(), GetSizeOps: s.getSizeOps.Load(),
 		StateidChecks: s.stateidChecks.Load(), StateidCacheHits: s.stateidCacheHits.Load(),
-		Registrations: s.registrations.Load(),
+		Registrations: s.registrations.Load(), MapFetches: s.mapFetches.Load(),
+		ReplicaWriteOps: s.replicaWriteOps.Load(), ReplicaWriteBytes: s.replicaWriteBytes.Load(),
+		ReplicaCommitOps: s.replicaCommitOps.Load(), ReplicaFailed: s.replicaFailed.Load(),
+		SumOps: s.sumOps.Load(),
 	}
 }
 
-// Close stops the agent and closes its connection. The store is not
-// closed.
+// Close stops the agent and closes its connections, to the MDS and to
+// peers. The store is not closed.
 func (a *Agent) Close() error {
 	a.cancel()
 	<-a.done
+	a.peers.close()
 	return nil
 }
 
@@ -338,6 +371,7 @@ func (a *Agent) connect(ctx context.Context) error {
 		ClusterId:    a.clusterID,
 		DsId:         a.cfg.ID,
 		Addrs:        a.cfg.Addrs,
+		PeerAddrs:    a.cfg.PeerAddrs,
 		Capacity:     total,
 		Free:         free,
 		BootVerifier: a.verifier,
@@ -372,6 +406,8 @@ func (a *Agent) connect(ctx context.Context) error {
 		a.fenced[id] = struct{}{}
 	}
 	clear(a.cache)
+	// MAP_CHANGEs sent while the DS was away were missed.
+	a.dropMapsLocked()
 	a.mu.Unlock()
 	a.stats.registrations.Add(1)
 	a.log.Info("cluster: registered with the MDS", "mds", a.cfg.MDS, "cluster_id", fmt.Sprintf("%x", ok.ClusterId),
@@ -434,6 +470,8 @@ func (a *Agent) run() {
 			a.conn = nil
 		}
 		clear(a.cache)
+		// No MAP_CHANGED can arrive until the DS registers again.
+		a.dropMapsLocked()
 		a.mu.Unlock()
 		if a.ctx.Err() != nil {
 			return
@@ -585,6 +623,21 @@ func (a *Agent) serveRPC(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc
 		a.setFenced(args.Clientid, c.Proc == ctlproto.CTLPROC_FENCE)
 		out := ctlproto.CtlStatusRes{Status: ctlproto.CTL_OK}
 		out.EncodeXDR(res)
+	case ctlproto.CTLPROC_MAP_CHANGED:
+		var args ctlproto.CtlInoArgs
+		if !decodeArgs(c, &args) {
+			return rpc.GarbageArgs
+		}
+		a.dropMap(args.Ino)
+		out := ctlproto.CtlStatusRes{Status: ctlproto.CTL_OK}
+		out.EncodeXDR(res)
+	case ctlproto.CTLPROC_OBJ_SUM:
+		var args ctlproto.CtlSumArgs
+		if !decodeArgs(c, &args) {
+			return rpc.GarbageArgs
+		}
+		out := a.objSum(&args)
+		out.EncodeXDR(res)
 	case ctlproto.CTLPROC_RETIRE:
 		if len(c.Args) != 0 {
 			return rpc.GarbageArgs
@@ -621,6 +674,11 @@ func (a *Agent) setFenced(client uint64, fenced bool) {
 
 // storeStatus logs a local storage failure and maps it to a status.
 func (a *Agent) storeStatus(op string, ino uint64, err error) ctlproto.CtlStatus {
+	if errors.Is(err, store.ErrCorrupt) {
+		// The MDS reads another copy and has this one healed.
+		a.log.Warn("cluster: object "+op+" found a block that fails its checksum", "ino", ino, "err", err)
+		return ctlproto.CTL_ERR_CORRUPT
+	}
 	st := statusOf(err)
 	if st == ctlproto.CTL_ERR_IO {
 		a.log.Error("cluster: object "+op+" failed", "ino", ino, "err", err)
@@ -735,4 +793,52 @@ func (a *Agent) objPunch(args *ctlproto.CtlPunchArgs) ctlproto.CtlStatus {
 		return a.storeStatus("punch", args.Ino, err)
 	}
 	return ctlproto.CTL_OK
+}
+
+// maxSum bounds the range of one OBJ_SUM, so that one call holds a read
+// buffer and the DS's disk for a bounded time.
+const maxSum = 4 << 20
+
+// objSum hashes [offset, offset+length) of an object as stored locally:
+// zeros where the object holds nothing (past its end, or no object at
+// all), CTL_ERR_CORRUPT if a block fails its checksum.
+func (a *Agent) objSum(args *ctlproto.CtlSumArgs) ctlproto.CtlSumRes {
+	a.stats.sumOps.Add(1)
+	end := args.Offset + args.Length
+	if args.Length > maxSum || end < args.Offset || end > 1<<63-1 {
+		return ctlproto.CtlSumRes{Status: ctlproto.CTL_ERR_INVAL}
+	}
+	ok := &ctlproto.CtlSumOk{}
+	h := sha256.New()
+	f, err := a.cfg.Store.Open(args.Ino, false)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		f = nil
+	case err != nil:
+		return ctlproto.CtlSumRes{Status: a.storeStatus("sum", args.Ino, err)}
+	default:
+		defer f.Close()
+		size, err := f.Size()
+		if err != nil {
+			return ctlproto.CtlSumRes{Status: a.storeStatus("sum", args.Ino, err)}
+		}
+		ok.Size = uint64(size)
+	}
+	bp := readBufs.Get().(*[]byte)
+	defer readBufs.Put(bp)
+	for off := args.Offset; off < end; {
+		buf := (*bp)[:min(uint64(len(*bp)), end-off)]
+		n := 0
+		if f != nil && off < ok.Size {
+			n, err = f.ReadAt(buf, int64(off))
+			if err != nil && !errors.Is(err, io.EOF) {
+				return ctlproto.CtlSumRes{Status: a.storeStatus("sum", args.Ino, err)}
+			}
+		}
+		clear(buf[n:])
+		h.Write(buf)
+		off += uint64(len(buf))
+	}
+	copy(ok.Sha256[:], h.Sum(nil))
+	return ctlproto.CtlSumRes{Status: ctlproto.CTL_OK, Ok: ok}
 }

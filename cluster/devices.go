@@ -4,16 +4,20 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"slices"
 	"sync"
+
+	"github.com/shoalfs/shoal/meta"
 )
 
 // Files-layout devices. A layout names a device, and the device lists the
 // data servers of stripe indexes 0..n-1 (RFC 8881 §13.3). Shoal's device
-// for a file is its stripe map's list of data servers, so files with the
-// same list share a device. A device id is
+// for a file lists, per position of its stripe map, the copy the file's
+// layout sends clients to (Striped.Layout), so files with the same list
+// share a device. A device id is
 //
 //	[0:8]   FNV-64a of the ordered data-server ids
 //	[8:12]  a random number drawn when the MDS starts
@@ -108,25 +112,54 @@ type FileLayout struct {
 }
 
 // Layout returns file ino's files layout, placing its data first if it has
-// no stripe map. If a data server of the map is out of service the file
-// gets no layout (an error wrapping ErrUnavailable, or ErrDataServerDown):
-// clients then do their I/O through the MDS, which serves the stripes that
-// are reachable and fails the others clearly.
+// no stripe map. Each stripe index of the layout's device is the first
+// good copy of its position that is in service (members in map order);
+// stale copies are never named. If a position has no good copy in service
+// the file gets no layout (an error wrapping ErrUnavailable, or
+// ErrDataServerDown): clients then do their I/O through the MDS, which
+// serves the stripes that are reachable and fails the others clearly.
 func (s *Striped) Layout(ctx context.Context, ino uint64) (FileLayout, error) {
 	m, err := s.Place(ctx, ino)
 	if err != nil {
 		return FileLayout{}, err
 	}
-	for _, id := range m.DataServers {
-		ds, ok := s.r.DataServer(id)
-		if !ok || !ds.Up {
-			if _, err := s.r.conn(id); err != nil {
-				return FileLayout{}, fmt.Errorf("cluster: layout of ino %d: %w", ino, err)
-			}
-			return FileLayout{}, fmt.Errorf("cluster: layout of ino %d: data server %s: %w", ino, id, ErrUnavailable)
-		}
+	ids, err := s.layoutIDs(ino, m)
+	if err != nil {
+		return FileLayout{}, err
 	}
-	return FileLayout{Device: s.devices.id(m.DataServers), First: m.First, Unit: m.Unit, Count: uint32(len(m.DataServers))}, nil
+	return FileLayout{Device: s.devices.id(ids), First: m.First, Unit: m.Unit, Count: uint32(len(ids))}, nil
+}
+
+// layoutIDs returns the data server of each stripe index of m's layout:
+// position p's first good member in service.
+func (s *Striped) layoutIDs(ino uint64, m meta.StripeMap) ([]string, error) {
+	ids := make([]string, len(m.DataServers))
+	for p := range m.DataServers {
+		good := m.Good(p)
+		for _, id := range good {
+			if s.r.inService(id) {
+				ids[p] = id
+				break
+			}
+		}
+		if ids[p] != "" {
+			continue
+		}
+		if len(good) == 0 {
+			return nil, noCopy(ino, m)
+		}
+		var errs []error
+		for _, id := range good {
+			if _, err := s.r.conn(id); err != nil {
+				errs = append(errs, err)
+			} else {
+				// Registered again since DataServer said otherwise.
+				errs = append(errs, fmt.Errorf("data server %s: %w", id, ErrUnavailable))
+			}
+		}
+		return nil, fmt.Errorf("cluster: layout of ino %d: %w", ino, errors.Join(errs...))
+	}
+	return ids, nil
 }
 
 // Device returns the addresses of device id's data servers by stripe

@@ -43,6 +43,13 @@
 //	OBJ_GETSIZE    MDS→DS    ino → object size
 //	FENCE/UNFENCE  MDS→DS    client id → status
 //	RETIRE         MDS→DS    void → status (the DS was removed)
+//	OBJ_PUNCH      MDS→DS    ino, offset, length → status
+//	MAP            DS→MDS    ino → the file's stripe map and its members' addresses
+//	MAP_CHANGED    MDS→DS    ino → status (drop the cached map)
+//	REPLICA_FAILED DS→MDS    ino, gen, id → the map with id marked stale
+//	OBJ_SUM        MDS→DS    ino, offset, length → SHA-256, object size (scrub)
+//	REPLICA_WRITE  DS→DS     mac, ino, gen, offset, stable, data → count, verifier
+//	REPLICA_COMMIT DS→DS     mac, ino, gen → verifier
 //
 // Objects are named by inode number and use sparse packing: file offset X is
 // object offset X on whichever DS holds that stripe unit, so the MDS, the
@@ -58,9 +65,9 @@
 // REGISTER carries the DS's protocol revision and the MDS answers a revision
 // it does not speak with CTL_ERR_VERSION and the range it does; the agent
 // then stops (ErrVersion) rather than retrying forever. The current
-// revision is 3 (per-file stripe maps and persistent identities replaced
-// stripe indexes) and the MDS speaks only it, so MDS and DSes must be
-// upgraded together.
+// revision is 4 (replicated stripes; revision 3 brought per-file stripe
+// maps and persistent identities) and the MDS speaks only it, so MDS and
+// DSes must be upgraded together.
 //
 // # Membership and stripe maps
 //
@@ -93,6 +100,47 @@
 // the old objects), rebalances files onto DSes added later with the same
 // machinery, and removes a drained DS, or with force a dead one, listing
 // the files that lose stripes. A Removed DS is refused at REGISTER.
+//
+// # Replicated stripes
+//
+// A stripe map may keep up to three copies of each stripe unit
+// (meta.StripeMap.Replicas): position p's units live on every member of
+// p. The number comes from the file's policy (copied from its directory
+// when it was created; `shoal admin policy`) or the cluster default
+// (`shoal mds --mirrors`). The rules, each in one place:
+//
+//   - Writes through the MDS (Striped) go to every good member of the
+//     unit's position; a member that cannot be reached is marked stale in
+//     the map (markStale, before the write is acknowledged), and stale
+//     copies are never read, written or named in a layout until healed.
+//     Reads try the good members in order and fail over on unreachable
+//     members and on checksum failures (store.ErrCorrupt).
+//   - A layout names, for each position, its first good member in service.
+//   - A client's WRITE to a data server lands in its ReplicaStore, which
+//     writes locally and hands the same bytes to the position's other good
+//     members with REPLICA_WRITE, in parallel (fan-out from the data server
+//     the client chose: with striping each data server is that server for
+//     1/n of the units, so each byte crosses the network once per extra
+//     copy and the links stay balanced). A peer it cannot reach is
+//     reported with REPLICA_FAILED and marked stale; the write succeeds.
+//     COMMIT commits the peers too, and a peer whose verifier changed
+//     (it restarted and may have lost UNSTABLE writes) makes the data
+//     server change its own write verifier, so clients resend.
+//   - Every map change goes through replaceMap: a compare-and-swap on the
+//     map's generation, MAP_CHANGED to the data servers (they cache maps),
+//     and a recall of the file's layouts.
+//   - The healer (heal.go) resyncs stale copies on data servers in
+//     service and replaces members that have been down for DownAfter or
+//     were removed, per position, copying from a good member under the
+//     file's layout hold, at a bounded rate. `shoal admin scrub` compares
+//     the copies' checksums (OBJ_SUM) and repairs a damaged copy from a
+//     good one.
+//
+// Data servers keep per-block CRC-32C checksums (store.LocalOptions
+// .Checksums) and never return a block that fails them. Peers trust each
+// other through the data filehandle key: REPLICA_WRITE and REPLICA_COMMIT
+// carry an HMAC of their header with it (not of the data, which TCP's
+// checksum and the block checksums cover).
 //
 // # Failure handling
 //

@@ -10,6 +10,7 @@ import (
 	"github.com/shoalfs/shoal/internal/ctlproto"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/store"
 )
 
 // Stateid verdicts. The MDS's RegistryConfig.CheckStateid returns them
@@ -81,6 +82,10 @@ func statusOf(err error) ctlproto.CtlStatus {
 		return ctlproto.CTL_ERR_DELAY
 	case errors.Is(err, ErrBusy):
 		return ctlproto.CTL_ERR_BUSY
+	case errors.Is(err, ErrNotMember):
+		return ctlproto.CTL_ERR_NOTMEMBER
+	case errors.Is(err, store.ErrCorrupt):
+		return ctlproto.CTL_ERR_CORRUPT
 	case errors.Is(err, ErrUnknownDataServer), errors.Is(err, fs.ErrNotExist):
 		return ctlproto.CTL_ERR_NOENT
 	case errors.Is(err, ErrAuth):
@@ -134,6 +139,10 @@ func errOf(st ctlproto.CtlStatus) error {
 		return ErrWrongCluster
 	case ctlproto.CTL_ERR_BUSY:
 		return ErrBusy
+	case ctlproto.CTL_ERR_CORRUPT:
+		return ErrCorrupt
+	case ctlproto.CTL_ERR_NOTMEMBER:
+		return ErrNotMember
 	}
 	return fmt.Errorf("cluster: %v: %w", st, syscall.EIO)
 }

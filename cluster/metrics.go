@@ -34,13 +34,32 @@ var (
 	descLastBeat    = prometheus.NewDesc("shoal_cluster_ds_last_heartbeat_seconds", "Unix time of the data server's last heartbeat.", []string{"ds"}, nil)
 	descUnavailable = prometheus.NewDesc("shoal_cluster_unavailable_files", "Files with a stripe on a data server that is out of service or removed.", nil, nil)
 	descPlaced      = prometheus.NewDesc("shoal_cluster_files", "Files with data placed on data servers.", nil, nil)
-	descJobFiles    = prometheus.NewDesc("shoal_cluster_job_files", "Files of the current or last drain/rebalance, by outcome.", []string{"kind", "outcome"}, nil)
-	descJobBytes    = prometheus.NewDesc("shoal_cluster_job_bytes", "Bytes copied by the current or last drain/rebalance.", []string{"kind"}, nil)
+	descJobFiles    = prometheus.NewDesc("shoal_cluster_job_files", "Files of the current or last drain/rebalance/scrub, by outcome.", []string{"kind", "outcome"}, nil)
+	descJobBytes    = prometheus.NewDesc("shoal_cluster_job_bytes", "Bytes copied by the current or last drain/rebalance/scrub.", []string{"kind"}, nil)
+
+	descReplicated     = prometheus.NewDesc("shoal_cluster_replicated_files", "Files kept in more than one copy.", nil, nil)
+	descDegraded       = prometheus.NewDesc("shoal_cluster_degraded_files", "Replicated files with a stale copy or a lost member (removed, or out of service past DownAfter).", nil, nil)
+	descDegradedStripe = prometheus.NewDesc("shoal_cluster_degraded_stripes", "Stripe positions of replicated files with a stale copy or a lost member.", nil, nil)
+	descStale          = prometheus.NewDesc("shoal_cluster_stale_copies", "Copies of files marked stale (one per file and data server).", nil, nil)
+	descUnhealable     = prometheus.NewDesc("shoal_cluster_unhealable_files", "Degraded files with a stripe position that has no good copy in service.", nil, nil)
+	descHealRunning    = prometheus.NewDesc("shoal_cluster_heal_running", "1 while the healer copies a file.", nil, nil)
+	descHealBytes      = prometheus.NewDesc("shoal_cluster_heal_bytes_total", "Bytes healing copied and verified.", nil, nil)
+	descHealed         = prometheus.NewDesc("shoal_cluster_healed_files_total", "Files healed.", nil, nil)
+	descHealFailed     = prometheus.NewDesc("shoal_cluster_heal_failures_total", "Heals that failed (each is retried).", nil, nil)
+	descHealRate       = prometheus.NewDesc("shoal_cluster_heal_rate_limit_bytes", "Healing's bandwidth limit in bytes per second (-1: none).", nil, nil)
+	descScrubFiles     = prometheus.NewDesc("shoal_cluster_scrub_files_total", "Replicated files scrubs checked.", nil, nil)
+	descScrubChunks    = prometheus.NewDesc("shoal_cluster_scrub_chunks_total", "Stripe chunks scrubs checked.", nil, nil)
+	descScrubBad       = prometheus.NewDesc("shoal_cluster_scrub_bad_total", "Copies of chunks scrubs found corrupt or differing.", nil, nil)
+	descScrubRepaired  = prometheus.NewDesc("shoal_cluster_scrub_repaired_total", "Bad copies of chunks scrubs repaired.", nil, nil)
 )
+
+var allDescs = []*prometheus.Desc{descUp, descFiles, descBytes, descFree, descLastBeat, descUnavailable, descPlaced, descJobFiles, descJobBytes,
+	descReplicated, descDegraded, descDegradedStripe, descStale, descUnhealable, descHealRunning, descHealBytes, descHealed, descHealFailed,
+	descHealRate, descScrubFiles, descScrubChunks, descScrubBad, descScrubRepaired}
 
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descUp, descFiles, descBytes, descFree, descLastBeat, descUnavailable, descPlaced, descJobFiles, descJobBytes} {
+	for _, d := range allDescs {
 		ch <- d
 	}
 }
@@ -64,6 +83,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	g := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
+	counter := func(d *prometheus.Desc, v int64) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v))
+	}
 	for _, d := range st.DataServers {
 		up := 0.0
 		if d.Up {
@@ -79,6 +101,27 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	g(descUnavailable, float64(st.UnavailableFiles))
 	g(descPlaced, float64(st.Files))
+	rep := &st.Replication
+	g(descReplicated, float64(rep.Files))
+	g(descDegraded, float64(rep.DegradedFiles))
+	g(descDegradedStripe, float64(rep.DegradedStripes))
+	g(descStale, float64(rep.StaleCopies))
+	g(descUnhealable, float64(rep.UnhealableFiles))
+	if h := rep.Heal; h != nil {
+		running := 0.0
+		if h.Running {
+			running = 1
+		}
+		g(descHealRunning, running)
+		counter(descHealBytes, h.Bytes)
+		counter(descHealed, h.Files)
+		counter(descHealFailed, h.Failed)
+		g(descHealRate, float64(h.Rate))
+	}
+	counter(descScrubFiles, rep.Scrub.Files)
+	counter(descScrubChunks, rep.Scrub.Chunks)
+	counter(descScrubBad, rep.Scrub.Bad)
+	counter(descScrubRepaired, rep.Scrub.Repaired)
 	if j := st.Job; j != nil {
 		g(descJobFiles, float64(j.Files), j.Kind, "found")
 		g(descJobFiles, float64(j.Moved), j.Kind, "moved")

@@ -18,6 +18,7 @@ import (
 	"github.com/shoalfs/shoal/internal/ctlproto"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/meta"
 )
 
 // State is a data server's place in the cluster's life cycle. It is
@@ -39,7 +40,10 @@ type DataServer struct {
 	// maps name DSes by it.
 	ID    string
 	Addrs []string // advertised host:port, for GETDEVICEINFO; the last known while down
-	State State
+	// PeerAddrs is where other data servers reach it (REPLICA_WRITE);
+	// empty means Addrs.
+	PeerAddrs []string `json:",omitempty"`
+	State     State
 	// Capacity and Free are the DS's space in bytes, from its last
 	// REGISTER or HEARTBEAT.
 	Capacity, Free uint64
@@ -97,6 +101,18 @@ type StateStore interface {
 // body are JSON documents defined per command (admin.go).
 type AdminHandler interface {
 	Admin(ctx context.Context, command string, request []byte) (body []byte, err error)
+}
+
+// MapHandler answers the data servers' stripe-map calls (MAP,
+// REPLICA_FAILED); Striped implements it.
+type MapHandler interface {
+	// FileMap returns file ino's current stripe map; ok is false if its
+	// data was never placed.
+	FileMap(ctx context.Context, ino uint64) (m meta.StripeMap, ok bool, err error)
+	// ReplicaFailed records that data server from could not reach data
+	// server id to copy a change of file ino, whose map it had at
+	// generation gen, and returns the map now current.
+	ReplicaFailed(ctx context.Context, ino, gen uint64, from, id string) (meta.StripeMap, error)
 }
 
 // DefaultDownAfter is RegistryConfig.DownAfter's default.
@@ -166,6 +182,7 @@ type Registry struct {
 	nextSub int
 	servers []*rpc.Server
 	admin   AdminHandler
+	maps    MapHandler
 	closed  bool
 
 	evMu   sync.Mutex
@@ -251,6 +268,14 @@ func (r *Registry) SetAdmin(h AdminHandler) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.admin = h
+}
+
+// SetMaps installs the handler of the data servers' MAP and REPLICA_FAILED
+// calls (the MDS's Striped); until then they are answered "retry later".
+func (r *Registry) SetMaps(h MapHandler) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.maps = h
 }
 
 // Handler returns the rpc.Handler serving SHOAL_CONTROL calls from DSes
@@ -349,6 +374,7 @@ func (r *Registry) Placement() []string {
 func (m *member) snapshot() DataServer {
 	ds := m.ds
 	ds.Addrs = slices.Clone(ds.Addrs)
+	ds.PeerAddrs = slices.Clone(ds.PeerAddrs)
 	return ds
 }
 
@@ -741,6 +767,25 @@ func (r *Registry) serveRPC(ctx context.Context, c *rpc.Call, res *xdr.Encoder) 
 		}
 		out := r.serveAdmin(ctx, c.Conn, &a)
 		out.EncodeXDR(res)
+	case ctlproto.CTLPROC_MAP:
+		var a ctlproto.CtlInoArgs
+		if !decodeArgs(c, &a) {
+			return rpc.GarbageArgs
+		}
+		out := r.serveMap(ctx, c.Conn, func(h MapHandler, _ string) (meta.StripeMap, bool, error) {
+			return h.FileMap(ctx, a.Ino)
+		})
+		out.EncodeXDR(res)
+	case ctlproto.CTLPROC_REPLICA_FAILED:
+		var a ctlproto.CtlReplicaFailedArgs
+		if !decodeArgs(c, &a) {
+			return rpc.GarbageArgs
+		}
+		out := r.serveMap(ctx, c.Conn, func(h MapHandler, from string) (meta.StripeMap, bool, error) {
+			m, err := h.ReplicaFailed(ctx, a.Ino, a.Gen, from, a.DsId)
+			return m, true, err
+		})
+		out.EncodeXDR(res)
 	default:
 		return rpc.ProcUnavail
 	}
@@ -801,16 +846,17 @@ func (r *Registry) register(ctx context.Context, c *rpc.Conn, a *ctlproto.CtlReg
 		r.byID[a.DsId] = m
 		r.ordered = append(r.ordered, m)
 	}
-	addrsChanged := !slices.Equal(m.ds.Addrs, a.Addrs)
-	oldAddrs := m.ds.Addrs
+	addrsChanged := !slices.Equal(m.ds.Addrs, a.Addrs) || !slices.Equal(m.ds.PeerAddrs, a.PeerAddrs)
+	oldAddrs, oldPeer := m.ds.Addrs, m.ds.PeerAddrs
 	m.ds.Addrs = slices.Clone(a.Addrs)
+	m.ds.PeerAddrs = slices.Clone(a.PeerAddrs)
 	if isNew || addrsChanged {
 		if err := r.saveLocked(ctx); err != nil {
 			if isNew {
 				delete(r.byID, a.DsId)
 				r.ordered = r.ordered[:len(r.ordered)-1]
 			} else {
-				m.ds.Addrs = oldAddrs
+				m.ds.Addrs, m.ds.PeerAddrs = oldAddrs, oldPeer
 			}
 			r.mu.Unlock()
 			r.log.Error("cluster: cannot record a data server", "id", a.DsId, "err", err)
@@ -910,6 +956,53 @@ func (r *Registry) fileSize(ctx context.Context, c *rpc.Conn, ino uint64) ctlpro
 		return ctlproto.CtlGetsizeRes{Status: statusOf(err)}
 	}
 	return ctlproto.CtlGetsizeRes{Status: ctlproto.CTL_OK, Size: &size}
+}
+
+// serveMap answers MAP and REPLICA_FAILED, on registered connections
+// only: fn gets the handler and the caller's id, and its map is sent with
+// the addresses of the data servers it names. No map is CTL_ERR_NOENT.
+func (r *Registry) serveMap(ctx context.Context, c *rpc.Conn, fn func(h MapHandler, from string) (meta.StripeMap, bool, error)) ctlproto.CtlMapRes {
+	r.mu.Lock()
+	m := r.registered(c)
+	var from string
+	if m != nil {
+		from = m.ds.ID
+	}
+	h := r.maps
+	r.mu.Unlock()
+	if m == nil {
+		return ctlproto.CtlMapRes{Status: ctlproto.CTL_ERR_NOTREG}
+	}
+	if h == nil {
+		return ctlproto.CtlMapRes{Status: ctlproto.CTL_ERR_DELAY}
+	}
+	sm, ok, err := fn(h, from)
+	switch {
+	case errors.Is(err, meta.ErrNotFound), errors.Is(err, meta.ErrStale), err == nil && !ok:
+		return ctlproto.CtlMapRes{Status: ctlproto.CTL_ERR_NOENT}
+	case err != nil:
+		st := statusOf(err)
+		if st == ctlproto.CTL_ERR_IO {
+			r.log.Warn("cluster: stripe map call failed", "ds", from, "err", err)
+		}
+		return ctlproto.CtlMapRes{Status: st}
+	}
+	return ctlproto.CtlMapRes{Status: ctlproto.CTL_OK, Map: mapToWire(sm, r.peerAddrsOf)}
+}
+
+// peerAddrsOf returns where data servers reach data server id: its peer
+// addresses, else its advertised ones (nil if the cluster does not know
+// it).
+func (r *Registry) peerAddrsOf(id string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if m := r.byID[id]; m != nil {
+		if len(m.ds.PeerAddrs) > 0 {
+			return slices.Clone(m.ds.PeerAddrs)
+		}
+		return slices.Clone(m.ds.Addrs)
+	}
+	return nil
 }
 
 func (r *Registry) serveAdmin(ctx context.Context, c *rpc.Conn, a *ctlproto.CtlAdminArgs) ctlproto.CtlAdminRes {

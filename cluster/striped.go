@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,11 +41,19 @@ type StripeMaps interface {
 // Each file's striping is its stripe map (meta.StripeMap), recorded in the
 // metadata engine when the file's data is first placed (its first write,
 // or its first layout) over the data servers then in Registry.Placement,
-// and changed only by Move. Adding a data server therefore changes nothing
-// for files that exist; losing one makes exactly the files whose maps name
-// it unavailable. Stripe unit k lives on the map's data server
-// (First+k) mod n, at the same offset of that server's object (sparse
-// packing).
+// and changed only through replaceMap (a copy marked stale, healing, Move).
+// Adding a data server therefore changes nothing for files that exist.
+// Stripe unit k belongs to position p = (First+k) mod n of the map and
+// lives on every member of p (one, or as many as the file's copies; see
+// SetMirrors), at the same offset of each member's object (sparse packing).
+//
+// With several copies, I/O goes to the good copies (meta.StripeMap.Good):
+// a write reaches every good copy in service, and one that misses a copy
+// another copy took marks the missed copy stale before it is
+// acknowledged; a read is served by the first good copy that answers.
+// Losing a data server therefore makes unavailable only the positions all
+// of whose good copies it held: with one copy, exactly the files whose
+// maps name it.
 //
 // A file without a map has no data on any data server and reads as empty.
 type Striped struct {
@@ -75,8 +84,11 @@ type Striped struct {
 	dirtyMu sync.Mutex
 	dirty   map[uint64]map[string]struct{}
 
-	hookMu sync.Mutex
-	recall func(ino uint64) // SetRecall
+	hookMu    sync.Mutex
+	recall    func(ino uint64)                          // SetRecall
+	onStale   func(ino uint64)                          // SetOnStale
+	mirrors   int                                       // SetDefaultMirrors
+	mirrorsFn func(ctx context.Context, ino uint64) int // SetMirrors
 }
 
 var (
@@ -89,13 +101,14 @@ const maxCachedMaps = 1 << 16
 
 // NewStriped returns a Backend striping new files over r's data servers
 // with the given stripe unit (DefaultStripeUnit if 0), keeping stripe maps
-// in maps.
+// in maps. New files get one copy of each stripe unit unless SetMirrors or
+// SetDefaultMirrors say otherwise.
 func NewStriped(r *Registry, maps StripeMaps, stripeUnit uint64) *Striped {
 	if stripeUnit == 0 {
 		stripeUnit = DefaultStripeUnit
 	}
 	return &Striped{r: r, unit: stripeUnit, maps: maps, devices: newDevices(r), cache: map[uint64]meta.StripeMap{},
-		verf: map[string][8]byte{}, lost: map[string]bool{}, dirty: map[uint64]map[string]struct{}{}}
+		verf: map[string][8]byte{}, lost: map[string]bool{}, dirty: map[uint64]map[string]struct{}{}, mirrors: 1}
 }
 
 // StripeUnit returns the stripe unit of new files.
@@ -139,7 +152,9 @@ func (s *Striped) forget(ino uint64) {
 }
 
 // Place returns file ino's stripe map, placing its data over the data
-// servers in Registry.Placement if it has none.
+// servers in Registry.Placement if it has none, with as many copies of
+// each stripe unit as its policy says (SetMirrors), at most one per data
+// server.
 func (s *Striped) Place(ctx context.Context, ino uint64) (meta.StripeMap, error) {
 	m, ok, err := s.Map(ctx, ino)
 	if err != nil || ok {
@@ -149,9 +164,7 @@ func (s *Striped) Place(ctx context.Context, ino uint64) (meta.StripeMap, error)
 	if len(ids) == 0 {
 		return meta.StripeMap{}, ErrNoDataServers
 	}
-	m, err = s.maps.PlaceStripeMap(ctx, meta.Ino(ino), meta.StripeMap{
-		Unit: s.unit, First: uint32(ino % uint64(len(ids))), DataServers: ids,
-	})
+	m, err = s.maps.PlaceStripeMap(ctx, meta.Ino(ino), placeMap(s.unit, ino, ids, s.mirrorsOf(ctx, ino)))
 	if err != nil {
 		return meta.StripeMap{}, fmt.Errorf("cluster: placing ino %d: %w", ino, err)
 	}
@@ -194,15 +207,35 @@ func (s *Striped) takeDirty(ino uint64) []string {
 	return ids
 }
 
+// untrack forgets that ino was written UNSTABLE on ids, which are about
+// to be committed, and reports which of them were marked.
+func (s *Striped) untrack(ino uint64, ids []string) map[string]bool {
+	s.dirtyMu.Lock()
+	defer s.dirtyMu.Unlock()
+	d := s.dirty[ino]
+	out := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if _, ok := d[id]; ok {
+			out[id] = true
+			delete(d, id)
+		}
+	}
+	if d != nil && len(d) == 0 {
+		delete(s.dirty, ino)
+	}
+	return out
+}
+
 // dsFor returns the data server of m holding file offset off.
 func dsFor(m meta.StripeMap, off uint64) string {
 	n := uint64(len(m.DataServers))
 	return m.DataServers[(off/m.Unit+uint64(m.First))%n]
 }
 
-// piece is a part of an I/O that lives on one DS and fits in one call.
+// piece is a part of an I/O that lives in one stripe unit (so on the
+// members of one position) and fits in one call.
 type piece struct {
-	ds     string // data server id
+	pos    int    // position of the map
 	off    uint64 // file (and object) offset
 	lo, hi int    // range in the caller's buffer
 }
@@ -215,7 +248,7 @@ func split(m meta.StripeMap, off uint64, length int) []piece {
 		o := off + uint64(pos)
 		end := (o/m.Unit + 1) * m.Unit
 		l := min(uint64(length-pos), end-o, maxIO)
-		ps = append(ps, piece{ds: dsFor(m, o), off: o, lo: pos, hi: pos + int(l)})
+		ps = append(ps, piece{pos: m.Position(o), off: o, lo: pos, hi: pos + int(l)})
 		pos += int(l)
 	}
 	return ps
@@ -246,8 +279,8 @@ func (s *Striped) Open(ino uint64, create bool) (store.File, error) {
 	return &stripedFile{s: s, ino: ino, written: map[string]bool{}}, nil
 }
 
-// onMap runs an object call on every data server of ino's map; nothing if
-// it has none.
+// onMap runs an object call on every data server ino's map names, stale
+// copies included; nothing if it has none.
 //
 // With skipGone, data servers removed from the cluster are skipped: what
 // they held is gone with them, and waiting for them would keep, for
@@ -259,8 +292,9 @@ func (s *Striped) onMap(op string, ino uint64, skipGone bool, fn func(ctx contex
 	if err != nil || !ok {
 		return err
 	}
-	return parallel(len(m.DataServers), func(i int) error {
-		id := m.DataServers[i]
+	ids := m.All()
+	return parallel(len(ids), func(i int) error {
+		id := ids[i]
 		conn, err := s.r.conn(id)
 		if err != nil && skipGone && s.r.gone(id) {
 			return nil
@@ -275,8 +309,11 @@ func (s *Striped) onMap(op string, ino uint64, skipGone bool, fn func(ctx contex
 	})
 }
 
-// Remove implements store.Backend: OBJ_REMOVE on the data servers of the
-// file's map. The map itself goes with the inode (meta.Engine.FreeOrphan).
+// Remove implements store.Backend: OBJ_REMOVE on every data server of the
+// file's map, stale copies included. The map itself goes with the inode
+// (meta.Engine.FreeOrphan). A copy that cannot be reached is not marked
+// stale: the removal fails and is retried until it is reachable again or
+// removed from the cluster, so that no object is left behind.
 func (s *Striped) Remove(ino uint64) error {
 	s.dirtyMu.Lock()
 	delete(s.dirty, ino)
@@ -297,39 +334,202 @@ func objRemove(ctx context.Context, conn *rpc.Conn, ino uint64) error {
 	return errOf(res.Status)
 }
 
-// Truncate implements store.Backend: OBJ_TRUNCATE to size on every data
-// server of the map, so every object has the file's size and Size stays
-// the maximum. A file without a map has nothing to truncate.
-func (s *Striped) Truncate(ino uint64, size uint64) error {
-	defer s.lockIO(ino)()
-	return s.onMap("truncate", ino, false, func(ctx context.Context, conn *rpc.Conn, _ string) error {
-		var res ctlproto.CtlStatusRes
-		if err := call(ctx, conn, ctlproto.CTLPROC_OBJ_TRUNCATE, &ctlproto.CtlTruncateArgs{Ino: ino, Size: size}, &res); err != nil {
-			return err
-		}
-		return errOf(res.Status)
-	})
+// goodIDs returns the data servers holding a good copy of some position
+// of m, each once.
+func goodIDs(m meta.StripeMap) []string {
+	return slices.DeleteFunc(m.All(), m.IsStale)
 }
 
-// Sync implements store.Backend: OBJ_COMMIT on the DSes that hold UNSTABLE
-// writes of ino made through this Striped since their last commit. It
-// returns ErrDataLost if a DS restarted while holding uncommitted writes.
-func (s *Striped) Sync(ino uint64) error {
-	ids := s.takeDirty(ino)
-	return parallel(len(ids), func(j int) error {
-		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		defer cancel()
-		err := s.commit(ctx, ino, ids[j])
-		if err != nil && !errors.Is(err, ErrDataLost) {
-			// Not committed: the next Sync tries again. (ErrDataLost
-			// did commit; what was lost is gone either way.)
-			s.markDirty(ino, ids[j])
+// noCopy checks that every position of m has a good member.
+func noCopy(ino uint64, m meta.StripeMap) error {
+	for p := range m.DataServers {
+		if len(m.Good(p)) == 0 {
+			return fmt.Errorf("cluster: ino %d: no current copy of stripe position %d (members %q stale): %w",
+				ino, p, m.Members(p), ErrDataServerDown)
+		}
+	}
+	return nil
+}
+
+// copyResult is the outcome of a change on one good member of one group
+// of a change: a piece of a write, or a position for a truncate.
+type copyResult struct {
+	group int
+	id    string
+	err   error
+}
+
+// settle ends a change that went to every good member of each of its
+// groups (results has one entry per member and group). Members that
+// failed in a group where another member took the change missed it: they
+// are marked stale, in one map change, before the change is acknowledged.
+// The change succeeds if every group has a member that took it and every
+// member that missed it is now stale. Otherwise the error joins why the
+// members of the groups nobody took failed, and why the members that could
+// not be marked stale (their copy is the only good one in service of some
+// position; see markStale) failed: an out-of-service member is retried (ErrUnavailable) for
+// DownAfter and fails (ErrDataServerDown) afterwards, as with one copy.
+// Like a failed change of a file with one copy, which may have reached
+// some of its data servers, a failed change may have reached some copies
+// of a unit and not others: the range it covers is undefined until it is
+// written again.
+func (s *Striped) settle(ctx context.Context, ino uint64, groups int, results []copyResult) error {
+	took := make([]bool, groups)
+	for _, r := range results {
+		if r.err == nil {
+			took[r.group] = true
+		}
+	}
+	var missed []string
+	why := map[string]error{}
+	var errs []error
+	for _, r := range results {
+		switch {
+		case r.err == nil:
+		case took[r.group]:
+			if _, seen := why[r.id]; !seen {
+				missed = append(missed, r.id)
+				why[r.id] = r.err
+				s.r.log.Warn("cluster: a copy missed a change", "ino", ino, "ds", r.id, "err", r.err)
+			}
+		default:
+			errs = append(errs, r.err)
+		}
+	}
+	for g, ok := range took {
+		if !ok && !slices.ContainsFunc(results, func(r copyResult) bool { return r.group == g }) {
+			errs = append(errs, fmt.Errorf("cluster: ino %d: a change reached no copy: %w", ino, ErrDataServerDown))
+		}
+	}
+	if len(missed) > 0 {
+		_, refused, err := s.markStaleAll(ctx, ino, missed)
+		if err != nil {
+			return fmt.Errorf("cluster: ino %d: recording the copies that missed a change: %w", ino, err)
+		}
+		for _, id := range refused {
+			errs = append(errs, why[id])
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Truncate implements store.Backend: OBJ_TRUNCATE to size on every good
+// copy, so every object has the file's size and Size stays the maximum.
+// Copies that cannot be reached are marked stale if another copy of each
+// of their positions took it (see settle). A file without a map has
+// nothing to truncate.
+func (s *Striped) Truncate(ino uint64, size uint64) error {
+	defer s.lockIO(ino)()
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	m, ok, err := s.Map(ctx, ino)
+	if err != nil || !ok {
+		return err
+	}
+	if err := noCopy(ino, m); err != nil {
+		return err
+	}
+	ids := goodIDs(m)
+	errs := make(map[string]error, len(ids))
+	var mu sync.Mutex
+	_ = parallel(len(ids), func(i int) error {
+		conn, err := s.r.conn(ids[i])
+		if err == nil {
+			var res ctlproto.CtlStatusRes
+			err = call(ctx, conn, ctlproto.CTLPROC_OBJ_TRUNCATE, &ctlproto.CtlTruncateArgs{Ino: ino, Size: size}, &res)
+			if err == nil {
+				err = errOf(res.Status)
+			}
 		}
 		if err != nil {
-			return fmt.Errorf("cluster: commit ino %d on %s: %w", ino, ids[j], err)
+			err = fmt.Errorf("cluster: truncate ino %d on data server %s: %w", ino, ids[i], err)
+		}
+		mu.Lock()
+		errs[ids[i]] = err
+		mu.Unlock()
+		return nil
+	})
+	var results []copyResult
+	for p := range m.DataServers {
+		for _, id := range m.Good(p) {
+			results = append(results, copyResult{group: p, id: id, err: errs[id]})
+		}
+	}
+	return s.settle(ctx, ino, len(m.DataServers), results)
+}
+
+// Sync implements store.Backend: OBJ_COMMIT on the copies that hold
+// UNSTABLE writes of ino made through this Striped since their last
+// commit. A copy whose commit fails is marked stale if every position it
+// holds has another good copy (see syncMembers); otherwise Sync fails, and
+// returns ErrDataLost if a data server restarted while holding
+// uncommitted writes.
+func (s *Striped) Sync(ino uint64) error {
+	ids := s.takeDirty(ino)
+	if len(ids) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	failed := s.syncMembers(ctx, ino, ids)
+	var errs []error
+	for _, id := range ids {
+		err := failed[id]
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, ErrDataLost) {
+			// Not committed: the next Sync tries again. (ErrDataLost
+			// did commit; what was lost is gone either way.)
+			s.markDirty(ino, id)
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// syncMembers commits ino on the data servers ids and returns the errors
+// of those whose commit failed and whose copy could not be marked stale
+// instead. A copy whose commit failed (unreachable, restarted with
+// uncommitted writes, an I/O error) may lack what was written to it; when
+// the other copies of its positions hold it, marking it stale loses
+// nothing and the commit succeeds.
+func (s *Striped) syncMembers(ctx context.Context, ino uint64, ids []string) map[string]error {
+	errs := make([]error, len(ids))
+	_ = parallel(len(ids), func(j int) error {
+		if err := s.commit(ctx, ino, ids[j]); err != nil {
+			errs[j] = fmt.Errorf("cluster: commit ino %d on %s: %w", ino, ids[j], err)
 		}
 		return nil
 	})
+	failed := map[string]error{}
+	var cand []string
+	for j, err := range errs {
+		if err != nil {
+			failed[ids[j]] = err
+			cand = append(cand, ids[j])
+		}
+	}
+	if len(cand) == 0 {
+		return nil
+	}
+	if m, ok, err := s.Map(ctx, ino); err != nil || !ok || m.Mirrors() == 1 {
+		return failed
+	}
+	_, refused, err := s.markStaleAll(ctx, ino, cand)
+	if err != nil {
+		for _, id := range cand {
+			failed[id] = errors.Join(failed[id], err)
+		}
+		return failed
+	}
+	for _, id := range cand {
+		if !slices.Contains(refused, id) {
+			s.r.log.Warn("cluster: a copy failed its commit and is stale until healed", "ino", ino, "ds", id, "err", failed[id])
+			delete(failed, id)
+		}
+	}
+	return failed
 }
 
 func (s *Striped) commit(ctx context.Context, ino uint64, id string) error {
@@ -452,9 +652,13 @@ func (f *stripedFile) check() error {
 	return nil
 }
 
-// WriteAt implements io.WriterAt: the stripe pieces are written in
-// parallel (unstable; Sync commits). The file's data is placed first if it
-// has no stripe map. On error the number of bytes written is reported as 0
+// WriteAt implements io.WriterAt: every piece is written (unstable; Sync
+// commits) to every good copy of its position that is in service, all in
+// parallel; the data servers get slices of p, never copies. A copy that is
+// out of service or fails while another copy took the piece is marked
+// stale before WriteAt returns (see settle); the write succeeds if every
+// piece reached a good copy. The file's data is placed first if it has no
+// stripe map. On error the number of bytes written is reported as 0
 // although some pieces may have landed.
 func (f *stripedFile) WriteAt(p []byte, off int64) (int, error) {
 	if err := f.check(); err != nil {
@@ -474,18 +678,29 @@ func (f *stripedFile) WriteAt(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	ps := split(m, uint64(off), len(p))
-	err = parallel(len(ps), func(i int) error {
-		pc := ps[i]
-		if err := writeObj(ctx, f.s.r, f.ino, pc.ds, pc.off, p[pc.lo:pc.hi], false, f.s.noteWrite); err != nil {
-			return err
+	var results []copyResult
+	for i, pc := range ps {
+		good := m.Good(pc.pos)
+		if len(good) == 0 {
+			return 0, noCopy(f.ino, m)
 		}
-		f.s.markDirty(f.ino, pc.ds)
+		for _, id := range good {
+			results = append(results, copyResult{group: i, id: id})
+		}
+	}
+	_ = parallel(len(results), func(i int) error {
+		r := &results[i]
+		pc := ps[r.group]
+		if r.err = writeObj(ctx, f.s.r, f.ino, r.id, pc.off, p[pc.lo:pc.hi], false, f.s.noteWrite); r.err != nil {
+			return nil
+		}
+		f.s.markDirty(f.ino, r.id)
 		f.mu.Lock()
-		f.written[pc.ds] = true
+		f.written[r.id] = true
 		f.mu.Unlock()
 		return nil
 	})
-	if err != nil {
+	if err := f.s.settle(ctx, f.ino, len(ps), results); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -544,9 +759,14 @@ func readObj(ctx context.Context, r *Registry, ino uint64, id string, off uint64
 	return res.Ok.Size, nil
 }
 
-// ReadAt implements io.ReaderAt. Ranges no DS holds data for read as
-// zeros; io.EOF is returned when the read reaches the file's end (the
-// largest object size on the map's data servers).
+// ReadAt implements io.ReaderAt. Each piece is read from the first good
+// copy of its position that answers, in member order: a copy that cannot
+// be reached, or fails otherwise, is skipped, and one whose data failed
+// its checksum (ErrCorrupt) is also marked stale so that healing rewrites
+// it. Only if no good copy answers is the shared storage of one read
+// (SetFallback). Stale copies are never read. Ranges no DS holds data for
+// read as zeros; io.EOF is returned when the read reaches the file's end
+// (the largest object size on the map's good copies).
 func (f *stripedFile) ReadAt(p []byte, off int64) (int, error) {
 	if err := f.check(); err != nil {
 		return 0, err
@@ -569,19 +789,26 @@ func (f *stripedFile) ReadAt(p []byte, off int64) (int, error) {
 	}
 	ps := split(m, uint64(off), len(p))
 	sizes := make([]uint64, len(ps))
+	var corruptMu sync.Mutex
+	var corrupt []string
 	err = parallel(len(ps), func(i int) error {
 		pc := ps[i]
-		dst := p[pc.lo:pc.hi]
-		size, err := readObj(ctx, f.s.r, f.ino, pc.ds, pc.off, dst)
-		if err != nil && unreachable(err) {
-			fsize, used, ferr := f.readFallback(pc.ds, pc.off, dst)
-			if used {
-				size, err = fsize, ferr
+		size, bad, err := f.readPiece(ctx, m, pc.pos, pc.off, p[pc.lo:pc.hi])
+		if len(bad) > 0 {
+			corruptMu.Lock()
+			for _, id := range bad {
+				if !slices.Contains(corrupt, id) {
+					corrupt = append(corrupt, id)
+				}
 			}
+			corruptMu.Unlock()
 		}
 		sizes[i] = size
 		return err
 	})
+	if len(corrupt) > 0 {
+		f.s.dropCorrupt(ctx, f.ino, corrupt)
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -608,8 +835,60 @@ func (f *stripedFile) ReadAt(p []byte, off int64) (int, error) {
 	return int(size - uint64(off)), io.EOF
 }
 
-// Size implements store.File: the largest object size on the map's data
-// servers; 0 for a file without a map.
+// readPiece reads [off, off+len(dst)) of position pos into dst from the
+// first good copy that answers, or else from the shared storage of a good
+// copy that could not be reached, and returns the object's size there. bad
+// lists the copies whose data failed its checksum. If none answered, the
+// error joins why.
+func (f *stripedFile) readPiece(ctx context.Context, m meta.StripeMap, pos int, off uint64, dst []byte) (size uint64, bad []string, err error) {
+	good := m.Good(pos)
+	if len(good) == 0 {
+		return 0, nil, noCopy(f.ino, m)
+	}
+	var errs []error
+	for _, id := range good {
+		size, err := readObj(ctx, f.s.r, f.ino, id, off, dst)
+		if err == nil {
+			return size, bad, nil
+		}
+		if errors.Is(err, ErrCorrupt) {
+			bad = append(bad, id)
+			f.s.r.log.Warn("cluster: a copy failed its checksum; reading another", "ino", f.ino, "ds", id, "off", off, "err", err)
+		}
+		errs = append(errs, err)
+	}
+	for i, id := range good {
+		if !unreachable(errs[i]) {
+			continue
+		}
+		fsize, used, ferr := f.readFallback(id, off, dst)
+		if !used {
+			continue
+		}
+		if ferr == nil {
+			return fsize, bad, nil
+		}
+		errs = append(errs, fmt.Errorf("cluster: read ino %d at %d from the storage of %s: %w", f.ino, off, id, ferr))
+	}
+	return 0, bad, errors.Join(errs...)
+}
+
+// dropCorrupt marks the copies whose data failed its checksum stale, so
+// that they are not read again and healing rewrites them. It is only
+// logged if that cannot be done: the read was served from another copy.
+func (s *Striped) dropCorrupt(ctx context.Context, ino uint64, ids []string) {
+	_, refused, err := s.markStaleAll(ctx, ino, ids)
+	if err != nil {
+		s.r.log.Error("cluster: cannot mark corrupt copies stale", "ino", ino, "ds", ids, "err", err)
+	}
+	if len(refused) > 0 {
+		s.r.log.Error("cluster: corrupt copies hold the only good copy of other stripe units; left in place",
+			"ino", ino, "ds", refused)
+	}
+}
+
+// Size implements store.File: the largest object size on the map's good
+// copies; 0 for a file without a map.
 func (f *stripedFile) Size() (int64, error) {
 	if err := f.check(); err != nil {
 		return 0, err
@@ -625,10 +904,51 @@ func (f *stripedFile) Size() (int64, error) {
 	return int64(size), err
 }
 
+// size returns the largest object size over m's good copies that answer
+// (or whose shared storage does). Every position's good copies have the
+// same size, so it fails only if some position has no good copy that
+// answered.
 func (f *stripedFile) size(ctx context.Context, m meta.StripeMap) (uint64, error) {
-	return objectsSize(ctx, f.s.r, f.ino, m.DataServers, func(id string) (uint64, bool, error) {
-		return f.readFallback(id, 0, nil)
+	if err := noCopy(f.ino, m); err != nil {
+		return 0, err
+	}
+	ids := goodIDs(m)
+	sizes := make(map[string]uint64, len(ids))
+	errs := make(map[string]error, len(ids))
+	var mu sync.Mutex
+	_ = parallel(len(ids), func(i int) error {
+		size, err := objSize(ctx, f.s.r, f.ino, ids[i])
+		if err != nil && unreachable(err) {
+			if fsize, used, ferr := f.readFallback(ids[i], 0, nil); used {
+				size, err = fsize, ferr
+			}
+		}
+		if err != nil {
+			err = fmt.Errorf("cluster: size of ino %d on %s: %w", f.ino, ids[i], err)
+		}
+		mu.Lock()
+		sizes[ids[i]], errs[ids[i]] = size, err
+		mu.Unlock()
+		return nil
 	})
+	var size uint64
+	for id, sz := range sizes {
+		if errs[id] == nil {
+			size = max(size, sz)
+		}
+	}
+	var failed []error
+	for p := range m.DataServers {
+		good := m.Good(p)
+		if !slices.ContainsFunc(good, func(id string) bool { return errs[id] == nil }) {
+			for _, id := range good {
+				if !slices.ContainsFunc(failed, func(e error) bool { return e == errs[id] }) {
+					failed = append(failed, errs[id])
+				}
+			}
+		}
+	}
+	return size, errors.Join(failed...)
 }
 
 // objectsSize returns the largest size of ino's objects on ids.
@@ -672,7 +992,9 @@ func objSize(ctx context.Context, r *Registry, ino uint64, id string) (uint64, e
 	return *res.Size, nil
 }
 
-// Sync implements store.File: OBJ_COMMIT on the DSes this handle wrote to.
+// Sync implements store.File: OBJ_COMMIT on the copies this handle wrote
+// to; a copy whose commit fails is marked stale if the other copies of
+// its positions hold its data (see Striped.syncMembers).
 func (f *stripedFile) Sync() error {
 	if err := f.check(); err != nil {
 		return err
@@ -683,17 +1005,30 @@ func (f *stripedFile) Sync() error {
 		ids = append(ids, id)
 	}
 	f.mu.Unlock()
-	return parallel(len(ids), func(j int) error {
-		ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-		defer cancel()
-		if err := f.s.commit(ctx, f.ino, ids[j]); err != nil {
-			return fmt.Errorf("cluster: commit ino %d on %s: %w", f.ino, ids[j], err)
-		}
-		f.mu.Lock()
-		delete(f.written, ids[j])
-		f.mu.Unlock()
+	if len(ids) == 0 {
 		return nil
-	})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	// The commit covers every write that ended before it, whichever
+	// handle made it: Striped.Sync need not commit them again (nor find
+	// a copy that went away since, and mark it stale for nothing).
+	dirty := f.s.untrack(f.ino, ids)
+	failed := f.s.syncMembers(ctx, f.ino, ids)
+	var errs []error
+	f.mu.Lock()
+	for _, id := range ids {
+		if err := failed[id]; err != nil {
+			errs = append(errs, err)
+			if dirty[id] && !errors.Is(err, ErrDataLost) {
+				f.s.markDirty(f.ino, id)
+			}
+			continue
+		}
+		delete(f.written, id)
+	}
+	f.mu.Unlock()
+	return errors.Join(errs...)
 }
 
 // Allocate is not supported on striped files.

@@ -7,6 +7,7 @@ import (
 	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/store"
 )
 
 // errTable maps internal sentinel errors to NFSv4 status codes. It is the one
@@ -37,6 +38,16 @@ var errTable = []struct {
 	// server stays down. The client's read or write fails with EIO.
 	{cluster.ErrDataServerDown, nfs4.NFS4ERR_IO},
 	{cluster.ErrNoDataServers, nfs4.NFS4ERR_DELAY},
+	// A data server asked for a range it holds no current copy of (not a
+	// member of the range's position, its copy stale, or a block of it
+	// failing its checksum: cluster.ReplicaStore wraps store.ErrCorrupt
+	// in cluster.ErrNotMember) tells the client to do the I/O through the
+	// metadata server, which reads a good copy. Listed before
+	// store.ErrCorrupt so that a data server's corrupt copy maps here.
+	{cluster.ErrNotMember, nfs4.NFS4ERR_PNFS_NO_LAYOUT},
+	// Data that fails its checksum anywhere else (a server's own local
+	// store; the metadata server when no copy is good) is an I/O error.
+	{store.ErrCorrupt, nfs4.NFS4ERR_IO},
 	// The cluster's stateid verdicts, as a data server hears them from
 	// its metadata server (CheckDataIO makes them).
 	{cluster.ErrBadStateid, nfs4.NFS4ERR_BAD_STATEID},

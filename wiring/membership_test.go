@@ -251,23 +251,29 @@ func TestDataServerReadPastEOF(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			// The owner answers with the file's bytes; every data server
-			// must agree on where the file ends.
+			// The owner answers with the file's bytes; every other data
+			// server refuses the range (it holds no copy of it) rather
+			// than answer zeros. Past the end of the file, every data
+			// server says so (the MDS told it the file's size).
 			for a, ds := range clients {
 				res, err := ds.Compound(putFH(dataFH), op(nfs4.NfsArgop4{Argop: nfs4.OP_READ, Opread: &nfs4.READ4args{
 					Stateid: sid, Offset: tc.off, Count: tc.count}}))
-				if st := status(t, res, err); st != nfs4.NFS4_OK {
+				st := status(t, res, err)
+				if a != owner(tc.off) && tc.wantLen > 0 {
+					if st != nfs4.NFS4ERR_PNFS_NO_LAYOUT {
+						t.Errorf("READ at %d on %s, which holds no copy of it: %v, want NFS4ERR_PNFS_NO_LAYOUT", tc.off, a, st)
+					}
+					continue
+				}
+				if st != nfs4.NFS4_OK {
 					t.Fatalf("READ at %d on %s: %v", tc.off, a, st)
 				}
 				r := res.Resarray[2].Opread.Resok4
-				if a != owner(tc.off) && tc.wantLen > 0 {
-					continue // not its unit: what it holds there is none of the file
-				}
 				if len(r.Data) != tc.wantLen || r.Eof != tc.wantEOF {
 					t.Errorf("READ %d@%d on %s: %d bytes eof=%v, want %d bytes eof=%v",
 						tc.count, tc.off, a, len(r.Data), r.Eof, tc.wantLen, tc.wantEOF)
 				}
-				if a == owner(tc.off) && tc.wantLen > 0 && !bytes.Equal(r.Data, want[tc.off:tc.off+uint64(tc.wantLen)]) {
+				if tc.wantLen > 0 && !bytes.Equal(r.Data, want[tc.off:tc.off+uint64(tc.wantLen)]) {
 					t.Errorf("READ %d@%d on %s: wrong bytes", tc.count, tc.off, a)
 				}
 			}

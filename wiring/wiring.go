@@ -242,12 +242,24 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 		return nil, err
 	}
 	m.Striped = cluster.NewStriped(m.Registry, srv.Meta(), cfg.StripeUnit)
+	// Replicated stripes: a file gets its copies from its own policy
+	// (copied from its directory when it was created), else the cluster
+	// default; a map that changes recalls the file's layouts; data
+	// servers ask for maps (MAP) and report unreachable peers
+	// (REPLICA_FAILED).
+	policies := policyStore{eng: srv.Meta(), def: max(cfg.Mirrors, 1)}
+	m.Striped.SetDefaultMirrors(policies.def)
+	m.Striped.SetMirrors(policies.mirrorsOf)
+	m.Striped.SetRecall(srv.RecallLayouts)
+	m.Registry.SetMaps(m.Striped)
 	ds.reg, ds.striped = m.Registry, m.Striped
 	m.Admin = cluster.NewAdmin(cluster.AdminConfig{
 		Registry: m.Registry, Striped: m.Striped, Hold: srv.HoldLayouts, FileSize: srv.FileSize,
+		Policy: policies, HealRate: cfg.HealRate,
 		Logger: cfg.Logger.With("role", "admin"),
 	})
 	m.Registry.SetAdmin(m.Admin)
+	m.Striped.SetOnStale(func(uint64) { m.Admin.Kick() })
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(cluster.NewCollector(m.Admin)); err != nil {
 			m.Admin.Close()
@@ -297,8 +309,13 @@ type DSConfig struct {
 	// (for example 10.0.2.2:PORT from a qemu guest); default: the listen
 	// address.
 	Advertise string
-	Lease     time.Duration
-	Logger    *slog.Logger
+	// PeerAdvertise is the host:port the other data servers use to reach
+	// this one (replicated writes); default: the listen address when it
+	// names a host, else Advertise. A qemu guest's 10.0.2.2 is not an
+	// address the host's data servers can reach.
+	PeerAdvertise string
+	Lease         time.Duration
+	Logger        *slog.Logger
 	// Metrics receives the data server's collector (role="ds",
 	// instance=its stripe index).
 	Metrics prometheus.Registerer
@@ -314,7 +331,10 @@ func StartDS(ctx context.Context, cfg DSConfig) (*DS, error) {
 	}
 	d := &DS{}
 	var err error
-	if d.Store, err = store.NewLocal(cfg.Dir, store.LocalOptions{}); err != nil {
+	// Block checksums: a data server never returns bytes that do not
+	// match what was written (store.ErrCorrupt sends the client to the
+	// MDS, which reads another copy).
+	if d.Store, err = store.NewLocal(cfg.Dir, store.LocalOptions{Checksums: true}); err != nil {
 		return nil, err
 	}
 	if d.ln, err = listenStable(cfg.Listen, cfg.Dir); err != nil {
@@ -328,6 +348,14 @@ func StartDS(ctx context.Context, cfg DSConfig) (*DS, error) {
 	} else if host, port, err := net.SplitHostPort(adv); err == nil && port == "0" {
 		adv = net.JoinHostPort(host, strconv.Itoa(d.Addr.(*net.TCPAddr).Port))
 	}
+	peer := cfg.PeerAdvertise
+	if tcp, ok := d.Addr.(*net.TCPAddr); peer == "" && ok && !tcp.IP.IsUnspecified() {
+		peer = d.Addr.String()
+	}
+	var peerAddrs []string
+	if peer != "" && peer != adv {
+		peerAddrs = []string{peer}
+	}
 	ident, err := loadIdentity(cfg.Dir)
 	if err != nil {
 		d.ln.Close()
@@ -335,7 +363,7 @@ func StartDS(ctx context.Context, cfg DSConfig) (*DS, error) {
 		return nil, err
 	}
 	d.Agent, err = cluster.StartAgent(ctx, cluster.AgentConfig{
-		MDS: cfg.MDS, ID: ident.ID, ClusterID: ident.cluster(), Addrs: []string{adv}, Store: d.Store,
+		MDS: cfg.MDS, ID: ident.ID, ClusterID: ident.cluster(), Addrs: []string{adv}, PeerAddrs: peerAddrs, Store: d.Store,
 		JoinSecret: cfg.JoinSecret,
 		Logger:     cfg.Logger.With("role", "ds-agent"),
 	})
@@ -358,16 +386,21 @@ func StartDS(ctx context.Context, cfg DSConfig) (*DS, error) {
 		d.Store.Close()
 		return nil, err
 	}
+	// Clients' writes go through a ReplicaStore, which hands each unit to
+	// the other copies of its stripe (REPLICA_WRITE to the peers, served
+	// on this same listener); the MDS's object calls reach d.Store
+	// directly through the agent.
 	d.Server, err = server.NewDataServer(server.Config{
 		Dir:     cfg.Dir,
 		Lease:   cfg.Lease,
 		Logger:  cfg.Logger.With("role", "ds", "id", ident.ID),
 		Metrics: cfg.Metrics, MetricLabels: prometheus.Labels{"role": "ds", "instance": ident.ID},
+		Programs: map[uint32]rpc.Handler{ctlproto.SHOAL_CONTROL: d.Agent.PeerHandler()},
 	}, server.DataServerConfig{
 		Secret:       d.Agent.DataKey,
 		CheckStateid: d.Agent.CheckStateid,
 		FileSize:     d.Agent.FileSize,
-		Store:        d.Store,
+		Store:        cluster.NewReplicaStore(d.Agent, d.Store),
 	})
 	if err != nil {
 		d.Agent.Close()
@@ -532,7 +565,10 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		// All data servers of a local cluster share this machine's disks,
 		// so the MDS can still read a data server's stripe units after the
 		// data server died (cluster.Striped.SetFallback).
-		fb, err := store.NewLocal(filepath.Join(cfg.Dir, fmt.Sprintf("ds%d", i)), store.LocalOptions{MaxOpen: 64})
+		// It reads through the same block checksums as the data server
+		// (and must not open the directory without them: that would
+		// switch the directory's checksums off).
+		fb, err := store.NewLocal(filepath.Join(cfg.Dir, fmt.Sprintf("ds%d", i)), store.LocalOptions{MaxOpen: 64, Checksums: true})
 		if err != nil {
 			c.Close()
 			return nil, err

@@ -25,7 +25,7 @@ type adminFlags struct {
 
 func (f *adminFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.mds, "mds", "127.0.0.1:2049", "metadata server address host:port")
-	cmd.Flags().StringVar(&f.secretFile, "join-secret-file", "", "the cluster's join secret (the MDS's "+wiring.JoinSecretName+"; default for `shoal up`: DIR/mds/"+wiring.JoinSecretName+" with DIR $TMPDIR/shoal)")
+	cmd.Flags().StringVar(&f.secretFile, "join-secret-file", "", "the cluster's join secret (the MDS's "+wiring.JoinSecretName+"; default for 'shoal up': DIR/mds/"+wiring.JoinSecretName+" with DIR $TMPDIR/shoal)")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print the MDS's answer as JSON")
 }
 
@@ -46,11 +46,12 @@ func (f *adminFlags) call(ctx context.Context, command string, req cluster.Admin
 func newAdminCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "admin",
-		Short: "Administer a Shoal cluster: data servers, drains, rebalancing",
+		Short: "Administer a Shoal cluster: data servers, drains, rebalancing, replication",
 		Long: `Administer a running Shoal cluster through its metadata server. Every
 command presents the cluster's join secret (--join-secret-file).`,
 	}
-	cmd.AddCommand(newAdminStatusCmd(), newAdminDrainCmd(), newAdminRemoveCmd(), newAdminRebalanceCmd(), newAdminCancelCmd())
+	cmd.AddCommand(newAdminStatusCmd(), newAdminDrainCmd(), newAdminRemoveCmd(), newAdminRebalanceCmd(), newAdminCancelCmd(),
+		newAdminPolicyCmd(), newAdminScrubCmd())
 	return cmd
 }
 
@@ -58,7 +59,7 @@ func newAdminStatusCmd() *cobra.Command {
 	var f adminFlags
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show the data servers and the files that are not fully available",
+		Short: "Show the data servers, the files that are not fully available, and replication",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var st cluster.Status
@@ -106,12 +107,50 @@ func printStatus(st *cluster.Status) {
 	if len(st.Unavailable) > 0 {
 		fmt.Printf("\nfiles not fully available (%d):\n", st.UnavailableFiles)
 		for _, f := range st.Unavailable {
+			if len(f.Down) == 0 {
+				fmt.Printf("  inode %d: stripes whose only copies are stale\n", f.Ino)
+				continue
+			}
 			fmt.Printf("  inode %d: stripes on %s\n", f.Ino, strings.Join(f.Down, ", "))
 		}
 	}
+	printReplication(&st.Replication)
 	if j := st.Job; j != nil {
 		fmt.Println()
 		printJob(j)
+	}
+}
+
+func printReplication(r *cluster.ReplicationStatus) {
+	fmt.Printf("\nreplication: %d files in several copies; %d degraded (%d stripe positions), %d stale copies, %d cannot heal\n",
+		r.Files, r.DegradedFiles, r.DegradedStripes, r.StaleCopies, r.UnhealableFiles)
+	if len(r.Unhealable) > 0 {
+		fmt.Printf("  no good copy in service of some stripes (inodes):")
+		for _, ino := range r.Unhealable {
+			fmt.Printf(" %d", ino)
+		}
+		fmt.Println()
+	}
+	if h := r.Heal; h != nil {
+		rate := "unlimited"
+		if h.Rate > 0 {
+			rate = humanBytes(uint64(h.Rate)) + "/s"
+		}
+		state := "idle"
+		if h.Running {
+			state = fmt.Sprintf("healing inode %d", h.Current)
+		}
+		fmt.Printf("  healing: %s; %d files healed, %s copied, %d failed (rate limit %s)\n",
+			state, h.Files, humanBytes(uint64(h.Bytes)), h.Failed, rate)
+		if h.LastErr != "" {
+			fmt.Printf("  last healing error (%s): %s\n", h.LastErrAt.Format(time.DateTime), h.LastErr)
+		}
+	} else {
+		fmt.Println("  healing: off")
+	}
+	if sc := r.Scrub; sc.Files > 0 {
+		fmt.Printf("  scrubbed since the MDS started: %d files, %d chunks, %d bad copies, %d repaired\n",
+			sc.Files, sc.Chunks, sc.Bad, sc.Repaired)
 	}
 }
 
@@ -139,10 +178,29 @@ func printJob(j *cluster.Job) {
 	if el > 0 {
 		rate = float64(j.Bytes) / el.Seconds() / 1e6
 	}
-	fmt.Printf("%s: %s: %d of %d files moved, %d failed, %s copied in %v (%.1f MB/s)\n",
-		what, state, j.Moved, j.Files, j.Failed, humanBytes(uint64(j.Bytes)), el.Round(time.Millisecond), rate)
+	if j.Kind == "scrub" {
+		fmt.Printf("%s: %s: %d files, %d chunks checked, %d bad copies, %d repaired, %d files not checked, in %v\n",
+			what, state, j.Files, j.Chunks, j.Bad, j.Repaired, j.Failed, el.Round(time.Millisecond))
+	} else {
+		fmt.Printf("%s: %s: %d of %d files moved, %d failed, %s copied in %v (%.1f MB/s)\n",
+			what, state, j.Moved, j.Files, j.Failed, humanBytes(uint64(j.Bytes)), el.Round(time.Millisecond), rate)
+	}
 	if j.Err != "" {
 		fmt.Printf("  error: %s\n", j.Err)
+	}
+}
+
+// printFindings lists what a scrub found.
+func printFindings(j *cluster.Job) {
+	for _, f := range j.Findings {
+		outcome := "repaired"
+		if !f.Repaired {
+			outcome = "NOT repaired: " + f.Err
+		}
+		fmt.Printf("  inode %d, bytes %d+%d on %s: %s, %s\n", f.Ino, f.Offset, f.Length, f.DS, f.Problem, outcome)
+	}
+	if len(j.Findings) < j.Bad {
+		fmt.Printf("  (%d more not listed)\n", j.Bad-len(j.Findings))
 	}
 }
 
@@ -189,6 +247,7 @@ func runJob(cmd *cobra.Command, f *adminFlags, command string, req cluster.Admin
 		return printJSON(j)
 	}
 	printJob(&j)
+	printFindings(&j)
 	if j.Err != "" || j.Cancelled {
 		return fmt.Errorf("%s did not finish", command)
 	}
@@ -237,7 +296,7 @@ func newAdminCancelCmd() *cobra.Command {
 	var f adminFlags
 	cmd := &cobra.Command{
 		Use:   "cancel",
-		Short: "Stop the running drain or rebalance (a drain resumes when asked again)",
+		Short: "Stop the running drain, rebalance or scrub (a drain resumes when asked again)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var j cluster.Job
@@ -279,5 +338,66 @@ func newAdminRemoveCmd() *cobra.Command {
 	}
 	f.register(cmd)
 	cmd.Flags().BoolVar(&force, "force", false, "remove a data server that still holds stripes; the files that lose data are listed")
+	return cmd
+}
+
+func newAdminScrubCmd() *cobra.Command {
+	var f adminFlags
+	var wait bool
+	cmd := &cobra.Command{
+		Use:   "scrub",
+		Short: "Check every copy of every replicated file and repair the bad ones",
+		Long: `Check every copy of every replicated file: each data server sums its copy of
+each stripe chunk (1 MiB) through its block checksums, and a copy that fails
+them or disagrees with the sound copies is rewritten from a sound one, under
+the file's layout hold. The scrub runs on the MDS as a job, one job at a time
+with drains and rebalances; ` + "`shoal admin status`" + ` shows its progress and
+` + "`shoal admin cancel`" + ` stops it. With --wait, wait for the end and list
+what was found.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runJob(cmd, &f, "scrub", cluster.AdminRequest{}, !wait)
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait until the scrub ends and list the bad copies found")
+	return cmd
+}
+
+func newAdminPolicyCmd() *cobra.Command {
+	var f adminFlags
+	var mirrors int
+	cmd := &cobra.Command{
+		Use:   "policy PATH",
+		Short: "Show or set how many copies the files created below a directory get",
+		Long: `Show the replication policy of PATH (a directory of the file system, from its
+root), or set it with --mirrors N: files created below PATH from then on keep
+N copies of each stripe unit, on N different data servers (at most 3, and at
+most the number of data servers). --mirrors 0 clears the setting, so PATH
+inherits from above it, up to the cluster default. Existing files keep the
+copies they have.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := cluster.AdminRequest{Path: args[0]}
+			if cmd.Flags().Changed("mirrors") {
+				req.Mirrors = &mirrors
+			}
+			var pi cluster.PolicyInfo
+			if err := f.call(cmd.Context(), "policy", req, &pi); err != nil {
+				return err
+			}
+			if f.json {
+				return printJSON(pi)
+			}
+			from := "set on it or above it"
+			if pi.Inherited {
+				from = "the cluster default"
+			}
+			fmt.Printf("%s: %d copies (%s; cluster default %d)\n", pi.Path, pi.Mirrors, from, pi.Default)
+			return nil
+		},
+	}
+	f.register(cmd)
+	cmd.Flags().IntVar(&mirrors, "mirrors", 0, "set the number of copies (1-3); 0 clears the setting")
 	return cmd
 }

@@ -90,7 +90,7 @@ func newMDSCmd() *cobra.Command {
 }
 
 func newDSCmd() *cobra.Command {
-	var listen, dir, mds, advertise, metrics, secretFile string
+	var listen, dir, mds, advertise, peerAdvertise, metrics, secretFile string
 	cmd := &cobra.Command{
 		Use:   "ds",
 		Short: "Run a pNFS data server for a Shoal metadata server",
@@ -107,7 +107,7 @@ func newDSCmd() *cobra.Command {
 				return err
 			}
 			d, err := wiring.StartDS(cmd.Context(), wiring.DSConfig{
-				Listen: listen, Dir: dir, MDS: mds, JoinSecret: secret, Advertise: advertise, Logger: slog.Default(), Metrics: registerer(reg),
+				Listen: listen, Dir: dir, MDS: mds, JoinSecret: secret, Advertise: advertise, PeerAdvertise: peerAdvertise, Logger: slog.Default(), Metrics: registerer(reg),
 			})
 			if err != nil {
 				return err
@@ -128,6 +128,7 @@ func newDSCmd() *cobra.Command {
 	cmd.Flags().StringVar(&mds, "mds", "", "metadata server address host:port")
 	cmd.Flags().StringVar(&secretFile, "join-secret-file", "", "the cluster's join secret: a copy of the MDS's "+wiring.JoinSecretName+" file")
 	cmd.Flags().StringVar(&advertise, "advertise", "", "address clients use to reach this data server (default: --listen)")
+	cmd.Flags().StringVar(&peerAdvertise, "peer-advertise", "", "address the other data servers use to reach this one for replicated writes (default: --listen if it names a host, else --advertise)")
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address")
 	return cmd
 }

@@ -140,6 +140,7 @@ type CtlRegisterArgs struct {
 	Capacity     uint64
 	Free         uint64
 	BootVerifier CtlVerifier
+	PeerAddrs    []CtlAddr
 }
 
 // EncodeXDR implements xdr.Marshaler.
@@ -155,6 +156,10 @@ func (v *CtlRegisterArgs) EncodeXDR(e *xdr.Encoder) {
 	e.Uint64(v.Capacity)
 	e.Uint64(v.Free)
 	e.FixedOpaque(v.BootVerifier[:])
+	e.Uint32(uint32(len(v.PeerAddrs)))
+	for i0 := range v.PeerAddrs {
+		e.String(v.PeerAddrs[i0])
+	}
 }
 
 // DecodeXDR implements xdr.Unmarshaler.
@@ -177,6 +182,17 @@ func (v *CtlRegisterArgs) DecodeXDR(d *xdr.Decoder) {
 	v.Capacity = d.Uint64()
 	v.Free = d.Uint64()
 	copy(v.BootVerifier[:], d.FixedOpaque(CTL_VERIFIER_SIZE))
+	if n0 := d.ArrayLen(CTL_MAX_ADDRS, 4); n0 > 0 {
+		v.PeerAddrs = make([]CtlAddr, n0)
+		for i0 := range v.PeerAddrs {
+			if d.Err() != nil {
+				break
+			}
+			v.PeerAddrs[i0] = d.String(CTL_MAX_ADDR)
+		}
+	} else {
+		v.PeerAddrs = nil
+	}
 }
 
 // CtlRegisterOk is the XDR struct ctl_register_ok.

@@ -191,13 +191,19 @@ func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Durati
 		}
 		return "OK " + tag
 	}
+	params := map[string]string{
+		"t_host": "10.0.2.2", "t_port": strconv.Itoa(port), "t_path": "/",
+		"t_vers": vers, "t_phase": "mirror", "t_pnfs": "1",
+	}
+	// SHOAL_KERNEL_DD_WAIT: tenths of a second the guest waits for dd
+	// (default 2000).
+	if v := os.Getenv("SHOAL_KERNEL_DD_WAIT"); v != "" {
+		params["t_dd_wait"] = v
+	}
 	capture := filepath.Join(out, "capture-mirror.pcap")
 	res := boot(ctx, bootConfig{
 		img: img, port: port, timeout: vmTimeout, logf: t.Logf, hook: hook,
-		params: map[string]string{
-			"t_host": "10.0.2.2", "t_port": strconv.Itoa(port), "t_path": "/",
-			"t_vers": vers, "t_phase": "mirror", "t_pnfs": "1",
-		},
+		params: params,
 		capture: capture,
 		console: filepath.Join(out, "console-mirror.log"),
 	})

@@ -638,11 +638,16 @@ step_mirror_dd_wait() {
 	running=$1
 	[ "$running" = yes ] || die "dd had finished before the data server was killed; the test proves nothing"
 	n=0
-	while [ ! -f /tmp/mirror.rc ] && [ $n -lt 2000 ]; do
+	while [ ! -f /tmp/mirror.rc ] && [ $n -lt ${t_dd_wait:-2000} ]; do
 		sleep 0.1
 		n=$((n + 1))
 	done
-	[ -f /tmp/mirror.rc ] || die "dd did not finish within 200 s"
+	if [ ! -f /tmp/mirror.rc ]; then
+		# Where the client is stuck: blocked tasks' stacks.
+		echo w >/proc/sysrq-trigger 2>/dev/null
+		dmesg | tail -n 80
+		die "dd did not finish within 200 s"
+	fi
 	rc=$(cat /tmp/mirror.rc)
 	[ "$rc" = 0 ] || die "dd exited $rc: $(tail -n 2 /tmp/mirror.dd | tr '\n' ' ')"
 	expect "size after dd" "$(fsize $W/mirror)" $((MIRROR_MB * 1048576))

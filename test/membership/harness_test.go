@@ -618,15 +618,16 @@ func (c *cluster) inodes(files []*file) map[string]uint64 {
 	return inos
 }
 
-// objectFiles counts the regular files under a data server's data
-// directory (its objects).
+// objectFiles counts the objects under a data server's data directory:
+// regular files named by an inode number (not the block checksums beside
+// them, nor the store's marker file).
 func objectFiles(dir string) (int, []string, error) {
 	var names []string
 	err := filepath.WalkDir(filepath.Join(dir, "data"), func(path string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if d.Type().IsRegular() {
+		if _, nerr := strconv.ParseUint(d.Name(), 10, 64); d.Type().IsRegular() && nerr == nil {
 			names = append(names, path)
 		}
 		return nil

@@ -227,6 +227,13 @@ func testReplication(t *testing.T, method string) {
 	watchDone := make(chan struct{})
 	for i := 0; i < replSize/replChunk; i++ {
 		if i == replKillAt {
+			// The first 16 MiB are on the data servers (a cached FUSE
+			// mount would otherwise place the file only at its first
+			// flush, after the kill, over the two survivors), so the
+			// file's stripe map names the server about to die.
+			if err := fsync(); err != nil {
+				t.Fatalf("fsync before the kill: %v", err)
+			}
 			kill(ds[2])
 			t.Logf("killed %s (%s) after %d MiB", ds[2].name, ds[2].id, i)
 			go func() {
