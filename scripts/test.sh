@@ -90,13 +90,15 @@ fi
 
 if [ "$SHOAL_KERNEL" = "1" ]; then
 	step "Linux kernel client in qemu"
-	# Shoal runs three times: `shoal serve`, the pNFS cluster (`shoal up`,
+	# Shoal runs four times: `shoal serve`, the pNFS cluster (`shoal up`,
 	# 4 data servers), and a cluster of separate `shoal mds`/`shoal ds`
 	# processes that gains a third data server under the mounted client
-	# (shoal-pnfs-grow). A list of kinds runs in one `go test` (subtests
+	# (shoal-pnfs-grow), and a cluster with two copies of every stripe that
+	# loses two of its three data servers under a running dd
+	# (shoal-pnfs-mirror). A list of kinds runs in one `go test` (subtests
 	# TestKernel/shoal/..., TestKernel/shoal-pnfs/...), so one JSON file.
 	kinds=$SHOAL_KERNEL_SERVER
-	[ "$kinds" = shoal ] && kinds=shoal,shoal-pnfs,shoal-pnfs-grow
+	[ "$kinds" = shoal ] && kinds=shoal,shoal-pnfs,shoal-pnfs-grow,shoal-pnfs-mirror
 	SHOAL_KERNEL_SERVER=$kinds gotestsum --format standard-verbose --jsonfile /tmp/shoal-kernel.json -- \
 		-count=1 -timeout 45m ./test/kernel/
 fi

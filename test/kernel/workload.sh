@@ -821,6 +821,19 @@ mirror)
 	# The driver runs an MDS with --mirrors 2 and three data servers. It
 	# kills one (kill -9) while dd writes, waits for healing, then kills a
 	# second one.
+	#
+	# The files layout driver's data-server timeouts are module
+	# parameters (defaults: 60 s, 5 retransmissions). When the last
+	# layout naming a dead data server goes, Linux 6.1 frees its client
+	# with a synchronous DESTROY_SESSION to it, in the context of whoever
+	# drops that layout (here dd's fsync, after its LAYOUTCOMMIT), and
+	# that call retries the refused connection until its major timeout:
+	# 60 s + 5 x 60 s. Deployments that want failover in seconds lower
+	# them; the workload uses 5 s and 2 (a 15 s bound).
+	ds_params=/sys/module/nfs_layout_nfsv41_files/parameters
+	echo 50 >$ds_params/dataserver_timeo
+	echo 2 >$ds_params/dataserver_retrans
+	echo "dataserver_timeo=$(cat $ds_params/dataserver_timeo) dataserver_retrans=$(cat $ds_params/dataserver_retrans)"
 	if run mount mount; then
 		run pnfs/mountstats pnfs_mountstats
 		run mirror/source mirror_source
