@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -308,4 +310,131 @@ func testReplication(t *testing.T, method string) {
 	if err != nil || g.err != nil || g.sum != want {
 		t.Fatalf("shoal get after the second kill: %v %v", err, g.result)
 	}
+}
+
+// TestScrub flips one byte of one copy of a file on a data server's disk.
+// Scrub must report that stripe and repair it; reads return the good data
+// before and after, and the copy on disk is restored. A second file has a
+// byte flipped and is read first: the read must return the good data (the
+// data server's block checksum refuses the bad block) and the copy must end
+// up repaired, by the read path's healing or by the scrub.
+func TestScrub(t *testing.T) {
+	c := newCluster(t, "")
+	c.mdsArgs = []string{"--mirrors", "2"}
+	c.startMDS()
+	t.Cleanup(func() {
+		for _, n := range c.ds {
+			if n.p != nil {
+				n.p.signal(syscall.SIGKILL)
+				_ = n.p.wait(10 * time.Second)
+			}
+		}
+		c.mds.signal(syscall.SIGKILL)
+		_ = c.mds.wait(10 * time.Second)
+	})
+	ds := []*dsNode{c.addDS(), c.addDS(), c.addDS()}
+	c.waitUp(ds...)
+
+	const at = 123457 // inside the first 64 KiB checksum block's neighbour
+	files := []*file{c.mustPut("scrub-first", 1<<20), c.mustPut("read-first", 1<<20)}
+	inos := c.inodes(files)
+	// flip changes one byte of the first copy of f found on disk and
+	// returns the object's path and the original byte.
+	flip := func(f *file) (string, byte) {
+		t.Helper()
+		ino := inos[f.name]
+		for _, n := range ds {
+			p := filepath.Join(n.dir, "data", fmt.Sprintf("%02x", ino&0xff), strconv.FormatUint(ino, 10))
+			if ok, err := holdsData(n.dir, ino); err != nil || !ok {
+				continue
+			}
+			fh, err := os.OpenFile(p, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fh.Close()
+			b := make([]byte, 1)
+			if _, err := fh.ReadAt(b, at); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := fh.WriteAt([]byte{b[0] ^ 0x20}, at); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("flipped byte %d of %s's copy of %s (%s)", at, n.name, f.name, p)
+			return p, b[0]
+		}
+		t.Fatalf("no data server holds data of %s", f.name)
+		return "", 0
+	}
+	restored := func(p string, want byte) bool {
+		fh, err := os.Open(p)
+		if err != nil {
+			return false
+		}
+		defer fh.Close()
+		b := make([]byte, 1)
+		_, err = fh.ReadAt(b, at)
+		return err == nil && b[0] == want
+	}
+	verify := func(f *file, when string) {
+		t.Helper()
+		if err := c.verify(f); err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+	}
+
+	// Scrub first.
+	p, orig := flip(files[0])
+	r := c.admin(5*time.Minute, "scrub", "--wait", "--json")
+	if r.err != nil {
+		t.Fatal(r)
+	}
+	var job struct {
+		Bad      int `json:"bad"`
+		Repaired int `json:"repaired"`
+		Findings []struct {
+			Ino      uint64 `json:"ino"`
+			Offset   uint64 `json:"offset"`
+			Problem  string `json:"problem"`
+			Repaired bool   `json:"repaired"`
+		} `json:"findings"`
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &job); err != nil {
+		t.Fatalf("scrub --json: %v\n%s", err, r)
+	}
+	found := false
+	for _, fd := range job.Findings {
+		if fd.Ino == inos[files[0].name] && fd.Offset <= at && at < fd.Offset+1<<20 {
+			found = true
+			if !fd.Repaired || fd.Problem != "corrupt" {
+				t.Errorf("scrub found the flipped byte but: %+v", fd)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("scrub did not report the flipped copy of %s (ino %d): %s", files[0].name, inos[files[0].name], r.stdout)
+	}
+	if !restored(p, orig) {
+		t.Errorf("the flipped byte is still wrong on disk after the scrub repaired it")
+	}
+	verify(files[0], "after scrub")
+	t.Logf("scrub: %d bad, %d repaired", job.Bad, job.Repaired)
+
+	// Read first.
+	p, orig = flip(files[1])
+	verify(files[1], "read with a flipped copy")
+	if r := c.admin(5*time.Minute, "scrub", "--wait", "--json"); r.err != nil {
+		t.Fatal(r)
+	}
+	c.waitStatus("no degraded file", time.Minute, func(st *status) bool {
+		return st.Replication.DegradedFiles == 0
+	})
+	deadline := time.Now().Add(time.Minute)
+	for !restored(p, orig) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the copy read around was not repaired within a minute")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	verify(files[1], "after repair")
 }
