@@ -58,15 +58,20 @@ func TestKillLoop(t *testing.T) {
 		Killed    string  `json:"killed"`
 		KillAfter float64 `json:"kill_after_s"`
 		Acked     int     `json:"acked_records"`
-		Failed    int     `json:"failed_writes"`
-		Lost      int     `json:"lost_records"`
-		Err       string  `json:"error,omitempty"`
+		// During is whether the kill landed while the writer was still
+		// writing (it always should; a trial where it did not proves
+		// nothing and is counted apart).
+		During   bool   `json:"kill_during_writes"`
+		Failed   int    `json:"failed_writes"`
+		Lost     int    `json:"lost_records"`
+		Err      string `json:"error,omitempty"`
+		WriteErr string `json:"write_error,omitempty"`
 	}
 	var results []trial
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
 	const (
 		recSize    = 64 << 10
-		maxRecords = 256 // 16 MiB per trial at most
+		maxRecords = 2048 // 128 MiB per trial at most
 		writeFor   = 3 * time.Second
 	)
 	start := time.Now()
@@ -74,7 +79,7 @@ func TestKillLoop(t *testing.T) {
 		tr := trial{N: i + 1}
 		victim := ds[rng.IntN(len(ds))]
 		tr.Killed = victim.name
-		killAfter := time.Duration(rng.Int64N(int64(2 * time.Second)))
+		killAfter := time.Duration(rng.Int64N(int64(writeFor * 3 / 4)))
 		tr.KillAfter = killAfter.Seconds()
 
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -91,9 +96,11 @@ func TestKillLoop(t *testing.T) {
 			t.Fatalf("trial %d: create: %v", tr.N, err)
 		}
 		var wg sync.WaitGroup
+		var killedAt time.Time
 		wg.Go(func() {
 			time.Sleep(killAfter)
 			victim.p.signal(syscall.SIGKILL)
+			killedAt = time.Now()
 			_ = victim.p.wait(10 * time.Second)
 		})
 		acked := 0
@@ -103,18 +110,22 @@ func TestKillLoop(t *testing.T) {
 			fillRecord(rec, tr.N, n)
 			if _, err := f.WriteAt(rec, int64(n)*recSize); err != nil {
 				tr.Failed++
+				tr.WriteErr = fmt.Sprintf("write of record %d: %v", n, err)
 				break
 			}
 			if err := f.Sync(); err != nil {
 				tr.Failed++
+				tr.WriteErr = fmt.Sprintf("fsync of record %d: %v", n, err)
 				break
 			}
 			acked = n + 1
 		}
 		tr.Acked = acked
+		lastAck := time.Now()
 		_ = f.Close()
 		cl.Close()
 		wg.Wait()
+		tr.During = killedAt.Before(lastAck)
 		c.startDS(victim)
 		c.waitUp(ds...)
 
@@ -128,27 +139,34 @@ func TestKillLoop(t *testing.T) {
 		if err != nil {
 			tr.Err = err.Error()
 		}
+		// Bounded disk use: each trial's file goes once checked.
+		if err := rcl.Remove(ctx, name); err != nil {
+			t.Logf("trial %d: remove %s: %v", tr.N, name, err)
+		}
 		rcl.Close()
 		cancel()
 		results = append(results, tr)
-		t.Logf("trial %3d: killed %s after %.2fs, %d records acked, %d failed writes, %d lost %s",
-			tr.N, tr.Killed, tr.KillAfter, tr.Acked, tr.Failed, tr.Lost, tr.Err)
+		t.Logf("trial %3d: killed %s after %.2fs (during writes: %v), %d records acked, %d failed writes, %d lost %s",
+			tr.N, tr.Killed, tr.KillAfter, tr.During, tr.Acked, tr.Failed, tr.Lost, tr.Err+tr.WriteErr)
 		c.waitStatus("healed", 3*time.Minute, func(st *status) bool {
 			return st.Replication.DegradedFiles == 0 && st.Replication.DegradedStripes == 0
 		})
 	}
-	lost, acked, failed := 0, 0, 0
+	lost, acked, failed, during := 0, 0, 0, 0
 	for _, r := range results {
 		lost += r.Lost
 		acked += r.Acked
 		failed += r.Failed
+		if r.During {
+			during++
+		}
 	}
 	summary := map[string]any{
-		"trials": len(results), "kills": len(results), "acked_records": acked, "failed_writes": failed,
+		"trials": len(results), "kills": len(results), "kills_during_writes": during, "acked_records": acked, "failed_writes": failed,
 		"lost_records": lost, "record_bytes": recSize, "seconds": time.Since(start).Seconds(), "runs": results,
 	}
-	fmt.Printf("\n%-8s %-6s %-14s %-14s %-12s\n", "trials", "kills", "acked records", "failed writes", "lost records")
-	fmt.Printf("%-8d %-6d %-14d %-14d %-12d\n", len(results), len(results), acked, failed, lost)
+	fmt.Printf("\n%-8s %-6s %-20s %-14s %-14s %-12s\n", "trials", "kills", "kills during writes", "acked records", "failed writes", "lost records")
+	fmt.Printf("%-8d %-6d %-20d %-14d %-14d %-12d\n", len(results), len(results), during, acked, failed, lost)
 	if p := os.Getenv("SHOAL_KILL_JSON"); p != "" {
 		b, _ := json.MarshalIndent(summary, "", "  ")
 		if err := os.WriteFile(p, b, 0o644); err != nil {
