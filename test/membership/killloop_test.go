@@ -37,21 +37,7 @@ func TestKillLoop(t *testing.T) {
 	if trials < 1 {
 		t.Skip("set SHOAL_KILL_TRIALS=N to run the kill loop (scripts/kill-loop.sh)")
 	}
-	c := newCluster(t, "")
-	c.mdsArgs = []string{"--mirrors", "2", "--ds-down-after", "2s"}
-	c.startMDS()
-	t.Cleanup(func() {
-		for _, n := range c.ds {
-			if n.p != nil {
-				n.p.signal(syscall.SIGKILL)
-				_ = n.p.wait(10 * time.Second)
-			}
-		}
-		c.mds.signal(syscall.SIGKILL)
-		_ = c.mds.wait(10 * time.Second)
-	})
-	ds := []*dsNode{c.addDS(), c.addDS(), c.addDS()}
-	c.waitUp(ds...)
+	c, ds := startMirrored(t, "--mirrors", "2", "--ds-down-after", "2s")
 
 	type trial struct {
 		N         int     `json:"trial"`

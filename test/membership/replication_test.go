@@ -165,9 +165,13 @@ func readSum(acc replAccess, name string) (int64, [32]byte, error) {
 	return n, sum, err
 }
 
-func testReplication(t *testing.T, method string) {
+// startMirrored starts `shoal mds` with mdsArgs and three data servers,
+// waits until they are in service, and kills them all (SIGKILL, by PID)
+// when the test ends.
+func startMirrored(t *testing.T, mdsArgs ...string) (*cluster, []*dsNode) {
+	t.Helper()
 	c := newCluster(t, "")
-	c.mdsArgs = []string{"--mirrors", "2", "--ds-down-after", replDownWait.String()}
+	c.mdsArgs = mdsArgs
 	c.startMDS()
 	t.Cleanup(func() {
 		for _, n := range c.ds {
@@ -181,6 +185,11 @@ func testReplication(t *testing.T, method string) {
 	})
 	ds := []*dsNode{c.addDS(), c.addDS(), c.addDS()}
 	c.waitUp(ds...)
+	return c, ds
+}
+
+func testReplication(t *testing.T, method string) {
+	c, ds := startMirrored(t, "--mirrors", "2", "--ds-down-after", replDownWait.String())
 
 	var acc replAccess
 	switch method {
@@ -319,21 +328,7 @@ func testReplication(t *testing.T, method string) {
 // data server's block checksum refuses the bad block) and the copy must end
 // up repaired, by the read path's healing or by the scrub.
 func TestScrub(t *testing.T) {
-	c := newCluster(t, "")
-	c.mdsArgs = []string{"--mirrors", "2"}
-	c.startMDS()
-	t.Cleanup(func() {
-		for _, n := range c.ds {
-			if n.p != nil {
-				n.p.signal(syscall.SIGKILL)
-				_ = n.p.wait(10 * time.Second)
-			}
-		}
-		c.mds.signal(syscall.SIGKILL)
-		_ = c.mds.wait(10 * time.Second)
-	})
-	ds := []*dsNode{c.addDS(), c.addDS(), c.addDS()}
-	c.waitUp(ds...)
+	c, ds := startMirrored(t, "--mirrors", "2")
 
 	const at = 123457 // inside the first 64 KiB checksum block's neighbour
 	files := []*file{c.mustPut("scrub-first", 1<<20), c.mustPut("read-first", 1<<20)}
