@@ -389,11 +389,13 @@ copies they have.`,
 			if f.json {
 				return printJSON(pi)
 			}
-			from := "set on it or above it"
+			// A directory's policy is its own record (set on it, or copied
+			// from its parent when it was created), else the default.
 			if pi.Inherited {
-				from = "the cluster default"
+				fmt.Printf("%s: %d copies (the cluster default)\n", pi.Path, pi.Mirrors)
+			} else {
+				fmt.Printf("%s: %d copies for files created in it from now on (cluster default %d)\n", pi.Path, pi.Mirrors, pi.Default)
 			}
-			fmt.Printf("%s: %d copies (%s; cluster default %d)\n", pi.Path, pi.Mirrors, from, pi.Default)
 			return nil
 		},
 	}
