@@ -378,6 +378,11 @@ func TestIORConfigValidate(t *testing.T) {
 		{"direct access", func(c *bench.IORConfig) { c.Access = bench.AccessDirect }, true},
 		{"cached access", func(c *bench.IORConfig) { c.Access = "cached" }, true},
 		{"unknown access", func(c *bench.IORConfig) { c.Access = "mmap" }, false},
+		{"copies", func(c *bench.IORConfig) { c.DataServers, c.Mirrors = []int{2, 4}, []int{1, 2} }, true},
+		{"three copies", func(c *bench.IORConfig) { c.DataServers, c.Mirrors = []int{3}, []int{3} }, true},
+		{"more copies than data servers", func(c *bench.IORConfig) { c.DataServers, c.Mirrors = []int{1, 4}, []int{2} }, false},
+		{"four copies", func(c *bench.IORConfig) { c.DataServers, c.Mirrors = []int{6}, []int{4} }, false},
+		{"zero copies", func(c *bench.IORConfig) { c.Mirrors = []int{0} }, false},
 	}
 	for _, tc := range tests {
 		c := bench.DefaultIORConfig()
@@ -385,6 +390,81 @@ func TestIORConfigValidate(t *testing.T) {
 		if err := c.Validate(); (err == nil) != tc.valid {
 			t.Errorf("%s: Validate() = %v, want valid %v", tc.name, err, tc.valid)
 		}
+	}
+}
+
+// TestIORMirrors runs the ior matrix over the number of copies on an
+// in-process cluster: every run and cell records its copies, the write
+// ceiling with two copies is half the read's, and the table and notes say
+// so.
+func TestIORMirrors(t *testing.T) {
+	cfg := bench.QuickIORConfig()
+	cfg.DataServers, cfg.Mirrors, cfg.PNFS, cfg.Clients = []int{2}, []int{1, 2}, []bool{true}, 2
+	cfg.BlockSize = 4 << 20
+	if testing.Short() {
+		cfg.BlockSize = 1 << 20
+	}
+	cfg.LinkBitsPerSec = 1e9 // 125 MB/s per link, for the ceilings only
+	var progress bytes.Buffer
+	cfg.Progress = &progress
+	rep, err := bench.RunIOR(t.Context(), cfg, bench.IORSetup{
+		Cluster: &bench.ClusterInProcess{Dir: t.TempDir()},
+		Clients: bench.InProcessLauncher{},
+	})
+	if err != nil {
+		t.Fatalf("run: %v\nprogress:\n%s", err, progress.String())
+	}
+	if len(rep.Runs) != 4 || len(rep.Cells) != 4 {
+		t.Fatalf("%d runs and %d cells, want 4 and 4", len(rep.Runs), len(rep.Cells))
+	}
+	want := map[string]float64{"1 write": 250, "1 read": 250, "2 write": 125, "2 read": 250}
+	for _, c := range rep.Cells {
+		k := fmt.Sprintf("%d %s", c.Mirrors, c.Phase)
+		if c.Median <= 0 || c.CeilingMBps != want[k] {
+			t.Errorf("cell %s: %.1f MB/s, ceiling %.0f, want ceiling %.0f", k, c.Median, c.CeilingMBps, want[k])
+		}
+	}
+	for _, r := range rep.Runs {
+		if r.Mirrors != 1 && r.Mirrors != 2 {
+			t.Errorf("run with %d copies", r.Mirrors)
+		}
+		if r.Bytes != int64(cfg.Clients)*cfg.BlockSize {
+			t.Errorf("%d copies, %s: %d bytes, want %d", r.Mirrors, r.Phase, r.Bytes, int64(cfg.Clients)*cfg.BlockSize)
+		}
+	}
+	var table bytes.Buffer
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"copies", "min(clients, DS/m)", "2 data servers, 2 copies"} {
+		if !strings.Contains(table.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, table.String())
+		}
+	}
+	var js bytes.Buffer
+	if err := rep.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(js.String(), `"mirrors": 2`) {
+		t.Errorf("JSON does not record the copies")
+	}
+	t.Logf("\n%s", table.String())
+}
+
+// oneCopy is a ClusterStarter that cannot keep copies.
+type oneCopy struct{ bench.ClusterStarter }
+
+// TestIORMirrorsUnsupported: asking a cluster that cannot keep copies for
+// two fails the cell instead of measuring one copy under the wrong name.
+func TestIORMirrorsUnsupported(t *testing.T) {
+	cfg := bench.QuickIORConfig()
+	cfg.DataServers, cfg.Mirrors, cfg.PNFS, cfg.Clients, cfg.BlockSize = []int{2}, []int{2}, []bool{true}, 1, 1<<20
+	rep, err := bench.RunIOR(t.Context(), cfg, bench.IORSetup{
+		Cluster: oneCopy{&bench.ClusterInProcess{Dir: t.TempDir()}},
+		Clients: bench.InProcessLauncher{},
+	})
+	if err == nil || !strings.Contains(err.Error(), "2 copies") || len(rep.Runs) != 0 {
+		t.Fatalf("RunIOR: %v, %d runs; want an error about 2 copies and no runs", err, len(rep.Runs))
 	}
 }
 
@@ -532,6 +612,15 @@ func TestPlots(t *testing.T) {
 		r.Cells = []bench.IORCell{cell(4, true, bench.PhaseWrite, float64(tr>>12))}
 		write(fmt.Sprintf("block-%d.json", tr), r)
 	}
+	mir := &bench.IORReport{Kind: bench.IOR, Config: bench.DefaultIORConfig()}
+	mir.Config.Label, mir.Config.LinkBitsPerSec, mir.Config.DataServers, mir.Config.Mirrors = bench.SweepMirrors, 1e9, []int{4}, []int{1, 2}
+	mir.Config.PNFS = []bool{true}
+	for _, m := range []int{1, 2} {
+		w, r := cell(4, true, bench.PhaseWrite, 470/float64(m)), cell(4, true, bench.PhaseRead, 470)
+		w.Mirrors, r.Mirrors, w.CeilingMBps = m, m, 500/float64(m)
+		mir.Cells = append(mir.Cells, w, r)
+	}
+	write("mirrors.json", mir)
 	write("meta.json", &bench.MetaReport{Kind: "meta", Config: bench.DefaultMetaConfig(), Runs: []bench.MetaRun{
 		{Dir: bench.DirUnique, Phase: bench.PhaseMDCreate, Ops: 10, Rate: 100},
 		{Phase: bench.PhasePostmark, Ops: 10, Rate: 50},
@@ -544,14 +633,14 @@ func TestPlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.IOR) != 7 || len(res.Meta) != 1 {
-		t.Fatalf("loaded %d ior and %d meta reports, want 7 and 1", len(res.IOR), len(res.Meta))
+	if len(res.IOR) != 8 || len(res.Meta) != 1 {
+		t.Fatalf("loaded %d ior and %d meta reports, want 8 and 1", len(res.IOR), len(res.Meta))
 	}
 	files, err := res.WritePlots(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"scaling-ds", "scaling-clients", "blocksize", "smallfiles"} {
+	for _, name := range []string{"scaling-ds", "scaling-clients", "blocksize", "smallfiles", "mirrors"} {
 		for _, ext := range []string{".png", ".svg"} {
 			p := filepath.Join(dir, name+ext)
 			if st, err := os.Stat(p); err != nil || st.Size() == 0 {
@@ -563,7 +652,8 @@ func TestPlots(t *testing.T) {
 	if err := res.WriteMarkdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Sweep: ds", "Sweep: clients", "NFS-Ganesha", "Small files", "postmark"} {
+	for _, want := range []string{"Sweep: ds", "Sweep: clients", "NFS-Ganesha", "Small files", "postmark",
+		"Sweep: mirrors", "cost of copies", "| Shoal pNFS | 4 | 4 | 2 | 1MiB | write | 235 [235-235] | 250 | 94% |"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("markdown lacks %q", want)
 		}

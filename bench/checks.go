@@ -30,7 +30,8 @@ type Check struct {
 }
 
 // CheckDS judges one data-server sweep (pNFS on and off in the same
-// reports) against the targets above, per phase.
+// reports) against the targets above, per phase. Only single-copy cells
+// count; CheckMirrors judges the cost of copies.
 func CheckDS(reps []*IORReport) []Check {
 	type key struct {
 		ds    int
@@ -44,6 +45,9 @@ func CheckDS(reps []*IORReport) []Check {
 			continue
 		}
 		for _, c := range rep.Cells {
+			if c.Mirrors > 1 {
+				continue
+			}
 			cells[key{c.DataServers, c.PNFS, c.Phase}] = c
 			if !slices.Contains(counts, c.DataServers) {
 				counts = append(counts, c.DataServers)
@@ -101,12 +105,65 @@ func CheckDS(reps []*IORReport) []Check {
 	return out
 }
 
-// writeChecks writes the verdicts as a Markdown list.
-func writeChecks(w io.Writer, checks []Check) {
+// Targets of the copies sweep (the replication issue): reads, served by
+// one copy, keep MirrorReadShare of the links at every number of copies;
+// writes with two or more copies reach MirrorWriteShare of what the links
+// allow when every byte enters the data servers once per copy
+// (ceilingMBps).
+const (
+	MirrorReadShare  = 0.90
+	MirrorWriteShare = 0.85
+)
+
+// CheckMirrors judges a sweep over the number of copies (pNFS on) against
+// the targets above, at every data-server count it holds.
+func CheckMirrors(reps []*IORReport) []Check {
+	var reads, writes []IORCell
+	for _, rep := range reps {
+		if rep.Config.Target != "" && rep.Config.Target != TargetShoal {
+			continue
+		}
+		for _, c := range rep.Cells {
+			switch {
+			case !c.PNFS || c.CeilingMBps <= 0:
+			case c.Phase == PhaseRead:
+				reads = append(reads, c)
+			case c.Phase == PhaseWrite && c.Mirrors > 1:
+				writes = append(writes, c)
+			}
+		}
+	}
+	judge := func(cells []IORCell, share float64) (bool, string) {
+		ok := true
+		var parts []string
+		for _, c := range cells {
+			got := c.Median / c.CeilingMBps
+			mark := ""
+			if got < share {
+				ok, mark = false, " (miss)"
+			}
+			parts = append(parts, fmt.Sprintf("%d DS x%d: %s of %s MB/s = %.0f%%%s", c.DataServers, max(c.Mirrors, 1), num(c.Median), num(c.CeilingMBps), 100*got, mark))
+		}
+		return ok, strings.Join(parts, "; ")
+	}
+	var out []Check
+	if len(reads) > 0 {
+		ok, d := judge(reads, MirrorReadShare)
+		out = append(out, Check{fmt.Sprintf("read: pNFS >= %.0f%% of min(clients, DS) links at every number of copies", 100*MirrorReadShare), ok, d})
+	}
+	if len(writes) > 0 {
+		ok, d := judge(writes, MirrorWriteShare)
+		out = append(out, Check{fmt.Sprintf("write with m >= 2 copies: pNFS >= %.0f%% of min(clients, DS/m) links", 100*MirrorWriteShare), ok, d})
+	}
+	return out
+}
+
+// writeChecks writes the verdicts as a Markdown list under title.
+func writeChecks(w io.Writer, title string, checks []Check) {
 	if len(checks) == 0 {
 		return
 	}
-	fmt.Fprint(w, "\nTargets (pNFS issue: scaling shape):\n\n")
+	fmt.Fprintf(w, "\nTargets (%s):\n\n", title)
 	for _, c := range checks {
 		v := "MET"
 		if !c.OK {

@@ -45,13 +45,16 @@
 // bytes over the span from the earliest client's start to the latest
 // client's end, as IOR computes it, so a straggler counts.
 //
-// The matrix is data-server counts × pNFS on/off × repetitions. Each count
-// gets a fresh cluster ([ClusterStarter]; the CLI runs `shoal up` as a
-// child and learns its kernel-chosen port from --ready-file; [ClusterSplit]
-// runs `shoal mds` and one `shoal ds` per data server, so the MDS's CPU can
-// be told from the data servers'), so one count's files and caches do not
-// leak into the next. Within a repetition the two
-// pNFS modes alternate, so a noisy spell on a shared machine hits both.
+// The matrix is data-server counts × copies × pNFS on/off × repetitions.
+// Each count gets a fresh cluster ([ClusterStarter]; the CLI runs `shoal
+// up` as a child and learns its kernel-chosen port from --ready-file;
+// [ClusterSplit] runs `shoal mds` and one `shoal ds` per data server, so
+// the MDS's CPU can be told from the data servers'), so one count's files
+// and caches do not leak into the next; so does each number of copies of
+// every stripe unit (IORConfig.Mirrors, the cluster's `--mirrors`), which
+// needs a starter with the [MirroredStarter] capability. Within a
+// repetition the two pNFS modes alternate, so a noisy spell on a shared
+// machine hits both.
 //
 // Clients are separate processes ([ProcessLauncher], the hidden `shoal
 // bench client`) rather than goroutines, for the same reason as the
@@ -108,7 +111,9 @@
 // [GaneshaTestbed] puts the single-server baseline in the MDS namespace, so
 // it crosses the same one link the MDS would. Every cell gets its ceiling,
 // the raw capacity of the links its traffic crosses (min(clients, data
-// servers) links with pNFS, one link through a single server), and the
+// servers) links with pNFS, one link through a single server; writes with
+// m copies enter the data servers m times, so min(clients, data
+// servers/m) links, see ceilingMBps), and the
 // machine-wide CPU use over the phase: on a shared 2-core machine that is
 // what tells a network-bound figure from a CPU-bound one. [Results] reads
 // the JSON reports of a sweep back and draws the plots (gonum.org/v1/plot).

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/client"
+	"github.com/shoalfs/shoal/meta"
 )
 
 // IOR is the name of the pNFS scaling workload.
@@ -21,13 +22,19 @@ const (
 	PhaseRead  = "read"
 )
 
-// IORConfig says what the ior workload runs: for every data-server count, a
-// fresh cluster; on it, for every repetition and pNFS mode, Clients
-// processes each writing its own file of BlockSize bytes in TransferSize
-// requests, then (after all writers finished) reading it back.
+// IORConfig says what the ior workload runs: for every data-server count
+// and number of copies, a fresh cluster; on it, for every repetition and
+// pNFS mode, Clients processes each writing its own file of BlockSize
+// bytes in TransferSize requests, then (after all writers finished)
+// reading it back.
 type IORConfig struct {
 	// DataServers are the cluster sizes to measure, such as 1, 2, 4.
 	DataServers []int `json:"data_servers"`
+	// Mirrors are the numbers of copies of every stripe unit to measure
+	// (the cluster's default, `shoal mds --mirrors`), such as 1, 2; each
+	// at most the smallest of DataServers. Empty means one copy, and
+	// needs no MirroredStarter.
+	Mirrors []int `json:"mirrors,omitempty"`
 	// PNFS are the client modes: true is pNFS (I/O straight to the data
 	// servers), false is every READ and WRITE through the metadata server.
 	PNFS []bool `json:"pnfs"`
@@ -135,13 +142,48 @@ func (c *IORConfig) Validate() error {
 			return fmt.Errorf("data-server count %d out of range (1 to %d)", n, maxDataServers)
 		}
 	}
+	for _, m := range c.Mirrors {
+		if m < 1 || m > meta.MaxMirrors {
+			return fmt.Errorf("copies %d out of range (1 to %d)", m, meta.MaxMirrors)
+		}
+		if n := slices.Min(c.DataServers); m > n {
+			return fmt.Errorf("%d copies of every stripe unit need at least %d data servers, not %d", m, m, n)
+		}
+	}
 	return nil
+}
+
+// Copies returns the numbers of copies to measure: Mirrors, or one.
+func (c *IORConfig) Copies() []int {
+	if len(c.Mirrors) == 0 {
+		return []int{1}
+	}
+	return c.Mirrors
 }
 
 // ClusterStarter brings up a fresh pNFS cluster (a metadata server and
 // dataServers data servers).
 type ClusterStarter interface {
 	StartCluster(ctx context.Context, dataServers int) (*ClusterEndpoint, error)
+}
+
+// MirroredStarter is a ClusterStarter that can also bring up a cluster
+// keeping mirrors copies of every stripe unit by default (`shoal mds
+// --mirrors`). StartMirrored(ctx, n, 1) is StartCluster(ctx, n).
+type MirroredStarter interface {
+	ClusterStarter
+	StartMirrored(ctx context.Context, dataServers, mirrors int) (*ClusterEndpoint, error)
+}
+
+// startCluster starts a cluster of n data servers keeping m copies.
+func startCluster(ctx context.Context, s ClusterStarter, n, m int) (*ClusterEndpoint, error) {
+	if ms, ok := s.(MirroredStarter); ok {
+		return ms.StartMirrored(ctx, n, m)
+	}
+	if m != 1 {
+		return nil, fmt.Errorf("%w: this cluster cannot keep %d copies (%T is no MirroredStarter)", ErrUnavailable, m, s)
+	}
+	return s.StartCluster(ctx, n)
 }
 
 // Server roles of ClusterEndpoint.Procs.
@@ -218,11 +260,14 @@ type ClientHandle struct {
 // IORRun is one measurement: all clients of one phase of one repetition
 // in one cell of the matrix.
 type IORRun struct {
-	DataServers int    `json:"data_servers"`
-	PNFS        bool   `json:"pnfs"`
-	Phase       string `json:"phase"`
-	Rep         int    `json:"rep"`
-	Bytes       int64  `json:"bytes"`
+	DataServers int `json:"data_servers"`
+	// Mirrors is the number of copies of every stripe unit the cluster
+	// kept (0 in reports written before it was recorded: one).
+	Mirrors int    `json:"mirrors"`
+	PNFS    bool   `json:"pnfs"`
+	Phase   string `json:"phase"`
+	Rep     int    `json:"rep"`
+	Bytes   int64  `json:"bytes"`
 	// DSBytes and MDSBytes are the clients' payload bytes that went to
 	// the data servers and through the metadata server; DSShare is
 	// DSBytes/(DSBytes+MDSBytes). With pNFS on it should be 1, with pNFS
@@ -291,6 +336,7 @@ func (r *IORRun) ClientCores() float64 {
 // IORCell is one cell of the result table: the summary of its runs.
 type IORCell struct {
 	DataServers int    `json:"data_servers"`
+	Mirrors     int    `json:"mirrors"` // copies; see IORRun.Mirrors
 	PNFS        bool   `json:"pnfs"`
 	Phase       string `json:"phase"`
 	Summary            // MB/s
@@ -312,8 +358,9 @@ type IORCell struct {
 	// Busy is the median machine-wide CPU use (0 to 1, -1 unknown).
 	Busy float64 `json:"machine_cpu_busy"`
 	// CeilingMBps is the raw capacity of the links this cell's traffic
-	// crosses (0 unknown): pNFS, min(clients, data servers) links; through
-	// one server, one link.
+	// crosses (0 unknown), see ceilingMBps: pNFS, min(clients, data
+	// servers) links, for writes with m copies min(clients, data
+	// servers/m); through one server, one link (writes: 1/m).
 	CeilingMBps float64 `json:"ceiling_mb_per_s,omitempty"`
 	Runs        int     `json:"runs"`
 }
@@ -389,17 +436,20 @@ func RunIOR(ctx context.Context, cfg IORConfig, setup IORSetup) (*IORReport, err
 		Clients:    "in-process",
 	}
 	var errs []error
-	bar := newProgressBar(cfg.Progress, len(cfg.DataServers)*len(cfg.PNFS)*cfg.Reps*2, cfg.Stonewall)
+	bar := newProgressBar(cfg.Progress, len(cfg.DataServers)*len(cfg.Copies())*len(cfg.PNFS)*cfg.Reps*2, cfg.Stonewall)
+cluster:
 	for _, n := range cfg.DataServers {
-		err := runCluster(ctx, cfg, setup, n, rep, bar)
-		if err != nil {
-			err = fmt.Errorf("%d data servers: %w", n, err)
-			errs = append(errs, err)
-			rep.Errors = append(rep.Errors, err.Error())
-			progress(cfg.Progress, "ior: %v\n", err)
-		}
-		if ctx.Err() != nil {
-			break
+		for _, m := range cfg.Copies() {
+			err := runCluster(ctx, cfg, setup, n, m, rep, bar)
+			if err != nil {
+				err = fmt.Errorf("%s: %w", clusterName(cfg, n, m), err)
+				errs = append(errs, err)
+				rep.Errors = append(rep.Errors, err.Error())
+				progress(cfg.Progress, "ior: %v\n", err)
+			}
+			if ctx.Err() != nil {
+				break cluster
+			}
 		}
 	}
 	rep.LoadAfter = LoadAvg()
@@ -415,10 +465,24 @@ func progress(w io.Writer, format string, args ...any) {
 	}
 }
 
+// clusterName says which cluster of the matrix this is, for errors and
+// progress: "4 data servers", and ", 2 copies" when copies are swept or
+// more than one.
+func clusterName(cfg IORConfig, n, m int) string {
+	s := fmt.Sprintf("%d data servers", n)
+	switch {
+	case m != 1:
+		s += fmt.Sprintf(", %d copies", m)
+	case len(cfg.Mirrors) > 1:
+		s += ", 1 copy"
+	}
+	return s
+}
+
 // runCluster measures every repetition and pNFS mode on a fresh cluster
-// of n data servers.
-func runCluster(ctx context.Context, cfg IORConfig, setup IORSetup, n int, rep *IORReport, bar *progressBar) (err error) {
-	ep, err := setup.Cluster.StartCluster(ctx, n)
+// of n data servers keeping m copies of every stripe unit.
+func runCluster(ctx context.Context, cfg IORConfig, setup IORSetup, n, m int, rep *IORReport, bar *progressBar) (err error) {
+	ep, err := startCluster(ctx, setup.Cluster, n, m)
 	if err != nil {
 		return fmt.Errorf("start cluster: %w", err)
 	}
@@ -459,13 +523,13 @@ func runCluster(ctx context.Context, cfg IORConfig, setup IORSetup, n int, rep *
 		// The modes alternate within each repetition, so a slow spell on
 		// a shared machine hits both rather than one.
 		for _, on := range cfg.PNFS {
-			dir := fmt.Sprintf("/ior-ds%d-%s-rep%d", n, modeName(on), r)
+			dir := fmt.Sprintf("/ior-ds%d-m%d-%s-rep%d", n, m, modeName(on), r)
 			if err := c.Mkdir(ctx, dir, 0o755); err != nil {
 				return fmt.Errorf("mkdir %s: %w", dir, err)
 			}
 			var written []int64
 			for _, phase := range []string{PhaseWrite, PhaseRead} {
-				run, err := runPhase(ctx, cfg, setup.Clients, ep, dir, n, on, phase, r, written, bar)
+				run, err := runPhase(ctx, cfg, setup.Clients, ep, dir, n, m, on, phase, r, written, bar)
 				if run != nil && phase == PhaseWrite {
 					for _, cr := range run.Clients {
 						written = append(written, cr.Transfers)
@@ -502,7 +566,7 @@ func modeName(on bool) string {
 // runPhase runs the clients of one phase together and sums up their
 // results. written, for a read after a stonewalled write, is how many
 // transfers each client wrote.
-func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *ClusterEndpoint, dir string, n int, on bool, phase string, r int, written []int64, bar *progressBar) (*IORRun, error) {
+func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *ClusterEndpoint, dir string, n, m int, on bool, phase string, r int, written []int64, bar *progressBar) (*IORRun, error) {
 	specs := make([]ClientSpec, cfg.Clients)
 	for i := range specs {
 		path := fmt.Sprintf("%s/file.%04d", dir, i)
@@ -519,12 +583,16 @@ func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *C
 			specs[i].Count = max(written[i], 1)
 		}
 	}
-	bar.next(fmt.Sprintf("%d DS, pNFS %s, %s", n, modeName(on), phase))
+	where := fmt.Sprintf("%d DS", n)
+	if len(cfg.Mirrors) > 1 || m != 1 {
+		where += fmt.Sprintf(" x%d", m)
+	}
+	bar.next(fmt.Sprintf("%s, pNFS %s, %s", where, modeName(on), phase))
 	cr, err := runClients(ctx, launcher, ep, specs, phaseTimeout(cfg), bar)
 	if cr == nil {
 		return nil, err
 	}
-	run := &IORRun{DataServers: n, PNFS: on, Phase: phase, Rep: r,
+	run := &IORRun{DataServers: n, Mirrors: m, PNFS: on, Phase: phase, Rep: r,
 		ServerCPU: -1, ClientCPU: cr.ClientCPU, Clients: cr.Results, LoadAfter: LoadAvg(), Busy: cr.Busy}
 	for i, res := range cr.Results {
 		if cfg.Stonewall == 0 && res.Bytes != cfg.BlockSize {
@@ -560,24 +628,49 @@ func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *C
 	if run.Busy >= 0 {
 		cores += fmt.Sprintf(", machine %.0f%% busy", 100*run.Busy)
 	}
-	progress(cfg.Progress, "ior: %d DS, pNFS %s, %s rep %d/%d: %s MB/s (%.2fs%s; %.0f%% of bytes via data servers, %d failovers)\n",
-		n, modeName(on), phase, r+1, cfg.Reps, num(run.MBps), run.Seconds, cores, 100*run.DSShare, run.Failovers)
+	progress(cfg.Progress, "ior: %s, pNFS %s, %s rep %d/%d: %s MB/s (%.2fs%s; %.0f%% of bytes via data servers, %d failovers)\n",
+		where, modeName(on), phase, r+1, cfg.Reps, num(run.MBps), run.Seconds, cores, 100*run.DSShare, run.Failovers)
 	return run, err
 }
 
 // ceilingMBps is the raw link capacity a cell's traffic can use, in
-// 10^6 bytes per second: with pNFS each client has its own link to its
-// share of the data servers, so min(clients, servers) links; without it
-// every byte crosses the one server's link.
-func ceilingMBps(cfg IORConfig, n int, on bool) float64 {
+// 10^6 bytes per second, for n data servers keeping m copies of every
+// stripe unit. Every node has one link, limited to the rate in each
+// direction (the testbed shapes a node's upload on its own end of the
+// link and its download on the switch's end, and the bridge between them
+// is not limited), so a ceiling is the tightest single direction of one
+// kind of link:
+//
+//   - pNFS reads: each client's download and each data server's upload
+//     carry their share, min(clients, n) links. A read goes to one copy
+//     (the layout names one member per position), so m does not matter.
+//   - pNFS writes: the clients' uploads carry W; the data servers'
+//     downloads carry m·W (the client's bytes to the first copy, and the
+//     first copy's forwards to the m-1 others, spread evenly by the
+//     placement), so min(clients, n/m) links. The forwards also leave
+//     through the data servers' uploads, (m-1)·W/n each, which is below
+//     m·W/n and so never the limit.
+//   - Without pNFS every byte crosses the one server's link; the MDS
+//     sends a write's m copies out of its one upload, so 1/m link for
+//     writes (NFS-Ganesha: one link, it keeps one copy).
+func ceilingMBps(cfg IORConfig, n, m int, on bool, phase string) float64 {
 	if cfg.LinkBitsPerSec <= 0 {
 		return 0
 	}
-	links := 1
-	if on && cfg.Target != TargetGanesha {
-		links = min(cfg.Clients, n)
+	link := cfg.LinkBitsPerSec / 8 / 1e6
+	m = max(m, 1)
+	write := phase == PhaseWrite
+	switch {
+	case cfg.Target == TargetGanesha:
+		return link
+	case !on && write:
+		return link / float64(m)
+	case !on:
+		return link
+	case write:
+		return min(float64(cfg.Clients), float64(n)/float64(m)) * link
 	}
-	return float64(links) * cfg.LinkBitsPerSec / 8 / 1e6
+	return float64(min(cfg.Clients, n)) * link
 }
 
 // Targets of IORConfig.Target.
@@ -594,65 +687,75 @@ const pnfsShareOK = 0.99
 func summarizeIOR(cfg IORConfig, runs []IORRun) []IORCell {
 	var cells []IORCell
 	for _, n := range cfg.DataServers {
-		for _, on := range cfg.PNFS {
-			for _, phase := range []string{PhaseWrite, PhaseRead} {
-				cell := IORCell{DataServers: n, PNFS: on, Phase: phase}
-				var mbps, sc, cc, sg, cg, commits, busy []float64
-				rc := map[string][]float64{}
-				for _, r := range runs {
-					if r.DataServers != n || r.PNFS != on || r.Phase != phase {
-						continue
-					}
-					switch {
-					case len(mbps) == 0:
-						cell.DSShare = r.DSShare
-					case on:
-						cell.DSShare = min(cell.DSShare, r.DSShare)
-					default:
-						cell.DSShare = max(cell.DSShare, r.DSShare)
-					}
-					mbps = append(mbps, r.MBps)
-					if c := r.ServerCores(); c >= 0 {
-						sc = append(sc, c)
-						for role, cpu := range r.RoleCPU {
-							rc[role] = append(rc[role], cpu/r.CPUWindow)
-						}
-					}
-					if c := r.ClientCores(); c >= 0 {
-						cc = append(cc, c)
-					}
-					if g := r.ServerCPUPerGiB(); g >= 0 {
-						sg = append(sg, g)
-					}
-					if g := r.ClientCPUPerGiB(); g >= 0 {
-						cg = append(cg, g)
-					}
-					commits = append(commits, r.CommitSeconds)
-					if r.Busy >= 0 {
-						busy = append(busy, r.Busy)
-					}
-				}
-				if len(mbps) == 0 {
+		for _, m := range cfg.Copies() {
+			cells = append(cells, summarizeCluster(cfg, runs, n, m)...)
+		}
+	}
+	return cells
+}
+
+// summarizeCluster summarizes the runs of the cluster of n data servers
+// keeping m copies.
+func summarizeCluster(cfg IORConfig, runs []IORRun, n, m int) []IORCell {
+	var cells []IORCell
+	for _, on := range cfg.PNFS {
+		for _, phase := range []string{PhaseWrite, PhaseRead} {
+			cell := IORCell{DataServers: n, Mirrors: m, PNFS: on, Phase: phase}
+			var mbps, sc, cc, sg, cg, commits, busy []float64
+			rc := map[string][]float64{}
+			for _, r := range runs {
+				if r.DataServers != n || max(r.Mirrors, 1) != m || r.PNFS != on || r.Phase != phase {
 					continue
 				}
-				cell.Summary, cell.Runs = Summarize(mbps), len(mbps)
-				cell.ServerCores, cell.ClientCores = -1, -1
-				cell.ServerCPUPerGiB, cell.ClientCPUPerGiB = medianOr(sg, -1), medianOr(cg, -1)
-				cell.CommitSeconds = Summarize(commits).Median
-				cell.Busy = medianOr(busy, -1)
-				cell.CeilingMBps = ceilingMBps(cfg, n, on)
-				if len(sc) > 0 {
-					cell.ServerCores = Summarize(sc).Median
-					cell.RoleCores = map[string]float64{}
-					for role, v := range rc {
-						cell.RoleCores[role] = Summarize(v).Median
+				switch {
+				case len(mbps) == 0:
+					cell.DSShare = r.DSShare
+				case on:
+					cell.DSShare = min(cell.DSShare, r.DSShare)
+				default:
+					cell.DSShare = max(cell.DSShare, r.DSShare)
+				}
+				mbps = append(mbps, r.MBps)
+				if c := r.ServerCores(); c >= 0 {
+					sc = append(sc, c)
+					for role, cpu := range r.RoleCPU {
+						rc[role] = append(rc[role], cpu/r.CPUWindow)
 					}
 				}
-				if len(cc) > 0 {
-					cell.ClientCores = Summarize(cc).Median
+				if c := r.ClientCores(); c >= 0 {
+					cc = append(cc, c)
 				}
-				cells = append(cells, cell)
+				if g := r.ServerCPUPerGiB(); g >= 0 {
+					sg = append(sg, g)
+				}
+				if g := r.ClientCPUPerGiB(); g >= 0 {
+					cg = append(cg, g)
+				}
+				commits = append(commits, r.CommitSeconds)
+				if r.Busy >= 0 {
+					busy = append(busy, r.Busy)
+				}
 			}
+			if len(mbps) == 0 {
+				continue
+			}
+			cell.Summary, cell.Runs = Summarize(mbps), len(mbps)
+			cell.ServerCores, cell.ClientCores = -1, -1
+			cell.ServerCPUPerGiB, cell.ClientCPUPerGiB = medianOr(sg, -1), medianOr(cg, -1)
+			cell.CommitSeconds = Summarize(commits).Median
+			cell.Busy = medianOr(busy, -1)
+			cell.CeilingMBps = ceilingMBps(cfg, n, m, on, phase)
+			if len(sc) > 0 {
+				cell.ServerCores = Summarize(sc).Median
+				cell.RoleCores = map[string]float64{}
+				for role, v := range rc {
+					cell.RoleCores[role] = Summarize(v).Median
+				}
+			}
+			if len(cc) > 0 {
+				cell.ClientCores = Summarize(cc).Median
+			}
+			cells = append(cells, cell)
 		}
 	}
 	return cells
@@ -679,6 +782,9 @@ func iorNotes(rep *IORReport) []string {
 		notes = append(notes, fmt.Sprintf("emulated cluster (shoal testbed): every server and client in its own network namespace behind a %.0f Mbit/s link each way; all of them still share this machine's CPUs, so the machine CPU busy column says whether the links or the CPU were the limit", c.LinkBitsPerSec/1e6))
 	} else {
 		notes = append(notes, "loopback TCP on one machine: clients, metadata server and data servers share its CPUs, so more data servers add no hardware")
+	}
+	if rep.replicated() {
+		notes = append(notes, fmt.Sprintf("copies %s: the cluster keeps that many copies of every stripe unit (shoal mds --mirrors); a client writes each unit to one copy's data server, which forwards the bytes to the other copies' data servers, so every byte enters the data servers once per copy: the write ceiling is min(clients, DS/copies) links (without pNFS the MDS sends every copy from its one link: 1/copies link); a read is served by one copy, so its ceiling is min(clients, DS) links", joinInts(c.Copies())))
 	}
 	if strings.Contains(rep.Servers, RoleAll) {
 		notes = append(notes, "server CPU is that of the one `shoal up` process running the MDS and all data servers")

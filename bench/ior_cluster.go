@@ -17,9 +17,9 @@ import (
 )
 
 var (
-	_ ClusterStarter = (*ClusterProcess)(nil)
-	_ ClusterStarter = (*ClusterSplit)(nil)
-	_ ClusterStarter = (*ClusterInProcess)(nil)
+	_ MirroredStarter = (*ClusterProcess)(nil)
+	_ MirroredStarter = (*ClusterSplit)(nil)
+	_ MirroredStarter = (*ClusterInProcess)(nil)
 )
 
 // ClusterReady is the content of `shoal up --ready-file`: written (by
@@ -51,6 +51,11 @@ type ClusterProcess struct {
 
 // StartCluster implements ClusterStarter.
 func (p *ClusterProcess) StartCluster(ctx context.Context, n int) (*ClusterEndpoint, error) {
+	return p.StartMirrored(ctx, n, 1)
+}
+
+// StartMirrored implements MirroredStarter (`shoal up --mirrors`).
+func (p *ClusterProcess) StartMirrored(ctx context.Context, n, mirrors int) (*ClusterEndpoint, error) {
 	dir := filepath.Join(p.Dir, fmt.Sprintf("cluster-ds%d-%d", n, time.Now().UnixNano()))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("shoal up: %w", err)
@@ -64,6 +69,9 @@ func (p *ClusterProcess) StartCluster(ctx context.Context, n int) (*ClusterEndpo
 		"--listen", "127.0.0.1:0", "--ready-file", ready, "--log-level", level}
 	if p.StripeUnit != 0 {
 		args = append(args, "--stripe-unit", fmt.Sprint(p.StripeUnit))
+	}
+	if mirrors > 1 {
+		args = append(args, "--mirrors", fmt.Sprint(mirrors))
 	}
 	profile := ""
 	if p.ProfileDir != "" {
@@ -137,6 +145,11 @@ type ClusterInProcess struct {
 
 // StartCluster implements ClusterStarter.
 func (p *ClusterInProcess) StartCluster(ctx context.Context, n int) (*ClusterEndpoint, error) {
+	return p.StartMirrored(ctx, n, 1)
+}
+
+// StartMirrored implements MirroredStarter.
+func (p *ClusterInProcess) StartMirrored(ctx context.Context, n, mirrors int) (*ClusterEndpoint, error) {
 	log := p.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -144,7 +157,7 @@ func (p *ClusterInProcess) StartCluster(ctx context.Context, n int) (*ClusterEnd
 	dir := filepath.Join(p.Dir, fmt.Sprintf("cluster-ds%d-%d", n, time.Now().UnixNano()))
 	f := false
 	c, err := wiring.Start(ctx, wiring.Config{
-		Dir: dir, DataServers: n, Listen: "127.0.0.1:0",
+		Dir: dir, DataServers: n, Listen: "127.0.0.1:0", Mirrors: mirrors,
 		Exports: []*server.Export{{Path: "/", RootSquash: &f}}, Logger: log,
 	})
 	if err != nil {
@@ -168,7 +181,13 @@ type ClusterSplit struct {
 }
 
 // StartCluster implements ClusterStarter.
-func (p *ClusterSplit) StartCluster(ctx context.Context, n int) (ep *ClusterEndpoint, err error) {
+func (p *ClusterSplit) StartCluster(ctx context.Context, n int) (*ClusterEndpoint, error) {
+	return p.StartMirrored(ctx, n, 1)
+}
+
+// StartMirrored implements MirroredStarter (`shoal mds --mirrors`; each
+// data server's peer address is its loopback listen address).
+func (p *ClusterSplit) StartMirrored(ctx context.Context, n, mirrors int) (ep *ClusterEndpoint, err error) {
 	dir := filepath.Join(p.Dir, fmt.Sprintf("split-ds%d-%d", n, time.Now().UnixNano()))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
@@ -201,6 +220,9 @@ func (p *ClusterSplit) StartCluster(ctx context.Context, n int) (ep *ClusterEndp
 		"--no-root-squash", "--log-level", "info"}
 	if p.StripeUnit != 0 {
 		args = append(args, "--stripe-unit", fmt.Sprint(p.StripeUnit))
+	}
+	if mirrors > 1 {
+		args = append(args, "--mirrors", fmt.Sprint(mirrors))
 	}
 	mds, err := startServerChild(p.Exe, args, filepath.Join(dir, "mds.log"))
 	if err != nil {

@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 )
 
@@ -15,14 +18,36 @@ func (r *IORReport) WriteJSON(w io.Writer) error {
 }
 
 // cell returns the summary of one cell, or nil if it was not measured.
-func (r *IORReport) cell(n int, on bool, phase string) *IORCell {
+func (r *IORReport) cell(n, m int, on bool, phase string) *IORCell {
 	for i := range r.Cells {
 		c := &r.Cells[i]
-		if c.DataServers == n && c.PNFS == on && c.Phase == phase {
+		if c.DataServers == n && max(c.Mirrors, 1) == m && c.PNFS == on && c.Phase == phase {
 			return c
 		}
 	}
 	return nil
+}
+
+// replicated reports whether the report measured more than one copy
+// anywhere, so its tables need a column for the copies.
+func (r *IORReport) replicated() bool {
+	return len(r.Config.Mirrors) > 1 || slices.Max(r.Config.Copies()) > 1
+}
+
+// rows calls f for every cluster of the matrix, with its first
+// column(s): the data-server count, and the copies when replicated.
+func (r *IORReport) rows(tw io.Writer, f func(n, m int)) {
+	for _, n := range r.Config.DataServers {
+		for _, m := range r.Config.Copies() {
+			if r.replicated() {
+				fmt.Fprintf(tw, "%d\t%d", n, m)
+			} else {
+				fmt.Fprintf(tw, "%d", n)
+			}
+			f(n, m)
+			fmt.Fprintln(tw)
+		}
+	}
 }
 
 // WriteTable writes the report for a terminal: the machine and the
@@ -48,10 +73,20 @@ func (r *IORReport) WriteTable(w io.Writer) error {
 	if c.SmallIOThreshold != 0 {
 		stonewall += fmt.Sprintf(", small-I/O threshold %d", c.SmallIOThreshold)
 	}
+	if r.replicated() {
+		stonewall += fmt.Sprintf(", copies of every stripe unit %s", joinInts(c.Copies()))
+	}
 	fmt.Fprintf(w, "ior (%s): %d clients x %s in %s transfers, %s, %s%s, %d reps; servers %s, clients %s\n",
 		targetName(c.Target), c.Clients, FormatSize(c.BlockSize), FormatSize(int64(c.TransferSize)), layout, order, stonewall, c.Reps, r.Servers, r.Clients)
 	if c.LinkBitsPerSec > 0 {
 		fmt.Fprintf(w, "links: %.0f Mbit/s each; ceiling = raw capacity of the links the traffic crosses\n", c.LinkBitsPerSec/1e6)
+		if r.replicated() {
+			fmt.Fprintln(w, "  with m copies: pNFS write min(clients, DS/m) links (each byte enters the data servers m times), read min(clients, DS) links; pNFS off write 1/m link")
+		}
+	}
+	first := "DS"
+	if r.replicated() {
+		first = "DS\tcopies"
 	}
 
 	type col struct {
@@ -74,11 +109,10 @@ func (r *IORReport) WriteTable(w io.Writer) error {
 
 	fmt.Fprintln(w, "\naggregate bandwidth, MB/s: median [min-max] (ceiling; machine CPU busy)")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	header(tw, "DS")
-	for _, n := range c.DataServers {
-		fmt.Fprintf(tw, "%d", n)
+	header(tw, first)
+	r.rows(tw, func(n, m int) {
 		for _, cl := range cols {
-			cell := r.cell(n, cl.on, cl.phase)
+			cell := r.cell(n, m, cl.on, cl.phase)
 			switch {
 			case cell == nil:
 				fmt.Fprint(tw, "\t-")
@@ -103,8 +137,7 @@ func (r *IORReport) WriteTable(w io.Writer) error {
 				fmt.Fprintf(tw, "\t%s [%s-%s]%s%s", num(cell.Median), num(cell.Min), num(cell.Max), extra, mark)
 			}
 		}
-		fmt.Fprintln(tw)
-	}
+	})
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -120,11 +153,10 @@ func (r *IORReport) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w, "\nCPU in cores, median: servers (MDS+DSes) / clients, of", m.NumCPU)
 	}
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	header(tw, "DS")
-	for _, n := range c.DataServers {
-		fmt.Fprintf(tw, "%d", n)
+	header(tw, first)
+	r.rows(tw, func(n, m int) {
 		for _, cl := range cols {
-			cell := r.cell(n, cl.on, cl.phase)
+			cell := r.cell(n, m, cl.on, cl.phase)
 			if cell == nil {
 				fmt.Fprint(tw, "\t-")
 				continue
@@ -135,35 +167,34 @@ func (r *IORReport) WriteTable(w io.Writer) error {
 				fmt.Fprintf(tw, "\t%s / %s", cores(cell.ServerCores), cores(cell.ClientCores))
 			}
 		}
-		fmt.Fprintln(tw)
-	}
+	})
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 
 	fmt.Fprintln(w, "\nCPU-seconds per GiB moved, median: servers / clients (less sensitive to a busy machine than MB/s)")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	header(tw, "DS")
-	for _, n := range c.DataServers {
-		fmt.Fprintf(tw, "%d", n)
+	header(tw, first)
+	r.rows(tw, func(n, m int) {
 		for _, cl := range cols {
-			cell := r.cell(n, cl.on, cl.phase)
+			cell := r.cell(n, m, cl.on, cl.phase)
 			if cell == nil {
 				fmt.Fprint(tw, "\t-")
 				continue
 			}
 			fmt.Fprintf(tw, "\t%s / %s", cores(cell.ServerCPUPerGiB), cores(cell.ClientCPUPerGiB))
 		}
-		fmt.Fprintln(tw)
-	}
+	})
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
 	for _, n := range c.DataServers {
-		for _, on := range c.PNFS {
-			if cell := r.cell(n, on, PhaseWrite); cell != nil && cell.CommitSeconds > 0 {
-				fmt.Fprintf(w, "%d DS, pNFS %s: the closing COMMIT+CLOSE took %.2fs (median, slowest client)\n", n, modeName(on), cell.CommitSeconds)
+		for _, m := range c.Copies() {
+			for _, on := range c.PNFS {
+				if cell := r.cell(n, m, on, PhaseWrite); cell != nil && cell.CommitSeconds > 0 {
+					fmt.Fprintf(w, "%s, pNFS %s: the closing COMMIT+CLOSE took %.2fs (median, slowest client)\n", clusterName(c, n, m), modeName(on), cell.CommitSeconds)
+				}
 			}
 		}
 	}
@@ -194,4 +225,13 @@ func roleCores(cell *IORCell, role string) string {
 		return "-"
 	}
 	return cores(c)
+}
+
+// joinInts renders v as "1,2".
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
 }

@@ -14,6 +14,7 @@ import (
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 )
@@ -23,6 +24,7 @@ const (
 	SweepDS      = "ds"      // one report, several data-server counts
 	SweepClients = "clients" // one report per client count
 	SweepBlock   = "block"   // one report per transfer size
+	SweepMirrors = "mirrors" // one report, several numbers of copies
 )
 
 // Results is a set of reports read back from JSON, as `shoal bench plot`
@@ -57,6 +59,13 @@ func LoadResults(dir string) (*Results, error) {
 			var r IORReport
 			if err := json.Unmarshal(b, &r); err != nil {
 				return nil, fmt.Errorf("%s: %w", p, err)
+			}
+			// Reports from before copies were recorded kept one.
+			for i := range r.Cells {
+				r.Cells[i].Mirrors = max(r.Cells[i].Mirrors, 1)
+			}
+			for i := range r.Runs {
+				r.Runs[i].Mirrors = max(r.Runs[i].Mirrors, 1)
 			}
 			res.IOR = append(res.IOR, &r)
 		case "meta":
@@ -139,7 +148,7 @@ func collect(reps []*IORReport, x func(*IORReport, *IORCell) float64) []series {
 		}
 	}
 	var out []series
-	for _, k := range []string{"Shoal pNFS write", "Shoal pNFS read", "Shoal pNFS off write", "Shoal pNFS off read", "NFS-Ganesha write", "NFS-Ganesha read"} {
+	for _, k := range seriesOrder {
 		if s := m[k]; s != nil {
 			sort.Slice(s.pts, func(i, j int) bool { return s.pts[i].X < s.pts[j].X })
 			out = append(out, *s)
@@ -148,33 +157,65 @@ func collect(reps []*IORReport, x func(*IORReport, *IORCell) float64) []series {
 	return out
 }
 
-// ceilingLines are the raw link capacities: with pNFS min(clients, DS)
-// links, and one link for everything through a single server.
+// ceilingLines are the raw link capacities (ceilingMBps): with pNFS
+// min(clients, DS) links, and one link for everything through a single
+// server when the reports measured one. Where a write's ceiling differs
+// from a read's (more than one copy: min(clients, DS/copies) links) each
+// phase gets a line of its own.
 func ceilingLines(reps []*IORReport, x func(*IORReport, *IORCell) float64) []series {
-	pn := series{name: "ceiling: min(clients, DS) links", dashed: true, color: color.Black}
-	one := series{name: "ceiling: one link (single server)", dashed: true, color: color.Gray{Y: 0x80}}
-	seen := map[float64]bool{}
+	write, read := map[float64]float64{}, map[float64]float64{}
+	link := map[float64]float64{}
+	single := false
 	for _, rep := range reps {
 		for i := range rep.Cells {
 			c := &rep.Cells[i]
-			if c.CeilingMBps <= 0 || c.Phase != PhaseWrite || targetName(rep.Config.Target) != TargetShoal {
+			if c.CeilingMBps <= 0 {
+				continue
+			}
+			if !c.PNFS || targetName(rep.Config.Target) != TargetShoal {
+				single = true
 				continue
 			}
 			xv := x(rep, c)
-			if c.PNFS && !seen[xv] {
-				seen[xv] = true
-				pn.pts = append(pn.pts, plotter.XY{X: xv, Y: c.CeilingMBps})
-				one.pts = append(one.pts, plotter.XY{X: xv, Y: rep.Config.LinkBitsPerSec / 8 / 1e6})
+			if c.Phase == PhaseWrite {
+				if _, ok := write[xv]; !ok {
+					write[xv] = c.CeilingMBps
+					link[xv] = rep.Config.LinkBitsPerSec / 8 / 1e6
+				}
+			} else if _, ok := read[xv]; !ok {
+				read[xv] = c.CeilingMBps
 			}
 		}
 	}
-	if len(pn.pts) == 0 {
+	if len(write) == 0 {
 		return nil
 	}
-	for _, s := range []*series{&pn, &one} {
+	line := func(name string, c color.Color, m map[float64]float64) series {
+		s := series{name: name, dashed: true, color: c}
+		for xv, y := range m {
+			s.pts = append(s.pts, plotter.XY{X: xv, Y: y})
+		}
 		sort.Slice(s.pts, func(i, j int) bool { return s.pts[i].X < s.pts[j].X })
+		return s
 	}
-	return []series{pn, one}
+	same := true
+	for xv, y := range read {
+		if w, ok := write[xv]; ok && w != y {
+			same = false
+		}
+	}
+	var out []series
+	if same {
+		out = append(out, line("ceiling: min(clients, DS) links", color.Black, write))
+	} else {
+		out = append(out,
+			line("write ceiling: min(clients, DS/copies) links", color.Black, write),
+			line("read ceiling: min(clients, DS) links", color.RGBA{0x17, 0xbe, 0xcf, 0xff}, read))
+	}
+	if single {
+		out = append(out, line("ceiling: one link (single server)", color.Gray{Y: 0x80}, link))
+	}
+	return out
 }
 
 // linePlot draws lines on a new plot.
@@ -279,10 +320,139 @@ func (r *Results) WritePlots(dir string) ([]string, error) {
 			errs = append(errs, err)
 		}
 	}
+	// The cost of copies: a bar per phase for every number of copies, at
+	// the largest data-server count of each "mirrors" sweep.
+	for _, l := range r.labels(SweepMirrors) {
+		add(mirrorsPlot(r.label(l), dir, l))
+	}
 	if len(r.Meta) > 0 {
 		add(r.metaPlot(dir))
 	}
 	return files, errors.Join(errs...)
+}
+
+// seriesOrder is the order of the lines and bars in every plot.
+var seriesOrder = []string{"Shoal pNFS write", "Shoal pNFS read", "Shoal pNFS off write", "Shoal pNFS off read", "NFS-Ganesha write", "NFS-Ganesha read"}
+
+// mirrorsPlot draws a sweep over the number of copies as grouped bars:
+// for every number of copies, a bar per phase (and mode) at its median
+// MB/s, each capped by a dashed mark at its own ceiling (ceilingMBps:
+// with m copies a write's is min(clients, DS/m) links, a read's
+// min(clients, DS)) and labelled with its share of it. The bars are drawn
+// as polygons in data coordinates so the marks sit exactly over them.
+func mirrorsPlot(reps []*IORReport, dir, name string) ([]string, error) {
+	reps = largestDS(reps)
+	type bar struct {
+		key        string
+		copies     int
+		mbps, ceil float64
+	}
+	var bars []bar
+	var copies []int
+	var keys []string
+	top := 0.0
+	for _, rep := range reps {
+		for _, c := range rep.Cells {
+			b := bar{seriesKey(rep.Config.Target, c.PNFS, c.Phase), max(c.Mirrors, 1), c.Median, c.CeilingMBps}
+			bars = append(bars, b)
+			top = max(top, b.mbps, b.ceil)
+			if !slices.Contains(copies, b.copies) {
+				copies = append(copies, b.copies)
+			}
+			if !slices.Contains(keys, b.key) {
+				keys = append(keys, b.key)
+			}
+		}
+	}
+	if len(bars) == 0 {
+		return nil, nil
+	}
+	slices.Sort(copies)
+	slices.SortFunc(keys, func(a, b string) int { return slices.Index(seriesOrder, a) - slices.Index(seriesOrder, b) })
+	c := reps[0].Config
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("Cost of copies (%d data servers, %d clients, %.0f Mbit/s links)", maxDS(reps), c.Clients, c.LinkBitsPerSec/1e6)
+	p.X.Label.Text = "copies of every stripe unit (shoal mds --mirrors)"
+	p.Y.Label.Text = "aggregate MB/s (10^6 B/s)"
+	p.Legend.Top = true
+	p.Add(plotter.NewGrid())
+	// Room above the bars for their labels and the legend.
+	p.Y.Min, p.Y.Max = 0, 1.45*top
+	p.X.Min, p.X.Max = -0.5, float64(len(copies))-0.5
+	var ticks []plot.Tick
+	for i, m := range copies {
+		label := fmt.Sprintf("%d copies", m)
+		if m == 1 {
+			label = "1 copy"
+		}
+		ticks = append(ticks, plot.Tick{Value: float64(i), Label: label})
+	}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	slot := 0.8 / float64(len(keys))
+	var labels plotter.XYLabels
+	var ceilLine *plotter.Line
+	for j, k := range keys {
+		var legend plot.Thumbnailer
+		for _, b := range bars {
+			if b.key != k {
+				continue
+			}
+			x := float64(slices.Index(copies, b.copies)) - 0.4 + slot*(float64(j)+0.5)
+			lo, hi := x-0.4*slot, x+0.4*slot
+			poly, err := plotter.NewPolygon(plotter.XYs{{X: lo, Y: 0}, {X: hi, Y: 0}, {X: hi, Y: b.mbps}, {X: lo, Y: b.mbps}})
+			if err != nil {
+				return nil, err
+			}
+			poly.Color, poly.LineStyle.Width = palette[k], 0
+			p.Add(poly)
+			legend = poly
+			text := num(b.mbps)
+			y := b.mbps
+			if b.ceil > 0 {
+				mark, err := plotter.NewLine(plotter.XYs{{X: lo - 0.05*slot, Y: b.ceil}, {X: hi + 0.05*slot, Y: b.ceil}})
+				if err != nil {
+					return nil, err
+				}
+				mark.Color, mark.Width = color.Black, vg.Points(1.5)
+				mark.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
+				p.Add(mark)
+				ceilLine = mark
+				text += fmt.Sprintf("\n%.0f%% of %s", 100*b.mbps/b.ceil, num(b.ceil))
+				y = max(y, b.ceil)
+			}
+			labels.XYs = append(labels.XYs, plotter.XY{X: x, Y: y})
+			labels.Labels = append(labels.Labels, text)
+		}
+		if legend != nil {
+			p.Legend.Add(k, legend)
+		}
+	}
+	if ceilLine != nil {
+		p.Legend.Add("ceiling of each bar: the links it crosses", ceilLine)
+	}
+	lab, err := plotter.NewLabels(labels)
+	if err != nil {
+		return nil, err
+	}
+	for i := range lab.TextStyle {
+		lab.TextStyle[i].XAlign = text.XCenter
+	}
+	lab.Offset = vg.Point{Y: vg.Points(4)}
+	p.Add(lab)
+	return save(p, dir, name)
+}
+
+// largestDS returns reps with only the cells of their largest
+// data-server count.
+func largestDS(reps []*IORReport) []*IORReport {
+	n := maxDS(reps)
+	out := make([]*IORReport, len(reps))
+	for i, rep := range reps {
+		cp := *rep
+		cp.Cells = slices.DeleteFunc(slices.Clone(rep.Cells), func(c IORCell) bool { return c.DataServers != n })
+		out[i] = &cp
+	}
+	return out
 }
 
 func maxDS(reps []*IORReport) int {
@@ -353,14 +523,15 @@ func (r *Results) metaPlot(dir string) ([]string, error) {
 // its ceiling and the CPU use per run, so a reader can tell whether the
 // network or the CPU was the limit.
 func (r *Results) WriteMarkdown(w io.Writer) error {
-	for _, sweep := range append(r.labels(SweepDS), SweepClients, SweepBlock) {
+	sweeps := append(r.labels(SweepDS), SweepClients, SweepBlock)
+	for _, sweep := range append(sweeps, r.labels(SweepMirrors)...) {
 		reps := r.label(sweep)
 		if len(reps) == 0 {
 			continue
 		}
 		fmt.Fprintf(w, "\n### Sweep: %s\n\n", sweep)
-		fmt.Fprintln(w, "| target | clients | DS | transfer | phase | MB/s median [min-max] | ceiling MB/s | % of ceiling | via DS | server cores (MDS/DS) | client cores | machine CPU busy |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+		fmt.Fprintln(w, "| target | clients | DS | copies | transfer | phase | MB/s median [min-max] | ceiling MB/s | % of ceiling | via DS | server cores (MDS/DS) | client cores | machine CPU busy |")
+		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 		for _, rep := range reps {
 			c := rep.Config
 			for _, cell := range rep.Cells {
@@ -377,14 +548,17 @@ func (r *Results) WriteMarkdown(w io.Writer) error {
 				if cell.Busy >= 0 {
 					busy = fmt.Sprintf("%.0f%%", 100*cell.Busy)
 				}
-				fmt.Fprintf(w, "| %s | %d | %d | %s | %s | %s [%s-%s] | %.0f | %s | %.0f%% | %s | %s | %s |\n",
-					strings.TrimSpace(name), c.Clients, cell.DataServers, FormatSize(int64(c.TransferSize)), cell.Phase,
+				fmt.Fprintf(w, "| %s | %d | %d | %d | %s | %s | %s [%s-%s] | %.0f | %s | %.0f%% | %s | %s | %s |\n",
+					strings.TrimSpace(name), c.Clients, cell.DataServers, max(cell.Mirrors, 1), FormatSize(int64(c.TransferSize)), cell.Phase,
 					num(cell.Median), num(cell.Min), num(cell.Max), cell.CeilingMBps, pct, 100*cell.DSShare,
 					role, cores(cell.ClientCores), busy)
 			}
 		}
-		if strings.HasPrefix(sweep, SweepDS) {
-			writeChecks(w, CheckDS(reps))
+		switch {
+		case sweep == SweepDS || strings.HasPrefix(sweep, SweepDS+"-"):
+			writeChecks(w, "pNFS issue: scaling shape", CheckDS(reps))
+		case sweep == SweepMirrors || strings.HasPrefix(sweep, SweepMirrors+"-"):
+			writeChecks(w, "replication issue: cost of copies", CheckMirrors(reps))
 		}
 	}
 	if len(r.Meta) > 0 {

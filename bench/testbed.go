@@ -25,8 +25,9 @@ import (
 // link, as in the papers.
 //
 // With State set it uses that running testbed, which must have the data
-// server count asked for, and leaves it up. With Up set it brings a fresh
-// testbed up for every cluster started (Up.DataServers is overridden) and
+// server count (and number of copies) asked for, and leaves it up. With Up
+// set it brings a fresh testbed up for every cluster started
+// (Up.DataServers and, from StartMirrored, Up.Mirrors are overridden) and
 // tears it down when the cluster stops.
 type TestbedCluster struct {
 	// Exe is the shoal binary the clients run.
@@ -41,9 +42,9 @@ type TestbedCluster struct {
 }
 
 var (
-	_ ClusterStarter = (*TestbedCluster)(nil)
-	_ ClientLauncher = (*TestbedCluster)(nil)
-	_ ClusterStarter = (*GaneshaTestbed)(nil)
+	_ MirroredStarter = (*TestbedCluster)(nil)
+	_ ClientLauncher  = (*TestbedCluster)(nil)
+	_ ClusterStarter  = (*GaneshaTestbed)(nil)
 )
 
 func (t *TestbedCluster) logger() *slog.Logger {
@@ -53,8 +54,21 @@ func (t *TestbedCluster) logger() *slog.Logger {
 	return slog.New(slog.DiscardHandler)
 }
 
-// StartCluster implements ClusterStarter.
+// StartCluster implements ClusterStarter: a running testbed as it is, or
+// a new one with Up.Mirrors copies.
 func (t *TestbedCluster) StartCluster(ctx context.Context, n int) (*ClusterEndpoint, error) {
+	return t.start(ctx, n, 0)
+}
+
+// StartMirrored implements MirroredStarter: a running testbed must keep
+// mirrors copies (`shoal testbed up --mirrors`).
+func (t *TestbedCluster) StartMirrored(ctx context.Context, n, mirrors int) (*ClusterEndpoint, error) {
+	return t.start(ctx, n, mirrors)
+}
+
+// start starts (or checks) a testbed of n data servers; mirrors 0 takes
+// the running testbed's or Up's number of copies.
+func (t *TestbedCluster) start(ctx context.Context, n, mirrors int) (*ClusterEndpoint, error) {
 	var st *testbed.State
 	stop := func(context.Context) error { return nil }
 	switch {
@@ -62,16 +76,22 @@ func (t *TestbedCluster) StartCluster(ctx context.Context, n int) (*ClusterEndpo
 		if got := len(t.State.ByRole(testbed.RoleDS)); got != n {
 			return nil, fmt.Errorf("testbed %s has %d data servers, not %d (bring one up with --ds %d, or use --testbed-up)", t.State.Name, got, n, n)
 		}
+		if got := t.State.Copies(); mirrors != 0 && got != mirrors {
+			return nil, fmt.Errorf("testbed %s keeps %d copies, not %d (bring one up with --mirrors %d, or use --testbed-up)", t.State.Name, got, mirrors, mirrors)
+		}
 		st = t.State
 	case t.Up != nil:
 		cfg := *t.Up
 		cfg.DataServers = n
+		if mirrors != 0 {
+			cfg.Mirrors = mirrors
+		}
 		if cfg.Logger == nil {
 			cfg.Logger = t.logger()
 		}
 		var err error
 		if st, err = testbed.Up(ctx, cfg); err != nil {
-			return nil, fmt.Errorf("testbed up --ds %d: %w", n, err)
+			return nil, fmt.Errorf("testbed up --ds %d --mirrors %d: %w", n, max(cfg.Mirrors, 1), err)
 		}
 		stop = func(ctx context.Context) error {
 			return testbed.Down(ctx, st.Name, st.Dir, t.logger())

@@ -14,6 +14,9 @@
 #      NFS-Ganesha                                     -> meta-*.json
 #   5. the data-server sweep again at RATE2 (faster links than the
 #      machine's CPU can fill: where the CPU, not the network, limits) -> ds-RATE2.json
+#   6. the cost of copies: MIRRORS (1 and 2) copies of every stripe unit
+#      (shoal mds --mirrors) on MIRROR_DS data servers, the same clients,
+#      pNFS on, a fresh testbed per number of copies    -> mirrors.json
 # then `shoal bench plot` writes the PNG/SVG plots and results.md.
 #
 # Environment: RATE (per-link rate, default 500mbit: the rate at which this
@@ -23,12 +26,17 @@
 # client, default 512MiB: more than a stonewall's worth, so every cell runs
 # for the stonewall time), REPS (repetitions of sweep 1, default 3; the
 # tables give median [min-max]), SHOAL_BIN (a prebuilt shoal; default: go build),
-# STEPS (which of the sweeps 1-5 to run, default all; given, earlier
+# STEPS (which of the sweeps 1-6 to run, default all; given, earlier
 # results in OUTDIR are kept), NAME (testbed name, default shoalbench), RATE2 (a second data-server
 # sweep at this rate, default 1gbit; empty: none; RATE2_DS its data-server
 # counts, default 1,2,4,MAXDS), STORAGE (data servers' storage,
-# default tmpfs: see `shoal testbed up --help`). Needs root, ip, tc and, for the
-# baseline, ganesha.nfsd. Takes about 17 minutes on a 2-core machine.
+# default tmpfs: see `shoal testbed up --help`), MIRRORS (copies swept in
+# step 6, default 1,2), MIRROR_DS (its data servers, default 4),
+# MIRROR_BLOCK (bytes per client in step 6, default 256MiB, not
+# stonewalled: every cell moves the same bytes, so the read phases after
+# one and two copies are equally long), MIRROR_REPS (default REPS).
+# Needs root, ip, tc and, for the baseline, ganesha.nfsd. Takes about 20
+# minutes on a 2-core machine.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -43,7 +51,11 @@ storage=${STORAGE:-tmpfs}
 name=${NAME:-shoalbench}
 rate2=${RATE2-1gbit}
 rate2ds=${RATE2_DS:-1,2,4,$maxds}
-steps=" ${STEPS:-1 2 3 4 5} "
+mirrors=${MIRRORS:-1,2}
+mirrords=${MIRROR_DS:-4}
+mirrorblock=${MIRROR_BLOCK:-256MiB}
+mirrorreps=${MIRROR_REPS:-$reps}
+steps=" ${STEPS:-1 2 3 4 5 6} "
 want() { [[ $steps == *" $1 "* ]]; }
 mkdir -p "$out"
 if [ -z "${STEPS:-}" ]; then
@@ -116,6 +128,17 @@ if [ -n "$rate2" ] && want 5; then
 	step "5. data servers $rate2ds again at $rate2 per link: where does the CPU become the limit?"
 	"$bin" bench "${common[@]}" --testbed-up --rate "$rate2" --storage "$storage" --ds "$rate2ds" \
 		--clients "$clients" --block "$block" --transfer 1MiB --label "ds-$rate2" --json "$out/ds-$rate2.json" | tee -a "$log"
+fi
+
+if want 6; then
+	# Write ceiling with m copies: min(clients, DS/m) links (every byte
+	# enters the data servers m times: client -> first copy, first copy ->
+	# each other copy); reads are served by one copy: min(clients, DS).
+	# bench.ceilingMBps derives both; docs/benchmarks.md has the argument.
+	step "6. cost of copies: $mirrors copies on $mirrords DS, $clients clients, pNFS on, rate $rate"
+	"$bin" bench --workloads ior --reps "$mirrorreps" --testbed-up --testbed-name "$name" --rate "$rate" --storage "$storage" \
+		--ds "$mirrords" --mirrors "$mirrors" --pnfs on --clients "$clients" --block "$mirrorblock" --transfer 1MiB \
+		--label mirrors --json "$out/mirrors.json" | tee -a "$log"
 fi
 step "plots"
 "$bin" bench plot --dir "$out"

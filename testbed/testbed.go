@@ -5,7 +5,9 @@
 // testbed therefore sees what it would see on real hosts behind 1 Gbit/s
 // (or whatever --rate says) links: a client can pull at most one link's
 // worth, N data servers can deliver N links' worth in aggregate, and the
-// MDS is a separate hop.
+// MDS is a separate hop. With Config.Mirrors copies of every stripe unit
+// the data servers forward each other the extra copies over the same
+// links, so the cost of replication is measured too.
 //
 // Design choices:
 //
@@ -50,6 +52,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/shoalfs/shoal/meta"
 )
 
 // Role is what runs in a node's namespace.
@@ -115,6 +119,13 @@ type Config struct {
 	Name string
 	// DataServers and Clients count the DS and client namespaces.
 	DataServers, Clients int
+	// Mirrors is the cluster's default number of copies of every stripe
+	// unit (`shoal mds --mirrors`), 1 to meta.MaxMirrors and at most
+	// DataServers; 0 means 1. With more than one copy the data server a
+	// client writes to forwards the bytes to the other copies' data
+	// servers over their peer addresses, which are their own testbed
+	// addresses, so replication crosses the same rate-limited links.
+	Mirrors int
 	// Rate limits every link, both directions (tc notation, e.g. "1gbit").
 	Rate string
 	// Dir holds the state file, the servers' data directories and logs.
@@ -161,6 +172,9 @@ type State struct {
 	MDS      string `json:"mds_addr"`
 	Binary   string `json:"binary"`
 	Storage  string `json:"storage"`
+	// Mirrors is the MDS's --mirrors (0 in a state file written before
+	// it was recorded: one copy).
+	Mirrors int `json:"mirrors,omitempty"`
 	// DataMount is the tmpfs mounted for the data servers ("" if on disk);
 	// down unmounts it.
 	DataMount string    `json:"data_mount,omitempty"`
@@ -189,6 +203,12 @@ func Plan(cfg Config) (*State, error) {
 	if cfg.Rate == "" {
 		cfg.Rate = DefaultRate
 	}
+	if cfg.Mirrors == 0 {
+		cfg.Mirrors = 1
+	}
+	if cfg.Mirrors < 1 || cfg.Mirrors > meta.MaxMirrors || cfg.Mirrors > cfg.DataServers {
+		return nil, fmt.Errorf("--mirrors %d out of range 1..%d (and at most --ds %d)", cfg.Mirrors, meta.MaxMirrors, cfg.DataServers)
+	}
 	switch cfg.Storage {
 	case "":
 		cfg.Storage = StorageTmpfs
@@ -207,7 +227,7 @@ func Plan(cfg Config) (*State, error) {
 	s := &State{
 		Name: cfg.Name, Dir: dir, Rate: rate.String(), RateBits: rate,
 		Switch: cfg.Name + "-sw", Subnet: Subnet, Binary: cfg.Binary, Created: time.Now().UTC(),
-		Storage: cfg.Storage,
+		Storage: cfg.Storage, Mirrors: cfg.Mirrors,
 	}
 	add := func(name string, role Role, ip string) {
 		n := Node{Name: name, Role: role, Namespace: cfg.Name + "-" + name, IP: ip, SwitchIface: "v-" + name}
@@ -259,6 +279,12 @@ func (s *State) ByRole(r Role) []Node {
 		}
 	}
 	return out
+}
+
+// Copies is the number of copies of every stripe unit the MDS keeps by
+// default (its --mirrors).
+func (s *State) Copies() int {
+	return max(s.Mirrors, 1)
 }
 
 // Namespaces returns every namespace of the testbed, the switch last.
@@ -505,7 +531,7 @@ func (b *builder) servers(ctx context.Context, ready time.Duration) error {
 	defer cancel()
 	mds := s.ByRole(RoleMDS)[0]
 	if err := b.start(ctx, mds.Name, "mds", "--listen", mds.Addr, "--dir", filepath.Join(s.Dir, mds.Name),
-		"--no-root-squash", "--metrics", mds.Metrics); err != nil {
+		"--no-root-squash", "--metrics", mds.Metrics, "--mirrors", strconv.Itoa(s.Copies())); err != nil {
 		return err
 	}
 	// Listening means started: the MDS made its join secret (the file
@@ -513,16 +539,32 @@ func (b *builder) servers(ctx context.Context, ready time.Duration) error {
 	if err := b.waitTCP(ctx, mds); err != nil {
 		return err
 	}
+	// Clients and the other data servers reach a DS at the same address:
+	// its namespace's only one, so replicated writes (a DS forwarding a
+	// client's bytes to the other copies) cross the sender's upload and
+	// the receiver's download links like client traffic.
 	for _, d := range s.ByRole(RoleDS) {
 		if err := b.start(ctx, d.Name, "ds", "--listen", d.Addr, "--dir", filepath.Join(s.Dir, dataDir, d.Name),
 			"--mds", s.MDS, "--join-secret-file", filepath.Join(s.Dir, mds.Name, "join-secret"),
-			"--advertise", d.Addr, "--metrics", d.Metrics); err != nil {
+			"--advertise", d.Addr, "--peer-advertise", d.Addr, "--metrics", d.Metrics); err != nil {
 			return err
 		}
 	}
 	for _, d := range s.ByRole(RoleDS) {
 		if err := b.waitRegistered(ctx, d); err != nil {
 			return err
+		}
+	}
+	// Every data server must reach every other one's peer address (a
+	// policy can ask for copies even when the default is one).
+	for _, from := range s.ByRole(RoleDS) {
+		for _, to := range s.ByRole(RoleDS) {
+			if from.Name == to.Name {
+				continue
+			}
+			if err := probe(ctx, from.Namespace, to.Addr); err != nil {
+				return fmt.Errorf("data server %s cannot reach its peer %s at %s: %w", from.Name, to.Name, to.Addr, err)
+			}
 		}
 	}
 	// Every client must reach every server.

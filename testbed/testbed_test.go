@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,6 +71,9 @@ func TestPlan(t *testing.T) {
 		{name: "no ds", cfg: Config{DataServers: 0, Clients: 1}, err: "--ds"},
 		{name: "too many clients", cfg: Config{DataServers: 1, Clients: 201}, err: "--clients"},
 		{name: "bad rate", cfg: Config{DataServers: 1, Clients: 1, Rate: "lots"}, err: "bad rate"},
+		{name: "more copies than data servers", cfg: Config{DataServers: 1, Clients: 1, Mirrors: 2}, err: "--mirrors 2"},
+		{name: "too many copies", cfg: Config{DataServers: 6, Clients: 1, Mirrors: 4}, err: "--mirrors 4"},
+		{name: "negative copies", cfg: Config{DataServers: 2, Clients: 1, Mirrors: -1}, err: "--mirrors -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,10 +94,21 @@ func TestPlan(t *testing.T) {
 			if strings.Join(got, " ") != strings.Join(tt.want, " ") {
 				t.Errorf("nodes = %v, want %v", got, tt.want)
 			}
-			if s.MDS != "10.77.0.1:2049" || s.Switch != "shoaltb-sw" || s.Rate != DefaultRate || s.Storage != StorageTmpfs {
+			if s.MDS != "10.77.0.1:2049" || s.Switch != "shoaltb-sw" || s.Rate != DefaultRate || s.Storage != StorageTmpfs || s.Copies() != 1 {
 				t.Errorf("state = %+v", s)
 			}
 		})
+	}
+}
+
+func TestPlanMirrors(t *testing.T) {
+	s, err := Plan(Config{DataServers: 2, Clients: 1, Mirrors: 2, Dir: "/x"})
+	if err != nil || s.Mirrors != 2 || s.Copies() != 2 {
+		t.Fatalf("Plan with 2 copies: %+v, %v", s, err)
+	}
+	// A state file from before copies were recorded means one.
+	if (&State{}).Copies() != 1 {
+		t.Errorf("zero State: %d copies, want 1", (&State{}).Copies())
 	}
 }
 
@@ -211,7 +226,9 @@ func TestTestbed(t *testing.T) {
 	name := testName("b")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	s, err := Up(ctx, Config{Name: name, DataServers: 2, Clients: 1, Rate: "1gbit", Dir: dir, Binary: bin, Ready: time.Minute})
+	// Two copies of every stripe unit: the data servers forward to each
+	// other over their testbed addresses.
+	s, err := Up(ctx, Config{Name: name, DataServers: 2, Clients: 1, Mirrors: 2, Rate: "1gbit", Dir: dir, Binary: bin, Ready: time.Minute})
 	if err != nil {
 		t.Fatalf("Up: %v", err)
 	}
@@ -221,7 +238,7 @@ func TestTestbed(t *testing.T) {
 			_ = Down(context.Background(), name, dir, nil)
 		}
 	})
-	if loaded, err := Load(dir); err != nil || !loaded.Ready || len(loaded.Nodes) != 4 {
+	if loaded, err := Load(dir); err != nil || !loaded.Ready || len(loaded.Nodes) != 4 || loaded.Copies() != 2 {
 		t.Fatalf("Load: %+v, %v", loaded, err)
 	}
 	c0, _ := s.Node("c0")
@@ -237,6 +254,22 @@ func TestTestbed(t *testing.T) {
 			if err := probe(ctx, c0.Namespace, n.Addr); err != nil {
 				t.Errorf("c0 cannot reach %s at %s: %v", n.Name, n.Addr, err)
 			}
+		}
+		// Peer addresses, for replicated writes.
+		ds0, _ := s.Node("ds0")
+		ds1, _ := s.Node("ds1")
+		for _, p := range [][2]Node{{ds0, ds1}, {ds1, ds0}} {
+			if err := probe(ctx, p[0].Namespace, p[1].Addr); err != nil {
+				t.Errorf("%s cannot reach its peer %s at %s: %v", p[0].Name, p[1].Name, p[1].Addr, err)
+			}
+		}
+		for _, n := range s.ByRole(RoleDS) {
+			if !slices.Contains(n.Cmdline, "--peer-advertise") {
+				t.Errorf("%s runs without --peer-advertise: %q", n.Name, n.Cmdline)
+			}
+		}
+		if mds, _ := s.Node("mds"); !strings.Contains(strings.Join(mds.Cmdline, " "), "--mirrors 2") {
+			t.Errorf("mds runs without --mirrors 2: %q", mds.Cmdline)
 		}
 	})
 
@@ -302,8 +335,9 @@ func TestTestbed(t *testing.T) {
 			}
 			return nil
 		})
-		if onTmpfs < int64(len(data)) {
-			t.Errorf("data tmpfs holds %d bytes of files, want at least the %d put", onTmpfs, len(data))
+		// Two copies of every unit.
+		if onTmpfs < 2*int64(len(data)) {
+			t.Errorf("data tmpfs holds %d bytes of files, want at least twice the %d put (2 copies)", onTmpfs, len(data))
 		}
 	})
 

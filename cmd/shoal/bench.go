@@ -46,7 +46,10 @@ minimum and maximum. With --addr it benchmarks a running server instead.
 finished read them back; with pNFS on and off (--pnfs), --reps times. It
 prints aggregate MB/s per data-server count and mode, with the CPU use of
 the servers and of the clients. --shared (one file, a segment per client),
---random and --stonewall select IOR's other modes.
+--random and --stonewall select IOR's other modes. --mirrors 1,2 also
+measures each number of copies of every stripe unit (shoal mds --mirrors)
+on a cluster of its own, with the write ceiling of every byte entering the
+data servers once per copy.
 
 --testbed (a running "shoal testbed") or --testbed-up (one brought up per
 --ds count at --rate, torn down after) run ior and --workloads meta
@@ -56,6 +59,7 @@ ceiling and the machine's CPU use. --target ganesha measures NFS-Ganesha
 run in the MDS namespace instead. "shoal bench plot" draws the plots of a
 directory of JSON reports; scripts/bench-papers.sh runs every sweep.`,
 		Example: `  shoal bench --testbed-up --ds 1,2,4,6 --clients 8 --rate 1gbit --workloads ior --block 128MiB --stonewall 20s --json ds.json
+  shoal bench --testbed-up --ds 4 --mirrors 1,2 --clients 8 --pnfs on --workloads ior --label mirrors --json mirrors.json
   shoal bench --testbed --ds 6 --clients 8 --workloads meta --target ganesha --json meta-ganesha.json
   shoal bench plot --dir docs/bench
   shoal bench

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,6 +33,7 @@ type benchExtra struct {
 	poolFiles, ganeshaPort             int
 	seed                               int64
 	dirs                               []string
+	mirrors                            []int
 	changed                            func(string) bool
 }
 
@@ -56,6 +58,7 @@ func (x *benchExtra) flags(fl *pflag.FlagSet) {
 	fl.Int64Var(&x.seed, "seed", 42, "meta: postmark RNG seed")
 	fl.StringSliceVar(&x.dirs, "dirs", []string{bench.DirUnique, bench.DirShared}, "meta: mdtest directory layouts, unique (one per client) and/or shared")
 	fl.IntVar(&x.ganeshaPort, "ganesha-port", 2050, "testbed: NFS-Ganesha's port in the MDS namespace")
+	fl.IntSliceVar(&x.mirrors, "mirrors", nil, "ior: copies of every stripe unit to measure, a fresh cluster each (shoal mds --mirrors; 1-3, at most the smallest --ds); default 1, or a running --testbed's own")
 	fl.StringVar(&x.smallIO, "small-io-threshold", "0", "ior, meta: the clients' client.Policy.SmallIOThreshold, requests shorter than this go through the MDS (0: the library's default)")
 }
 
@@ -78,6 +81,12 @@ func (x *benchExtra) smallIOThreshold() (int, error) {
 func (x *benchExtra) applyIOR(c *bench.IORConfig) error {
 	c.Shared, c.Random, c.Stonewall, c.Access, c.Label = x.shared, x.random, x.stonewall, x.access, x.label
 	c.Target = x.target
+	if x.changed("mirrors") {
+		c.Mirrors = x.mirrors
+		if x.target == bench.TargetGanesha && slices.ContainsFunc(c.Mirrors, func(m int) bool { return m != 1 }) {
+			return errors.New("--target ganesha keeps one copy: --mirrors must be 1")
+		}
+	}
 	t, err := x.smallIOThreshold()
 	if err != nil {
 		return err
@@ -175,6 +184,9 @@ func runTestbedBench(cmd *cobra.Command, x benchExtra, ior, meta, quick bool, ds
 			return errors.New("--target ganesha runs on a testbed that is up (--testbed)")
 		}
 	}
+	if meta && x.changed("mirrors") {
+		return errors.New("--mirrors applies to --workloads ior (bring a testbed up with `shoal testbed up --mirrors N` for meta)")
+	}
 	var errs []error
 	if ior {
 		changed := x.changed
@@ -185,6 +197,10 @@ func runTestbedBench(cmd *cobra.Command, x benchExtra, ior, meta, quick bool, ds
 		if err := x.applyIOR(&c); err != nil {
 			return err
 		}
+		if tc.State != nil && !x.changed("mirrors") {
+			// Record what the running testbed keeps.
+			c.Mirrors = []int{tc.State.Copies()}
+		}
 		c.LinkBitsPerSec = tc.LinkBitsPerSec()
 		if x.target == bench.TargetGanesha {
 			// Ganesha offers no layouts: a pNFS-on client would fall back
@@ -192,9 +208,9 @@ func runTestbedBench(cmd *cobra.Command, x benchExtra, ior, meta, quick bool, ds
 			c.PNFS = []bool{false}
 		}
 		c.Progress = errOut
-		fmt.Fprintf(errOut, "ior on testbed (%s): %d clients x %s in %s transfers; data servers %v; pNFS %s; %d reps\n",
+		fmt.Fprintf(errOut, "ior on testbed (%s): %d clients x %s in %s transfers; data servers %v; copies %v; pNFS %s; %d reps\n",
 			x.target, c.Clients, bench.FormatSize(c.BlockSize), bench.FormatSize(int64(c.TransferSize)),
-			c.DataServers, bench.FormatPNFSModes(c.PNFS), c.Reps)
+			c.DataServers, c.Copies(), bench.FormatPNFSModes(c.PNFS), c.Reps)
 		rep, runErr := bench.RunIOR(ctx, c, setup)
 		errs = append(errs, runErr)
 		if rep != nil {

@@ -53,14 +53,16 @@ func newTestbedUpCmd() *cobra.Command {
 	var (
 		tf            testbedFlags
 		ds, clients   int
+		mirrors       int
 		rate, binPath string
 		storage, size string
 	)
 	cmd := &cobra.Command{
-		Use:     "up",
-		Short:   "Create the namespaces and links and start the MDS and data servers",
-		Example: "  shoal testbed up --ds 4 --clients 2 --rate 1gbit",
-		Args:    cobra.NoArgs,
+		Use:   "up",
+		Short: "Create the namespaces and links and start the MDS and data servers",
+		Example: `  shoal testbed up --ds 4 --clients 2 --rate 1gbit
+  shoal testbed up --ds 4 --clients 8 --mirrors 2`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if binPath == "" {
 				exe, err := os.Executable()
@@ -70,7 +72,7 @@ func newTestbedUpCmd() *cobra.Command {
 				binPath = exe
 			}
 			s, err := testbed.Up(cmd.Context(), testbed.Config{
-				Name: tf.name, Dir: tf.dir, DataServers: ds, Clients: clients, Rate: rate,
+				Name: tf.name, Dir: tf.dir, DataServers: ds, Clients: clients, Mirrors: mirrors, Rate: rate,
 				Storage: storage, TmpfsSize: size, Binary: binPath, Logger: slog.Default(),
 			})
 			if err != nil {
@@ -83,6 +85,7 @@ func newTestbedUpCmd() *cobra.Command {
 	tf.register(cmd)
 	cmd.Flags().IntVar(&ds, "ds", 2, "number of data servers")
 	cmd.Flags().IntVar(&clients, "clients", 1, "number of client namespaces")
+	cmd.Flags().IntVar(&mirrors, "mirrors", 1, "copies of every stripe unit, the MDS's --mirrors (1-3, at most --ds); data servers forward the extra copies to each other over their own links")
 	cmd.Flags().StringVar(&rate, "rate", testbed.DefaultRate, "rate limit of every link, each direction (tc notation: 800mbit, 1gbit, ...)")
 	cmd.Flags().StringVar(&binPath, "shoal", "", "shoal binary to run in the server namespaces (default: this one)")
 	cmd.Flags().StringVar(&storage, "storage", testbed.StorageTmpfs, "where data servers keep file data: tmpfs (one per testbed, like each DS having its own fast disk) or disk (all share this machine's disk)")
@@ -98,7 +101,8 @@ func printTestbed(s *testbed.State, tf testbedFlags) {
 	if tf.dir != "" {
 		flags += " --dir " + tf.dir
 	}
-	fmt.Printf("shoal testbed %s: up, %s per link, data on %s, state in %s/%s\n", s.Name, s.Rate, s.Storage, s.Dir, testbed.StateFile)
+	fmt.Printf("shoal testbed %s: up, %s per link, data on %s, %s of every stripe unit, state in %s/%s\n",
+		s.Name, s.Rate, s.Storage, plural(int64(s.Copies()), "copy", "copies"), s.Dir, testbed.StateFile)
 	w := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "  NODE\tNAMESPACE\tIP\tSERVICE\tPID")
 	for _, n := range s.Nodes {
