@@ -94,6 +94,7 @@ type Client struct {
 		reconnects, recoveries, retries                  atomic.Uint64
 		layoutGets, layoutReturns, layoutRecalls         atomic.Uint64
 		failovers, dsReadBytes, dsWriteBytes, mdsIOBytes atomic.Uint64
+		resentBytes                                      atomic.Uint64
 	}
 
 	// dsRole makes this Client a session with a pNFS data server, owned by
@@ -124,6 +125,11 @@ type Stats struct {
 	DSReadBytes   uint64 // bytes read from data servers
 	DSWriteBytes  uint64 // bytes written to data servers
 	MDSIOBytes    uint64 // READ and WRITE payload bytes through the MDS
+	// ResentBytes counts data written again through the MDS because no
+	// COMMIT vouched for it: the server it was written to UNSTABLE could
+	// not be reached or changed its write verifier before the COMMIT, or
+	// the size it reached could not be published with LAYOUTCOMMIT.
+	ResentBytes uint64
 }
 
 // Stats returns the client's counters.
@@ -140,6 +146,7 @@ func (c *Client) Stats() Stats {
 		DSReadBytes:   c.stats.dsReadBytes.Load(),
 		DSWriteBytes:  c.stats.dsWriteBytes.Load(),
 		MDSIOBytes:    c.stats.mdsIOBytes.Load(),
+		ResentBytes:   c.stats.resentBytes.Load(),
 	}
 }
 

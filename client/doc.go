@@ -121,12 +121,32 @@
 // methods are described above.
 //
 // Writes are UNSTABLE by default: the server may keep them in memory until
-// [File.Sync] or [File.Close] sends COMMIT. The client does not keep copies
-// of written data, so if the server restarts between a WRITE and its
-// COMMIT (its write verifier changes) the client cannot resend the data;
-// Sync and Close then return [ErrVerifierChanged] and the caller must write
-// again whatever it wrote since the last successful Sync. Open with
-// os.O_SYNC to make every WRITE FILE_SYNC instead, at a cost in throughput.
+// [File.Sync] or [File.Close] sends COMMIT, and lose them if it restarts
+// meanwhile, which it tells by answering the COMMIT with another write
+// verifier than the WRITE got. So, as a kernel client's page cache does,
+// each File keeps a copy of what it wrote UNSTABLE (one copy of each
+// WRITE's payload, in pooled buffers; reads never use it) until a COMMIT
+// vouches for it: one that answers the verifier the WRITE got, and for
+// data written through a layout also the LAYOUTCOMMIT after it. What no
+// COMMIT vouches for (the verifier changed, on a data server or on the
+// metadata server, or a data server could not take the COMMIT at all) is
+// written again through the metadata server with FILE_SYNC, and Sync
+// succeeds ([Stats].ResentBytes counts it). Only if that fails too do
+// Sync and Close return an error wrapping [ErrVerifierChanged]; the copy
+// is then dropped, and the caller must write again whatever it wrote
+// since the last successful Sync. As with a kernel client, a resend
+// rewrites the File's own bytes and may overwrite what another client
+// wrote to the same range in between; writes of the File itself wait
+// while it runs, so it never puts older bytes over newer ones. A truncate
+// drops what the Files keep past the new end.
+//
+// [Policy].UnstableLimit (default 64 MiB) bounds the memory a File uses
+// for these copies: a write that would take the File past it first
+// commits what the File holds, as Sync does (a failure of that commit is
+// reported by the next Sync), and writes larger than a quarter of it go
+// out in parts of that size, each checked the same way. Open with
+// os.O_SYNC to make every WRITE FILE_SYNC instead (nothing is kept), at a
+// cost in throughput.
 //
 // Reads and writes larger than the server's maxread/maxwrite (capped at
 // 1 MiB) are split into several READs or WRITEs that are in flight at once,
@@ -158,21 +178,38 @@
 // Close COMMIT on every data server that got data (in parallel), then send
 // LAYOUTCOMMIT with the last write offset and mtime, which the metadata
 // server needs even after stable writes because data servers answer
-// DATA_SYNC. A write verifier that changed on a data server is reported as
-// [ErrVerifierChanged], like on the metadata server. Data servers do not
-// know the file size and zero-fill past it, so reads are capped at the
-// size this File knows (from the metadata server at open or LAYOUTGET,
-// and its own writes since), refreshed with GETATTR when a read goes past
-// it.
+// DATA_SYNC. Data a data server's COMMIT does not vouch for (it could not
+// be reached, or its write verifier changed: it restarted, or with
+// replicated stripes a copy it forwarded the data to restarted) is written
+// again through the metadata server, as described above. Data servers do
+// not know the file size and zero-fill past it, so reads are capped at
+// the size this File knows (from the metadata server at open or
+// LAYOUTGET, and its own writes since), refreshed with GETATTR when a read
+// goes past it.
 //
-// Layouts are returned (LAYOUTRETURN) when the File is closed. A
-// CB_LAYOUTRECALL is answered at once, NFS4_OK for a layout held and
-// NFS4ERR_NOMATCHING_LAYOUT otherwise; the layout then takes no new I/O,
-// and once the I/O in flight on it is done it is committed and returned in
-// the background. The next I/O asks for a new layout; while the server
-// refuses one (NFS4ERR_RECALLCONFLICT, NFS4ERR_LAYOUTTRYLATER,
-// NFS4ERR_LAYOUTUNAVAILABLE) I/O goes through the metadata server and
-// LAYOUTGET is retried with a bounded backoff.
+// The server keeps one layout stateid per client and file, shared by all
+// Files of a Client that hold a layout of the file, and moves its seqid at
+// every LAYOUTGET and recall. The Client tracks the newest one it has seen
+// (from LAYOUTGET replies and CB_LAYOUTRECALL) and sends it in LAYOUTGET
+// (the open stateid only when it holds no layout state of the file),
+// LAYOUTCOMMIT and LAYOUTRETURN. A recall moves the seqid before its
+// CB_LAYOUTRECALL reaches the client, so a LAYOUTCOMMIT sent in between
+// gets NFS4ERR_OLD_STATEID: the client then waits (up to 5 s) for the
+// newer stateid and retries. If the server takes no layout stateid the
+// Client holds (the layout state was returned or revoked), the range that
+// ends the file, which the File still keeps, is written again through the
+// metadata server, which records the size itself.
+//
+// Layouts are returned (LAYOUTRETURN) when the File is closed, unless
+// another layout uses the same layout state (a newer layout of the File,
+// or one of another File of the Client): the server's LAYOUTRETURN would
+// take that away too. A CB_LAYOUTRECALL is answered at once, NFS4_OK for
+// a layout held and NFS4ERR_NOMATCHING_LAYOUT otherwise; the layout then
+// takes no new I/O, and once the I/O in flight on it is done it is
+// committed and returned in the background. The next I/O asks for a new
+// layout; while the server refuses one (NFS4ERR_RECALLCONFLICT,
+// NFS4ERR_LAYOUTTRYLATER, NFS4ERR_LAYOUTUNAVAILABLE) I/O goes through the
+// metadata server and LAYOUTGET is retried with a bounded backoff.
 //
 // # Data server failures
 //
@@ -182,11 +219,15 @@
 // the data servers; the layout is invalidated and returned, and the data
 // server is left alone for a while (1 s, doubling to 30 s) while its pieces
 // go through the metadata server. UNSTABLE data on a data server that
-// cannot take a COMMIT any more is committed with a COMMIT through the
-// metadata server. This needs the data to be reachable by the metadata
-// server: Shoal keeps no replicas, so if a data server is really gone its
-// stripe units are unreadable through the metadata server too and the I/O
-// fails, while files with no stripe unit on it stay fully usable.
+// cannot take a COMMIT any more is written again through the metadata
+// server from the copy the File keeps (see "Consistency and durability").
+// This needs the metadata server to reach a copy of the data: with one
+// copy of each stripe unit (Shoal's default), if a data server is really
+// gone its stripe units are unreadable and unwritable through the metadata
+// server too and the I/O fails, while files with no stripe unit on it stay
+// fully usable; with replicated stripes (`shoal mds --mirrors 2` or 3)
+// the metadata server uses the other copies, and the loss of one data
+// server costs the application no error.
 //
 // How long that takes is bounded:
 //

@@ -110,11 +110,13 @@ func statusErrno(s nfs4.Nfsstat4) syscall.Errno {
 
 // Errors the client returns that do not come from a server status.
 var (
-	// ErrVerifierChanged is returned by File.Sync and File.Close when the
-	// server's write verifier changed between an UNSTABLE WRITE and its
-	// COMMIT: the server restarted and data written since the last
-	// successful Sync may have been lost. The client does not keep copies
-	// of written data, so it cannot resend it; the caller must.
+	// ErrVerifierChanged is wrapped by the error of File.Sync and
+	// File.Close when data written UNSTABLE may have been lost and the
+	// client could not write it again: a COMMIT did not vouch for it (the
+	// server's write verifier changed between the WRITE and the COMMIT, or
+	// a data server could not take the COMMIT), and writing the copy the
+	// File kept through the metadata server failed too. The caller must
+	// write again whatever it wrote since the last successful Sync.
 	ErrVerifierChanged = errors.New("nfs: write verifier changed (server restarted); unsynced data may be lost")
 	// ErrClosed is returned by operations on a closed Client or File.
 	ErrClosed = errors.New("nfs: use of closed client or file")

@@ -47,3 +47,7 @@ func StripeOf(ctx context.Context, f *File, off int64) (addr string, stripe, str
 	}
 	return pcs[0].Addrs[0], pcs[0].Stripe, pcs[0].Stripes, nil
 }
+
+// HeldBytes returns the memory f uses for copies of its unstable writes
+// (Policy.UnstableLimit bounds it).
+func HeldBytes(f *File) int64 { return f.unst.heldBytes() }

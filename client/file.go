@@ -34,11 +34,16 @@ type File struct {
 	lockStateid *nfs4.Stateid4
 	locks       []lockRange
 	off         int64
-	verf        nfs4.Verifier4
-	haveVerf    bool
-	verfChanged bool
-	dirty       bool // UNSTABLE data not yet committed
+	dirty       bool // UNSTABLE data written through the MDS not yet committed
 	closed      bool
+
+	// Data written UNSTABLE, kept until a COMMIT vouches for it
+	// (unstable.go). Writes hold resendMu shared while they are in
+	// flight, a resend holds it exclusively; mdsMu serializes commits
+	// through the MDS.
+	unst     unstable
+	resendMu sync.RWMutex
+	mdsMu    sync.Mutex
 
 	// pNFS state, guarded by mu except layMu.
 	layMu       sync.Mutex    // serializes LAYOUTGET
@@ -49,7 +54,7 @@ type File struct {
 	layOff      bool   // the server will not give this file a layout
 	layGetting  bool   // a LAYOUTGET is in flight
 	layRecalled bool   // ... and a CB_LAYOUTRECALL arrived meanwhile
-	layErr      error  // a background layout commit failed; reported by Sync
+	layErr      error  // a background commit failed; reported by Sync
 	layRefused  error  // why the last LAYOUTGET failed, if it did
 	size        uint64 // the file size as far as this File knows
 	sizeKnown   bool
@@ -190,6 +195,7 @@ func (c *Client) setSize(fh []byte, size uint64) {
 		g.mu.Lock()
 		g.size, g.sizeKnown = size, true
 		g.mu.Unlock()
+		g.dropHeldPast(size)
 	}
 }
 
@@ -457,7 +463,9 @@ func (f *File) parallel(ctx context.Context, total, chunk int, do func(i, lo, hi
 // WriteAt implements io.WriterAt. Writes larger than Client.MaxWrite are
 // split into several WRITEs in flight at once. p is sent without copying
 // and is not retained after WriteAt returns. Data is written UNSTABLE
-// (unless the file was opened O_SYNC) and made durable by Sync or Close.
+// (unless the file was opened O_SYNC) and made durable by Sync or Close;
+// until then the File keeps a copy of what the server took UNSTABLE, to
+// write it again if the server loses it (Policy.UnstableLimit).
 func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	return f.WriteAtContext(context.Background(), p, off)
 }
@@ -497,28 +505,54 @@ func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, er
 }
 
 // writeDirect writes p at off to the data servers or the MDS, as asked.
+// Unless the File is O_SYNC, what the servers take UNSTABLE is kept until
+// a COMMIT vouches for it (unstable.go); a write larger than a quarter of
+// Policy.UnstableLimit goes out in parts of that size, and before each the
+// File commits what it holds if the part would take it past the limit.
 func (f *File) writeDirect(ctx context.Context, p []byte, off int64) (int, error) {
+	if f.flag&os.O_SYNC != 0 {
+		return f.writeOut(ctx, p, off)
+	}
+	part := max(int(f.c.pol.UnstableLimit/4), maxIOSize)
+	done := 0
+	for done < len(p) {
+		k := min(part, len(p)-done)
+		f.makeRoom(ctx, k)
+		n, err := f.writeOut(ctx, p[done:done+k], off+int64(done))
+		done += n
+		if err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// writeOut is writeDirect for one part.
+func (f *File) writeOut(ctx context.Context, p []byte, off int64) (int, error) {
 	var n int
 	var err error
 	var l *fileLayout
 	if len(p) >= f.c.pol.SmallIOThreshold {
 		l = f.layoutFor(ctx)
 	}
+	f.resendMu.RLock()
 	if l != nil {
 		n, err = f.pnfsRun(ctx, l, p, off, true)
+	} else {
+		n, err = f.parallel(ctx, len(p), int(f.c.maxWrite), func(i, lo, hi int) (int, bool, error) {
+			return f.writeChunk(ctx, p[lo:hi], off+int64(lo))
+		})
+	}
+	f.resendMu.RUnlock()
+	if l != nil {
 		f.releaseLayout(l)
 		if err == nil && f.flag&os.O_SYNC != 0 {
 			// Data servers answer DATA_SYNC: the size and mtime need a
 			// LAYOUTCOMMIT to be stable too.
 			err = f.syncLayout(ctx, l)
 		}
-	} else {
-		n, err = f.parallel(ctx, len(p), int(f.c.maxWrite), func(i, lo, hi int) (int, bool, error) {
-			return f.writeChunk(ctx, p[lo:hi], off+int64(lo))
-		})
-		if err != nil {
-			err = f.blameDataServer(ctx, off+int64(n), err)
-		}
+	} else if err != nil {
+		err = f.blameDataServer(ctx, off+int64(n), err)
 	}
 	f.grewTo(uint64(off) + uint64(n))
 	if err == nil && n < len(p) {
@@ -527,15 +561,28 @@ func (f *File) writeDirect(ctx context.Context, p []byte, off int64) (int, error
 	return n, err
 }
 
+// writeChunk writes b at off through the MDS: UNSTABLE, kept until
+// committed, unless the File is O_SYNC.
 func (f *File) writeChunk(ctx context.Context, b []byte, off int64) (int, bool, error) {
 	stable := nfs4.UNSTABLE4
 	if f.flag&os.O_SYNC != 0 {
 		stable = nfs4.FILE_SYNC4
 	}
+	n, _, _, err := f.mdsWrite(ctx, b, off, stable, stable == nfs4.UNSTABLE4)
+	return n, false, err
+}
+
+// mdsWrite writes b at off through the MDS with WRITEs of the given
+// stability until it is all written. With keep, what the MDS answers
+// UNSTABLE is kept for the File's next commit through the MDS. It returns
+// the weakest stability the MDS answered and its last write verifier.
+func (f *File) mdsWrite(ctx context.Context, b []byte, off int64, stable nfs4.StableHow4, keep bool) (int, nfs4.StableHow4, nfs4.Verifier4, error) {
 	n := 0
+	committed := nfs4.FILE_SYNC4
+	var verf nfs4.Verifier4
 	for n < len(b) {
 		if _, err := f.ioStateid(); err != nil {
-			return n, false, err
+			return n, committed, verf, err
 		}
 		res, err := f.c.callIO(ctx, func() []nfs4.NfsArgop4 {
 			sid, _ := f.ioStateid()
@@ -544,36 +591,35 @@ func (f *File) writeChunk(ctx context.Context, b []byte, off int64) (int, bool, 
 			}}}
 		})
 		if err != nil {
-			return n, false, err
+			return n, committed, verf, err
 		}
 		ok := res[1].Opwrite.Resok4
-		f.c.stats.mdsIOBytes.Add(uint64(min(ok.Count, uint32(len(b)-n))))
-		f.noteWrite(ok.Writeverf, ok.Committed)
-		if ok.Count == 0 {
-			return n, false, io.ErrShortWrite
+		cnt := int(min(ok.Count, uint32(len(b)-n)))
+		f.c.stats.mdsIOBytes.Add(uint64(cnt))
+		verf = ok.Writeverf
+		committed = min(committed, ok.Committed)
+		if keep {
+			f.noteWrite(ok.Committed)
+			if ok.Committed == nfs4.UNSTABLE4 && cnt > 0 {
+				f.unst.insert(newHeld(uint64(off)+uint64(n), b[n:n+cnt], ok.Writeverf))
+			}
 		}
-		n += int(min(ok.Count, uint32(len(b)-n)))
+		if ok.Count == 0 {
+			return n, committed, verf, io.ErrShortWrite
+		}
+		n += cnt
 	}
-	return n, false, nil
+	return n, committed, verf, nil
 }
 
-func (f *File) noteWrite(v nfs4.Verifier4, committed nfs4.StableHow4) {
+// noteWrite records a WRITE through the MDS for the commit that follows.
+func (f *File) noteWrite(committed nfs4.StableHow4) {
+	if committed == nfs4.FILE_SYNC4 {
+		return
+	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	wasDirty := f.dirty
-	if committed != nfs4.FILE_SYNC4 {
-		f.dirty = true
-	}
-	switch {
-	case !f.haveVerf || !wasDirty:
-		// Nothing uncommitted is at stake: adopt the server's verifier.
-		f.verf, f.haveVerf = v, true
-	case v != f.verf:
-		// Earlier UNSTABLE data was written under another verifier: the
-		// server restarted in between and may have dropped it.
-		f.verfChanged = true
-		f.verf = v
-	}
+	f.dirty = true
+	f.mu.Unlock()
 }
 
 // Read implements io.Reader at the file offset.
@@ -703,6 +749,11 @@ func (f *File) truncate(ctx context.Context, size uint64) error {
 		}
 	}
 	f.waitRetired(ctx)
+	// What the Files keep of their unstable writes past the new end must
+	// never be written again.
+	for _, g := range f.c.filesOf(f.fh) {
+		g.dropHeldPast(size)
+	}
 	_, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
 		sid, _ := f.ioStateid()
 		return []nfs4.NfsArgop4{putfh(f.fh), setattrOp(sid, (&SetAttr{Size: &size}).encode())}
@@ -713,9 +764,11 @@ func (f *File) truncate(ctx context.Context, size uint64) error {
 	return pathErr("truncate", f.path, err)
 }
 
-// Sync commits UNSTABLE writes to stable storage with COMMIT. It returns
-// ErrVerifierChanged if the server's write verifier changed since the data
-// was written, meaning the server restarted and may have lost it.
+// Sync commits UNSTABLE writes to stable storage with COMMIT. Data a
+// COMMIT does not vouch for (the server restarted or could not be
+// reached since the WRITE) is written again through the metadata server;
+// Sync returns an error wrapping ErrVerifierChanged only if even that
+// fails, meaning data written since the last successful Sync may be lost.
 func (f *File) Sync() error { return f.SyncContext(context.Background()) }
 
 // SyncContext is Sync with a context.
@@ -751,40 +804,53 @@ func (f *File) SyncContext(ctx context.Context) error {
 
 // syncOwn commits what went out through this File.
 func (f *File) syncOwn(ctx context.Context) error {
-	var errs []error
 	if f.c.pnfs != nil {
 		f.waitRetired(ctx)
-		f.mu.Lock()
-		l := f.lay
-		f.mu.Unlock()
-		if l != nil {
-			errs = append(errs, f.syncLayout(ctx, l))
-		}
 	}
+	errs := []error{f.commitHeld(ctx)}
 	f.mu.Lock()
-	dirty := f.dirty || f.verfChanged
 	errs = append(errs, f.layErr)
 	f.layErr = nil
 	f.mu.Unlock()
-	if dirty {
-		errs = append(errs, f.commitMDS(ctx))
-	}
 	return pathErr("sync", f.path, errors.Join(errs...))
 }
 
+// commitMDS sends COMMIT to the MDS. What was written UNSTABLE through it
+// under another verifier than the COMMIT answers, or everything if the
+// COMMIT fails, is written again with FILE_SYNC.
 func (f *File) commitMDS(ctx context.Context) error {
+	f.mdsMu.Lock()
+	defer f.mdsMu.Unlock()
+	f.mu.Lock()
+	f.dirty = false
+	f.mu.Unlock()
+	cutoff := f.unst.seqNow()
 	res, err := f.c.callIO(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_COMMIT, Opcommit: &nfs4.COMMIT4args{}}}))
-	if err != nil {
+	if err != nil && ctx.Err() != nil {
+		f.mu.Lock()
+		f.dirty = true // not committed: the next Sync tries again
+		f.mu.Unlock()
 		return err
 	}
-	v := res[1].Opcommit.Resok4.Writeverf
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	changed := f.verfChanged || (f.haveVerf && v != f.verf)
-	f.dirty, f.verfChanged, f.verf = false, false, v
-	if changed {
-		return ErrVerifierChanged
+	var v nfs4.Verifier4
+	if err == nil {
+		v = res[1].Opcommit.Resok4.Writeverf
 	}
+	unvouched := func(h *held) bool { return h.lay == nil && h.seq <= cutoff && (err != nil || h.verf != v) }
+	if f.unst.any(unvouched) {
+		why := "the metadata server's write verifier changed"
+		if err != nil {
+			why = "COMMIT to the metadata server failed: " + err.Error()
+		}
+		return f.resendHeld(ctx, unvouched, why)
+	}
+	if err != nil {
+		f.mu.Lock()
+		f.dirty = true
+		f.mu.Unlock()
+		return err
+	}
+	f.unst.drop(func(h *held) bool { return h.lay == nil && h.seq <= cutoff && h.verf == v })
 	return nil
 }
 
@@ -832,6 +898,7 @@ func (f *File) Close() error {
 	f.c.mu.Lock()
 	delete(f.c.files, f)
 	f.c.mu.Unlock()
+	f.unst.reset() // committed, or reported lost above
 	// After writes through the cache, the change attribute the next open
 	// compares with is the one after them.
 	noteChange := f.cacheWrote.Load()

@@ -74,11 +74,16 @@ type pnfsClient struct {
 	devices map[layout.DeviceID]*deviceEntry
 	servers map[string]*dataServer
 	kept    map[string]keptLayout // by file handle: layouts kept after Close
-	// lsid is the newest layout stateid seen per file handle. The server
-	// has one layout stateid per client and file, so Files of one Client
-	// that each hold a layout of the same file share it, and every
-	// LAYOUTGET by one of them moves its seqid for all.
-	lsid map[string]nfs4.Stateid4
+	// lsid is the newest layout stateid seen per file handle, from
+	// LAYOUTGET replies and CB_LAYOUTRECALLs, until the layout state is
+	// returned. The server has one layout stateid per client and file, so
+	// Files of one Client that each hold a layout of the same file share
+	// it, every LAYOUTGET by one of them moves its seqid for all, and so
+	// does a recall. LAYOUTGET, LAYOUTCOMMIT and LAYOUTRETURN send it
+	// (layoutStateid); lsidMoved is closed and replaced whenever it
+	// changes, for callers waiting for the seqid a recall moved to.
+	lsid      map[string]nfs4.Stateid4
+	lsidMoved chan struct{}
 	// last is the last layout obtained per file handle, kept (up to
 	// maxLastLayouts) only to name the data server of a range in errors
 	// of I/O done through the MDS without a layout.
@@ -100,6 +105,8 @@ func newPNFSClient(c *Client, types []uint32) *pnfsClient {
 				kept:    map[string]keptLayout{},
 				lsid:    map[string]nfs4.Stateid4{},
 				last:    map[string]*fileLayout{},
+
+				lsidMoved: make(chan struct{}),
 			}
 		}
 	}
@@ -355,7 +362,8 @@ type fileLayout struct {
 	retireOnce sync.Once
 	returned   chan struct{} // closed when the layout has been returned
 
-	wmu      sync.Mutex // guards the write state below; held by commits
+	smu      sync.Mutex // serializes syncLayout
+	wmu      sync.Mutex // guards the write state below
 	writes   map[string]*dsWrite
 	wrote    bool // written since the last LAYOUTCOMMIT
 	wroteEnd uint64
@@ -367,14 +375,12 @@ type layoutSeg struct {
 	lay      layout.Layout
 }
 
-// dsWrite is the commit state of one (data server, filehandle).
+// dsWrite is the commit state of one (data server, filehandle). The
+// verifiers the WRITEs got are kept with the data (held).
 type dsWrite struct {
-	ds          *dataServer
-	fh          []byte
-	verf        nfs4.Verifier4
-	haveVerf    bool
-	dirty       bool
-	verfChanged bool
+	ds    *dataServer
+	fh    []byte
+	dirty bool // written UNSTABLE since the last COMMIT
 }
 
 func (l *fileLayout) maybeIdleLocked() {
@@ -477,15 +483,46 @@ func (f *File) getLayout(ctx context.Context, p *pnfsClient) (*fileLayout, error
 	if f.access&nfs4.OPEN4_SHARE_ACCESS_WRITE != 0 {
 		iomode = nfs4.LAYOUTIOMODE4_RW
 	}
-	res, err := f.c.callRetry(ctx, 0, func() []nfs4.NfsArgop4 {
-		f.mu.Lock()
-		sid := f.stateid
-		f.mu.Unlock()
-		return []nfs4.NfsArgop4{putfh(f.fh), getattr(sizeBits), {Argop: nfs4.OP_LAYOUTGET, Oplayoutget: &nfs4.LAYOUTGET4args{
-			LogaLayoutType: p.typ, LogaIomode: iomode, LogaOffset: 0, LogaLength: nfs4.NFS4_UINT64_MAX,
-			LogaStateid: sid, LogaMaxcount: layoutMaxcount,
-		}}}
-	})
+	// While the Client has layout state for the file (a layout of this
+	// File or of another being used or returned), LAYOUTGET carries its
+	// layout stateid (RFC 8881 §12.5.3); an open stateid would tell the
+	// server that the Client holds no layout of the file any more.
+	var res []nfs4.NfsResop4
+	var err error
+	for attempt := 0; ; attempt++ {
+		lsid, haveL := p.currentStateid(f.fh)
+		res, err = f.c.callRetry(ctx, 0, func() []nfs4.NfsArgop4 {
+			sid := lsid
+			if !haveL {
+				f.mu.Lock()
+				sid = f.stateid
+				f.mu.Unlock()
+			}
+			return []nfs4.NfsArgop4{putfh(f.fh), getattr(sizeBits), {Argop: nfs4.OP_LAYOUTGET, Oplayoutget: &nfs4.LAYOUTGET4args{
+				LogaLayoutType: p.typ, LogaIomode: iomode, LogaOffset: 0, LogaLength: nfs4.NFS4_UINT64_MAX,
+				LogaStateid: sid, LogaMaxcount: layoutMaxcount,
+			}}}
+		})
+		var se *StatusError
+		if err == nil || attempt > 0 || !haveL || !errors.As(err, &se) {
+			break
+		}
+		retry := false
+		switch se.NFSStatus {
+		case nfs4.NFS4ERR_BAD_STATEID, nfs4.NFS4ERR_STALE_STATEID, nfs4.NFS4ERR_BADLAYOUT, nfs4.NFS4ERR_EXPIRED:
+			// The server has no layout state under it any more (returned,
+			// revoked, or of its previous boot): start afresh from the
+			// open.
+			p.forgetStateid(f.fh, lsid)
+			retry = true
+		case nfs4.NFS4ERR_OLD_STATEID:
+			cur, ok := p.currentStateid(f.fh)
+			retry = ok && cur != lsid
+		}
+		if !retry {
+			break
+		}
+	}
 	if len(res) >= 2 && res[1].Opgetattr != nil && res[1].Opgetattr.Resok4 != nil {
 		var a Attr
 		if decodeFattr(&res[1].Opgetattr.Resok4.ObjAttributes, &a, nil) == nil {
@@ -544,7 +581,7 @@ func (f *File) getLayout(ctx context.Context, p *pnfsClient) (*fileLayout, error
 	if derr != nil {
 		// Give it back at once; I/O goes through the MDS meanwhile.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		f.layoutReturn(rctx, l)
+		f.layoutReturnLocked(rctx, l) // layoutFor holds layMu
 		cancel()
 		return nil, derr
 	}
@@ -862,15 +899,20 @@ func (f *File) dsWrite(ctx context.Context, l *fileLayout, ds *dataServer, e lay
 			return io.ErrShortWrite
 		}
 		cnt := int(min(ok.Count, uint32(len(b)-n)))
-		l.noteWrite(ds, e.FH, ok.Writeverf, ok.Committed, e.Off+uint64(n+cnt))
+		var h *held
+		if stable == nfs4.UNSTABLE4 && ok.Committed == nfs4.UNSTABLE4 {
+			h = newHeld(e.Off+uint64(n), b[n:n+cnt], ok.Writeverf)
+		}
+		l.noteWrite(ds, e.FH, ok.Committed, e.Off+uint64(n+cnt), &f.unst, h)
 		f.c.stats.dsWriteBytes.Add(uint64(cnt))
 		n += cnt
 	}
 	return nil
 }
 
-// noteWrite records a WRITE to a data server for the commit that follows.
-func (l *fileLayout) noteWrite(ds *dataServer, fh []byte, v nfs4.Verifier4, committed nfs4.StableHow4, end uint64) {
+// noteWrite records a WRITE to a data server for the commit that
+// follows, and the copy h of what it wrote UNSTABLE (nil: none kept) in u.
+func (l *fileLayout) noteWrite(ds *dataServer, fh []byte, committed nfs4.StableHow4, end uint64, u *unstable, h *held) {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	key := ds.key + "\x00" + string(fh)
@@ -879,16 +921,12 @@ func (l *fileLayout) noteWrite(ds *dataServer, fh []byte, v nfs4.Verifier4, comm
 		w = &dsWrite{ds: ds, fh: fh}
 		l.writes[key] = w
 	}
-	wasDirty := w.dirty
 	if committed != nfs4.FILE_SYNC4 && committed != nfs4.DATA_SYNC4 {
 		w.dirty = true
 	}
-	switch {
-	case !w.haveVerf || !wasDirty:
-		w.verf, w.haveVerf = v, true
-	case v != w.verf:
-		w.verfChanged = true // the data server restarted under earlier UNSTABLE data
-		w.verf = v
+	if h != nil {
+		h.lay, h.w = l, w
+		u.insert(h)
 	}
 	l.wrote = true
 	l.wroteEnd = max(l.wroteEnd, end)
@@ -1002,6 +1040,9 @@ func (f *File) waitRetired(ctx context.Context) {
 	}
 }
 
+// layoutStateid returns the stateid to send for l: the newest the Client
+// holds of l's layout state (a LAYOUTGET of another File or a recall may
+// have moved its seqid since l was granted).
 func (f *File) layoutStateid(l *fileLayout) nfs4.Stateid4 {
 	f.mu.Lock()
 	sid := l.stateid
@@ -1015,13 +1056,82 @@ func (f *File) layoutStateid(l *fileLayout) nfs4.Stateid4 {
 	return sid
 }
 
-// noteLayoutStateid records a layout stateid the server sent for f's file.
+// noteLayoutStateid records a layout stateid the server sent for the file
+// with handle fh (a LAYOUTGET reply, whose layout state replaces any
+// other).
 func (p *pnfsClient) noteLayoutStateid(fh []byte, sid nfs4.Stateid4) {
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	if t, ok := p.lsid[string(fh)]; !ok || t.Other != sid.Other || seqNewer(sid.Seqid, t.Seqid) {
-		p.lsid[string(fh)] = sid
+		p.setStateidLocked(fh, sid)
 	}
-	p.mu.Unlock()
+}
+
+// noteRecallStateid records the layout stateid a CB_LAYOUTRECALL carries,
+// unless the Client knows other layout state of the file (the recall is
+// of state already returned).
+func (p *pnfsClient) noteRecallStateid(fh []byte, sid nfs4.Stateid4) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t, ok := p.lsid[string(fh)]; !ok || (t.Other == sid.Other && seqNewer(sid.Seqid, t.Seqid)) {
+		p.setStateidLocked(fh, sid)
+	}
+}
+
+func (p *pnfsClient) setStateidLocked(fh []byte, sid nfs4.Stateid4) {
+	p.lsid[string(fh)] = sid
+	close(p.lsidMoved)
+	p.lsidMoved = make(chan struct{})
+}
+
+// currentStateid returns the newest layout stateid of the file with
+// handle fh, if the Client has layout state for it.
+func (p *pnfsClient) currentStateid(fh []byte) (nfs4.Stateid4, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	sid, ok := p.lsid[string(fh)]
+	return sid, ok
+}
+
+// forgetStateid forgets the layout state sid of the file with handle fh
+// (returned, or unknown to the server), unless newer state replaced it.
+func (p *pnfsClient) forgetStateid(fh []byte, sid nfs4.Stateid4) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if t, ok := p.lsid[string(fh)]; ok && t.Other == sid.Other {
+		delete(p.lsid, string(fh))
+	}
+}
+
+// layoutSeqidWait bounds how long a LAYOUTCOMMIT or LAYOUTRETURN that got
+// NFS4ERR_OLD_STATEID waits for the stateid the server moved to. The
+// server moves it for a recall before it sends the CB_LAYOUTRECALL that
+// carries it (and a sibling File's LAYOUTGET moves it before its reply
+// arrives), so the wait is normally short.
+const layoutSeqidWait = 5 * time.Second
+
+// waitNewer waits up to d for a layout stateid of the file with handle fh
+// newer than than (same layout state, later seqid; or other layout state)
+// and returns it.
+func (p *pnfsClient) waitNewer(ctx context.Context, fh []byte, than nfs4.Stateid4, d time.Duration) (nfs4.Stateid4, bool) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		p.mu.Lock()
+		cur, ok := p.lsid[string(fh)]
+		moved := p.lsidMoved
+		p.mu.Unlock()
+		if ok && (cur.Other != than.Other || seqNewer(cur.Seqid, than.Seqid)) {
+			return cur, true
+		}
+		select {
+		case <-moved:
+		case <-t.C:
+			return nfs4.Stateid4{}, false
+		case <-ctx.Done():
+			return nfs4.Stateid4{}, false
+		}
+	}
 }
 
 // siblingHolds reports whether another open File of the Client holds a
@@ -1048,93 +1158,242 @@ func (f *File) siblingHolds() bool {
 	return false
 }
 
+// layoutReturn returns the Client's layout state of f's file, which l is
+// part of, unless another layout uses it (f's current one or a sibling's):
+// the server's LAYOUTRETURN would take that away too. It is serialized
+// with f's LAYOUTGETs.
 func (f *File) layoutReturn(ctx context.Context, l *fileLayout) {
+	f.layMu.Lock()
+	defer f.layMu.Unlock()
+	f.layoutReturnLocked(ctx, l)
+}
+
+// layoutReturnLocked is layoutReturn with f.layMu held.
+func (f *File) layoutReturnLocked(ctx context.Context, l *fileLayout) {
 	p := f.c.pnfs
-	if f.siblingHolds() {
-		return // the sibling returns it (or a recall makes it)
+	inUse := func() bool {
+		f.mu.Lock()
+		other := f.lay != nil && f.lay != l && !f.lay.invalid
+		f.mu.Unlock()
+		return other || f.siblingHolds()
+	}
+	if inUse() {
+		return // the layout in use is returned (or recalled) in its turn
 	}
 	sid := f.layoutStateid(l)
-	p.mu.Lock()
-	delete(p.lsid, string(f.fh))
-	p.mu.Unlock()
-	_, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_LAYOUTRETURN, Oplayoutreturn: &nfs4.LAYOUTRETURN4args{
-		LoraLayoutType: p.typ, LoraIomode: nfs4.LAYOUTIOMODE4_ANY,
-		LoraLayoutreturn: nfs4.Layoutreturn4{LrReturntype: nfs4.LAYOUTRETURN4_FILE, LrLayout: &nfs4.LayoutreturnFile4{
-			LrfOffset: 0, LrfLength: nfs4.NFS4_UINT64_MAX, LrfStateid: sid,
-		}},
-	}}}))
-	if err != nil {
+	for attempt := 0; ; attempt++ {
+		_, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_LAYOUTRETURN, Oplayoutreturn: &nfs4.LAYOUTRETURN4args{
+			LoraLayoutType: p.typ, LoraIomode: nfs4.LAYOUTIOMODE4_ANY,
+			LoraLayoutreturn: nfs4.Layoutreturn4{LrReturntype: nfs4.LAYOUTRETURN4_FILE, LrLayout: &nfs4.LayoutreturnFile4{
+				LrfOffset: 0, LrfLength: nfs4.NFS4_UINT64_MAX, LrfStateid: sid,
+			}},
+		}}}))
+		var se *StatusError
+		switch {
+		case err == nil:
+			p.forgetStateid(f.fh, sid)
+			f.c.stats.layoutReturns.Add(1)
+			return
+		case errors.As(err, &se) && (se.NFSStatus == nfs4.NFS4ERR_BAD_STATEID || se.NFSStatus == nfs4.NFS4ERR_STALE_STATEID ||
+			se.NFSStatus == nfs4.NFS4ERR_BADLAYOUT || se.NFSStatus == nfs4.NFS4ERR_NOMATCHING_LAYOUT):
+			// The server holds none of it (revoked, or of its previous
+			// boot).
+			p.forgetStateid(f.fh, sid)
+		case attempt == 0 && errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_OLD_STATEID:
+			// A recall moved the seqid (its CB_LAYOUTRECALL is on its
+			// way), or a sibling's LAYOUTGET did.
+			if next, ok := p.waitNewer(ctx, f.fh, sid, layoutSeqidWait); ok && next.Other == sid.Other && !inUse() {
+				sid = next
+				continue
+			}
+		}
 		f.c.log.Debug("LAYOUTRETURN", "path", f.path, "err", err)
 		return
 	}
-	f.c.stats.layoutReturns.Add(1)
 }
 
 // syncLayout makes the writes through l durable and visible: COMMIT to
 // each data server written UNSTABLE (in parallel), then LAYOUTCOMMIT to
-// the MDS with the last write offset and the modification time. A data
-// server that cannot be reached leaves its data to a COMMIT through the
-// MDS, which reaches every data server over its control connections.
+// the MDS with the last write offset and the modification time. Data a
+// COMMIT does not vouch for (the data server could not be reached, or
+// answered another write verifier than the WRITE got: it restarted, or a
+// copy it forwarded the data to did) is written again through the MDS,
+// which reaches every copy over its own connections. If no layout stateid
+// the MDS takes is left for the LAYOUTCOMMIT, the range that ends the
+// file is written again through the MDS, which records the size itself.
 func (f *File) syncLayout(ctx context.Context, l *fileLayout) error {
+	l.smu.Lock()
+	defer l.smu.Unlock()
 	l.wmu.Lock()
-	defer l.wmu.Unlock()
 	var dirty []*dsWrite
 	for _, w := range l.writes {
 		if w.dirty {
 			dirty = append(dirty, w)
+			w.dirty = false
 		}
 	}
-	errs := make([]error, len(dirty))
+	cutoff := f.unst.seqNow() // every range of l up to it was answered before the COMMITs go out
+	wrote, end, mtime := l.wrote, l.wroteEnd, l.mtime
+	l.wrote = false
+	l.wmu.Unlock()
+	undo := func(dirtyToo bool) {
+		l.wmu.Lock()
+		defer l.wmu.Unlock()
+		if dirtyToo {
+			for _, w := range dirty {
+				w.dirty = true
+			}
+		}
+		if wrote {
+			l.wrote = true
+			l.wroteEnd = max(l.wroteEnd, end)
+			if l.mtime.Before(mtime) {
+				l.mtime = mtime
+			}
+		}
+	}
+
+	type outcome struct {
+		verf nfs4.Verifier4
+		err  error
+	}
+	outs := make([]outcome, len(dirty))
 	var wg sync.WaitGroup
 	for i, w := range dirty {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			_, res, err := f.dsCall(ctx, w.ds, func(*Client) []nfs4.NfsArgop4 {
 				return []nfs4.NfsArgop4{putfh(w.fh), {Argop: nfs4.OP_COMMIT, Opcommit: &nfs4.COMMIT4args{}}}
 			})
 			if err != nil {
-				f.c.stats.failovers.Add(1)
-				f.c.log.Warn("COMMIT to data server failed; committing through the MDS", "data_server", w.ds.key, "err", err)
-				f.mu.Lock()
-				f.dirty = true
-				f.mu.Unlock()
+				outs[i].err = err
 				return
 			}
-			v := res[1].Opcommit.Resok4.Writeverf
-			if w.verfChanged || (w.haveVerf && v != w.verf) {
-				errs[i] = fmt.Errorf("data server %s: %w", w.ds.key, ErrVerifierChanged)
-			}
-		}()
+			outs[i].verf = res[1].Opcommit.Resok4.Writeverf
+		})
 	}
 	wg.Wait()
-	for _, w := range dirty {
-		w.dirty, w.verfChanged = false, false
+	if err := ctx.Err(); err != nil {
+		undo(true) // nothing is settled: the next sync tries again
+		return err
 	}
-	if l.wrote {
-		last := l.wroteEnd - 1
-		sid := f.layoutStateid(l)
-		mt := nfs4.Nfstime4{Seconds: nfs4.Int64T(l.mtime.Unix()), Nseconds: nfs4.Uint32T(l.mtime.Nanosecond())}
-		res, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_LAYOUTCOMMIT, Oplayoutcommit: &nfs4.LAYOUTCOMMIT4args{
-			LocaOffset: 0, LocaLength: nfs4.Length4(l.wroteEnd), LocaStateid: sid,
-			LocaLastWriteOffset: nfs4.Newoffset4{NoNewoffset: true, NoOffset: (*nfs4.Offset4)(&last)},
-			LocaTimeModify:      nfs4.Newtime4{NtTimechanged: true, NtTime: &mt},
-			LocaLayoutupdate:    nfs4.Layoutupdate4{LouType: f.c.pnfs.typ},
-		}}}))
+	res := make(map[*dsWrite]outcome, len(dirty))
+	var why []string
+	for i, w := range dirty {
+		res[w] = outs[i]
+		if err := outs[i].err; err != nil {
+			f.c.stats.failovers.Add(1)
+			why = append(why, fmt.Sprintf("COMMIT to data server %s failed: %v", w.ds.key, err))
+		}
+	}
+	unvouched := func(h *held) bool {
+		if h.lay != l || h.seq > cutoff || h.state != heldPending {
+			return false
+		}
+		o, ok := res[h.w]
+		return ok && (o.err != nil || o.verf != h.verf)
+	}
+	var errs []error
+	if f.unst.any(unvouched) {
+		if len(why) == 0 {
+			why = append(why, "a data server's write verifier changed")
+		}
+		errs = append(errs, f.resendHeld(ctx, unvouched, strings.Join(why, "; ")))
+		if err := ctx.Err(); err != nil {
+			undo(true) // what was not resent is kept for the next sync
+			return err
+		}
+	}
+	f.unst.set(func(h *held) bool {
+		if h.lay != l || h.seq > cutoff || h.state != heldPending {
+			return false
+		}
+		o, ok := res[h.w]
+		return ok && o.err == nil && o.verf == h.verf
+	}, heldCommitted)
+	if wrote {
+		err := f.layoutCommit(ctx, l, end, mtime)
 		var se *StatusError
 		switch {
+		case err == nil:
 		case errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_STALE:
-			l.wrote = false // the file was removed: nothing left to update
-		case err != nil:
-			errs = append(errs, fmt.Errorf("LAYOUTCOMMIT: %w", err))
+			// The file was removed: nothing left to update.
+		case ctx.Err() != nil:
+			undo(false)
+			errs = append(errs, err)
+		case errors.As(err, &se):
+			// The MDS takes no layout stateid the Client holds (the
+			// layout state was returned or revoked meanwhile).
+			if ferr := f.publishSize(ctx, end, err); ferr != nil {
+				undo(false)
+				errs = append(errs, ferr)
+			}
 		default:
-			l.wrote = false
+			undo(false)
+			errs = append(errs, err)
+		}
+	}
+	f.unst.drop(func(h *held) bool { return h.lay == l && h.seq <= cutoff && h.state == heldCommitted })
+	return errors.Join(errs...)
+}
+
+// layoutCommit sends LAYOUTCOMMIT for the writes through l, which reached
+// end, with the newest layout stateid the Client holds of l's layout
+// state. If the server moved the seqid meanwhile (NFS4ERR_OLD_STATEID: a
+// recall whose CB_LAYOUTRECALL has not arrived yet, or a sibling File's
+// LAYOUTGET), it waits for the new one and retries; if the layout state is
+// gone (NFS4ERR_BAD_STATEID, NFS4ERR_BADLAYOUT) it retries with the
+// Client's current layout state of the file, if any: the MDS takes a
+// LAYOUTCOMMIT under any read/write layout of the file the Client holds.
+func (f *File) layoutCommit(ctx context.Context, l *fileLayout, end uint64, mtime time.Time) error {
+	p := f.c.pnfs
+	last := end - 1
+	mt := nfs4.Nfstime4{Seconds: nfs4.Int64T(mtime.Unix()), Nseconds: nfs4.Uint32T(mtime.Nanosecond())}
+	sid := f.layoutStateid(l)
+	for attempt := 0; ; attempt++ {
+		res, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_LAYOUTCOMMIT, Oplayoutcommit: &nfs4.LAYOUTCOMMIT4args{
+			LocaOffset: 0, LocaLength: nfs4.Length4(end), LocaStateid: sid,
+			LocaLastWriteOffset: nfs4.Newoffset4{NoNewoffset: true, NoOffset: (*nfs4.Offset4)(&last)},
+			LocaTimeModify:      nfs4.Newtime4{NtTimechanged: true, NtTime: &mt},
+			LocaLayoutupdate:    nfs4.Layoutupdate4{LouType: p.typ},
+		}}}))
+		if err == nil {
 			if ok := res[1].Oplayoutcommit.LocrResok4; ok != nil && ok.LocrNewsize.NsSizechanged && ok.LocrNewsize.NsSize != nil {
 				f.grewTo(uint64(*ok.LocrNewsize.NsSize))
 			}
+			return nil
 		}
+		var se *StatusError
+		if attempt >= 2 || !errors.As(err, &se) {
+			return err
+		}
+		var next nfs4.Stateid4
+		var ok bool
+		switch se.NFSStatus {
+		case nfs4.NFS4ERR_OLD_STATEID:
+			next, ok = p.waitNewer(ctx, f.fh, sid, layoutSeqidWait)
+		case nfs4.NFS4ERR_BAD_STATEID, nfs4.NFS4ERR_BADLAYOUT:
+			next, ok = p.currentStateid(f.fh)
+			ok = ok && next != sid
+		}
+		if !ok {
+			return err
+		}
+		f.c.log.Debug("LAYOUTCOMMIT: retrying with the current layout stateid", "path", f.path, "err", err)
+		sid = next
 	}
-	return errors.Join(errs...)
+}
+
+// publishSize makes the size end durable without a LAYOUTCOMMIT: the
+// range that ends the file (still kept: the data written through a layout
+// is kept until its LAYOUTCOMMIT succeeds) is written again through the
+// MDS, which records the size a WRITE reaches. cause is why the
+// LAYOUTCOMMIT failed.
+func (f *File) publishSize(ctx context.Context, end uint64, cause error) error {
+	t, tend := f.unst.last()
+	if t == nil || tend < end {
+		return fmt.Errorf("%w (no copy of the data kept to publish the file size %d through the metadata server)", cause, end)
+	}
+	return f.resendHeld(ctx, func(h *held) bool { return h == t }, "publishing the file size: "+cause.Error())
 }
 
 // recall answers CB_LAYOUTRECALL at once: NFS4_OK when the client holds a
@@ -1193,7 +1452,7 @@ func (p *pnfsClient) recall(a *nfs4.CBLAYOUTRECALL4args) nfs4.Nfsstat4 {
 		f.mu.Unlock()
 	}
 	if fh != nil && sid != nil {
-		p.noteLayoutStateid(fh, *sid)
+		p.noteRecallStateid(fh, *sid)
 	}
 	if p.recallKept(fh, sid) {
 		matched = true

@@ -180,6 +180,16 @@ type Policy struct {
 	// the server's verdict to reach the caller. Default
 	// DefaultIORetryTimeout (30 s); negative is invalid.
 	IORetryTimeout time.Duration `yaml:"io_retry_timeout"`
+	// UnstableLimit bounds the memory each File uses to keep copies of
+	// the data it wrote UNSTABLE until a COMMIT vouches for it (see the
+	// package documentation, "Consistency and durability"). A write that
+	// would take a File past it first commits what the File holds, as
+	// Sync does. Writes larger than a quarter of it go out in parts of
+	// that size, each checked the same way, so a File holds at most
+	// about UnstableLimit plus a quarter of it (plus what concurrent
+	// writes of the same File have in flight). Default
+	// DefaultUnstableLimit (64 MiB); negative is invalid.
+	UnstableLimit int64 `yaml:"unstable_limit"`
 }
 
 // Defaults of Policy, chosen from BenchmarkAccessMethods (see
@@ -202,6 +212,8 @@ const (
 	// while I/O never hangs for minutes (the general NFS4ERR_DELAY budget
 	// is two leases plus 10 s: 3 min 10 s with the usual 90 s lease).
 	DefaultIORetryTimeout = 30 * time.Second
+	// DefaultUnstableLimit is Policy.UnstableLimit's default.
+	DefaultUnstableLimit = 64 << 20
 	// minCacheBlocks is how many blocks the cache holds at least, so that
 	// write-back and readahead can overlap.
 	minCacheBlocks = 4
@@ -214,7 +226,7 @@ func DefaultPolicy() Policy {
 		Access: AccessDirect, BlockSize: DefaultBlockSize, MaxPerDS: defaultMaxPerDS,
 		LayoutFetch: LayoutOnFirstIO, SmallIOThreshold: DefaultSmallIOThreshold,
 		Readahead: DefaultReadahead, CacheSize: DefaultCacheSize,
-		IORetryTimeout: DefaultIORetryTimeout,
+		IORetryTimeout: DefaultIORetryTimeout, UnstableLimit: DefaultUnstableLimit,
 	}
 }
 
@@ -238,6 +250,9 @@ func (p Policy) Validate() error {
 	}
 	if p.IORetryTimeout < 0 {
 		errs = append(errs, fmt.Errorf("io_retry_timeout %v < 0", p.IORetryTimeout))
+	}
+	if p.UnstableLimit < 0 {
+		errs = append(errs, fmt.Errorf("unstable_limit %d < 0", p.UnstableLimit))
 	}
 	if p.LayoutFetch != LayoutOnFirstIO && p.LayoutFetch != LayoutOnOpen {
 		errs = append(errs, fmt.Errorf("layout_fetch %d out of range", int(p.LayoutFetch)))
@@ -285,12 +300,16 @@ func (p Policy) withDefaults(serverBlk uint32) Policy {
 	if p.IORetryTimeout <= 0 {
 		p.IORetryTimeout = d.IORetryTimeout
 	}
+	if p.UnstableLimit <= 0 {
+		p.UnstableLimit = d.UnstableLimit
+	}
 	return p
 }
 
 // LoadPolicy reads a Policy from a YAML file. Keys are the yaml names of
 // the fields (access, block_size, max_per_ds, layout_fetch, keep_layouts,
-// small_io_threshold, readahead, cache_size, io_retry_timeout); sizes are
+// small_io_threshold, readahead, cache_size, io_retry_timeout,
+// unstable_limit); sizes are
 // byte counts or strings with a K, M or G suffix ("4M"), durations Go
 // durations ("30s", "1m") or a number of seconds. Unknown keys are errors.
 func LoadPolicy(path string) (Policy, error) {
@@ -313,6 +332,7 @@ func ParsePolicy(b []byte) (Policy, error) {
 		Readahead        byteSize    `yaml:"readahead"`
 		CacheSize        byteSize    `yaml:"cache_size"`
 		IORetryTimeout   duration    `yaml:"io_retry_timeout"`
+		UnstableLimit    byteSize    `yaml:"unstable_limit"`
 	}
 	dec := yaml.NewDecoder(strings.NewReader(string(b)))
 	dec.KnownFields(true)
@@ -324,6 +344,7 @@ func ParsePolicy(b []byte) (Policy, error) {
 		LayoutFetch: raw.LayoutFetch, KeepLayouts: raw.KeepLayouts,
 		SmallIOThreshold: int(raw.SmallIOThreshold), Readahead: int(raw.Readahead),
 		CacheSize: int64(raw.CacheSize), IORetryTimeout: time.Duration(raw.IORetryTimeout),
+		UnstableLimit: int64(raw.UnstableLimit),
 	}
 	return p, p.Validate()
 }
@@ -408,7 +429,7 @@ func (s sizeFlag) Type() string { return "bytes" }
 // RegisterFlags adds flags for every Policy setting to fs, writing into p,
 // under the given prefix ("" or e.g. "client-"): access, block-size,
 // max-per-ds, layout-fetch, keep-layouts, small-io-threshold, readahead,
-// cache-size, io-retry-timeout. Sizes accept K, M and G suffixes. Values already in p (say,
+// cache-size, io-retry-timeout, unstable-limit. Sizes accept K, M and G suffixes. Values already in p (say,
 // from LoadPolicy) are the flags' defaults, so flags override a config
 // file when the file is loaded first.
 func RegisterFlags(fs *pflag.FlagSet, prefix string, p *Policy) {
@@ -426,6 +447,8 @@ func RegisterFlags(fs *pflag.FlagSet, prefix string, p *Policy) {
 		prefix+"cache-size", "data cache size for cached mode (0: 64M)")
 	fs.DurationVar(&p.IORetryTimeout, prefix+"io-retry-timeout", p.IORetryTimeout,
 		"how long a read, write or commit the server keeps answering NFS4ERR_DELAY is retried before it fails (0: 30s)")
+	fs.Var(sizeFlag{func(v int64) { p.UnstableLimit = v }, func() int64 { return p.UnstableLimit }},
+		prefix+"unstable-limit", "memory per open file for copies of unstable writes kept until committed (0: 64M)")
 }
 
 // MergeFlags returns base (say, from LoadPolicy) with every setting whose
@@ -460,6 +483,9 @@ func MergeFlags(fs *pflag.FlagSet, prefix string, base, flags Policy) Policy {
 	}
 	if set("io-retry-timeout") {
 		base.IORetryTimeout = flags.IORetryTimeout
+	}
+	if set("unstable-limit") {
+		base.UnstableLimit = flags.UnstableLimit
 	}
 	return base
 }

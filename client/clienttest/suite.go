@@ -798,16 +798,19 @@ func RunRestart(t *testing.T, dial Dialer, restart func(t *testing.T)) {
 	if err := f.Lock(e.ctx, 0, 10, true, false); err != nil {
 		t.Fatal(err)
 	}
-	// UNSTABLE data that is not committed before the restart must be
-	// reported by Sync, since the server may have dropped it.
+	// UNSTABLE data that is not committed before the restart may have
+	// been dropped by the server, which says so with a new write
+	// verifier: Sync must write it again and succeed.
 	h, err := e.c.Open(e.ctx, e.path("unsynced"), os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	if _, err := h.WriteAt(pattern(100<<10, 5), 0); err != nil {
+	unsynced := pattern(100<<10, 5)
+	if _, err := h.WriteAt(unsynced, 0); err != nil {
 		t.Fatal(err)
 	}
+	resent := e.c.Stats().ResentBytes
 
 	// Writes keep going while the server restarts; they must all complete.
 	w, err := e.c.Open(e.ctx, e.path("busy"), os.O_CREATE|os.O_RDWR, 0o644)
@@ -840,11 +843,18 @@ func RunRestart(t *testing.T, dial Dialer, restart func(t *testing.T)) {
 	if err := <-busy; err != nil {
 		t.Fatalf("write during the restart: %v", err)
 	}
-	if err := w.Sync(); err != nil && !errors.Is(err, client.ErrVerifierChanged) {
+	if err := w.Sync(); err != nil {
 		t.Fatalf("sync of the busy file: %v", err)
 	}
-	if err := h.Sync(); !errors.Is(err, client.ErrVerifierChanged) {
-		t.Errorf("sync of data written before the restart: %v, want ErrVerifierChanged", err)
+	if err := h.Sync(); err != nil {
+		t.Errorf("sync of data written UNSTABLE before the restart: %v", err)
+	}
+	if got := e.c.Stats().ResentBytes - resent; got < uint64(len(unsynced)) {
+		t.Errorf("%d bytes written again after the restart, want at least the %d written UNSTABLE before it", got, len(unsynced))
+	}
+	back := make([]byte, len(unsynced)+1)
+	if n, err := h.ReadAt(back, 0); n != len(unsynced) || err != io.EOF || !bytes.Equal(back[:n], unsynced) {
+		t.Errorf("data written UNSTABLE before the restart read back %d bytes, %v (equal: %v)", n, err, bytes.Equal(back[:n], unsynced))
 	}
 
 	if a, err := e.c.Stat(e.ctx, p); err != nil || a.Size != uint64(len(before)) {
