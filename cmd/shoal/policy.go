@@ -35,7 +35,7 @@ func addPolicyFlags(cmd *cobra.Command, skip ...string) *policyFlags {
 		}
 	})
 	cmd.Flags().StringVar(&p.file, "policy", "",
-		"YAML file of client policy settings (access, block_size, max_per_ds, layout_fetch, keep_layouts, small_io_threshold, readahead, cache_size, io_retry_timeout); flags override it")
+		"YAML file of client policy settings (access, block_size, max_per_ds, layout_fetch, keep_layouts, small_io_threshold, readahead, cache_size, io_retry_timeout, unstable_limit); flags override it")
 	return p
 }
 
