@@ -203,7 +203,7 @@ func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Durati
 	capture := filepath.Join(out, "capture-mirror.pcap")
 	res := boot(ctx, bootConfig{
 		img: img, port: port, timeout: vmTimeout, logf: t.Logf, hook: hook,
-		params: params,
+		params:  params,
 		capture: capture,
 		console: filepath.Join(out, "console-mirror.log"),
 	})
