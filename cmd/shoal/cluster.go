@@ -42,6 +42,7 @@ func newMDSCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "mds",
+		Args:  cobra.NoArgs,
 		Short: "Run a pNFS metadata server (files layout); data servers register with it",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dir == "" {
@@ -93,6 +94,7 @@ func newDSCmd() *cobra.Command {
 	var listen, dir, mds, advertise, peerAdvertise, metrics, secretFile string
 	cmd := &cobra.Command{
 		Use:   "ds",
+		Args:  cobra.NoArgs,
 		Short: "Run a pNFS data server for a Shoal metadata server",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dir == "" || mds == "" || secretFile == "" {
@@ -145,6 +147,7 @@ func newUpCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
+		Args:  cobra.NoArgs,
 		Short: "Start a local pNFS cluster: one metadata server and N data servers",
 		Example: `  shoal up --dir /tmp/shoal --ds 4
   shoal up --dir /tmp/shoal --ds 4 --listen 127.0.0.1:2049 --advertise-host 10.0.2.2`,

@@ -35,6 +35,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newTestbedCmd())
 	root.AddCommand(newMountCmd(), newUmountCmd())
 	root.AddCommand(newCpCmd())
+	root.AddCommand(newVersionCmd())
 	addFileCmds(root)
 	return root
 }

@@ -60,6 +60,7 @@ func newServeCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
+		Args:  cobra.NoArgs,
 		Short: "Run a single NFSv4.1/4.2 server (no pNFS): the NFSv4 baseline",
 		Example: `  shoal serve --listen 127.0.0.1:2049 --dir /var/lib/shoal
   shoal serve --config /etc/shoal/serve.yaml`,
