@@ -122,7 +122,7 @@ func TestFileCommandsConnectionRefused(t *testing.T) {
 	if err == nil {
 		t.Fatal("ls against a closed port succeeded")
 	}
-	if msg := describe(err); msg != "connection refused to "+addr+": is `shoal serve` running?" {
+	if msg := describe(err); msg != "connection refused to "+addr+": is a Shoal server (shoal serve, shoal up or shoal mds) listening there?" {
 		t.Fatalf("message %q", msg)
 	}
 	var oe *net.OpError

@@ -51,7 +51,7 @@ func describe(err error) string {
 		}
 		switch {
 		case errors.Is(err, syscall.ECONNREFUSED):
-			return fmt.Sprintf("connection refused to %s: is `shoal serve` running?", addr)
+			return fmt.Sprintf("connection refused to %s: is a Shoal server (shoal serve, shoal up or shoal mds) listening there?", addr)
 		case errors.Is(err, syscall.ETIMEDOUT), os.IsTimeout(err):
 			return fmt.Sprintf("timed out connecting to %s: is the address right and reachable?", addr)
 		}
