@@ -37,7 +37,26 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newCpCmd())
 	root.AddCommand(newVersionCmd())
 	addFileCmds(root)
+	usageOnArgErrors(root)
 	return root
+}
+
+// usageOnArgErrors makes a command given the wrong arguments say how it is
+// used: the root silences cobra's full usage dump on every error, which is
+// right for errors from running a command but leaves "accepts 2 arg(s),
+// received 1" alone on the screen.
+func usageOnArgErrors(cmd *cobra.Command) {
+	if args := cmd.Args; args != nil {
+		cmd.Args = func(c *cobra.Command, a []string) error {
+			if err := args(c, a); err != nil {
+				return fmt.Errorf("%w\nusage: %s (see %s --help)", err, c.UseLine(), c.CommandPath())
+			}
+			return nil
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		usageOnArgErrors(sub)
+	}
 }
 
 // describe turns an error into a message for humans: network failures get a
