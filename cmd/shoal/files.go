@@ -396,12 +396,12 @@ func newPutCmd() *cobra.Command {
 			local := args[0]
 			src, err := os.Open(local)
 			if err != nil {
-				return fmt.Errorf("put: %s", reason(err))
+				return fmt.Errorf("put %s: %s", local, reason(err))
 			}
 			defer src.Close()
 			st, err := src.Stat()
 			if err != nil {
-				return fmt.Errorf("put: %s", reason(err))
+				return fmt.Errorf("put %s: %s", local, reason(err))
 			}
 			if st.IsDir() {
 				return fmt.Errorf("put %s: is a directory", local)

@@ -217,6 +217,11 @@ func newUmountCmd() *cobra.Command {
 		Short: "Unmount a `shoal mount` (the serving process then exits)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// umount2's EINVAL says only "invalid argument"; the usual
+			// reason is that nothing is mounted there.
+			if ok, err := fusemount.Mounted(args[0]); err == nil && !ok {
+				return fmt.Errorf("umount %s: not mounted", args[0])
+			}
 			return fusemount.Unmount(args[0], lazy)
 		},
 	}
