@@ -156,7 +156,8 @@ func Dial(ctx context.Context, network, addr string, h Handler, opts ...Option) 
 	var d net.Dialer
 	nc, err := d.DialContext(ctx, network, addr)
 	if err != nil {
-		return nil, fmt.Errorf("rpc: dial %s %s: %w", network, addr, err)
+		// net.Dial errors already name the network and address.
+		return nil, fmt.Errorf("rpc: %w", err)
 	}
 	return NewConn(nc, h, cfg), nil
 }
