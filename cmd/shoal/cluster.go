@@ -85,7 +85,7 @@ func newMDSCmd() *cobra.Command {
 	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9101)")
 	cmd.Flags().StringVar(&secretFile, "join-secret-file", "", "the cluster's join secret, created on first start (default DIR/"+wiring.JoinSecretName+"); copy it to every data server")
 	cmd.Flags().DurationVar(&downAfter, "ds-down-after", cluster.DefaultDownAfter, "how long a data server may be out of service before I/O on its stripes fails with EIO instead of being retried, and before healing replaces its copies")
-	cmd.Flags().IntVar(&mirrors, "mirrors", 1, "copies of each stripe unit for directories without a policy of their own (1-3; see `shoal admin policy`)")
+	cmd.Flags().IntVar(&mirrors, "mirrors", 1, "copies of each stripe unit for directories without a policy of their own (1-3; see \"shoal admin policy\")")
 	cmd.Flags().StringVar(&healRate, "heal-rate", "64MiB", "bandwidth healing may use to copy stripes, per second (0 = unlimited)")
 	return cmd
 }
