@@ -252,7 +252,7 @@ func printEntry(ctx context.Context, out io.Writer, c *client.Client, p, name st
 			name += " -> " + target
 		}
 	}
-	fmt.Fprintf(out, "%s %3d %5d %5d %10d %s %s\n", a.FileMode(), a.Nlink, a.UID, a.GID, a.Size,
+	fmt.Fprintf(out, "%s %3d %5d %5d %10d %s %s\n", lsMode(a.FileMode()), a.Nlink, a.UID, a.GID, a.Size,
 		a.Mtime.Local().Format("2006-01-02 15:04"), name)
 }
 
@@ -320,6 +320,27 @@ func (r *fileReader) Read(p []byte) (int, error) {
 // failed copy never leaves a file that looks complete. A symlink at path
 // is followed, so its target receives the data, as with O_TRUNC. perm is
 // the new file's permission bits, before the umask.
+// lsMode is a mode as ls -l prints it: Go's FileMode.String marks a
+// symlink "L", a named pipe "p" and a device "D"; ls prints l, p, b and c.
+func lsMode(m fs.FileMode) string {
+	s := m.Perm().String()[1:]
+	switch {
+	case m&fs.ModeDir != 0:
+		return "d" + s
+	case m&fs.ModeSymlink != 0:
+		return "l" + s
+	case m&fs.ModeNamedPipe != 0:
+		return "p" + s
+	case m&fs.ModeSocket != 0:
+		return "s" + s
+	case m&fs.ModeCharDevice != 0:
+		return "c" + s
+	case m&fs.ModeDevice != 0:
+		return "b" + s
+	}
+	return "-" + s
+}
+
 func writeLocal(path string, perm fs.FileMode, fill func(w io.Writer) error) (err error) {
 	if target, lerr := filepath.EvalSymlinks(path); lerr == nil {
 		path = target

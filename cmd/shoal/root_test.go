@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io/fs"
 	"strings"
 	"testing"
 )
@@ -25,5 +26,24 @@ func TestArgErrorsShowUsage(t *testing.T) {
 				t.Fatalf("shoal %s: %v, want an error with %q", strings.Join(tc.args, " "), err, tc.usage)
 			}
 		})
+	}
+}
+
+func TestLsMode(t *testing.T) {
+	for _, tc := range []struct {
+		mode fs.FileMode
+		want string
+	}{
+		{0o644, "-rw-r--r--"},
+		{fs.ModeDir | 0o755, "drwxr-xr-x"},
+		{fs.ModeSymlink | 0o777, "lrwxrwxrwx"},
+		{fs.ModeNamedPipe | 0o600, "prw-------"},
+		{fs.ModeSocket | 0o755, "srwxr-xr-x"},
+		{fs.ModeDevice | fs.ModeCharDevice | 0o666, "crw-rw-rw-"},
+		{fs.ModeDevice | 0o660, "brw-rw----"},
+	} {
+		if got := lsMode(tc.mode); got != tc.want {
+			t.Errorf("lsMode(%v) = %q, want %q", tc.mode, got, tc.want)
+		}
 	}
 }
