@@ -187,6 +187,11 @@ func New(ctx context.Context, dir string, cfg Config) (*Mount, error) {
 			DisableXAttrs: true,
 			MaxWrite:      maxIO,
 			Debug:         cfg.Debug,
+			// go-fuse logs what it recovers from (a splice falling back
+			// to a copy when a 1 MiB read plus its header exceeds the
+			// pipe: once per read) as well as its debug trace; both go to
+			// slog at debug level, unless Debug asked for the trace.
+			Logger: slog.NewLogLogger(cfg.Logger.Handler(), fuseLogLevel(cfg.Debug)),
 		},
 	}
 	if cfg.Access == AccessCached {
@@ -372,4 +377,12 @@ func unescapeMountinfo(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// fuseLogLevel is the slog level of go-fuse's messages.
+func fuseLogLevel(debug bool) slog.Level {
+	if debug {
+		return slog.LevelInfo
+	}
+	return slog.LevelDebug
 }
