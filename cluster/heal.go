@@ -436,7 +436,7 @@ func (v *liveView) fresh(r *Registry) *liveView {
 // inService reports whether id is in service: I/O on it can go ahead.
 func (v *liveView) inService(id string) bool {
 	d, ok := v.ds[id]
-	return ok && d.Up && d.State != Removed
+	return ok && d.inService()
 }
 
 // lost reports whether id's copies are lost for healing: it is removed

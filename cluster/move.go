@@ -151,23 +151,13 @@ func (s *Striped) move(ctx context.Context, ino uint64, old, nm meta.StripeMap, 
 }
 
 // inService reports whether data server id can be called now.
-func (s *Striped) inService(id string) bool {
-	_, err := s.r.conn(id)
-	return err == nil
-}
+func (s *Striped) inService(id string) bool { return s.r.inService(id) }
 
 // copyPlan returns the ranges that must be copied to go from old to nm,
 // and the size it covered: the largest object of old's good members in
 // service. Every position whose units must be copied needs such a member.
 func (s *Striped) copyPlan(ctx context.Context, ino uint64, old, nm meta.StripeMap) ([]copyChunk, uint64, error) {
-	var live []string
-	for p := range old.DataServers {
-		for _, id := range old.Good(p) {
-			if !slices.Contains(live, id) && s.inService(id) {
-				live = append(live, id)
-			}
-		}
-	}
+	live := s.goodInService(old)
 	// Which old positions must give units away: with the width unchanged
 	// a unit stays at its position, otherwise any may.
 	needs := make([]bool, len(old.DataServers))
@@ -177,7 +167,7 @@ func (s *Striped) copyPlan(ctx context.Context, ino uint64, old, nm meta.StripeM
 			continue
 		}
 		for _, id := range nm.Good(p) {
-			if !slices.Contains(old.Good(p), id) {
+			if !old.IsGood(p, id) {
 				needs[p] = true
 			}
 		}

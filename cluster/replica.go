@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -254,15 +255,6 @@ func (a *Agent) replicaFailed(ctx context.Context, ino, gen uint64, id string) (
 	return m, nil
 }
 
-// goodMember reports whether id is a good member of position p of m: a
-// member whose copy is not stale.
-func goodMember(m meta.StripeMap, p int, id string) bool {
-	if m.DataServers[p] != id && (m.Replicas == nil || !slices.Contains(m.Replicas[p], id)) {
-		return false
-	}
-	return len(m.Stale) == 0 || !m.IsStale(id)
-}
-
 // holdsRange reports whether id is a good member of the position of every
 // stripe unit [off, off+n) touches.
 func holdsRange(m meta.StripeMap, id string, off uint64, n int) bool {
@@ -273,7 +265,7 @@ func holdsRange(m meta.StripeMap, id string, off uint64, n int) bool {
 	// Positions repeat every len(DataServers) units.
 	last = min(last, first+uint64(len(m.DataServers))-1)
 	for u := first; u <= last; u++ {
-		if !goodMember(m, m.Position(u*m.Unit), id) {
+		if !m.IsGood(m.Position(u*m.Unit), id) {
 			return false
 		}
 	}
@@ -460,20 +452,18 @@ const maxReplicaAttempts = 4
 const maxReplicaParallel = 16
 
 // replicaPiece is the part of a write in one stripe unit, cut to at most
-// maxIO bytes so that a REPLICA_WRITE fits one record.
+// maxIO bytes so that a REPLICA_WRITE fits one record (split, as for the
+// MDS's own I/O), with the peers that took it.
 type replicaPiece struct {
-	off    uint64
-	lo, hi int // of the write's buffer
-	done   []string
+	piece
+	done []string
 }
 
-func replicaPieces(unit, off uint64, n int) []replicaPiece {
-	var out []replicaPiece
-	for lo := 0; lo < n; {
-		o := off + uint64(lo)
-		hi := lo + int(min(unit-o%unit, uint64(n-lo), maxIO))
-		out = append(out, replicaPiece{off: o, lo: lo, hi: hi})
-		lo = hi
+func replicaPieces(m meta.StripeMap, off uint64, n int) []replicaPiece {
+	ps := split(m, off, n)
+	out := make([]replicaPiece, len(ps))
+	for i, pc := range ps {
+		out[i].piece = pc
 	}
 	return out
 }
@@ -501,7 +491,7 @@ func (s *ReplicaStore) write(ctx context.Context, ino uint64, local store.File, 
 	if m.Mirrors() == 1 {
 		return s.writeLocal(ino, local, p, off)
 	}
-	pieces := replicaPieces(m.Unit, off, len(p))
+	pieces := replicaPieces(m, off, len(p))
 	wroteLocal := false
 	for attempt := 1; ; attempt++ {
 		type job struct {
@@ -699,7 +689,7 @@ func (s *ReplicaStore) sync(ino uint64, localSync func() error) error {
 			m, err := s.a.replicaFailed(ctx, ino, gen, r.id)
 			if err != nil {
 				retry = append(retry, r.id)
-				firstErr = firstError(firstErr, err)
+				firstErr = cmp.Or(firstErr, err)
 				continue
 			}
 			gen = max(gen, m.Gen)
@@ -707,13 +697,13 @@ func (s *ReplicaStore) sync(ino uint64, localSync func() error) error {
 			// Its copy is stale or gone already: nothing to commit.
 		default:
 			retry = append(retry, r.id)
-			firstErr = firstError(firstErr, r.err)
+			firstErr = cmp.Or(firstErr, r.err)
 		}
 	}
 	if lerr != nil || firstErr != nil {
 		d.lost = lost
 		s.putBackDirty(ino, d, retry)
-		return firstError(lerr, firstErr)
+		return cmp.Or(lerr, firstErr)
 	}
 	if lost {
 		return fmt.Errorf("cluster: commit of ino %d: %w", ino, ErrDataLost)
@@ -743,14 +733,4 @@ func (s *ReplicaStore) syncOne(ino uint64) (done func()) {
 		s.mu.Unlock()
 		close(ch)
 	}
-}
-
-// firstError returns the first non-nil error.
-func firstError(errs ...error) error {
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

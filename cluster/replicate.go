@@ -185,8 +185,12 @@ func (r *Registry) inService(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := r.byID[id]
-	return m != nil && m.ds.Up
+	return m != nil && m.ds.inService()
 }
+
+// inService is the one rule for whether I/O on a data server can go ahead:
+// it is up (registered on a live connection) and not removed.
+func (d DataServer) inService() bool { return d.Up && d.State != Removed }
 
 // ErrCorrupt: a data server's copy of the data failed its checksum
 // (CTL_ERR_CORRUPT). It wraps store.ErrCorrupt, the data server's own
