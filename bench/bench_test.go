@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/bench"
+	"github.com/shoalfs/shoal/internal/bytesize"
 )
 
 // repoRoot is the checkout this test file lives in, for scripts/ganesha.sh.
@@ -124,38 +125,10 @@ func TestExistingRefused(t *testing.T) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    int64
-		wantErr bool
-	}{
-		{"1GiB", 1 << 30, false},
-		{"1MiB", 1 << 20, false},
-		{"64MiB", 64 << 20, false},
-		{"512k", 512 << 10, false},
-		{"4096", 4096, false},
-		{"10MB", 10_000_000, false},
-		{" 2 G ", 2 << 30, false},
-		{"100b", 100, false},
-		{"", 0, true},
-		{"-1MiB", 0, true},
-		{"1.5GiB", 0, true},
-		{"lots", 0, true},
-		{"99999999999TiB", 0, true},
-	}
-	for _, tc := range tests {
-		got, err := bench.ParseSize(tc.in)
-		if (err != nil) != tc.wantErr || got != tc.want {
-			t.Errorf("ParseSize(%q) = %d, %v; want %d, error %v", tc.in, got, err, tc.want, tc.wantErr)
-		}
-	}
-}
-
 func TestFormatSizeRoundTrip(t *testing.T) {
 	for _, n := range []int64{1 << 30, 1536 << 20, 64 << 20, 4096, 1000, 1} {
 		s := bench.FormatSize(n)
-		back, err := bench.ParseSize(s)
+		back, err := bytesize.Parse(s)
 		if err != nil || back != n {
 			t.Errorf("FormatSize(%d) = %q, parses back as %d, %v", n, s, back, err)
 		}

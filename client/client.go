@@ -245,6 +245,11 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 		return nil, err
 	}
 	c.conn = conn
+	if err := c.ping(ctx, conn); err != nil {
+		conn.Close()
+		c.cancel()
+		return nil, err
+	}
 	if err := c.newSession(dctx, nil); err != nil {
 		conn.Close()
 		c.cancel()
@@ -291,6 +296,47 @@ func (c *Client) dialDS(ctx context.Context, addr string) (*Client, error) {
 	ds.wg.Add(1)
 	go ds.renewLoop()
 	return ds, nil
+}
+
+// answerTimeout bounds Dial's first call, the NULL procedure: every NFS
+// server answers it at once, without touching its disks.
+const answerTimeout = 3 * time.Second
+
+// ping calls the NULL procedure on a new connection to tell an address
+// where something else listens (a web server, a port that accepts and says
+// nothing) from an NFS server, in at most answerTimeout (or DialTimeout,
+// if shorter) rather than the DialTimeout the session calls would wait.
+// ctx is the caller's. The error wraps ErrNotNFS.
+func (c *Client) ping(ctx context.Context, conn *rpc.Conn) error {
+	limit := min(answerTimeout, c.opts.DialTimeout)
+	pctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	_, err := conn.Call(pctx, nfs4.NFS4_PROGRAM, nfs4.NFS_V4, nfs4.NFSPROC4_NULL, c.cred, nil)
+	var ae *rpc.AcceptError
+	var re *rpc.RejectError
+	var why string
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		// The caller's deadline or cancellation, not the server's fault.
+		return fmt.Errorf("nfs: %s: %w", c.addr, err)
+	case errors.As(err, &ae) && (ae.Stat == rpc.ProgUnavail || ae.Stat == rpc.ProgMismatch):
+		why = fmt.Sprintf("an RPC server without NFSv4: %s", ae.Stat)
+	case errors.As(err, &ae), errors.As(err, &re):
+		// An RPC server that knows NFSv4 but not this call, or not
+		// these credentials: the session calls will say what is wrong.
+		return nil
+	case errors.Is(err, context.DeadlineExceeded):
+		why = fmt.Sprintf("no answer to the NULL procedure within %s", limit)
+	case errors.Is(err, rpc.ErrRecordTooLarge), errors.Is(err, rpc.ErrBadReply):
+		why = "it sent something that is not an RPC reply"
+	case errors.Is(err, rpc.ErrConnClosed):
+		why = "it closed the connection"
+	default:
+		why = err.Error()
+	}
+	return fmt.Errorf("nfs: %s %w (%s)", c.addr, ErrNotNFS, why)
 }
 
 func (c *Client) dial(ctx context.Context) (*rpc.Conn, error) {
@@ -429,6 +475,15 @@ func (c *Client) newSession(ctx context.Context, old *session) error {
 	}
 	if eir == nil {
 		return errors.New("nfs: EXCHANGE_ID: empty reply")
+	}
+	if !c.dsRole && eir.EirFlags&(nfs4.EXCHGID4_FLAG_USE_PNFS_DS|nfs4.EXCHGID4_FLAG_USE_PNFS_MDS|nfs4.EXCHGID4_FLAG_USE_NON_PNFS) == nfs4.EXCHGID4_FLAG_USE_PNFS_DS {
+		// A data server only: it has no namespace (PUTROOTFH fails
+		// with NFS4ERR_NOTSUPP), which would be a puzzling first error.
+		what := "a pNFS data server"
+		if len(eir.EirServerImplId) > 0 && string(eir.EirServerImplId[0].NiiName) == "shoal" {
+			what = "a Shoal data server"
+		}
+		return fmt.Errorf("nfs: %s is %s: %w", c.addr, what, ErrDataServer)
 	}
 
 	fore := nfs4.ChannelAttrs4{

@@ -120,6 +120,17 @@ var (
 	ErrVerifierChanged = errors.New("nfs: write verifier changed (server restarted); unsynced data may be lost")
 	// ErrClosed is returned by operations on a closed Client or File.
 	ErrClosed = errors.New("nfs: use of closed client or file")
+	// ErrNotNFS is wrapped by Dial's error when something listens at the
+	// address but does not answer as an NFSv4 server: it sent bytes that
+	// are not an RPC reply (a web server, say), closed the connection,
+	// refused the NFSv4 program, or did not answer the NULL procedure
+	// within a few seconds. Dial fails then instead of waiting out
+	// Options.DialTimeout.
+	ErrNotNFS = errors.New("did not answer as an NFSv4 server")
+	// ErrDataServer is wrapped by Dial's error when the address is a pNFS
+	// data server: it serves only the I/O of layouts its metadata server
+	// hands out, so a client must dial the metadata server.
+	ErrDataServer = errors.New("a pNFS data server serves only I/O for its metadata server's layouts; dial the metadata server")
 )
 
 // DataServerError reports pNFS I/O that failed on a data server and then

@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
+
+	"github.com/shoalfs/shoal/internal/bytesize"
 )
 
 // Access is how a File moves data between the application and the server.
@@ -310,7 +312,8 @@ func (p Policy) withDefaults(serverBlk uint32) Policy {
 // the fields (access, block_size, max_per_ds, layout_fetch, keep_layouts,
 // small_io_threshold, readahead, cache_size, io_retry_timeout,
 // unstable_limit); sizes are
-// byte counts or strings with a K, M or G suffix ("4M"), durations Go
+// byte counts or strings with a unit ("4MiB" or "4M" is 4194304, "4MB"
+// 4000000), durations Go
 // durations ("30s", "1m") or a number of seconds. Unknown keys are errors.
 func LoadPolicy(path string) (Policy, error) {
 	b, err := os.ReadFile(path)
@@ -350,35 +353,13 @@ func ParsePolicy(b []byte) (Policy, error) {
 }
 
 // byteSize is a size in bytes that config files and flags may write with a
-// K, M or G suffix (powers of 1024).
+// unit: KiB/MiB/GiB (powers of 1024), KB/MB/GB (powers of 1000), or a bare
+// K/M/G (powers of 1024), and negative where that means off; see
+// internal/bytesize.
 type byteSize int64
 
-func parseByteSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	t = strings.TrimSuffix(strings.TrimSuffix(t, "iB"), "B")
-	mult := int64(1)
-	if n := len(t); n > 0 {
-		switch t[n-1] {
-		case 'k', 'K':
-			mult = 1 << 10
-		case 'm', 'M':
-			mult = 1 << 20
-		case 'g', 'G':
-			mult = 1 << 30
-		}
-		if mult > 1 {
-			t = t[:n-1]
-		}
-	}
-	v, err := strconv.ParseInt(t, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("bad size %q", s)
-	}
-	return v * mult, nil
-}
-
 func (b *byteSize) UnmarshalText(t []byte) error {
-	v, err := parseByteSize(string(t))
+	v, err := bytesize.ParseSigned(string(t))
 	if err != nil {
 		return err
 	}
@@ -417,7 +398,7 @@ func (s sizeFlag) String() string {
 	return fmt.Sprint(s.get())
 }
 func (s sizeFlag) Set(v string) error {
-	n, err := parseByteSize(v)
+	n, err := bytesize.ParseSigned(v)
 	if err != nil {
 		return err
 	}
@@ -429,26 +410,27 @@ func (s sizeFlag) Type() string { return "bytes" }
 // RegisterFlags adds flags for every Policy setting to fs, writing into p,
 // under the given prefix ("" or e.g. "client-"): access, block-size,
 // max-per-ds, layout-fetch, keep-layouts, small-io-threshold, readahead,
-// cache-size, io-retry-timeout, unstable-limit. Sizes accept K, M and G suffixes. Values already in p (say,
+// cache-size, io-retry-timeout, unstable-limit. Sizes take units: KiB, MiB and GiB
+// (or a bare K, M, G) are powers of 1024, KB, MB and GB powers of 1000. Values already in p (say,
 // from LoadPolicy) are the flags' defaults, so flags override a config
 // file when the file is loaded first.
 func RegisterFlags(fs *pflag.FlagSet, prefix string, p *Policy) {
 	fs.Var(&p.Access, prefix+"access", "data access method: cached, odirect or direct")
 	fs.Var(sizeFlag{func(v int64) { p.BlockSize = int(v) }, func() int64 { return int64(p.BlockSize) }},
-		prefix+"block-size", "transfer size for cached/odirect I/O (0: server's layout_blksize, else 4M)")
+		prefix+"block-size", "transfer size for cached/odirect I/O (0: server's layout_blksize, else 4MiB)")
 	fs.IntVar(&p.MaxPerDS, prefix+"max-per-ds", p.MaxPerDS, "max requests in flight per pNFS data server (0: 8)")
 	fs.Var(&p.LayoutFetch, prefix+"layout-fetch", "when to fetch pNFS layouts: open or first-io")
 	fs.BoolVar(&p.KeepLayouts, prefix+"keep-layouts", p.KeepLayouts, "keep pNFS layouts after close")
 	fs.Var(sizeFlag{func(v int64) { p.SmallIOThreshold = int(v) }, func() int64 { return int64(p.SmallIOThreshold) }},
-		prefix+"small-io-threshold", "send requests smaller than this through the metadata server (0: 64K, negative: never)")
+		prefix+"small-io-threshold", "send requests smaller than this through the metadata server (0: 64KiB, negative: never)")
 	fs.Var(sizeFlag{func(v int64) { p.Readahead = int(v) }, func() int64 { return int64(p.Readahead) }},
-		prefix+"readahead", "readahead for sequential reads in cached mode (0: 1M, negative: off)")
+		prefix+"readahead", "readahead for sequential reads in cached mode (0: 1MiB, negative: off)")
 	fs.Var(sizeFlag{func(v int64) { p.CacheSize = v }, func() int64 { return p.CacheSize }},
-		prefix+"cache-size", "data cache size for cached mode (0: 64M)")
+		prefix+"cache-size", "data cache size for cached mode (0: 64MiB)")
 	fs.DurationVar(&p.IORetryTimeout, prefix+"io-retry-timeout", p.IORetryTimeout,
 		"how long a read, write or commit the server keeps answering NFS4ERR_DELAY is retried before it fails (0: 30s)")
 	fs.Var(sizeFlag{func(v int64) { p.UnstableLimit = v }, func() int64 { return p.UnstableLimit }},
-		prefix+"unstable-limit", "memory per open file for copies of unstable writes kept until committed (0: 64M)")
+		prefix+"unstable-limit", "memory per open file for copies of unstable writes kept until committed (0: 64MiB)")
 }
 
 // MergeFlags returns base (say, from LoadPolicy) with every setting whose

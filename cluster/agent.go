@@ -76,6 +76,16 @@ type AgentStats struct {
 	ReplicaFailed uint64
 	// SumOps counts OBJ_SUM calls served.
 	SumOps uint64
+	// ClientReadBytes and ClientWriteBytes count what the DS's own
+	// clients read and wrote through its ReplicaStore.
+	ClientReadBytes, ClientWriteBytes uint64
+}
+
+// IO returns the bytes this DS read from and wrote to its store so far,
+// for everyone: its clients, the MDS (OBJ_READ, OBJ_WRITE) and its peers
+// (REPLICA_WRITE). HEARTBEAT reports them, so the MDS can show throughput.
+func (s AgentStats) IO() (read, written uint64) {
+	return s.ReadBytes + s.ClientReadBytes, s.WriteBytes + s.ReplicaWriteBytes + s.ClientWriteBytes
 }
 
 // stateidTTL is how long a positive CHECK_STATEID answer is reused.
@@ -152,6 +162,7 @@ type Agent struct {
 		mapFetches, sumOps                             atomic.Uint64
 		replicaWriteOps, replicaWriteBytes             atomic.Uint64
 		replicaCommitOps, replicaFailed                atomic.Uint64
+		clientReadBytes, clientWriteBytes              atomic.Uint64
 	}
 }
 
@@ -260,7 +271,7 @@ func (a *Agent) Stats() AgentStats {
 		Registrations: s.registrations.Load(), MapFetches: s.mapFetches.Load(),
 		ReplicaWriteOps: s.replicaWriteOps.Load(), ReplicaWriteBytes: s.replicaWriteBytes.Load(),
 		ReplicaCommitOps: s.replicaCommitOps.Load(), ReplicaFailed: s.replicaFailed.Load(),
-		SumOps: s.sumOps.Load(),
+		SumOps: s.sumOps.Load(), ClientReadBytes: s.clientReadBytes.Load(), ClientWriteBytes: s.clientWriteBytes.Load(),
 	}
 }
 
@@ -515,10 +526,11 @@ func (a *Agent) heartbeatLoop(conn *rpc.Conn, interval time.Duration, missed int
 		}
 		deadline := lastAnswer.Add(window)
 		total, free := a.space()
+		read, written := a.Stats().IO()
 		ctx, cancel := context.WithDeadline(a.ctx, deadline)
 		var res ctlproto.CtlStatusRes
-		err := call(ctx, conn, ctlproto.CTLPROC_HEARTBEAT,
-			&ctlproto.CtlHeartbeatArgs{Registration: reg, Capacity: total, Free: free}, &res)
+		err := call(ctx, conn, ctlproto.CTLPROC_HEARTBEAT, &ctlproto.CtlHeartbeatArgs{
+			Registration: reg, Capacity: total, Free: free, ReadBytes: read, WrittenBytes: written}, &res)
 		cancel()
 		if err == nil {
 			lastAnswer = time.Now()

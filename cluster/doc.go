@@ -31,7 +31,7 @@
 //	proc           dir       args → result
 //	REGISTER       DS→MDS    revision, join secret, cluster id, id, addrs, space, boot verifier
 //	                         → data filehandle key, cluster id, heartbeat interval, liveness window, registration no., fenced client ids
-//	HEARTBEAT      DS→MDS    registration no., space → status
+//	HEARTBEAT      DS→MDS    registration no., space, bytes read and written → status
 //	CHECK_STATEID  DS→MDS    ino, stateid[16], write → status, client id
 //	FILE_SIZE      DS→MDS    ino → the file's size (a READ past the DS's object)
 //	ADMIN          admin→MDS join secret, command, JSON request → status, message, JSON body

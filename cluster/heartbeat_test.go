@@ -420,3 +420,100 @@ func TestMissedBeats(t *testing.T) {
 		t.Errorf("livenessWindow(6, 1s) = %v", w)
 	}
 }
+
+// TestHeartbeatRates follows a data server's I/O counters through
+// successive heartbeats: rates come from two heartbeats at least half an
+// interval apart, and counters that go backwards, or a data server out of
+// service, start over from zero.
+func TestHeartbeatRates(t *testing.T) {
+	const interval = time.Second
+	type beat struct {
+		after          time.Duration // since the previous beat
+		read, written  uint64
+		down           bool // the data server leaves service before this beat
+		wantR, wantW   float64
+		wantRB, wantWB uint64 // counters recorded
+	}
+	for _, tt := range []struct {
+		name  string
+		beats []beat
+	}{
+		{"first beat is only a base", []beat{
+			{after: interval, read: 100, written: 50, wantRB: 100, wantWB: 50},
+		}},
+		{"steady", []beat{
+			{after: interval, read: 100, written: 50, wantRB: 100, wantWB: 50},
+			{after: interval, read: 1100, written: 2050, wantR: 1000, wantW: 2000, wantRB: 1100, wantWB: 2050},
+			{after: 2 * interval, read: 1100, written: 4050, wantR: 0, wantW: 1000, wantRB: 1100, wantWB: 4050},
+		}},
+		{"a beat close behind keeps the base and the rate", []beat{
+			{after: interval, read: 0, written: 0},
+			{after: interval, read: 1000, written: 0, wantR: 1000, wantRB: 1000},
+			{after: interval / 10, read: 5000, written: 0, wantR: 1000, wantRB: 1000},
+			{after: interval - interval/10, read: 5000, written: 0, wantR: 4000, wantRB: 5000},
+		}},
+		{"counters going backwards start over", []beat{
+			{after: interval, read: 1000, written: 1000, wantRB: 1000, wantWB: 1000},
+			{after: interval, read: 10, written: 20, wantRB: 10, wantWB: 20},
+			{after: interval, read: 110, written: 20, wantR: 100, wantRB: 110, wantWB: 20},
+		}},
+		{"out of service", []beat{
+			{after: interval, read: 0, written: 0},
+			{after: interval, read: 500, written: 0, wantR: 500, wantRB: 500},
+			{after: interval, down: true, read: 900, written: 0, wantRB: 900},
+			{after: interval, read: 1900, written: 0, wantR: 1000, wantRB: 1900},
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &Registry{interval: interval, cfg: RegistryConfig{now: time.Now}, log: discardLogger(), changed: make(chan struct{})}
+			r.evCond = sync.NewCond(&r.evMu)
+			m := &member{ds: DataServer{ID: "ds", Up: true}}
+			now := time.Unix(1e9, 0)
+			for i, b := range tt.beats {
+				now = now.Add(b.after)
+				if b.down {
+					r.setUpLocked(m, false)
+					if m.ds.ReadRate != 0 || m.ds.WriteRate != 0 {
+						t.Errorf("beat %d: rates %v, %v out of service", i, m.ds.ReadRate, m.ds.WriteRate)
+					}
+					r.setUpLocked(m, true)
+				}
+				r.noteIOLocked(m, now, b.read, b.written)
+				if m.ds.ReadRate != b.wantR || m.ds.WriteRate != b.wantW || m.ds.ReadBytes != b.wantRB || m.ds.WrittenBytes != b.wantWB {
+					t.Errorf("beat %d: rates %v, %v counters %d, %d; want %v, %v and %d, %d", i,
+						m.ds.ReadRate, m.ds.WriteRate, m.ds.ReadBytes, m.ds.WrittenBytes, b.wantR, b.wantW, b.wantRB, b.wantWB)
+				}
+			}
+		})
+	}
+}
+
+// TestHeartbeatCarriesIO checks that what a data server writes reaches the
+// registry through its heartbeats.
+func TestHeartbeatCarriesIO(t *testing.T) {
+	tc := newCluster(t, 1)
+	s := tc.striped(64)
+	ino := tc.newFile()
+	f, err := s.Open(ino, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("x"), 4096)
+	if _, err := f.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ReadAt(make([]byte, 1024), 0); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(waitBound)
+	for {
+		ds, _ := tc.reg.DataServer("ds0")
+		if ds.WrittenBytes >= uint64(len(data)) && ds.ReadBytes >= 1024 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("registry has %d bytes read, %d written; the agent counted %+v", ds.ReadBytes, ds.WrittenBytes, tc.agents[0].Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -32,6 +32,7 @@ var (
 	descBytes       = prometheus.NewDesc("shoal_cluster_ds_bytes", "Bytes of files the data server holds.", []string{"ds"}, nil)
 	descFree        = prometheus.NewDesc("shoal_cluster_ds_free_bytes", "Free space the data server reported.", []string{"ds"}, nil)
 	descLastBeat    = prometheus.NewDesc("shoal_cluster_ds_last_heartbeat_seconds", "Unix time of the data server's last heartbeat.", []string{"ds"}, nil)
+	descIO          = prometheus.NewDesc("shoal_cluster_ds_io_bytes_total", "Bytes the data server read from and wrote to its store since it started, from its last heartbeat.", []string{"ds", "dir"}, nil)
 	descUnavailable = prometheus.NewDesc("shoal_cluster_unavailable_files", "Files with a stripe on a data server that is out of service or removed.", nil, nil)
 	descPlaced      = prometheus.NewDesc("shoal_cluster_files", "Files with data placed on data servers.", nil, nil)
 	descJobFiles    = prometheus.NewDesc("shoal_cluster_job_files", "Files of the current or last drain/rebalance/scrub, by outcome.", []string{"kind", "outcome"}, nil)
@@ -53,7 +54,7 @@ var (
 	descScrubRepaired  = prometheus.NewDesc("shoal_cluster_scrub_repaired_total", "Bad copies of chunks scrubs repaired.", nil, nil)
 )
 
-var allDescs = []*prometheus.Desc{descUp, descFiles, descBytes, descFree, descLastBeat, descUnavailable, descPlaced, descJobFiles, descJobBytes,
+var allDescs = []*prometheus.Desc{descUp, descFiles, descBytes, descFree, descLastBeat, descIO, descUnavailable, descPlaced, descJobFiles, descJobBytes,
 	descReplicated, descDegraded, descDegradedStripe, descStale, descUnhealable, descHealRunning, descHealBytes, descHealed, descHealFailed,
 	descHealRate, descScrubFiles, descScrubChunks, descScrubBad, descScrubRepaired}
 
@@ -98,6 +99,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if !d.LastBeat.IsZero() {
 			g(descLastBeat, float64(d.LastBeat.UnixNano())/1e9, d.ID)
 		}
+		// Counters that restart with the data server, which Prometheus's
+		// rate() takes in its stride.
+		ch <- prometheus.MustNewConstMetric(descIO, prometheus.CounterValue, float64(d.ReadBytes), d.ID, "read")
+		ch <- prometheus.MustNewConstMetric(descIO, prometheus.CounterValue, float64(d.WrittenBytes), d.ID, "write")
 	}
 	g(descUnavailable, float64(st.UnavailableFiles))
 	g(descPlaced, float64(st.Files))

@@ -56,6 +56,12 @@ type DataServer struct {
 	// LastBeat is the last REGISTER or HEARTBEAT; zero if none since the
 	// MDS started.
 	LastBeat time.Time
+	// ReadBytes and WrittenBytes are the DS's I/O counters from its last
+	// HEARTBEAT: bytes it read from and wrote to its store since it
+	// started. ReadRate and WriteRate are bytes per second between two
+	// recent heartbeats; zero while the DS is out of service.
+	ReadBytes, WrittenBytes uint64  `json:",omitempty"`
+	ReadRate, WriteRate     float64 `json:",omitempty"`
 }
 
 // EventKind says what happened to a data server.
@@ -199,6 +205,9 @@ type member struct {
 	ds   DataServer
 	conn *rpc.Conn // registered connection; nil while disconnected
 	reg  uint64    // registration number of conn
+	// ioAt is when the I/O counters in ds were reported, the base of the
+	// next rate; zero until the first HEARTBEAT of a registration.
+	ioAt time.Time
 }
 
 // connKey finds a connection's member; per registry, so two registries may
@@ -609,6 +618,9 @@ func (r *Registry) setUpLocked(m *member, up bool) {
 	}
 	m.ds.Up = up
 	m.ds.Since = r.cfg.now()
+	// Counters restart with the DS, and rates of a DS out of service
+	// would only be stale.
+	m.ds.ReadRate, m.ds.WriteRate, m.ioAt = 0, 0, time.Time{}
 	kind := Left
 	if up {
 		kind = Joined
@@ -873,6 +885,7 @@ func (r *Registry) register(ctx context.Context, c *rpc.Conn, a *ctlproto.CtlReg
 	m.conn = c
 	r.nextReg++
 	m.reg = r.nextReg
+	m.ioAt = time.Time{}       // a new registration may be a new process: new counters
 	m.ds.LastBeat = time.Now() // liveness is wall-clock, never the injected clock
 	m.ds.Capacity, m.ds.Free = a.Capacity, a.Free
 	newConn := c.Value(connKey{r}) == nil
@@ -919,9 +932,30 @@ func (r *Registry) heartbeat(c *rpc.Conn, a *ctlproto.CtlHeartbeatArgs) ctlproto
 	if m == nil || m.reg != a.Registration {
 		return ctlproto.CTL_ERR_STALE_GEN
 	}
-	m.ds.LastBeat = time.Now()
+	now := time.Now()
+	m.ds.LastBeat = now
 	m.ds.Capacity, m.ds.Free = a.Capacity, a.Free
+	r.noteIOLocked(m, now, a.ReadBytes, a.WrittenBytes)
 	return ctlproto.CTL_OK
+}
+
+// noteIOLocked records a heartbeat's I/O counters and derives the rates
+// from the previous ones. Heartbeats closer than half an interval (one
+// sent right after a slow answer) keep the base, so a rate never comes
+// from a sliver of time; counters that went backwards (a restarted DS
+// whose connection was not yet seen closed) only start a new base.
+func (r *Registry) noteIOLocked(m *member, now time.Time, read, written uint64) {
+	dt := now.Sub(m.ioAt)
+	switch {
+	case !m.ioAt.IsZero() && dt < r.interval/2:
+		return
+	case !m.ioAt.IsZero() && read >= m.ds.ReadBytes && written >= m.ds.WrittenBytes:
+		m.ds.ReadRate = float64(read-m.ds.ReadBytes) / dt.Seconds()
+		m.ds.WriteRate = float64(written-m.ds.WrittenBytes) / dt.Seconds()
+	default:
+		m.ds.ReadRate, m.ds.WriteRate = 0, 0
+	}
+	m.ds.ReadBytes, m.ds.WrittenBytes, m.ioAt = read, written, now
 }
 
 func (r *Registry) checkStateid(ctx context.Context, c *rpc.Conn, a *ctlproto.CtlCheckStateidArgs) ctlproto.CtlCheckStateidRes {

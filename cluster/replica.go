@@ -409,6 +409,7 @@ func (f *replicaFile) ReadAt(p []byte, off int64) (int, error) {
 		return 0, notMember("read", f.ino, uint64(off), len(p), nil)
 	}
 	n, err := f.File.ReadAt(p, off)
+	f.s.a.stats.clientReadBytes.Add(uint64(n))
 	if errors.Is(err, store.ErrCorrupt) {
 		return n, notMember("read", f.ino, uint64(off), len(p), err)
 	}
@@ -430,7 +431,9 @@ func (f *replicaFile) WriteAt(p []byte, off int64) (int, error) {
 	}
 	ctx, cancel := f.s.context()
 	defer cancel()
-	return f.s.write(ctx, f.ino, f.File, p, uint64(off))
+	n, err := f.s.write(ctx, f.ino, f.File, p, uint64(off))
+	f.s.a.stats.clientWriteBytes.Add(uint64(n))
+	return n, err
 }
 
 // Sync makes the file's data durable here and on every peer written

@@ -213,16 +213,17 @@ func TestProtocolVersions(t *testing.T) {
 	}
 	defer conn.Close()
 
-	// The MDS speaks revision 4 only: revision 3 has no replicated
-	// stripes, revision 2 stripe indexes and no cluster id.
-	for _, rev := range []uint32{0, 1, 2, 3, 5, 99} {
+	// The MDS speaks revision 5 only: revision 4 has no I/O counters in
+	// HEARTBEAT, revision 3 no replicated stripes, revision 2 stripe
+	// indexes and no cluster id.
+	for _, rev := range []uint32{0, 1, 2, 3, 4, 6, 99} {
 		var res ctlproto.CtlRegisterRes
 		err = call(ctx, conn, ctlproto.CTLPROC_REGISTER, &ctlproto.CtlRegisterArgs{Revision: rev, Token: testSecret, DsId: "x"}, &res)
 		if err != nil {
 			t.Fatalf("REGISTER revision %d: %v", rev, err)
 		}
-		if res.Status != ctlproto.CTL_ERR_VERSION || res.Versions == nil || res.Versions.Low != 4 || res.Versions.High != 4 {
-			t.Errorf("REGISTER revision %d: %+v, want CTL_ERR_VERSION 4..4", rev, res)
+		if res.Status != ctlproto.CTL_ERR_VERSION || res.Versions == nil || res.Versions.Low != 5 || res.Versions.High != 5 {
+			t.Errorf("REGISTER revision %d: %+v, want CTL_ERR_VERSION 5..5", rev, res)
 		}
 	}
 	if n := len(tc.reg.DataServers()); n != 0 {

@@ -33,6 +33,7 @@
 //	'O' ino(8)                       orphan: an unlinked regular file kept while open
 //	'M' ino(8)                       stripe map of a regular file on the data servers (stripemap.go)
 //	'P' ino(8)                       replication policy of a directory or regular file (policy.go)
+//	'X' ino(8)                       extended attributes of an inode, all in one record (xattr.go)
 //
 // An inode record is a version byte (1) followed by fixed-width fields:
 // type, mode, nlink, uid, gid, rdev, size, four timestamps as seconds(8) +
@@ -93,8 +94,9 @@
 // of which is the generation key) and --max-request-bytes (default 1.5 MiB).
 // Engine transactions are far smaller: the largest, a rename that replaces
 // a symlink, writes 10 keys (the etcd conformance test runs with a budget
-// of 32 operations to keep it so), and the largest value is a symlink
-// target of at most 64 KiB. A transaction that would not fit fails whole with
+// of 32 operations to keep it so), and the largest values are a symlink
+// target of at most 64 KiB and an inode's extended attributes, at most
+// MaxXattrBytes (256 KiB) together. A transaction that would not fit fails whole with
 // ErrTxnTooLarge; it is never split, which would break its atomicity.
 // Reads are not limited: scans page through etcd (EtcdOptions.ScanPage),
 // so a large directory is never loaded at once. A single Get is a round
@@ -123,6 +125,20 @@
 // inode (Remove of a directory, FreeOrphan of a file). What the data
 // servers actually hold is the file's StripeMap, fixed when its data is
 // first placed.
+//
+// # Extended attributes
+//
+// An inode may carry extended attributes (RFC 8276; the NFS server keeps
+// Linux's user namespace in them): GetXattr, SetXattr, ListXattrs and
+// RemoveXattr, with Linux's limits on a name (255 bytes) and a value (64
+// KiB). All of an inode's attributes live in one record under its inode
+// number, sorted by name, at most MaxXattrBytes: freeing an inode deletes
+// one key however many attributes it had, so the transaction that frees
+// it stays within etcd's operation limit, and a listing reads one key.
+// Setting or removing an attribute rewrites the record and, in the same
+// transaction, sets the inode's ctime and bumps its change attribute, as a
+// local file system does. Attributes are not copied by Create or Link; they
+// belong to the inode, so a renamed or linked file keeps them.
 //
 // # Readdir cookies
 //

@@ -159,6 +159,9 @@ func (x *tx) deleteInode(ino Ino, n *inode) error {
 			return err
 		}
 	}
+	if err := x.t.Delete(xattrKey(ino)); err != nil {
+		return err
+	}
 	return x.addCounter(keyFiles, -1)
 }
 

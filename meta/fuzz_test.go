@@ -83,3 +83,43 @@ func FuzzDecodePolicy(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecodeXattrs feeds arbitrary records to decodeXattrs: it must never
+// panic or modify its input, and what it accepts is a valid, sorted set
+// of attributes within the limits that encodes back to the same bytes.
+func FuzzDecodeXattrs(f *testing.F) {
+	for _, xs := range [][]xattr{
+		{{name: "a", value: []byte("1")}},
+		{{name: "a", value: nil}, {name: "b", value: []byte{0, 0xff}}, {name: "mime_type", value: []byte("text/plain")}},
+		{{name: string(bytes.Repeat([]byte{'n'}, MaxXattrNameLen)), value: bytes.Repeat([]byte{'v'}, 300)}},
+	} {
+		b := encodeXattrs(xs)
+		f.Add(b)
+		f.Add(b[:len(b)-1])
+	}
+	f.Add([]byte{})
+	f.Add([]byte{xattrV1})
+	f.Add([]byte{xattrV1, 1, 'b', 0, 0, 0, 0, 1, 'a', 0, 0, 0, 0})
+	f.Add([]byte{xattrV1, 1, 0, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		in := slices.Clone(b)
+		xs, err := decodeXattrs(b)
+		if !bytes.Equal(b, in) {
+			t.Fatal("decodeXattrs modified its input")
+		}
+		if err != nil {
+			return
+		}
+		if len(xs) == 0 {
+			t.Fatalf("%x decodes to no attributes", b)
+		}
+		for i, x := range xs {
+			if validXattrName(x.name) != nil || len(x.value) > MaxXattrValueLen || i > 0 && x.name <= xs[i-1].name {
+				t.Fatalf("%x decodes to invalid or unsorted attribute %d: %q", b, i, x.name)
+			}
+		}
+		if enc := encodeXattrs(xs); !bytes.Equal(enc, b) {
+			t.Fatalf("%x decodes to %d attributes, which encode to %x", b, len(xs), enc)
+		}
+	})
+}

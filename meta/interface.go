@@ -268,6 +268,33 @@ type Engine interface {
 	// NFS attribute.
 	SetPolicy(ctx context.Context, ino Ino, p Policy) error
 
+	// GetXattr returns the value of the extended attribute name of ino,
+	// or ErrNoXattr. Names are opaque to the engine (the NFS server
+	// stores the user namespace's names without the "user." prefix, as
+	// RFC 8276 sends them): 1 to MaxXattrNameLen bytes, without NUL
+	// (ErrInval if empty or with NUL, ErrXattrTooBig if longer). Every
+	// inode type may carry attributes; a missing inode is ErrStale.
+	GetXattr(ctx context.Context, ino Ino, name string) ([]byte, error)
+	// SetXattr sets the extended attribute name of ino to value (at most
+	// MaxXattrValueLen bytes, else ErrXattrTooBig). mode XattrCreate
+	// fails with ErrExist if the attribute exists, XattrReplace with
+	// ErrNoXattr if it does not. All attributes of an inode together
+	// take at most MaxXattrBytes (ErrNoSpace). Like every change of the
+	// inode's metadata it sets ctime to now and bumps change (RFC 8276
+	// §8.4.2 returns the change before and after as change_info4); mtime
+	// is left alone. The attributes are deleted with their inode.
+	SetXattr(ctx context.Context, ino Ino, name string, value []byte, mode XattrMode, now time.Time) (ChangeInfo, error)
+	// ListXattrs returns up to max names of ino's extended attributes
+	// that come after cookie (0 to start), in name order; eof reports
+	// that none follow. A cookie is a position in that order, as with
+	// Linux's knfsd: an attribute added or removed between two calls
+	// shifts the names after it, so a listing that spans calls while
+	// another client changes the attributes may miss or repeat a name.
+	ListXattrs(ctx context.Context, ino Ino, cookie uint64, max int) (names []XattrName, eof bool, err error)
+	// RemoveXattr removes the extended attribute name of ino, or fails
+	// with ErrNoXattr; ctime and change move as for SetXattr.
+	RemoveXattr(ctx context.Context, ino Ino, name string, now time.Time) (ChangeInfo, error)
+
 	// GetConfig returns the value stored under key, or ErrNotFound.
 	GetConfig(ctx context.Context, key string) ([]byte, error)
 	PutConfig(ctx context.Context, key string, val []byte) error
@@ -288,6 +315,9 @@ var (
 	ErrNotSymlink   = errors.New("meta: not a symbolic link") // READLINK on non-link
 	ErrTooManyLinks = errors.New("meta: too many links")      // NFS4ERR_MLINK
 	ErrClosed       = errors.New("meta: engine closed")
+	ErrNoXattr      = errors.New("meta: no such extended attribute")                // NFS4ERR_NOXATTR
+	ErrXattrTooBig  = errors.New("meta: extended attribute name or value too long") // NFS4ERR_XATTR2BIG
+	ErrNoSpace      = errors.New("meta: no space for extended attributes")          // NFS4ERR_NOSPC
 )
 
 // DirVerifier returns the NFS cookie verifier for a directory. Cookies are

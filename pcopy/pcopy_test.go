@@ -536,22 +536,3 @@ func TestFormatProgress(t *testing.T) {
 		t.Errorf("Report that never ticked printed %q", buf.String())
 	}
 }
-
-func TestParseSize(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want int64
-	}{
-		{"4MiB", 4 << 20}, {"4M", 4 << 20}, {"4mb", 4 << 20}, {"1048576", 1 << 20}, {"64K", 64 << 10},
-		{"1G", 1 << 30}, {" 2 MiB", -1}, {"0", -1}, {"-1M", -1}, {"4X", -1}, {"", -1}, {"M", -1}, {"2000000G", -1},
-	} {
-		got, err := pcopy.ParseSize(tc.in)
-		if tc.want < 0 {
-			if err == nil {
-				t.Errorf("ParseSize(%q) = %d, want an error", tc.in, got)
-			}
-		} else if err != nil || got != tc.want {
-			t.Errorf("ParseSize(%q) = %d, %v, want %d", tc.in, got, err, tc.want)
-		}
-	}
-}

@@ -2,10 +2,8 @@ package pcopy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
 )
@@ -74,32 +72,6 @@ func FormatProgress(p Progress, bar bool) string {
 		fmt.Fprintf(&b, "  %s", formatDuration(p.Elapsed))
 	}
 	return b.String()
-}
-
-// ParseSize reads a byte count with an optional K, M or G suffix, in
-// powers of 1024 ("4M", "4MB" and "4MiB" are all 4 MiB), as --chunk takes.
-func ParseSize(s string) (int64, error) {
-	t := strings.ToUpper(strings.TrimSpace(s))
-	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
-	mult := int64(1)
-	if n := len(t); n > 0 {
-		switch t[n-1] {
-		case 'K':
-			mult = 1 << 10
-		case 'M':
-			mult = 1 << 20
-		case 'G':
-			mult = 1 << 30
-		}
-		if mult > 1 {
-			t = t[:n-1]
-		}
-	}
-	n, err := strconv.ParseInt(t, 10, 64)
-	if err != nil || n <= 0 || n > (1<<40)/mult {
-		return 0, errors.New("want a positive size such as 4MiB")
-	}
-	return n * mult, nil
 }
 
 // FormatBytes renders n in binary units (KiB, MiB, ...).

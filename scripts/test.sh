@@ -16,11 +16,22 @@ FUZZTIME=${SHOAL_FUZZTIME:-60s}
 export SHOAL_KERNEL=${SHOAL_KERNEL:-1}
 export SHOAL_GANESHA=${SHOAL_GANESHA:-1}
 export SHOAL_KERNEL_SERVER=${SHOAL_KERNEL_SERVER:-shoal}
+# test/deploy follows docs/deploy.md with Debian's etcd and etcdctl; it
+# fails rather than skips when they are missing.
+export SHOAL_DEPLOY=${SHOAL_DEPLOY:-1}
+# test/statuspage opens the MDS's status page in Debian's chromium; it
+# fails rather than skips when chromium is missing.
+export SHOAL_BROWSER=${SHOAL_BROWSER:-1}
 
 step() { printf '\n==== %s ====\n' "$*"; }
 
+# This run's own files (the test event logs the summary counts, fuzz
+# output) live in a fresh directory, removed when the script exits.
+work=$(mktemp -d "${TMPDIR:-/tmp}/shoal-test.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
 step "install dependencies"
-pkgs=(qemu-system-x86 busybox-static tshark nfs-ganesha nfs-ganesha-vfs fuse3 cpio kmod gcc libc6-dev iproute2 rsync git fio postmark jq bc)
+pkgs=(qemu-system-x86 busybox-static tshark nfs-ganesha nfs-ganesha-vfs fuse3 cpio kmod gcc libc6-dev iproute2 rsync git fio postmark jq bc etcd-server etcd-client chromium)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # The kernel-client test fetches Debian's kernel package with apt-get
@@ -43,7 +54,7 @@ go vet ./...
 
 step "unit and integration tests (race detector)"
 # The kernel test runs separately below (it is long and not race-relevant).
-gotestsum --format pkgname-and-test-fails --jsonfile /tmp/shoal-test.json -- \
+gotestsum --format pkgname-and-test-fails --jsonfile "$work/test.json" -- \
 	-race -count=1 -timeout 20m $(go list ./... | grep -v /test/kernel)
 
 # fuzz_one PKG TARGET runs one fuzz target for $FUZZTIME. Go up to 1.26 has
@@ -56,7 +67,7 @@ gotestsum --format pkgname-and-test-fails --jsonfile /tmp/shoal-test.json -- \
 fuzz_clean=0 fuzz_race=0
 fuzz_one() {
 	local pkg=$1 target=$2 out rc=0
-	out=$(mktemp)
+	out=$(mktemp "$work/fuzz.XXXXXX")
 	local corpus="$pkg/testdata/fuzz/$target"
 	local before
 	before=$(ls "$corpus" 2>/dev/null | sort | md5sum || true)
@@ -99,7 +110,7 @@ if [ "$SHOAL_KERNEL" = "1" ]; then
 	# TestKernel/shoal/..., TestKernel/shoal-pnfs/...), so one JSON file.
 	kinds=$SHOAL_KERNEL_SERVER
 	[ "$kinds" = shoal ] && kinds=shoal,shoal-pnfs,shoal-pnfs-grow,shoal-pnfs-mirror
-	SHOAL_KERNEL_SERVER=$kinds gotestsum --format standard-verbose --jsonfile /tmp/shoal-kernel.json -- \
+	SHOAL_KERNEL_SERVER=$kinds gotestsum --format standard-verbose --jsonfile "$work/kernel.json" -- \
 		-count=1 -timeout 45m ./test/kernel/
 fi
 
@@ -111,9 +122,14 @@ if [ "${SHOAL_SCRIPTS:-1}" = "1" ] && [ -e /dev/fuse ]; then
 	FILES=4 SIZE_MB=2 DS=2 ./scripts/cp-vs-fuse.sh
 fi
 
+step "Debian package: build, dpkg -i, run as installed, dpkg -P"
+# The example configurations as installed, with etcd-server's etcd on
+# loopback; see the script for what it checks.
+./scripts/deb-check.sh
+
 step "summary"
 # One closing line over every test event of the run (unit, integration, kernel).
-cat /tmp/shoal-test.json /tmp/shoal-kernel.json 2>/dev/null | python3 -c '
+cat "$work/test.json" "$work/kernel.json" 2>/dev/null | python3 -c '
 import json, sys
 p = f = s = 0
 for line in sys.stdin:

@@ -30,40 +30,6 @@ func (r opReply) withBody(b xdr.Marshaler) opReply { r.body = b; return r }
 // opHandler runs one operation of a COMPOUND.
 type opHandler func(c *compound, a *nfs4.NfsArgop4) opReply
 
-// opTable maps operation numbers to handlers. Each op-family file registers
-// its operations in init, so the dispatcher never needs editing.
-var opTable = map[nfs4.NfsOpnum4]opHandler{}
-
-// sessionless lists the operations allowed without a preceding SEQUENCE, as
-// the only operation of a COMPOUND (RFC 8881 §2.6.3.1.1.8, §18.x).
-var sessionless = map[nfs4.NfsOpnum4]bool{
-	nfs4.OP_EXCHANGE_ID:          true,
-	nfs4.OP_CREATE_SESSION:       true,
-	nfs4.OP_DESTROY_SESSION:      true,
-	nfs4.OP_BIND_CONN_TO_SESSION: true,
-	nfs4.OP_DESTROY_CLIENTID:     true,
-}
-
-// v40only are NFSv4.0 operations that a 4.1 server must answer with
-// NFS4ERR_NOTSUPP (RFC 8881 §18).
-var v40only = map[nfs4.NfsOpnum4]bool{
-	nfs4.OP_OPEN_CONFIRM:        true,
-	nfs4.OP_RENEW:               true,
-	nfs4.OP_SETCLIENTID:         true,
-	nfs4.OP_SETCLIENTID_CONFIRM: true,
-	nfs4.OP_RELEASE_LOCKOWNER:   true,
-}
-
-func register(op nfs4.NfsOpnum4, h opHandler) { opTable[op] = h }
-
-// maxOpnum returns the highest operation number defined in a minor version.
-func maxOpnum(minor uint32) nfs4.NfsOpnum4 {
-	if minor >= 2 {
-		return nfs4.OP_REMOVEXATTR
-	}
-	return nfs4.OP_RECLAIM_COMPLETE
-}
-
 // compound is the per-request evaluation context of one COMPOUND.
 type compound struct {
 	s     *Server
@@ -129,7 +95,8 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 			done++
 			break
 		}
-		if op < nfs4.OP_ACCESS || op > maxOpnum(minor) {
+		def, known := lookupOp(op, minor)
+		if !known {
 			st = nfs4.NFS4ERR_OP_ILLEGAL
 			e.Uint32(uint32(nfs4.OP_ILLEGAL))
 			e.Uint32(uint32(st))
@@ -138,14 +105,14 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 		}
 		var r opReply
 		var args nfs4.NfsArgop4
-		release = release && argsNotRetained[op]
+		release = release && def.releaseArgs
 		args.DecodeXDR(d)
 		switch {
 		case d.Err() != nil:
 			r = fail(nfs4.NFS4ERR_BADXDR)
-		case v40only[op]:
+		case def.v40only:
 			r = fail(nfs4.NFS4ERR_NOTSUPP)
-		case c.idx == 0 && op == nfs4.OP_SEQUENCE:
+		case c.idx == 0 && def.session == sequenceOp:
 			var cached []byte
 			// The rest of the arguments is fingerprinted now, while the
 			// record buffer is certainly ours (it may be recycled after
@@ -157,31 +124,30 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 				e.Append(cached)
 				return rpc.Success
 			}
-		case c.idx > 0 && op == nfs4.OP_SEQUENCE:
+		case def.session == sequenceOp:
 			r = fail(nfs4.NFS4ERR_SEQUENCE_POS)
-		case c.idx == 0 && !sessionless[op]:
+		case c.idx == 0 && def.session != sessionless:
 			r = fail(nfs4.NFS4ERR_OP_NOT_IN_SESSION)
-		case c.seq == nil && n > 1 && sessionless[op]:
+		case c.seq == nil && n > 1 && def.session == sessionless:
 			r = fail(nfs4.NFS4ERR_NOT_ONLY_OP)
+		case def.run == nil || def.roles&s.role() == 0:
+			r = fail(nfs4.NFS4ERR_NOTSUPP)
 		default:
-			h := opTable[op]
-			if h == nil || (s.ds != nil && !dsOps[op]) {
-				r = fail(nfs4.NFS4ERR_NOTSUPP)
-			} else {
-				r = h(c, &args)
+			r = def.run(c, &args)
+		}
+		opStart := e.Mark()
+		c.encodeResult(e, op, r)
+		if c.seq != nil && c.idx > 0 {
+			// The result must fit the session's limits; if it does
+			// not, it is replaced by the error saying which (RFC 8881
+			// §2.10.6.4), and the COMPOUND ends there.
+			if over := c.seq.overLimit(e.Mark() - start); over != nfs4.NFS4_OK {
+				e.Truncate(opStart)
+				r = fail(over)
+				c.encodeResult(e, op, r)
 			}
 		}
-		if r.body == nil && op == nfs4.OP_SETATTR {
-			// SETATTR4res carries attrsset whatever the status, also when
-			// the dispatcher fails the operation before its handler runs.
-			r.body = bitmapVal(nil)
-		}
 		s.counters.op(op, r.status)
-		e.Uint32(uint32(op))
-		e.Uint32(uint32(r.status))
-		if r.body != nil {
-			r.body.EncodeXDR(e)
-		}
 		done++
 		if r.status != nfs4.NFS4_OK {
 			st = r.status
@@ -197,6 +163,20 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 		c.seq.complete(e.Mark()-start, func() []byte { return e.BytesSince(start) })
 	}
 	return rpc.Success
+}
+
+// encodeResult encodes the result of operation op.
+func (c *compound) encodeResult(e *xdr.Encoder, op nfs4.NfsOpnum4, r opReply) {
+	if r.body == nil && op == nfs4.OP_SETATTR {
+		// SETATTR4res carries attrsset whatever the status, also when
+		// the dispatcher fails the operation before its handler runs.
+		r.body = bitmapVal(nil)
+	}
+	e.Uint32(uint32(op))
+	e.Uint32(uint32(r.status))
+	if r.body != nil {
+		r.body.EncodeXDR(e)
+	}
 }
 
 // setFH sets the current filehandle. A new current filehandle invalidates

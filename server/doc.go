@@ -20,9 +20,24 @@
 // NFS4ERR_BADXDR or NFS4ERR_OP_ILLEGAL, and a retransmitted request is
 // answered from the session slot's reply cache before anything else runs.
 // Each op family lives in its own file (ops_session.go, ops_fh.go,
-// ops_attr.go, ops_ns.go, ops_open.go, ops_io.go, ops_lock.go, ops_42.go) and
-// registers its handlers in init, so the dispatcher never changes when an
-// operation is added.
+// ops_attr.go, ops_ns.go, ops_open.go, ops_io.go, ops_lock.go, ops_42.go).
+// Every operation number is declared once, in opTable (optable.go): its
+// handler (or none: NFS4ERR_NOTSUPP), the minor version that defines it,
+// the roles that serve it (plain server or metadata server, data server),
+// where it may stand relative to SEQUENCE, and whether its arguments may be
+// released early (argsrelease.go). The dispatcher reads nothing else, so
+// adding an operation is one entry there.
+//
+// # Session limits
+//
+// CREATE_SESSION refuses channel attributes too small for the smallest
+// request and reply (NFS4ERR_TOOSMALL) and grants at most what Shoal
+// enforces; every COMPOUND in the session is then held to them: a request
+// over ca_maxrequestsize gets NFS4ERR_REQ_TOO_BIG on SEQUENCE, and the
+// operation whose result would take the reply over ca_maxresponsesize (or,
+// when the client asked to cache the reply, ca_maxresponsesize_cached)
+// gets NFS4ERR_REP_TOO_BIG (NFS4ERR_REP_TOO_BIG_TO_CACHE) instead of its
+// result (limits.go).
 //
 // # Errors
 //
@@ -56,5 +71,6 @@
 // client records are persisted, and after a restart the server is in grace
 // for one lease: clients reclaim opens (CLAIM_PREVIOUS) and locks, and new
 // state is refused with NFS4ERR_GRACE until every old client sent
-// RECLAIM_COMPLETE or the lease ran out.
+// RECLAIM_COMPLETE or the lease ran out; until the lease runs out, also
+// from any client that has not sent RECLAIM_COMPLETE itself.
 package server

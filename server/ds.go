@@ -41,18 +41,6 @@ type DataServerConfig struct {
 	Store store.Backend
 }
 
-// dsOps are the operations a data server answers (RFC 8881 §13.6: the
-// client uses sessions, PUTFH, READ, WRITE, COMMIT and GETATTR with data
-// servers); anything else is NFS4ERR_NOTSUPP.
-var dsOps = map[nfs4.NfsOpnum4]bool{
-	nfs4.OP_EXCHANGE_ID: true, nfs4.OP_CREATE_SESSION: true, nfs4.OP_DESTROY_SESSION: true,
-	nfs4.OP_BIND_CONN_TO_SESSION: true, nfs4.OP_DESTROY_CLIENTID: true, nfs4.OP_SEQUENCE: true,
-	nfs4.OP_RECLAIM_COMPLETE: true, nfs4.OP_BACKCHANNEL_CTL: true,
-	nfs4.OP_PUTFH: true, nfs4.OP_GETFH: true, nfs4.OP_GETATTR: true,
-	nfs4.OP_READ: true, nfs4.OP_WRITE: true, nfs4.OP_COMMIT: true,
-	nfs4.OP_SECINFO_NO_NAME: true,
-}
-
 // NewDataServer builds a pNFS data server.
 func NewDataServer(cfg Config, ds DataServerConfig) (*Server, error) {
 	if cfg.Dir == "" {

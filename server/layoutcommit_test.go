@@ -323,3 +323,73 @@ func TestLayoutGetGrantedIOMode(t *testing.T) {
 		})
 	}
 }
+
+// TestLayoutGetRangeAndSeqid: LAYOUTGET refuses a range shorter than
+// loga_minlength, or running past the largest offset, with NFS4ERR_INVAL
+// (RFC 8881 §18.43.3). Under a layout stateid it takes an older seqid than
+// the current one, as parallel LAYOUTGETs of one client carry (§12.5.3),
+// but not one the server has not issued.
+func TestLayoutGetRangeAndSeqid(t *testing.T) {
+	c := startLayoutCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := &lcEnv{t: t, ctx: ctx, c: c, name: "layoutget-args"}
+	e.cl = e.client(e.name)
+	open := e.open()
+	layoutGet := func(sid nfs4.Stateid4, off, length, minLength uint64) (*nfs4.COMPOUND4res, error) {
+		return e.cl.Compound(opPut(e.fh), nfs4.NfsArgop4{Argop: nfs4.OP_LAYOUTGET, Oplayoutget: &nfs4.LAYOUTGET4args{
+			LogaLayoutType: nfs4.LAYOUT4_NFSV4_1_FILES, LogaIomode: nfs4.LAYOUTIOMODE4_RW,
+			LogaOffset: off, LogaLength: length, LogaMinlength: minLength, LogaStateid: sid, LogaMaxcount: 1 << 16,
+		}})
+	}
+	const all = ^uint64(0)
+	for _, tc := range []struct {
+		name                   string
+		off, length, minLength uint64
+		want                   nfs4.Nfsstat4
+	}{
+		{"length below minlength", 0, 100, 200, nfs4.NFS4ERR_INVAL},
+		{"minlength past the largest offset", 1 << 63, all, 1<<63 + 1, nfs4.NFS4ERR_INVAL},
+		{"length past the largest offset", 1 << 63, 1<<63 + 1, 0, nfs4.NFS4ERR_INVAL},
+		{"to EOF from far out", 1 << 63, all, all, nfs4.NFS4_OK},
+		{"minlength equal to length", 0, 4096, 4096, nfs4.NFS4_OK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := layoutGet(open, tc.off, tc.length, tc.minLength)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != tc.want {
+				t.Fatalf("LAYOUTGET offset %d length %d minlength %d: %v, want %v", tc.off, tc.length, tc.minLength, res.Status, tc.want)
+			}
+		})
+	}
+
+	t.Run("seqids", func(t *testing.T) {
+		ls := e.layoutGet(e.fh, open, nfs4.LAYOUTIOMODE4_RW)
+		// Two LAYOUTGETs that left together with seqid ls.Seqid: the
+		// server bumps the seqid for the first, and still serves the
+		// second.
+		first := e.layoutGet(e.fh, ls, nfs4.LAYOUTIOMODE4_RW)
+		res, err := layoutGet(ls, 0, all, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != nfs4.NFS4_OK {
+			t.Fatalf("LAYOUTGET with seqid %d after the server issued %d: %v, want OK", ls.Seqid, first.Seqid, res.Status)
+		}
+		second := res.Resarray[2].Oplayoutget.LogrResok4.LogrStateid
+		if second.Other != ls.Other || second.Seqid != first.Seqid+1 {
+			t.Errorf("seqids %d then %d, want consecutive", first.Seqid, second.Seqid)
+		}
+		future := second
+		future.Seqid++
+		res, err = layoutGet(future, 0, all, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != nfs4.NFS4ERR_BAD_STATEID {
+			t.Errorf("LAYOUTGET with a seqid not issued yet: %v, want BAD_STATEID", res.Status)
+		}
+	})
+}

@@ -11,12 +11,6 @@ import (
 
 // NFSv4.2 operations for sparse files (RFC 7862 §15).
 
-func init() {
-	register(nfs4.OP_SEEK, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.seek(a.Opseek) })
-	register(nfs4.OP_ALLOCATE, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.allocate(a.Opallocate) })
-	register(nfs4.OP_DEALLOCATE, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.deallocate(a.Opdeallocate) })
-}
-
 func (c *compound) seek(a *nfs4.SEEK4args) opReply {
 	o, st := c.currentFile()
 	if st != nfs4.NFS4_OK {

@@ -10,14 +10,6 @@ import (
 	"github.com/shoalfs/shoal/meta"
 )
 
-func init() {
-	register(nfs4.OP_GETATTR, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.getattr(a.Opgetattr) })
-	register(nfs4.OP_SETATTR, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.setattr(a.Opsetattr) })
-	register(nfs4.OP_VERIFY, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.verify(&a.Opverify.ObjAttributes, false) })
-	register(nfs4.OP_NVERIFY, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.verify(&a.Opnverify.ObjAttributes, true) })
-	register(nfs4.OP_ACCESS, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.access(a.Opaccess) })
-}
-
 func (c *compound) getattr(a *nfs4.GETATTR4args) opReply {
 	o, st := c.current()
 	if st != nfs4.NFS4_OK {

@@ -14,19 +14,6 @@ type marshalFunc func(e *xdr.Encoder)
 
 func (f marshalFunc) EncodeXDR(e *xdr.Encoder) { f(e) }
 
-func init() {
-	register(nfs4.OP_PUTROOTFH, func(c *compound, _ *nfs4.NfsArgop4) opReply { return c.putRootFH() })
-	register(nfs4.OP_PUTPUBFH, func(c *compound, _ *nfs4.NfsArgop4) opReply { return c.putRootFH() })
-	register(nfs4.OP_PUTFH, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.putFH(a.Opputfh) })
-	register(nfs4.OP_GETFH, func(c *compound, _ *nfs4.NfsArgop4) opReply { return c.getFH() })
-	register(nfs4.OP_SAVEFH, func(c *compound, _ *nfs4.NfsArgop4) opReply { return c.saveFH() })
-	register(nfs4.OP_RESTOREFH, func(c *compound, _ *nfs4.NfsArgop4) opReply { return c.restoreFH() })
-	register(nfs4.OP_LOOKUP, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.lookup(a.Oplookup) })
-	register(nfs4.OP_LOOKUPP, func(c *compound, _ *nfs4.NfsArgop4) opReply { return c.lookupp() })
-	register(nfs4.OP_SECINFO, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.secinfo(a.Opsecinfo) })
-	register(nfs4.OP_SECINFO_NO_NAME, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.secinfoNoName(a.OpsecinfoNoName) })
-}
-
 func (c *compound) putRootFH() opReply {
 	c.setFH(c.s.rootFH())
 	return ok(nil)
@@ -135,12 +122,11 @@ func (c *compound) lookup(a *nfs4.LOOKUP4args) opReply {
 }
 
 func (c *compound) lookupp() opReply {
-	o, st := c.current()
+	// A symbolic link is NFS4ERR_SYMLINK, another non-directory
+	// NFS4ERR_NOTDIR (RFC 8881 §18.14.3), as for LOOKUP.
+	o, st := c.currentDir()
 	if st != nfs4.NFS4_OK {
 		return fail(st)
-	}
-	if !o.isDir() {
-		return fail(nfs4.NFS4ERR_NOTDIR)
 	}
 	if o.pseudo != nil {
 		if o.pseudo.index == 0 {

@@ -14,12 +14,6 @@ import (
 	"github.com/shoalfs/shoal/store"
 )
 
-func init() {
-	register(nfs4.OP_READ, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.read(a.Opread) })
-	register(nfs4.OP_WRITE, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.write(a.Opwrite) })
-	register(nfs4.OP_COMMIT, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.commit(a.Opcommit) })
-}
-
 // openData opens an inode's data file, treating a missing one as empty.
 func (s *Server) openData(ino meta.Ino, create bool) (store.File, error) {
 	f, err := s.data.Open(uint64(ino), create)

@@ -16,14 +16,6 @@ import (
 // pNFS operations of the metadata server (RFC 8881 §18.40–18.44) for the
 // files layout (§13).
 
-func init() {
-	register(nfs4.OP_LAYOUTGET, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.layoutGet(a.Oplayoutget) })
-	register(nfs4.OP_GETDEVICEINFO, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.getDeviceInfo(a.Opgetdeviceinfo) })
-	register(nfs4.OP_GETDEVICELIST, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.getDeviceList(a.Opgetdevicelist) })
-	register(nfs4.OP_LAYOUTCOMMIT, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.layoutCommit(a.Oplayoutcommit) })
-	register(nfs4.OP_LAYOUTRETURN, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.layoutReturn(a.Oplayoutreturn) })
-}
-
 func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 	s := c.s
 	if s.pnfs == nil {
@@ -45,6 +37,15 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 	}
 	if a.LogaIomode != nfs4.LAYOUTIOMODE4_READ && a.LogaIomode != nfs4.LAYOUTIOMODE4_RW {
 		return fail(nfs4.NFS4ERR_BADIOMODE)
+	}
+	// RFC 8881 §18.43.3: the range must hold loga_minlength, and neither
+	// it nor the range (unless it reaches to the end of the file, all
+	// ones) may run past the largest offset.
+	const toEOF = ^uint64(0)
+	if a.LogaLength < a.LogaMinlength ||
+		a.LogaMinlength != toEOF && a.LogaMinlength > toEOF-a.LogaOffset ||
+		a.LogaLength != toEOF && a.LogaLength > toEOF-a.LogaOffset {
+		return fail(nfs4.NFS4ERR_INVAL)
 	}
 	if a.LogaIomode == nfs4.LAYOUTIOMODE4_RW {
 		if st := c.writable(o); st != nfs4.NFS4_OK {

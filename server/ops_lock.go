@@ -8,14 +8,6 @@ import (
 	"github.com/shoalfs/shoal/server/state"
 )
 
-func init() {
-	register(nfs4.OP_LOCK, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.lock(a.Oplock) })
-	register(nfs4.OP_LOCKT, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.lockt(a.Oplockt) })
-	register(nfs4.OP_LOCKU, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.locku(a.Oplocku) })
-	register(nfs4.OP_TEST_STATEID, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.testStateid(a.OptestStateid) })
-	register(nfs4.OP_FREE_STATEID, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.freeStateid(a.OpfreeStateid) })
-}
-
 // checkRange validates a lock range (RFC 8881 §18.10.3): a zero length is
 // invalid, and offset+length must not overflow unless length means "to EOF".
 func checkRange(off, length uint64) nfs4.Nfsstat4 {

@@ -11,15 +11,6 @@ import (
 	"github.com/shoalfs/shoal/server/state"
 )
 
-func init() {
-	register(nfs4.OP_CREATE, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.create(a.Opcreate) })
-	register(nfs4.OP_REMOVE, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.remove(a.Opremove) })
-	register(nfs4.OP_RENAME, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.rename(a.Oprename) })
-	register(nfs4.OP_LINK, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.link(a.Oplink) })
-	register(nfs4.OP_READLINK, func(c *compound, _ *nfs4.NfsArgop4) opReply { return c.readlink() })
-	register(nfs4.OP_READDIR, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.readdir(a.Opreaddir) })
-}
-
 // dirForUpdate returns the current directory if the caller may add or
 // remove entries in it.
 func (c *compound) dirForUpdate() (*object, nfs4.Nfsstat4) {

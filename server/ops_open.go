@@ -10,27 +10,57 @@ import (
 	"github.com/shoalfs/shoal/server/state"
 )
 
-func init() {
-	register(nfs4.OP_OPEN, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.open(a.Opopen) })
-	register(nfs4.OP_OPEN_DOWNGRADE, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.openDowngrade(a.OpopenDowngrade) })
-	register(nfs4.OP_CLOSE, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.close(a.Opclose) })
-	register(nfs4.OP_DELEGRETURN, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.delegReturn(a.Opdelegreturn) })
-}
-
 // openResult is OPEN4resok with no delegation. It is encoded by hand because
 // the delegation union's "none" arm is void.
 type openResult struct {
 	sid     nfs4.Stateid4
 	cinfo   nfs4.ChangeInfo4
 	attrset nfs4.Bitmap4
+	// why is the reason for no delegation, told to a client that
+	// expressed a want (OPEN_DELEGATE_NONE_EXT); noWant for one that did
+	// not (OPEN_DELEGATE_NONE).
+	why nfs4.WhyNoDelegation4
 }
+
+// noWant marks an OPEN without delegation wants.
+const noWant nfs4.WhyNoDelegation4 = -1
 
 func (r *openResult) EncodeXDR(e *xdr.Encoder) {
 	r.sid.EncodeXDR(e)
 	r.cinfo.EncodeXDR(e)
 	e.Uint32(nfs4.OPEN4_RESULT_LOCKTYPE_POSIX)
 	encodeBitmap(e, r.attrset)
-	e.Uint32(uint32(nfs4.OPEN_DELEGATE_NONE))
+	if r.why == noWant {
+		e.Uint32(uint32(nfs4.OPEN_DELEGATE_NONE))
+		return
+	}
+	// Shoal grants no delegation, so it never promises to push one
+	// (WND4_CONTENTION) or to signal one (WND4_RESOURCE) later.
+	nd := nfs4.OpenDelegation4{DelegationType: nfs4.OPEN_DELEGATE_NONE_EXT,
+		OdWhynone: &nfs4.OpenNoneDelegation4{OndWhy: r.why}}
+	nd.EncodeXDR(e)
+}
+
+// whyNoDelegation answers the delegation want in an OPEN's share_access
+// (RFC 8881 §18.16.3): noWant if the client expressed none, else the
+// reason it gets no delegation. Shoal grants none: a client that wants
+// none is told it was not wanted, a cancelled want that it is cancelled,
+// and any want of a delegation that Shoal does not support one for the
+// file. An undefined want is NFS4ERR_INVAL.
+func whyNoDelegation(shareAccess uint32) (nfs4.WhyNoDelegation4, nfs4.Nfsstat4) {
+	switch shareAccess & nfs4.OPEN4_SHARE_ACCESS_WANT_DELEG_MASK {
+	case nfs4.OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE:
+		return noWant, nfs4.NFS4_OK
+	case nfs4.OPEN4_SHARE_ACCESS_WANT_NO_DELEG:
+		return nfs4.WND4_NOT_WANTED, nfs4.NFS4_OK
+	case nfs4.OPEN4_SHARE_ACCESS_WANT_CANCEL:
+		return nfs4.WND4_CANCELLED, nfs4.NFS4_OK
+	case nfs4.OPEN4_SHARE_ACCESS_WANT_READ_DELEG, nfs4.OPEN4_SHARE_ACCESS_WANT_ANY_DELEG:
+		return nfs4.WND4_NOT_SUPP_FTYPE, nfs4.NFS4_OK
+	case nfs4.OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG:
+		return nfs4.WND4_WRITE_DELEG_NOT_SUPP_FTYPE, nfs4.NFS4_OK
+	}
+	return 0, nfs4.NFS4ERR_INVAL
 }
 
 func (c *compound) open(a *nfs4.OPEN4args) opReply {
@@ -41,6 +71,10 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 	access := a.ShareAccess & state.AccessBoth
 	if access == 0 || a.ShareDeny > state.DenyBoth {
 		return fail(nfs4.NFS4ERR_INVAL)
+	}
+	why, st := whyNoDelegation(a.ShareAccess)
+	if st != nfs4.NFS4_OK {
+		return fail(st)
 	}
 	// Taken before the file is resolved; see orphanSet.
 	guard := c.s.st.orphans.guard()
@@ -69,10 +103,12 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 		if st := checkName(*a.Claim.File); st != nfs4.NFS4_OK {
 			return fail(st)
 		}
-		// The state manager refuses non-reclaim opens during grace; ask
-		// first so a refused OPEN4_CREATE does not leave a file behind.
-		if c.s.st.m.InGrace() {
-			return fail(nfs4.NFS4ERR_GRACE)
+		// The state manager refuses non-reclaim opens during grace (and
+		// from a client that has not sent RECLAIM_COMPLETE while it
+		// would last); ask first so a refused OPEN4_CREATE does not
+		// leave a file behind.
+		if err := c.s.st.m.CheckNonReclaim(id); err != nil {
+			return failErr(err)
 		}
 		file, created, ci, attrset, st = c.openName(dir, string(*a.Claim.File), &a.Openhow)
 		if st != nfs4.NFS4_OK {
@@ -156,7 +192,7 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 	}
 	c.setFH(file.fh)
 	c.setStateid(res.Stateid)
-	return ok(&openResult{sid: fromState(res.Stateid), cinfo: ci, attrset: attrset})
+	return ok(&openResult{sid: fromState(res.Stateid), cinfo: ci, attrset: attrset, why: why})
 }
 
 // openName resolves (and with OPEN4_CREATE creates) name in dir.

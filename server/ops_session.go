@@ -11,16 +11,6 @@ import (
 	"github.com/shoalfs/shoal/server/state"
 )
 
-func init() {
-	register(nfs4.OP_EXCHANGE_ID, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.exchangeID(a.OpexchangeId) })
-	register(nfs4.OP_CREATE_SESSION, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.createSession(a.OpcreateSession) })
-	register(nfs4.OP_DESTROY_SESSION, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.destroySession(a.OpdestroySession) })
-	register(nfs4.OP_BIND_CONN_TO_SESSION, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.bindConn(a.OpbindConnToSession) })
-	register(nfs4.OP_RECLAIM_COMPLETE, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.reclaimComplete(a.OpreclaimComplete) })
-	register(nfs4.OP_DESTROY_CLIENTID, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.destroyClientID(a.OpdestroyClientid) })
-	register(nfs4.OP_BACKCHANNEL_CTL, func(c *compound, a *nfs4.NfsArgop4) opReply { return c.backchannelCtl(a.OpbackchannelCtl) })
-}
-
 // seqContext is the session state of a COMPOUND that began with SEQUENCE.
 type seqContext struct {
 	slot      *state.Slot
@@ -44,9 +34,12 @@ func (q *seqContext) complete(size int, reply func() []byte) {
 }
 
 // principal identifies the RPC credential for client-record comparisons.
+// An AUTH_SYS principal is the user on the machine that sent the
+// credential: the same uid from another machine name is another principal
+// (RFC 8881 §2.4.3, §18.36.4).
 func (c *compound) principal() string {
 	if p := c.call.Sys; p != nil {
-		return fmt.Sprintf("sys:%d", p.UID)
+		return fmt.Sprintf("sys:%d@%s", p.UID, p.Machine)
 	}
 	return "none"
 }
@@ -59,8 +52,15 @@ func (c *compound) sequence(a *nfs4.SEQUENCE4args, tag, ops []byte) (opReply, []
 	// Check the request against the session's limits before the slot is
 	// touched: a failed SEQUENCE must leave the slot unchanged (RFC 8881
 	// §18.46.3), or the client's next request would get this error replayed.
-	if sess, err := c.s.st.m.Session(state.SessionID(a.SaSessionid)); err == nil && uint32(c.nops) > sess.ForeAttrs().MaxOperations {
-		return fail(nfs4.NFS4ERR_TOO_MANY_OPS), nil
+	if sess, err := c.s.st.m.Session(state.SessionID(a.SaSessionid)); err == nil {
+		fore := sess.ForeAttrs()
+		if uint32(c.nops) > fore.MaxOperations {
+			return fail(nfs4.NFS4ERR_TOO_MANY_OPS), nil
+		}
+		if int64(c.requestSize()) > int64(fore.MaxRequestSize) {
+			// RFC 8881 §2.10.6.4: on SEQUENCE, nothing was executed.
+			return fail(nfs4.NFS4ERR_REQ_TOO_BIG), nil
+		}
 	}
 	res, err := c.s.st.m.Sequence(state.SequenceArgs{
 		SessionID:     state.SessionID(a.SaSessionid),
@@ -184,11 +184,14 @@ func (c *compound) createSession(a *nfs4.CREATESESSION4args) opReply {
 	if !okCred && len(a.CsaSecParms) > 0 {
 		return fail(nfs4.NFS4ERR_ENCR_ALG_UNSUPP)
 	}
+	if st := checkChannels(a, cred); st != nfs4.NFS4_OK {
+		return fail(st)
+	}
 	res, err := c.s.st.m.CreateSession(c.ctx, state.CreateSessionArgs{
 		ClientID:     state.ClientID(a.CsaClientid),
 		Sequence:     a.CsaSequence,
 		Principal:    c.principal(),
-		Fore:         channelFrom(&a.CsaForeChanAttrs),
+		Fore:         foreChannel(&a.CsaForeChanAttrs),
 		Back:         channelFrom(&a.CsaBackChanAttrs),
 		CBProgram:    a.CsaCbProgram,
 		ConnBackChan: a.CsaFlags&nfs4.CREATE_SESSION4_FLAG_CONN_BACK_CHAN != 0,

@@ -177,6 +177,7 @@ func (s *Server) fence(id state.ClientID) {
 		return
 	}
 	s.counters.fences.Add(1)
+	s.event(Event{Kind: EventFence, ClientID: uint64(id)})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := p.ds.Fence(ctx, uint64(id)); err != nil {
@@ -195,6 +196,7 @@ func (s *Server) unfence(id state.ClientID) {
 	if !was {
 		return
 	}
+	s.event(Event{Kind: EventUnfence, ClientID: uint64(id)})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := p.ds.Unfence(ctx, uint64(id)); err != nil {
@@ -279,6 +281,7 @@ func (s *Server) recallFile(ino uint64, fh []byte) bool {
 	holders := s.st.m.BeginRecall(file)
 	if resend {
 		for _, h := range holders {
+			s.event(Event{Kind: EventLayoutRecall, ClientID: uint64(h.ClientID), Ino: ino})
 			go s.sendLayoutRecall(h, file, fh)
 		}
 	}
@@ -339,6 +342,7 @@ func (s *Server) recallAll() {
 			continue
 		}
 		seen[h.ClientID] = true
+		s.event(Event{Kind: EventLayoutRecall, ClientID: uint64(h.ClientID)})
 		go func() {
 			st := s.sendRecall(h, nfs4.Layoutrecall4{LorRecalltype: nfs4.LAYOUTRECALL4_ALL}, false)
 			if st == nfs4.NFS4ERR_NOMATCHING_LAYOUT {

@@ -116,3 +116,54 @@ func TestRestartGraceless(t *testing.T) {
 	must(t)(c.Compound(opPutRoot(), opOpen(c.ClientID, openArgs{name: "f", access: nfs4.OPEN4_SHARE_ACCESS_BOTH,
 		create: true, mode: nfs4.GUARDED4})))
 }
+
+// TestGraceBeforeReclaimComplete: after a restart, a non-reclaim OPEN from
+// a client that has not sent RECLAIM_COMPLETE is refused with
+// NFS4ERR_GRACE during the grace period (RFC 8881 §8.4.2.1), and still
+// for as long as the grace period would have lasted after the previous
+// clients ended it early by completing their reclaims (§18.51.3: a client
+// sends RECLAIM_COMPLETE before its first non-reclaim locking operation,
+// as the Linux client does). Once it has sent RECLAIM_COMPLETE, it may
+// open.
+func TestGraceBeforeReclaimComplete(t *testing.T) {
+	ts := startServer(t, Config{Lease: 30 * time.Second})
+	ctx := testCtx(t)
+	rw := uint32(nfs4.OPEN4_SHARE_ACCESS_BOTH)
+	rc := nfs4.NfsArgop4{Argop: nfs4.OP_RECLAIM_COMPLETE, OpreclaimComplete: &nfs4.RECLAIMCOMPLETE4args{}}
+	const owner = "grace-known"
+	a := ts.clientOwner(owner)
+	_, fh := openFile(t, a, "f", rw, 0, "o1")
+
+	ts.restart()
+
+	// A new client during grace, before and after RECLAIM_COMPLETE.
+	b := ts.client()
+	want(t, nfs4.NFS4ERR_GRACE)(b.Compound(opPutRoot(), opOpen(b.ClientID, openArgs{name: "f", owner: "b", access: rw})))
+	want(t, nfs4.NFS4ERR_GRACE)(b.Compound(opPutRoot(), opOpen(b.ClientID, openArgs{name: "new-b", owner: "b", access: rw,
+		create: true, mode: nfs4.GUARDED4})))
+	must(t)(b.Compound(rc))
+	want(t, nfs4.NFS4ERR_GRACE)(b.Compound(opPutRoot(), opOpen(b.ClientID, openArgs{name: "f", owner: "b", access: rw})))
+
+	// The only previous client reclaims and completes: grace is over.
+	a2 := ts.dial()
+	if _, err := a2.ExchangeID(ctx, []byte(owner), nfs4.Verifier4{1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a2.CreateSession(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	must(t)(a2.Compound(opPutFH(fh), opOpen(a2.ClientID, openArgs{owner: "o1", access: rw, claim: nfs4.CLAIM_PREVIOUS})))
+	must(t)(a2.Compound(rc))
+	must(t)(b.Compound(opPutRoot(), opOpen(b.ClientID, openArgs{name: "f", owner: "b", access: rw})))
+
+	// A client that skips RECLAIM_COMPLETE still gets NFS4ERR_GRACE, and
+	// its refused create leaves nothing behind.
+	c := ts.client()
+	want(t, nfs4.NFS4ERR_GRACE)(c.Compound(opPutRoot(), opOpen(c.ClientID, openArgs{name: "f", owner: "c", access: rw})))
+	want(t, nfs4.NFS4ERR_GRACE)(c.Compound(opPutRoot(), opOpen(c.ClientID, openArgs{name: "new-c", owner: "c", access: rw,
+		create: true, mode: nfs4.GUARDED4})))
+	want(t, nfs4.NFS4ERR_NOENT)(c.Compound(opPutRoot(), opLookup("new-c")))
+	must(t)(c.Compound(rc))
+	must(t)(c.Compound(opPutRoot(), opOpen(c.ClientID, openArgs{name: "new-c", owner: "c", access: rw,
+		create: true, mode: nfs4.GUARDED4})))
+}

@@ -53,6 +53,10 @@ type Config struct {
 	// MetricLabels (for example role and instance) on every series.
 	Metrics      prometheus.Registerer
 	MetricLabels prometheus.Labels
+	// OnEvent, if set, is told of layout recalls, fencing and purged
+	// clients (Event), from the server's goroutines as they happen; it
+	// must not block.
+	OnEvent func(Event)
 }
 
 // Server is a single-node NFSv4.1/4.2 server.

@@ -132,6 +132,7 @@ func newStateGlue(s *Server) (*stateGlue, error) {
 			s.log.Info("client state purged", "clientid", fmt.Sprintf("%#x", uint64(p.ClientID)), "reason", p.Reason.String(), "files", len(p.Files), "sessions", len(p.Sessions))
 			g.sessionsGone(p.Sessions...)
 			g.orphans.purged(p.Files)
+			s.event(Event{Kind: EventClientPurged, ClientID: uint64(p.ClientID), Reason: p.Reason.String()})
 		},
 	})
 	if err != nil {

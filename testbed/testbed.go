@@ -531,7 +531,7 @@ func (b *builder) servers(ctx context.Context, ready time.Duration) error {
 	defer cancel()
 	mds := s.ByRole(RoleMDS)[0]
 	if err := b.start(ctx, mds.Name, "mds", "--listen", mds.Addr, "--dir", filepath.Join(s.Dir, mds.Name),
-		"--no-root-squash", "--metrics", mds.Metrics, "--mirrors", strconv.Itoa(s.Copies())); err != nil {
+		"--no-root-squash", "--http", mds.Metrics, "--mirrors", strconv.Itoa(s.Copies())); err != nil {
 		return err
 	}
 	// Listening means started: the MDS made its join secret (the file

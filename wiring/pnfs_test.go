@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/server"
+	"github.com/shoalfs/shoal/statuspage"
 )
 
 func startCluster(t *testing.T, n int, lease time.Duration) *Cluster {
@@ -194,7 +196,9 @@ func TestPNFSProtocol(t *testing.T) {
 		t.Fatalf("LAYOUTCOMMIT new size %+v", ns)
 	}
 
-	// Layout stateid seqids: the current one works, an old one does not.
+	// Layout stateid seqids: the current one works, and so does an older
+	// one, as LAYOUTGETs sent in parallel carry (RFC 8881 §12.5.3); one
+	// the server has not issued does not.
 	res, err = cl.Compound(putFH(fh), layoutGet(layoutSid, nfs4.LAYOUTIOMODE4_RW))
 	if status(t, res, err) != nfs4.NFS4_OK {
 		t.Fatalf("LAYOUTGET with layout stateid: %v", res.Status)
@@ -203,8 +207,17 @@ func TestPNFSProtocol(t *testing.T) {
 	if layoutSid2.Seqid != 2 || layoutSid2.Other != layoutSid.Other {
 		t.Fatalf("second layout stateid %+v", layoutSid2)
 	}
-	if res, err := cl.Compound(putFH(fh), layoutGet(layoutSid, nfs4.LAYOUTIOMODE4_RW)); status(t, res, err) != nfs4.NFS4ERR_OLD_STATEID {
-		t.Fatalf("LAYOUTGET with an old layout seqid: %v", res.Status)
+	res, err = cl.Compound(putFH(fh), layoutGet(layoutSid, nfs4.LAYOUTIOMODE4_RW))
+	if status(t, res, err) != nfs4.NFS4_OK {
+		t.Fatalf("LAYOUTGET with an older layout seqid: %v", res.Status)
+	}
+	if sid := res.Resarray[2].Oplayoutget.LogrResok4.LogrStateid; sid.Seqid != 3 || sid.Other != layoutSid.Other {
+		t.Fatalf("third layout stateid %+v", sid)
+	}
+	future := layoutSid2
+	future.Seqid = 4
+	if res, err := cl.Compound(putFH(fh), layoutGet(future, nfs4.LAYOUTIOMODE4_RW)); status(t, res, err) != nfs4.NFS4ERR_BAD_STATEID {
+		t.Fatalf("LAYOUTGET with a layout seqid not issued yet: %v", res.Status)
 	}
 
 	// Truncate: CB_LAYOUTRECALL goes out, SETATTR is delayed, LAYOUTGET
@@ -256,6 +269,7 @@ func TestPNFSProtocol(t *testing.T) {
 		t.Fatalf("LAYOUTGET after revocation: %v", res.Status)
 	}
 	waitFor(t, "unfenced DS WRITE", func() bool { return write(openSid) == nfs4.NFS4_OK })
+	checkStatusClient(t, c, cl.ClientID, "pnfs-client")
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -344,5 +358,30 @@ func TestReadThroughMDSAfterDataServerDies(t *testing.T) {
 	}
 	if !bytes.Equal(got, data) {
 		t.Fatal("data read through the MDS differs after a data server died")
+	}
+}
+
+// checkStatusClient checks what the status page shows of the client of
+// TestPNFSProtocol: the client, and its recall, fence and unfence.
+func checkStatusClient(t *testing.T, c *Cluster, id uint64, owner string) {
+	t.Helper()
+	cid := clientID(id)
+	s := snapshotUntil(t, c, "the client's events", func(s *statuspage.Snapshot) bool {
+		return hasEvent(s, "unfence", cid, "")
+	})
+	for _, want := range []struct{ kind, detail string }{
+		{"layout recall", "inode "}, {"fence", "did not return"}, {"unfence", "new layout"},
+	} {
+		if !hasEvent(s, want.kind, cid, want.detail) {
+			t.Errorf("no %s event of client %s: %+v", want.kind, cid, s.Events)
+		}
+	}
+	i := slices.IndexFunc(s.Clients, func(cl statuspage.Client) bool { return cl.ID == cid })
+	if i < 0 {
+		t.Fatalf("client %s not among %+v", cid, s.Clients)
+	}
+	if cl := s.Clients[i]; cl.Owner != owner || !cl.Confirmed || len(cl.Sessions) != 1 || len(cl.Addrs) != 1 || cl.Layouts != 1 || cl.Fenced ||
+		!cl.LeaseExpires.After(s.Time) {
+		t.Errorf("client %+v", cl)
 	}
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/server"
+	"github.com/shoalfs/shoal/statuspage"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -99,6 +100,7 @@ type MDS struct {
 	Addr           net.Addr
 	ln             net.Listener
 	done           chan error
+	status         *statusSource
 }
 
 // MDSConfig configures StartMDS.
@@ -193,6 +195,10 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 		cfg.Logger = slog.Default()
 	}
 	m := &MDS{done: make(chan error, 1)}
+	// The status page's recent events: the server reports recalls,
+	// fencing and purged clients as they happen, the registry its data
+	// servers' comings and goings (newStatusSource).
+	events := statuspage.NewEventLog(statuspage.DefaultEvents)
 	// The server owns the cluster secret (it lives in its metadata store),
 	// and the registry needs it; the server also needs the registry. So
 	// the server is built with an adapter whose fields are filled in
@@ -205,7 +211,8 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 		Lease:   cfg.Lease,
 		Logger:  cfg.Logger.With("role", "mds"),
 		Metrics: cfg.Metrics, MetricLabels: prometheus.Labels{"role": "mds", "instance": "mds"},
-		PNFS: &server.PNFSConfig{DataServers: ds, Backend: lazyBackend{ds}},
+		PNFS:    &server.PNFSConfig{DataServers: ds, Backend: lazyBackend{ds}},
+		OnEvent: func(ev server.Event) { events.Add(serverEvent(ev)) },
 		Programs: map[uint32]rpc.Handler{ctlproto.SHOAL_CONTROL: rpc.HandlerFunc(
 			func(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
 				return m.Registry.Handler().ServeRPC(ctx, c, res)
@@ -259,6 +266,7 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 		Logger: cfg.Logger.With("role", "admin"),
 	})
 	m.Registry.SetAdmin(m.Admin)
+	m.status = newStatusSource(m, events)
 	m.Striped.SetOnStale(func(uint64) { m.Admin.Kick() })
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(cluster.NewCollector(m.Admin)); err != nil {
@@ -276,6 +284,7 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	m.Addr = m.ln.Addr()
+	events.Add(statuspage.Event{Kind: "mds started", Subject: m.Addr.String(), Detail: fmt.Sprintf("%d data servers known", len(m.Registry.DataServers()))})
 	go func() { m.done <- srv.Serve(m.ln) }()
 	return m, nil
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shoalfs/shoal/bench"
+	"github.com/shoalfs/shoal/internal/bytesize"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -125,11 +126,11 @@ directory of JSON reports; scripts/bench-papers.sh runs every sweep.`,
 			}
 			var err error
 			if f.Changed("size") || !quick {
-				if cfg.Size, err = bench.ParseSize(size); err != nil {
+				if cfg.Size, err = bytesize.Parse(size); err != nil {
 					return fmt.Errorf("--size: %w", err)
 				}
 			}
-			b, err := bench.ParseSize(block)
+			b, err := bytesize.Parse(block)
 			if err != nil {
 				return fmt.Errorf("--block: %w", err)
 			}
@@ -203,14 +204,14 @@ func iorConfig(changed func(string) bool, quick bool, ds []int, pnfs []string, c
 		c.Clients = clients
 	}
 	if changed("block") {
-		b, err := bench.ParseSize(block)
+		b, err := bytesize.Parse(block)
 		if err != nil {
 			return c, fmt.Errorf("--block: %w", err)
 		}
 		c.BlockSize = b
 	}
 	if changed("transfer") {
-		t, err := bench.ParseSize(transfer)
+		t, err := bytesize.Parse(transfer)
 		if err != nil {
 			return c, fmt.Errorf("--transfer: %w", err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/shoalfs/shoal/bench"
+	"github.com/shoalfs/shoal/internal/bytesize"
 	"github.com/shoalfs/shoal/testbed"
 )
 
@@ -65,14 +66,9 @@ func (x *benchExtra) flags(fl *pflag.FlagSet) {
 // smallIOThreshold parses --small-io-threshold (a size such as 4097 or
 // 64KiB; negative values are passed on for the library to judge).
 func (x *benchExtra) smallIOThreshold() (int, error) {
-	s := strings.TrimSpace(x.smallIO)
-	neg := strings.HasPrefix(s, "-")
-	v, err := bench.ParseSize(strings.TrimPrefix(s, "-"))
-	if err != nil || v > 1<<30 {
+	v, err := bytesize.ParseSigned(x.smallIO)
+	if err != nil || v > 1<<30 || v < -1<<30 {
 		return 0, fmt.Errorf("--small-io-threshold %q: want a size up to 1GiB", x.smallIO)
-	}
-	if neg {
-		v = -v
 	}
 	return int(v), nil
 }

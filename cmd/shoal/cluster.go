@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/shoalfs/shoal/cluster"
-	"github.com/shoalfs/shoal/pcopy"
+	"github.com/shoalfs/shoal/internal/bytesize"
 	"github.com/shoalfs/shoal/server"
 	"github.com/shoalfs/shoal/wiring"
 )
@@ -34,17 +34,24 @@ func newMDSCmd() *cobra.Command {
 		unit         uint64
 		lease        time.Duration
 		noRootSquash bool
-		metrics      string
+		httpAddr     string
 		secretFile   string
 		downAfter    time.Duration
 		mirrors      int
 		healRate     string
+		config       string
 	)
 	cmd := &cobra.Command{
 		Use:   "mds",
 		Args:  cobra.NoArgs,
 		Short: "Run a pNFS metadata server (files layout); data servers register with it",
+		Example: `  shoal mds --listen 127.0.0.1:2049 --dir /var/lib/shoal/mds
+  shoal mds --config /etc/shoal/mds.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			file, err := loadConfig[exportsFile](cmd, config)
+			if err != nil {
+				return err
+			}
 			if dir == "" {
 				return fmt.Errorf("--dir is required")
 			}
@@ -55,22 +62,32 @@ func newMDSCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--heal-rate: %w", err)
 			}
-			reg, err := startMetrics(metrics)
+			if err := checkAddr("--listen", listen, true); err != nil {
+				return err
+			}
+			claim, err := claimDir(dir)
+			if err != nil {
+				return err
+			}
+			defer claim.release()
+			web, err := startWeb(httpAddr)
 			if err != nil {
 				return err
 			}
 			m, err := wiring.StartMDS(wiring.MDSConfig{
 				Listen: listen, Dir: dir, MetaURL: metaURL, StripeUnit: unit, Lease: lease,
 				JoinSecretFile: secretFile, DownAfter: downAfter, Mirrors: mirrors, HealRate: rate,
-				Exports: exportsFor(noRootSquash), Logger: slog.Default(), Metrics: registerer(reg),
+				Exports: squashExports(file.Exports, noRootSquash), Logger: slog.Default(), Metrics: web.registerer(),
 			})
 			if err != nil {
 				return err
 			}
-			slog.Info("shoal mds ready", "listen", m.Addr.String(), "dir", dir, "meta", metaURL,
+			web.serveStatus(m.StatusSource())
+			claim.ready()
+			slog.Info("shoal mds ready", "listen", m.Addr.String(), statusAttr(web), "dir", dir, "meta", metaURL,
 				"cluster_id", fmt.Sprintf("%x", m.Registry.ClusterID()), "join_secret_file", m.JoinSecretFile,
-				"ds", fmt.Sprintf("shoal ds --mds %s --join-secret-file %s --listen HOST:PORT --dir DIR", m.Addr, m.JoinSecretFile),
-				"admin", fmt.Sprintf("shoal admin status --mds %s --join-secret-file %s", m.Addr, m.JoinSecretFile))
+				"ds", fmt.Sprintf("%s ds --mds %s --join-secret-file %s --listen HOST:PORT --dir DIR", selfCommand(), m.Addr, m.JoinSecretFile),
+				"admin", fmt.Sprintf("%s admin status --mds %s --join-secret-file %s", selfCommand(), m.Addr, m.JoinSecretFile))
 			<-cmd.Context().Done()
 			slog.Info("shutting down")
 			return m.Close()
@@ -78,11 +95,12 @@ func newMDSCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:2049", "address for NFS clients and data servers")
 	cmd.Flags().StringVar(&dir, "dir", "", "metadata directory")
+	cmd.Flags().StringVar(&config, "config", "", "YAML configuration file: the flags as keys (stripe_unit for --stripe-unit) and exports; flags given override it")
 	cmd.Flags().StringVar(&metaURL, "meta", "bolt", metaFlagHelp)
 	cmd.Flags().Uint64Var(&unit, "stripe-unit", wiring.DefaultStripeUnit, "stripe unit in bytes (multiple of 64)")
 	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time")
 	cmd.Flags().BoolVar(&noRootSquash, "no-root-squash", false, "do not map root to the anonymous user")
-	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9101)")
+	httpFlag(cmd, &httpAddr, "serve the status page (/, /status.json) and Prometheus metrics (/metrics) on this address (e.g. 127.0.0.1:9101)")
 	cmd.Flags().StringVar(&secretFile, "join-secret-file", "", "the cluster's join secret, created on first start (default DIR/"+wiring.JoinSecretName+"); copy it to every data server")
 	cmd.Flags().DurationVar(&downAfter, "ds-down-after", cluster.DefaultDownAfter, "how long a data server may be out of service before I/O on its stripes fails with EIO instead of being retried, and before healing replaces its copies")
 	cmd.Flags().IntVar(&mirrors, "mirrors", 1, "copies of each stripe unit for directories without a policy of their own (1-3; see \"shoal admin policy\")")
@@ -91,12 +109,17 @@ func newMDSCmd() *cobra.Command {
 }
 
 func newDSCmd() *cobra.Command {
-	var listen, dir, mds, advertise, peerAdvertise, metrics, secretFile string
+	var listen, dir, mds, advertise, peerAdvertise, metrics, secretFile, config string
 	cmd := &cobra.Command{
 		Use:   "ds",
 		Args:  cobra.NoArgs,
 		Short: "Run a pNFS data server for a Shoal metadata server",
+		Example: `  shoal ds --mds 10.0.0.1:2049 --join-secret-file /etc/shoal/join-secret --listen 10.0.0.2:2050 --dir /var/lib/shoal/ds
+  shoal ds --config /etc/shoal/ds.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if _, err := loadConfig[struct{}](cmd, config); err != nil {
+				return err
+			}
 			if dir == "" || mds == "" || secretFile == "" {
 				return fmt.Errorf("--dir, --mds and --join-secret-file are required")
 			}
@@ -104,6 +127,17 @@ func newDSCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := checkAddr("--listen", listen, true); err != nil {
+				return err
+			}
+			if err := checkAddr("--mds", mds, false); err != nil {
+				return err
+			}
+			claim, err := claimDir(dir)
+			if err != nil {
+				return err
+			}
+			defer claim.release()
 			reg, err := startMetrics(metrics)
 			if err != nil {
 				return err
@@ -114,6 +148,7 @@ func newDSCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			claim.ready()
 			slog.Info("shoal ds ready", "listen", d.Addr.String(), "id", d.Agent.ID(), "mds", mds)
 			select {
 			case <-cmd.Context().Done():
@@ -127,6 +162,7 @@ func newDSCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address for NFS clients")
 	cmd.Flags().StringVar(&dir, "dir", "", "data directory")
+	cmd.Flags().StringVar(&config, "config", "", "YAML configuration file: the flags as keys (join_secret_file for --join-secret-file); flags given override it")
 	cmd.Flags().StringVar(&mds, "mds", "", "metadata server address host:port")
 	cmd.Flags().StringVar(&secretFile, "join-secret-file", "", "the cluster's join secret: a copy of the MDS's "+wiring.JoinSecretName+" file")
 	cmd.Flags().StringVar(&advertise, "advertise", "", "address clients use to reach this data server (default: --listen)")
@@ -138,7 +174,7 @@ func newDSCmd() *cobra.Command {
 func newUpCmd() *cobra.Command {
 	var (
 		listen, dir, advertise string
-		metrics                string
+		httpAddr               string
 		readyFile, cpuprofile  string
 		n, mirrors             int
 		unit                   uint64
@@ -155,6 +191,14 @@ func newUpCmd() *cobra.Command {
 			if dir == "" {
 				dir = filepath.Join(os.TempDir(), "shoal")
 			}
+			if err := checkAddr("--listen", listen, true); err != nil {
+				return err
+			}
+			claim, err := claimDir(dir)
+			if err != nil {
+				return err
+			}
+			defer claim.release()
 			ctx := cmd.Context()
 			if cpuprofile != "" {
 				stop, err := startCPUProfile(cpuprofile)
@@ -163,18 +207,20 @@ func newUpCmd() *cobra.Command {
 				}
 				defer stop()
 			}
-			reg, err := startMetrics(metrics)
+			web, err := startWeb(httpAddr)
 			if err != nil {
 				return err
 			}
 			c, err := wiring.Start(ctx, wiring.Config{
 				Dir: dir, DataServers: n, Listen: listen, AdvertiseHost: advertise,
 				StripeUnit: unit, Lease: lease, Exports: exportsFor(!rootSquash), Logger: slog.Default(),
-				Metrics: registerer(reg), Mirrors: mirrors,
+				Metrics: web.registerer(), Mirrors: mirrors,
 			})
 			if err != nil {
 				return err
 			}
+			web.serveStatus(c.MDS.StatusSource())
+			claim.ready()
 			addr := c.MDS.Addr.(*net.TCPAddr)
 			var ds []string
 			for _, d := range c.DS {
@@ -182,11 +228,16 @@ func newUpCmd() *cobra.Command {
 			}
 			fmt.Printf("shoal up: ready: MDS %s, %d data servers [%s], stripe unit %d, data in %s\n",
 				addr, len(c.DS), strings.Join(ds, " "), c.MDS.Striped.StripeUnit(), dir)
-			fmt.Printf("  mount:  mount -t nfs4 -o vers=4.1,port=%d %s:/ /mnt\n", addr.Port, addr.IP)
-			fmt.Printf("  files:  shoal ls nfs://%s/\n", addr)
-			fmt.Printf("  bench:  shoal bench --addr %s\n", addr)
-			fmt.Printf("  admin:  shoal admin status --mds %s --join-secret-file %s\n", addr, c.MDS.JoinSecretFile)
-			fmt.Println("  stop:   Ctrl-C")
+			self := selfCommand()
+			fmt.Printf("  mount:  mount -t nfs4 -o vers=4.2,port=%d %s:/ /mnt\n", addr.Port, addr.IP)
+			fmt.Printf("  files:  %s ls nfs://%s/\n", self, addr)
+			fmt.Printf("  bench:  %s bench --addr %s\n", self, addr)
+			fmt.Printf("  admin:  %s admin status --mds %s --join-secret-file %s\n", self, addr, c.MDS.JoinSecretFile)
+			if url := web.statusURL(); url != "" {
+				fmt.Printf("  status: %s\n", url)
+			}
+			fmt.Printf("  stop:   Ctrl-C, or kill %d\n", os.Getpid())
+			fmt.Print(goRunNote())
 			if readyFile != "" {
 				if err := writeReadyFile(readyFile, addr.String(), ds); err != nil {
 					c.Close()
@@ -215,7 +266,7 @@ func newUpCmd() *cobra.Command {
 	cmd.Flags().Uint64Var(&unit, "stripe-unit", wiring.DefaultStripeUnit, "stripe unit in bytes")
 	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time")
 	cmd.Flags().BoolVar(&rootSquash, "root-squash", false, "map root to the anonymous user (off for a local development cluster)")
-	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics of all servers on this address (e.g. 127.0.0.1:9100)")
+	httpFlag(cmd, &httpAddr, "serve the status page (/, /status.json) and Prometheus metrics of all servers (/metrics) on this address (e.g. 127.0.0.1:9100)")
 	cmd.Flags().StringVar(&readyFile, "ready-file", "", `once every data server is in service, write {"mds": HOST:PORT, "data_servers": [...], "pid": N} to this file (for --listen 127.0.0.1:0)`)
 	// --cpuprofile is for `shoal bench --workloads ior --cpuprofile`: the
 	// profile covers the MDS and all data servers.
@@ -227,7 +278,7 @@ func newUpCmd() *cobra.Command {
 // parseRate parses a bandwidth per second such as "64MiB"; "0" means
 // unlimited, which cluster.AdminConfig.HealRate spells as a negative rate.
 func parseRate(s string) (int64, error) {
-	n, err := pcopy.ParseSize(s)
+	n, err := bytesize.Parse(s)
 	if err != nil {
 		return 0, err
 	}

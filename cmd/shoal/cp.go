@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/shoalfs/shoal/client"
+	"github.com/shoalfs/shoal/internal/bytesize"
 	"github.com/shoalfs/shoal/pcopy"
 )
 
@@ -49,8 +50,11 @@ Exit status: 0 on success, 1 on errors, 2 if --verify found differences,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
-			if opts.Chunk, err = pcopy.ParseSize(chunk); err != nil {
-				return fmt.Errorf("bad --chunk %q: %v", chunk, err)
+			if opts.Chunk, err = bytesize.Parse(chunk); err != nil {
+				return fmt.Errorf("--chunk: %w", err)
+			}
+			if opts.Chunk <= 0 || opts.Chunk > 1<<40 {
+				return fmt.Errorf("--chunk %s: want a size from 1 byte to 1TiB, such as 4MiB", chunk)
 			}
 			if opts.Jobs < 1 {
 				return fmt.Errorf("bad --jobs %d: want at least 1", opts.Jobs)
@@ -73,13 +77,13 @@ Exit status: 0 on success, 1 on errors, 2 if --verify found differences,
 				}
 				opts.Journal = &j
 			}
-			return runCp(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), src, dst, opts, quiet)
+			return rootSquashHint(runCp(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr(), src, dst, opts, quiet), ff.uid)
 		},
 	}
 	f := cmd.Flags()
 	f.BoolVarP(&opts.Recursive, "recursive", "r", false, "copy directories and their contents")
 	f.IntVarP(&opts.Jobs, "jobs", "j", pcopy.DefaultJobs, "chunks in flight across all files (memory use is about jobs x chunk, twice that with --verify)")
-	f.StringVar(&chunk, "chunk", "4MiB", "chunk size (a multiple of the stripe unit works best), e.g. 4MiB, 8M, 1048576")
+	f.StringVar(&chunk, "chunk", "4MiB", "chunk size (a multiple of the stripe unit works best), e.g. 4MiB or 1048576 (KiB, MiB: powers of 1024; KB, MB: of 1000)")
 	f.StringVar(&journal, "journal", "", "journal file, a local path or nfs:// URL (default: DST/"+pcopy.JournalName+")")
 	f.BoolVar(&opts.Resume, "resume", false, "continue an interrupted copy from its journal")
 	f.BoolVar(&opts.Verify, "verify", false, "check each file's SHA-256 at the destination against the source's")
@@ -127,7 +131,7 @@ func runCp(ctx context.Context, out, errOut io.Writer, src, dst pcopy.Endpoint, 
 	if oe := (*net.OpError)(nil); errors.As(err, &oe) && oe.Op == "dial" {
 		return err // a server went away for good: describe words it
 	}
-	return fmt.Errorf("cp: %s", cpReason(err))
+	return &wordedError{msg: "cp: " + cpReason(err), err: err}
 }
 
 // cpReason keeps the context pcopy adds ("write /dst/x: ...") but puts

@@ -83,6 +83,9 @@ func parseNFSURL(s string) (nfsURL, error) {
 	if port == "" {
 		port = defaultNFSPort
 	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return nfsURL{}, fmt.Errorf("%s: port %s is not a number from 1 to 65535", s, port)
+	}
 	p := u.Path
 	if p == "" {
 		p = "/"
@@ -109,7 +112,29 @@ func fileErr(op, target string, err error) error {
 	if errors.As(err, &oe) && oe.Op == "dial" {
 		return err
 	}
-	return fmt.Errorf("%s %s: %s", op, target, reason(err))
+	return &wordedError{msg: fmt.Sprintf("%s %s: %s", op, target, reason(err)), err: err}
+}
+
+// wordedError is an error in words for the command line that keeps the
+// error it describes for errors.Is and errors.As.
+type wordedError struct {
+	msg string
+	err error
+}
+
+func (e *wordedError) Error() string { return e.msg }
+func (e *wordedError) Unwrap() error { return e.err }
+
+// rootSquashHint adds to a permission error of a command run as root what
+// usually causes it: the export maps root to nobody, so a fresh server's
+// root directory (owned by root, mode 755) refuses root's writes.
+func rootSquashHint(err error, uid uint32) error {
+	if err == nil || uid != 0 || !errors.Is(err, fs.ErrPermission) {
+		return err
+	}
+	return fmt.Errorf("%w\n  hint: you are root (uid 0), and the export squashes root to nobody (the default):"+
+		" start the server with --no-root-squash (root_squash: false in its --config) to write as root,"+
+		" or write as a user (--uid N) into a directory that user owns", err)
 }
 
 func reason(err error) string {
@@ -190,7 +215,7 @@ func (ff *fileFlags) withClient(cmd *cobra.Command, urls []string, fn func(ctx c
 		return err
 	}
 	defer c.Close()
-	return fn(ctx, c, us)
+	return rootSquashHint(fn(ctx, c, us), ff.uid)
 }
 
 func addFileCmds(root *cobra.Command) {
@@ -435,15 +460,19 @@ func newPutCmd() *cobra.Command {
 				} else if a, err := c.Stat(ctx, dst); err == nil && a.Type == client.TypeDir {
 					dst = path.Join(dst, filepath.Base(local))
 				}
+				target := u.raw // the file put creates, as a URL
+				if dst != u.path {
+					target = strings.TrimSuffix(u.raw, "/") + "/" + filepath.Base(local)
+				}
 				f, err := c.Open(ctx, dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, uint32(st.Mode().Perm()))
 				if err != nil {
-					return fileErr("put", u.raw, err)
+					return fileErr("put", target, err)
 				}
 				_, err = io.CopyBuffer(writerOnly{f}, readerOnly{src}, make([]byte, copyBufSize))
 				if cerr := f.Close(); err == nil {
 					err = cerr
 				}
-				return fileErr("put", u.raw, err)
+				return fileErr("put", target, err)
 			})
 		},
 	}

@@ -12,8 +12,15 @@ import (
 )
 
 func main() {
+	stopWithGoRun()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first SIGINT or SIGTERM starts a clean shutdown; restoring the
+	// default action then lets a second one end a shutdown that hangs.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	root := newRootCmd()
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "shoal:", describe(err))

@@ -12,41 +12,30 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"gopkg.in/yaml.v3"
 
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/server"
 )
 
-// serveConfig is the YAML configuration file of `shoal serve`. Flags given on
-// the command line override it.
+// serveConfig is what `shoal serve` runs with: its flags, once its
+// configuration file (loadConfig) has filled those not given on the command
+// line, and the file's settings that have no flag.
 type serveConfig struct {
-	Listen   string           `yaml:"listen"`
-	Dir      string           `yaml:"dir"`
-	Meta     string           `yaml:"meta"` // metadata engine: "bolt" (default) or "etcd://host:port[,...]/prefix"
-	Lease    time.Duration    `yaml:"lease"`
-	MaxIO    uint32           `yaml:"max_io"`
-	Exports  []*server.Export `yaml:"exports"`
-	LogLevel string           `yaml:"log_level"`
+	Listen  string
+	Dir     string
+	Meta    string // metadata engine: "bolt" (default) or "etcd://host:port[,...]/prefix"
+	Lease   time.Duration
+	MaxIO   uint32
+	Exports []*server.Export
 	// Metrics is the address of the Prometheus metrics endpoint ("" off).
-	Metrics string `yaml:"metrics"`
+	Metrics string
 }
 
-func loadServeConfig(path string) (*serveConfig, error) {
-	cfg := &serveConfig{}
-	if path == "" {
-		return cfg, nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	dec := yaml.NewDecoder(bytesReader(b))
-	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil {
-		return nil, fmt.Errorf("config %s: %w", path, err)
-	}
-	return cfg, nil
+// serveFile is the part of serve's configuration file that no flag sets.
+type serveFile struct {
+	exportsFile `yaml:",inline"`
+	// MaxIO is the largest READ and WRITE the server offers (0: its default).
+	MaxIO uint32 `yaml:"max_io"`
 }
 
 func newServeCmd() *cobra.Command {
@@ -65,39 +54,19 @@ func newServeCmd() *cobra.Command {
 		Example: `  shoal serve --listen 127.0.0.1:2049 --dir /var/lib/shoal
   shoal serve --config /etc/shoal/serve.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := loadServeConfig(config)
+			file, err := loadConfig[serveFile](cmd, config)
 			if err != nil {
 				return err
 			}
-			if cmd.Flags().Changed("listen") || cfg.Listen == "" {
-				cfg.Listen = listen
-			}
-			if cmd.Flags().Changed("dir") || cfg.Dir == "" {
-				cfg.Dir = dir
-			}
-			if cmd.Flags().Changed("meta") || cfg.Meta == "" {
-				cfg.Meta = metaURL
-			}
-			if err := checkMetaURL(cfg.Meta); err != nil {
+			if err := checkMetaURL(metaURL); err != nil {
 				return err
 			}
-			if cmd.Flags().Changed("metrics") {
-				cfg.Metrics = metrics
-			}
-			if cmd.Flags().Changed("lease") || cfg.Lease == 0 {
-				cfg.Lease = lease
-			}
-			if cfg.Dir == "" {
+			if dir == "" {
 				return errors.New("--dir is required: where Shoal keeps metadata and file data")
 			}
-			if noRootSquash {
-				if len(cfg.Exports) == 0 {
-					cfg.Exports = []*server.Export{{Path: "/"}}
-				}
-				f := false
-				for _, e := range cfg.Exports {
-					e.RootSquash = &f
-				}
+			cfg := &serveConfig{
+				Listen: listen, Dir: dir, Meta: metaURL, Lease: lease, Metrics: metrics,
+				MaxIO: file.MaxIO, Exports: squashExports(file.Exports, noRootSquash),
 			}
 			if cpuprofile != "" {
 				stop, err := startCPUProfile(cpuprofile)
@@ -124,6 +93,14 @@ func newServeCmd() *cobra.Command {
 }
 
 func runServer(ctx context.Context, cfg *serveConfig) error {
+	if err := checkAddr("--listen", cfg.Listen, true); err != nil {
+		return err
+	}
+	claim, err := claimDir(cfg.Dir)
+	if err != nil {
+		return err
+	}
+	defer claim.release()
 	reg, err := startMetrics(cfg.Metrics)
 	if err != nil {
 		return err
@@ -147,6 +124,7 @@ func runServer(ctx context.Context, cfg *serveConfig) error {
 		srv.Close()
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
+	claim.ready()
 	slog.Info("shoal serve ready", "listen", ln.Addr().String(), "dir", cfg.Dir, "meta", cfg.Meta,
 		"mount", fmt.Sprintf("mount -t nfs4 -o vers=4.2,port=%d %s:/ /mnt", ln.Addr().(*net.TCPAddr).Port, ln.Addr().(*net.TCPAddr).IP))
 	errc := make(chan error, 1)

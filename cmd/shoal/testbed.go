@@ -116,10 +116,11 @@ func printTestbed(s *testbed.State, tf testbedFlags) {
 		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%s\n", n.Name, n.Namespace, n.IP, svc, pid)
 	}
 	w.Flush()
-	fmt.Printf("  files:  shoal testbed exec%s c0 -- shoal ls nfs://%s/\n", flags, s.MDS)
-	fmt.Printf("  shell:  shoal testbed exec%s c0 -- bash   ($SHOAL_TESTBED_MDS=%s)\n", flags, s.MDS)
-	fmt.Printf("  check:  shoal testbed check%s\n", flags)
-	fmt.Printf("  stop:   shoal testbed down%s\n", flags)
+	self := selfCommand()
+	fmt.Printf("  files:  %s testbed exec%s c0 -- %s ls nfs://%s/\n", self, flags, self, s.MDS)
+	fmt.Printf("  shell:  %s testbed exec%s c0 -- bash   ($SHOAL_TESTBED_MDS=%s)\n", self, flags, s.MDS)
+	fmt.Printf("  check:  %s testbed check%s\n", self, flags)
+	fmt.Printf("  stop:   %s testbed down%s\n", self, flags)
 }
 
 func newTestbedExecCmd() *cobra.Command {

@@ -42,6 +42,7 @@ func TestRoundTrip(t *testing.T) {
 		{"register new directory", &CtlRegisterArgs{Revision: CTL_VERSION, Token: []byte("t"), DsId: "ds1"}, &CtlRegisterArgs{}},
 		{"register ok", &CtlRegisterRes{Status: CTL_OK, Ok: &CtlRegisterOk{DataKey: []byte("k"), ClusterId: bytes.Repeat([]byte{7}, CTL_CLUSTER_ID_SIZE),
 			HeartbeatMs: 1000, MissedBeats: 3, Registration: 9, Fenced: []uint64{1, 2}}}, &CtlRegisterRes{}},
+		{"heartbeat", &CtlHeartbeatArgs{Registration: 9, Capacity: 1 << 40, Free: 7, ReadBytes: 1 << 33, WrittenBytes: 5}, &CtlHeartbeatArgs{}},
 		{"register wrong cluster", &CtlRegisterRes{Status: CTL_ERR_WRONG_CLUSTER}, &CtlRegisterRes{}},
 		{"register removed", &CtlRegisterRes{Status: CTL_ERR_REMOVED}, &CtlRegisterRes{}},
 		{"register version", &CtlRegisterRes{Status: CTL_ERR_VERSION, Versions: &CtlVersionRange{Low: CTL_VERSION, High: CTL_VERSION}}, &CtlRegisterRes{}},

@@ -8,7 +8,7 @@ import (
 	"github.com/shoalfs/shoal/internal/xdr"
 )
 
-const CTL_VERSION = 4
+const CTL_VERSION = 5
 
 const CTL_MAX_ID = 255
 
@@ -306,6 +306,8 @@ type CtlHeartbeatArgs struct {
 	Registration uint64
 	Capacity     uint64
 	Free         uint64
+	ReadBytes    uint64
+	WrittenBytes uint64
 }
 
 // EncodeXDR implements xdr.Marshaler.
@@ -313,6 +315,8 @@ func (v *CtlHeartbeatArgs) EncodeXDR(e *xdr.Encoder) {
 	e.Uint64(v.Registration)
 	e.Uint64(v.Capacity)
 	e.Uint64(v.Free)
+	e.Uint64(v.ReadBytes)
+	e.Uint64(v.WrittenBytes)
 }
 
 // DecodeXDR implements xdr.Unmarshaler.
@@ -320,6 +324,8 @@ func (v *CtlHeartbeatArgs) DecodeXDR(d *xdr.Decoder) {
 	v.Registration = d.Uint64()
 	v.Capacity = d.Uint64()
 	v.Free = d.Uint64()
+	v.ReadBytes = d.Uint64()
+	v.WrittenBytes = d.Uint64()
 }
 
 // CtlStatusRes is the XDR struct ctl_status_res.

@@ -227,8 +227,11 @@ func (c *Client) CreateSession(ctx context.Context, back bool) (*nfs4.CREATESESS
 	if back {
 		flags = nfs4.CREATE_SESSION4_FLAG_CONN_BACK_CHAN
 	}
+	// Room for 1 MiB of READ or WRITE data plus the rest of the request
+	// or reply: the server enforces these (NFS4ERR_REQ_TOO_BIG,
+	// NFS4ERR_REP_TOO_BIG).
 	attrs := nfs4.ChannelAttrs4{
-		CaMaxrequestsize: 1 << 20, CaMaxresponsesize: 1 << 20,
+		CaMaxrequestsize: 1<<20 + 64<<10, CaMaxresponsesize: 1<<20 + 64<<10,
 		CaMaxresponsesizeCached: 64 << 10, CaMaxoperations: 16, CaMaxrequests: 8,
 	}
 	backAttrs := nfs4.ChannelAttrs4{

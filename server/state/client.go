@@ -285,12 +285,34 @@ func (m *Manager) maybeEndGraceLocked(now time.Time) {
 	m.log.Info("nfs4 state: grace period ended", "epoch", m.epoch)
 }
 
+// CheckNonReclaim reports whether client id may now do a non-reclaim
+// locking operation (an OPEN other than CLAIM_PREVIOUS, LOCK, LOCKT): nil,
+// or ErrGrace. Callers ask before a side effect (OPEN4_CREATE) that the
+// refusal must not leave behind; Open and Lock check again.
+func (m *Manager) CheckNonReclaim(id ClientID) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c, err := m.lookupClient(id)
+	if err != nil {
+		return err
+	}
+	return m.checkGraceLocked(c, false)
+}
+
 // checkGraceLocked decides whether a reclaim (or non-reclaim) OPEN/LOCK
 // may proceed now. Caller holds mu.
+//
+// Non-reclaim requests are refused with ErrGrace during the grace period
+// (RFC 8881 §8.4.2.1), and also, for as long as the grace period would
+// have lasted had no RECLAIM_COMPLETE ended it early, from a client that
+// has not sent its global RECLAIM_COMPLETE yet (§18.51.3: a client must
+// send it before its first non-reclaim locking operation; one that does
+// not gets NFS4ERR_GRACE).
 func (m *Manager) checkGraceLocked(c *client, reclaim bool) error {
-	m.maybeEndGraceLocked(m.clock.Now())
+	now := m.clock.Now()
+	m.maybeEndGraceLocked(now)
 	if !reclaim {
-		if m.grace {
+		if m.grace || !c.reclaimDone && now.Before(m.graceEnd) {
 			return ErrGrace
 		}
 		return nil

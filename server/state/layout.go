@@ -106,8 +106,15 @@ func (m *Manager) LayoutGet(id ClientID, sid Stateid, file FileID, iomode uint32
 			// the conflict is what it needs to hear (RFC 8881 §12.5.5.2).
 			return Stateid{}, ErrRecallConflict
 		}
-		if err := checkSeqid(sid.Seqid, l.sid.Seqid); err != nil {
-			return Stateid{}, err
+		// Clients send LAYOUTGETs in parallel (RFC 8881 §12.5.3,
+		// §12.5.5.2.1.1), each with the highest seqid it has seen:
+		// when one of them bumps the seqid first, the others arrive
+		// with an older one, and the server processes them all — the
+		// seqids of the replies tell the client their order. A recall
+		// the client has not seen yet is caught above. Only a seqid
+		// the server never issued is wrong.
+		if seqidAfter(sid.Seqid, l.sid.Seqid) {
+			return Stateid{}, fmt.Errorf("%w: layout seqid %d not issued yet", ErrBadStateid, sid.Seqid)
 		}
 		cur = l
 	} else {

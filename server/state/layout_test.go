@@ -19,14 +19,22 @@ func TestLayoutLifecycle(t *testing.T) {
 	if err != nil || ls2.Seqid != 2 || ls2.Other != ls.Other {
 		t.Fatalf("second LayoutGet = %v, %v", ls2, err)
 	}
-	if _, err := m.LayoutGet(c, ls, 7, IOModeRW); !errors.Is(err, ErrOldStateid) {
-		t.Fatalf("old layout seqid: %v", err)
+	// A LAYOUTGET sent in parallel with the second carries the seqid
+	// both started from: it is processed too (RFC 8881 §12.5.3).
+	ls3, err := m.LayoutGet(c, ls, 7, IOModeRW)
+	if err != nil || ls3.Seqid != 3 || ls3.Other != ls.Other {
+		t.Fatalf("LayoutGet with an older seqid = %v, %v", ls3, err)
 	}
-	if errs := m.TestStateid(c, []Stateid{ls2}); errs[0] != nil {
+	future := ls3
+	future.Seqid++
+	if _, err := m.LayoutGet(c, future, 7, IOModeRW); !errors.Is(err, ErrBadStateid) {
+		t.Fatalf("layout seqid not issued yet: %v", err)
+	}
+	if errs := m.TestStateid(c, []Stateid{ls3}); errs[0] != nil {
 		t.Fatalf("TestStateid(layout) = %v", errs[0])
 	}
 	holders := m.BeginRecall(7)
-	if len(holders) != 1 || holders[0].ClientID != c || holders[0].Stateid.Seqid != 3 {
+	if len(holders) != 1 || holders[0].ClientID != c || holders[0].Stateid.Seqid != 4 {
 		t.Fatalf("BeginRecall = %+v", holders)
 	}
 	if _, err := m.LayoutGet(c, o, 7, IOModeRW); !errors.Is(err, ErrRecallConflict) {

@@ -62,7 +62,7 @@ func newGrowCluster(bin, dir string, port int) (*growCluster, error) {
 			// The workload runs as root and chowns files; the short lease
 			// keeps a grace period short.
 			argv: []string{bin, "mds", "--listen", fmt.Sprintf("127.0.0.1:%d", port), "--dir", mdsDir,
-				"--no-root-squash", "--lease", "15s", "--metrics", metrics},
+				"--no-root-squash", "--lease", "15s", "--http", metrics},
 		},
 	}, nil
 }

@@ -41,7 +41,7 @@ func newPNFSServer(bin, dir string, port, metricsPort int, export string) *pnfsS
 			// the post-crash grace period short.
 			argv: []string{bin, "up", "--dir", dir, "--ds", strconv.Itoa(nDS),
 				"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--advertise-host", "10.0.2.2",
-				"--lease", "15s", "--metrics", metrics},
+				"--lease", "15s", "--http", metrics},
 		},
 	}
 }
