@@ -133,6 +133,7 @@ type fsInfo struct {
 	layoutTypes       []uint32 // fs_layout_types: the pNFS layouts offered
 	layoutBlksize     uint32   // layout_blksize: the server's preferred I/O size
 	stat              FSStat   // space_* and files_*, for Client.Statfs
+	fh                []byte   // filehandle, for READDIR entries
 }
 
 // FSStat holds the space and file counts of a file system, as statfs(2)
@@ -199,7 +200,7 @@ func decodeFattr(f *nfs4.Fattr4, a *Attr, fi *fsInfo) error {
 			case nfs4.FATTR4_LEASE_TIME:
 				fi.lease = d.Uint32()
 			case nfs4.FATTR4_FILEHANDLE:
-				d.Opaque(nfs4.NFS4_FHSIZE)
+				fi.fh = append([]byte(nil), d.Opaque(nfs4.NFS4_FHSIZE)...)
 			case nfs4.FATTR4_FILEID:
 				a.Fileid = d.Uint64()
 			case nfs4.FATTR4_FILES_AVAIL:

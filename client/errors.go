@@ -104,6 +104,10 @@ func statusErrno(s nfs4.Nfsstat4) syscall.Errno {
 		return syscall.EBADF
 	case nfs4.NFS4ERR_LOCK_NOTSUPP:
 		return syscall.ENOLCK
+	case nfs4.NFS4ERR_NOXATTR:
+		return syscall.ENODATA
+	case nfs4.NFS4ERR_XATTR2BIG:
+		return syscall.E2BIG
 	}
 	return 0
 }

@@ -58,6 +58,7 @@ type File struct {
 	layRefused  error  // why the last LAYOUTGET failed, if it did
 	size        uint64 // the file size as far as this File knows
 	sizeKnown   bool
+	openAttr    Attr   // the attributes OPEN's COMPOUND returned
 
 	// Access methods (cache.go). ino is set at open and never changes.
 	ino        *inode
@@ -95,6 +96,13 @@ func (c *Client) open(ctx context.Context, path string, flag int, perm uint32, a
 	if name == "" {
 		return nil, pathErr("open", path, syscall.EISDIR)
 	}
+	return c.openIn(ctx, path, c.walk(parent), name, flag, perm, access)
+}
+
+// openIn opens name in the directory that start (a walk or a PUTFH)
+// makes current: one COMPOUND of start, OPEN, GETFH and GETATTR. path is
+// the File's name.
+func (c *Client) openIn(ctx context.Context, path string, start []nfs4.NfsArgop4, name string, flag int, perm uint32, access Access) (*File, error) {
 	f := &File{c: c, path: path, flag: flag, openOwner: c.newOwner("open"), lockOwner: c.newOwner("lock"), access: shareAccess(flag)}
 	how := nfs4.Openflag4{Opentype: nfs4.OPEN4_NOCREATE}
 	if flag&os.O_CREATE != 0 {
@@ -112,8 +120,7 @@ func (c *Client) open(ctx context.Context, path string, flag int, perm uint32, a
 		if s != nil {
 			cid = s.clientID
 		}
-		ops := c.walk(parent)
-		ops = append(ops, nfs4.NfsArgop4{Argop: nfs4.OP_OPEN, Opopen: &nfs4.OPEN4args{
+		ops := append(start[:len(start):len(start)], nfs4.NfsArgop4{Argop: nfs4.OP_OPEN, Opopen: &nfs4.OPEN4args{
 			ShareAccess: f.access | nfs4.OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
 			ShareDeny:   nfs4.OPEN4_SHARE_DENY_NONE,
 			Owner:       nfs4.OpenOwner4{Clientid: cid, Owner: f.openOwner},
@@ -135,6 +142,7 @@ func (c *Client) open(ctx context.Context, path string, flag int, perm uint32, a
 		return nil, pathErr("open", path, err)
 	}
 	f.size, f.sizeKnown = a.Size, true
+	f.openAttr = a
 	if a.Type != TypeRegular {
 		f.layOff = true
 	}
@@ -266,6 +274,7 @@ func (c *Client) OpenHandle(ctx context.Context, fh []byte, flag int) (*File, er
 	if a, err := lastAttr(res); err == nil {
 		ap = &a
 		f.size, f.sizeKnown = a.Size, true
+		f.openAttr = a
 		if a.Type != TypeRegular {
 			f.layOff = true
 		}
@@ -303,6 +312,11 @@ func (c *Client) dropDelegation(fh []byte, d *nfs4.OpenDelegation4) {
 		c.returnDelegation(fh, s)
 	}()
 }
+
+// OpenAttr returns the attributes the server returned with the OPEN, in
+// the same COMPOUND: for an open that created the file, its attributes
+// right after the create, with no GETATTR of its own.
+func (f *File) OpenAttr() Attr { return f.openAttr }
 
 // Name returns the path the file was opened with.
 func (f *File) Name() string { return f.path }

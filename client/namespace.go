@@ -150,11 +150,24 @@ func (c *Client) create(ctx context.Context, op, path string, ct nfs4.Createtype
 	if name == "" {
 		return pathErr(op, path, syscall.EEXIST)
 	}
-	ops := append(c.walk(parent), nfs4.NfsArgop4{Argop: nfs4.OP_CREATE, Opcreate: &nfs4.CREATE4args{
+	_, _, err := c.createIn(ctx, op, path, c.walk(parent), name, ct, attrs)
+	return err
+}
+
+// createIn creates name with CREATE in the directory that start (a walk
+// or a PUTFH) makes current, and returns the new object's file handle and
+// attributes from the same COMPOUND. label names it in errors.
+func (c *Client) createIn(ctx context.Context, op, label string, start []nfs4.NfsArgop4, name string, ct nfs4.Createtype4, attrs nfs4.Fattr4) ([]byte, Attr, error) {
+	ops := append(start, nfs4.NfsArgop4{Argop: nfs4.OP_CREATE, Opcreate: &nfs4.CREATE4args{
 		Objtype: ct, Objname: []byte(name), Createattrs: attrs,
-	}})
-	_, err := c.call(ctx, fixed(ops))
-	return pathErr(op, path, err)
+	}}, getfh, getattr(statBits))
+	res, err := c.call(ctx, fixed(ops))
+	if err != nil {
+		return nil, Attr{}, pathErr(op, label, err)
+	}
+	fh := append([]byte(nil), res[len(res)-2].Opgetfh.Resok4.Object...)
+	a, err := lastAttr(res)
+	return fh, a, pathErr(op, label, err)
 }
 
 // Mkdir creates a directory with permission bits mode.
@@ -200,14 +213,27 @@ func (c *Client) Symlink(ctx context.Context, target, path string) error {
 // answers NFS4ERR_PERM (EPERM) when not, and NFS4ERR_BADTYPE (EINVAL) for
 // a type it does not support.
 func (c *Client) Mknod(ctx context.Context, path string, mode, major, minor uint32) error {
-	var ct nfs4.Createtype4
-	switch mode & syscall.S_IFMT {
-	case 0, syscall.S_IFREG:
+	ct, err := mknodType(mode, major, minor)
+	if err != nil {
+		return pathErr("mknod", path, err)
+	}
+	if ct == nil {
 		f, err := c.Open(ctx, path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode&0o7777)
 		if err != nil {
 			return pathErr("mknod", path, unwrapPath(err))
 		}
 		return pathErr("mknod", path, unwrapPath(f.Close()))
+	}
+	return c.create(ctx, "mknod", path, *ct, modeAttr(mode))
+}
+
+// mknodType is the CREATE type for a mknod(2) mode, or nil for a regular
+// file (created with OPEN).
+func mknodType(mode, major, minor uint32) (*nfs4.Createtype4, error) {
+	var ct nfs4.Createtype4
+	switch mode & syscall.S_IFMT {
+	case 0, syscall.S_IFREG:
+		return nil, nil
 	case syscall.S_IFIFO:
 		ct.Type = nfs4.NF4FIFO
 	case syscall.S_IFSOCK:
@@ -219,11 +245,11 @@ func (c *Client) Mknod(ctx context.Context, path string, mode, major, minor uint
 		}
 		ct.Devdata = &nfs4.Specdata4{Specdata1: major, Specdata2: minor}
 	case syscall.S_IFDIR:
-		return pathErr("mknod", path, syscall.EPERM)
+		return nil, syscall.EPERM
 	default:
-		return pathErr("mknod", path, syscall.EINVAL)
+		return nil, syscall.EINVAL
 	}
-	return c.create(ctx, "mknod", path, ct, modeAttr(mode))
+	return &ct, nil
 }
 
 // unwrapPath returns the error inside a *fs.PathError, so that it can be
@@ -361,6 +387,8 @@ func setattrOp(sid nfs4.Stateid4, attrs nfs4.Fattr4) nfs4.NfsArgop4 {
 type DirEntry struct {
 	Name string
 	Attr Attr
+	// Handle is the entry's file handle, if the server returned one.
+	Handle []byte
 }
 
 // readdir paging limits: dircount bounds the names and cookies, maxcount
@@ -383,6 +411,22 @@ func (c *Client) ReadDir(ctx context.Context, path string) ([]DirEntry, error) {
 	if a.Type != TypeDir {
 		return nil, pathErr("readdir", path, syscall.ENOTDIR)
 	}
+	return c.readDir(ctx, path, fh)
+}
+
+// readdirBits are the attributes asked for each entry: those of Attr and
+// the entry's file handle.
+var readdirBits = func() nfs4.Bitmap4 {
+	bm := append(nfs4.Bitmap4(nil), statBits...)
+	for len(bm) < 1 {
+		bm = append(bm, 0)
+	}
+	bm[0] |= 1 << nfs4.FATTR4_FILEHANDLE
+	return bm
+}()
+
+// readDir lists the directory with handle fh; label names it in errors.
+func (c *Client) readDir(ctx context.Context, label string, fh []byte) ([]DirEntry, error) {
 	var (
 		out    []DirEntry
 		cookie uint64
@@ -390,11 +434,11 @@ func (c *Client) ReadDir(ctx context.Context, path string) ([]DirEntry, error) {
 	)
 	for page := 0; page < maxReaddirPages; page++ {
 		ops := []nfs4.NfsArgop4{putfh(fh), {Argop: nfs4.OP_READDIR, Opreaddir: &nfs4.READDIR4args{
-			Cookie: cookie, Cookieverf: verf, Dircount: readdirDircount, Maxcount: readdirMaxcount, AttrRequest: statBits,
+			Cookie: cookie, Cookieverf: verf, Dircount: readdirDircount, Maxcount: readdirMaxcount, AttrRequest: readdirBits,
 		}}}
 		res, err := c.call(ctx, fixed(ops))
 		if err != nil {
-			return out, pathErr("readdir", path, err)
+			return out, pathErr("readdir", label, err)
 		}
 		ok := res[1].Opreaddir.Resok4
 		verf = ok.Cookieverf
@@ -407,17 +451,19 @@ func (c *Client) ReadDir(ctx context.Context, path string) ([]DirEntry, error) {
 				continue
 			}
 			d := DirEntry{Name: name}
-			if err := decodeFattr(&e.Attrs, &d.Attr, nil); err != nil {
-				return out, pathErr("readdir", path, err)
+			var fi fsInfo
+			if err := decodeFattr(&e.Attrs, &d.Attr, &fi); err != nil {
+				return out, pathErr("readdir", label, err)
 			}
+			d.Handle = fi.fh
 			out = append(out, d)
 		}
 		if ok.Reply.Eof {
 			return out, nil
 		}
 		if n == 0 {
-			return out, pathErr("readdir", path, fmt.Errorf("nfs: server returned an empty READDIR page without EOF"))
+			return out, pathErr("readdir", label, fmt.Errorf("nfs: server returned an empty READDIR page without EOF"))
 		}
 	}
-	return out, pathErr("readdir", path, errors.New("nfs: directory listing did not end"))
+	return out, pathErr("readdir", label, errors.New("nfs: directory listing did not end"))
 }

@@ -619,6 +619,20 @@ func (a *Agent) serveRPC(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc
 		}
 		out := ctlproto.CtlStatusRes{Status: a.objPunch(&args)}
 		out.EncodeXDR(res)
+	case ctlproto.CTLPROC_OBJ_ALLOCATE:
+		var args ctlproto.CtlAllocateArgs
+		if !decodeArgs(c, &args) {
+			return rpc.GarbageArgs
+		}
+		out := ctlproto.CtlStatusRes{Status: a.objAllocate(&args)}
+		out.EncodeXDR(res)
+	case ctlproto.CTLPROC_OBJ_SEEK:
+		var args ctlproto.CtlSeekArgs
+		if !decodeArgs(c, &args) {
+			return rpc.GarbageArgs
+		}
+		out := a.objSeek(&args)
+		out.EncodeXDR(res)
 	case ctlproto.CTLPROC_OBJ_GETSIZE:
 		var args ctlproto.CtlInoArgs
 		if !decodeArgs(c, &args) {
@@ -794,7 +808,12 @@ func (a *Agent) objPunch(args *ctlproto.CtlPunchArgs) ctlproto.CtlStatus {
 	defer f.Close()
 	err = f.PunchHole(int64(args.Offset), int64(args.Length))
 	if errors.Is(err, store.ErrNotSupported) {
-		err = nil
+		// Zeros up to the object's end only: writing past it would grow
+		// the object, and make a data server read zeros as the file's
+		// bytes past its end.
+		var size int64
+		size, err = f.Size()
+		end = min(end, uint64(max(size, 0)))
 		zeros := make([]byte, min(args.Length, maxIO))
 		for off := args.Offset; off < end && err == nil; off += uint64(len(zeros)) {
 			n := min(uint64(len(zeros)), end-off)

@@ -169,3 +169,49 @@ func (s *Striped) Device(id [16]byte) ([][]string, bool) { return s.devices.addr
 // Devices returns the current ids of every device handed out
 // (GETDEVICELIST).
 func (s *Striped) Devices() [][16]byte { return s.devices.all() }
+
+// Shares attributes the range [off, off+length) of file ino, laid out on
+// device id, to the device's data servers: each that holds part of it,
+// with the bytes of the range on it. A length of all ones runs to the end
+// of the file; a range of the device's stripe count of units or more
+// gives every data server of the device an equal share (1 each). It is
+// how the MDS attributes what clients report about a device (LAYOUTERROR,
+// LAYOUTSTATS) to data servers. ok is false for a device id this MDS did
+// not hand out; an id outdated by a membership change still resolves.
+func (s *Striped) Shares(ctx context.Context, ino uint64, id [16]byte, off, length uint64) (map[string]uint64, bool) {
+	ids, ok := s.devices.members(id)
+	if !ok {
+		return nil, false
+	}
+	n := uint64(len(ids))
+	out := make(map[string]uint64, len(ids))
+	m, placed, err := s.Map(ctx, ino)
+	if err != nil || !placed || m.Unit == 0 || length == ^uint64(0) || length/m.Unit >= n || off+length < off {
+		for _, ds := range ids {
+			out[ds]++
+		}
+		return out, true
+	}
+	if length == 0 {
+		length = 1
+	}
+	for pos, end := off, off+length; pos < end; {
+		k := pos / m.Unit
+		w := min(end, (k+1)*m.Unit) - pos
+		out[ids[(k+uint64(m.First))%n]] += w
+		pos += w
+	}
+	return out, true
+}
+
+// members returns the data servers of device id by stripe index, whatever
+// the registry generation it was made in.
+func (d *devices) members(id [16]byte) ([]string, bool) {
+	if binary.BigEndian.Uint32(id[8:12]) != d.boot {
+		return nil, false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ids, ok := d.lists[binary.BigEndian.Uint64(id[:8])]
+	return ids, ok && len(ids) > 0
+}

@@ -44,6 +44,8 @@
 //	FENCE/UNFENCE  MDS→DS    client id → status
 //	RETIRE         MDS→DS    void → status (the DS was removed)
 //	OBJ_PUNCH      MDS→DS    ino, offset, length → status
+//	OBJ_ALLOCATE   MDS→DS    ino, offset, length, one position's extents → status
+//	OBJ_SEEK       MDS→DS    ino, offset, data or hole, one position's extents → found, offset
 //	MAP            DS→MDS    ino → the file's stripe map and its members' addresses
 //	MAP_CHANGED    MDS→DS    ino → status (drop the cached map)
 //	REPLICA_FAILED DS→MDS    ino, gen, id → the map with id marked stale

@@ -86,6 +86,8 @@ func statusOf(err error) ctlproto.CtlStatus {
 		return ctlproto.CTL_ERR_NOTMEMBER
 	case errors.Is(err, store.ErrCorrupt):
 		return ctlproto.CTL_ERR_CORRUPT
+	case errors.Is(err, store.ErrNotSupported):
+		return ctlproto.CTL_ERR_NOTSUPP
 	case errors.Is(err, ErrUnknownDataServer), errors.Is(err, fs.ErrNotExist):
 		return ctlproto.CTL_ERR_NOENT
 	case errors.Is(err, ErrAuth):
@@ -141,6 +143,8 @@ func errOf(st ctlproto.CtlStatus) error {
 		return ErrBusy
 	case ctlproto.CTL_ERR_CORRUPT:
 		return ErrCorrupt
+	case ctlproto.CTL_ERR_NOTSUPP:
+		return store.ErrNotSupported
 	case ctlproto.CTL_ERR_NOTMEMBER:
 		return ErrNotMember
 	}

@@ -426,36 +426,13 @@ func (s *Striped) Truncate(ino uint64, size uint64) error {
 	if err != nil || !ok {
 		return err
 	}
-	if err := noCopy(ino, m); err != nil {
-		return err
-	}
-	ids := goodIDs(m)
-	errs := make(map[string]error, len(ids))
-	var mu sync.Mutex
-	_ = parallel(len(ids), func(i int) error {
-		conn, err := s.r.conn(ids[i])
-		if err == nil {
-			var res ctlproto.CtlStatusRes
-			err = call(ctx, conn, ctlproto.CTLPROC_OBJ_TRUNCATE, &ctlproto.CtlTruncateArgs{Ino: ino, Size: size}, &res)
-			if err == nil {
-				err = errOf(res.Status)
-			}
+	return s.changeGood(ctx, ino, m, "truncate", false, func(ctx context.Context, conn *rpc.Conn, _ string, _ int) error {
+		var res ctlproto.CtlStatusRes
+		if err := call(ctx, conn, ctlproto.CTLPROC_OBJ_TRUNCATE, &ctlproto.CtlTruncateArgs{Ino: ino, Size: size}, &res); err != nil {
+			return err
 		}
-		if err != nil {
-			err = fmt.Errorf("cluster: truncate ino %d on data server %s: %w", ino, ids[i], err)
-		}
-		mu.Lock()
-		errs[ids[i]] = err
-		mu.Unlock()
-		return nil
+		return errOf(res.Status)
 	})
-	var results []copyResult
-	for p := range m.DataServers {
-		for _, id := range m.Good(p) {
-			results = append(results, copyResult{group: p, id: id, err: errs[id]})
-		}
-	}
-	return s.settle(ctx, ino, len(m.DataServers), results)
 }
 
 // Sync implements store.Backend: OBJ_COMMIT on the copies that hold
@@ -1029,40 +1006,6 @@ func (f *stripedFile) Sync() error {
 	}
 	f.mu.Unlock()
 	return errors.Join(errs...)
-}
-
-// Allocate is not supported on striped files.
-func (f *stripedFile) Allocate(off, length int64) error {
-	return fmt.Errorf("cluster: allocate: %w", store.ErrNotSupported)
-}
-
-// PunchHole is not supported on striped files.
-func (f *stripedFile) PunchHole(off, length int64) error {
-	return fmt.Errorf("cluster: punch hole: %w", store.ErrNotSupported)
-}
-
-// Seek implements store.File without hole detection: everything before
-// the end of the file counts as data (as POSIX allows), so SeekData returns
-// off and SeekHole the file size; at or past the end both return io.EOF.
-func (f *stripedFile) Seek(off int64, whence int) (int64, error) {
-	if whence != store.SeekData && whence != store.SeekHole {
-		return 0, fmt.Errorf("cluster: seek whence %d: %w", whence, fs.ErrInvalid)
-	}
-	if off < 0 {
-		return 0, fmt.Errorf("cluster: seek to %d: %w", off, fs.ErrInvalid)
-	}
-	size, err := f.Size()
-	if err != nil {
-		return 0, err
-	}
-	switch {
-	case off >= size:
-		return 0, io.EOF
-	case whence == store.SeekData:
-		return off, nil
-	default:
-		return size, nil
-	}
 }
 
 // Close implements store.File; it is idempotent.

@@ -402,38 +402,81 @@ func TestStripedNoDataServers(t *testing.T) {
 	}
 }
 
-func TestStripedUnsupportedAndClosed(t *testing.T) {
+// TestStripedSpace: Allocate, PunchHole and Seek of a striped file act on
+// the data servers' objects, one position's units at a time, as they
+// would on one local file.
+func TestStripedSpace(t *testing.T) {
 	tc := newCluster(t, 2)
-	s := tc.striped(0)
+	const u = 64 << 10
+	s := tc.striped(u)
 	f, err := s.Open(tc.newFile(), true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := f.Allocate(0, 10); !errors.Is(err, store.ErrNotSupported) {
-		t.Errorf("Allocate = %v", err)
+	// A file without data: nothing to find, nothing to punch.
+	for _, whence := range []int{store.SeekData, store.SeekHole} {
+		if _, err := f.Seek(0, whence); !errors.Is(err, io.EOF) {
+			t.Errorf("Seek(0, %d) of a file without data = %v, want io.EOF", whence, err)
+		}
 	}
-	if err := f.PunchHole(0, 10); !errors.Is(err, store.ErrNotSupported) {
-		t.Errorf("PunchHole = %v", err)
+	if err := f.PunchHole(0, 10); err != nil {
+		t.Errorf("PunchHole of a file without data = %v", err)
 	}
-	if _, err := f.WriteAt([]byte("data"), 100); err != nil {
-		t.Fatal(err)
+	x := bytes.Repeat([]byte{'x'}, 4096)
+	for _, off := range []int64{0, 3 * u} { // units 0 and 3: one on each data server
+		if _, err := f.WriteAt(x, off); err != nil {
+			t.Fatal(err)
+		}
 	}
-	for _, tt := range []struct {
+	type seekCase struct {
 		off    int64
 		whence int
 		want   int64
 		eof    bool
-	}{
-		{0, store.SeekData, 0, false},
-		{50, store.SeekHole, 104, false},
-		{103, store.SeekData, 103, false},
-		{104, store.SeekData, 0, true},
-		{104, store.SeekHole, 0, true},
-	} {
-		got, err := f.Seek(tt.off, tt.whence)
-		if got != tt.want || errors.Is(err, io.EOF) != tt.eof || (err != nil && !tt.eof) {
-			t.Errorf("Seek(%d, %d) = %d, %v", tt.off, tt.whence, got, err)
+	}
+	seeks := func(when string, cases []seekCase) {
+		t.Helper()
+		for _, tt := range cases {
+			got, err := f.Seek(tt.off, tt.whence)
+			if got != tt.want || errors.Is(err, io.EOF) != tt.eof || (err != nil && !tt.eof) {
+				t.Errorf("%s: Seek(%d, %d) = %d, %v; want %d eof %v", when, tt.off, tt.whence, got, err, tt.want, tt.eof)
+			}
 		}
+	}
+	seeks("after writes", []seekCase{
+		{0, store.SeekData, 0, false},
+		{0, store.SeekHole, 4096, false},
+		{4096, store.SeekData, 3 * u, false},
+		{u, store.SeekData, 3 * u, false},
+		{3 * u, store.SeekHole, 3*u + 4096, false},
+		{3*u + 4096, store.SeekData, 0, true},
+		{3*u + 4096, store.SeekHole, 3*u + 4096, false},
+	})
+	if err := f.PunchHole(0, 2*u); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 4096)
+	if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, make([]byte, 4096)) {
+		t.Errorf("after PunchHole: %v, %q...", err, got[:8])
+	}
+	seeks("after PunchHole", []seekCase{
+		{0, store.SeekData, 3 * u, false},
+		{0, store.SeekHole, 0, false},
+	})
+	if err := f.Allocate(5*u, u); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := f.Size(); n != 6*u || err != nil {
+		t.Errorf("Size after Allocate to %d = %d, %v", 6*u, n, err)
+	}
+	if _, err := f.ReadAt(got, 5*u); err != nil || !bytes.Equal(got, make([]byte, 4096)) {
+		t.Errorf("allocated range: %v, %q...", err, got[:8])
+	}
+	if err := f.Allocate(0, 0); !errors.Is(err, fs.ErrInvalid) {
+		t.Errorf("Allocate of nothing = %v", err)
+	}
+	if _, err := f.Seek(0, 7); !errors.Is(err, fs.ErrInvalid) {
+		t.Errorf("Seek whence 7 = %v", err)
 	}
 	f.Close()
 	f.Close()

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"io"
 	"math"
+	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -28,6 +30,11 @@ type handle struct {
 	// read-write (see openFile): reads through it, which the writeback
 	// cache makes for partial-page writes, may be refused.
 	writeOnly bool
+
+	// mtime is the mtime of buffered writes the kernel passed on with a
+	// SETATTR through this handle, not sent yet (see deferTimes).
+	tmu   sync.Mutex
+	mtime *time.Time
 }
 
 var (
@@ -197,18 +204,63 @@ func (n *node) dirtyHandles(except *handle) []*handle {
 // was written) instead of taking the write for another client's change.
 // A change another client made while the file was open here is missed
 // that way, as by NFS clients without weak cache consistency data.
+//
+// The mtime of the buffered writes, which the kernel passed on before
+// them, goes to the server now, after the data, in one COMPOUND with the
+// GETATTR that learns the change attribute.
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	ctx = mutating(ctx)
 	wrote := h.dirty.Load() || len(h.n.dirtyHandles(h)) > 0
-	if errno := h.syncAll(ctx); errno != 0 || !wrote || h.fsys.cfg.Access != AccessCached {
+	if errno := h.syncAll(ctx); errno != 0 {
 		return errno
 	}
-	if a, err := h.f.Stat(ctx); err == nil {
-		h.n.mu.Lock()
-		h.n.change, h.n.changeValid = a.Change, true
-		h.n.mu.Unlock()
+	a, ok := h.sendTimes(ctx)
+	if !wrote || h.fsys.cfg.Access != AccessCached {
+		return 0
 	}
+	if !ok {
+		var err error
+		if a, err = h.f.Stat(ctx); err != nil {
+			return 0
+		}
+	}
+	h.n.mu.Lock()
+	h.n.change, h.n.changeValid = a.Change, true
+	h.n.mu.Unlock()
 	return 0
+}
+
+// deferTimes keeps the mtime of buffered writes for sendTimes. With the
+// writeback cache the kernel sends it in a SETATTR through an open handle
+// before the data (at fsync, close, or when its flusher runs); the
+// WRITEs that follow would overwrite it on the server with their own
+// time anyway, so it is set after them, at Flush, Fsync or Release, which
+// also saves the SETATTR its own round trip. The kernel keeps the mtime
+// it set for the inode meanwhile.
+func (h *handle) deferTimes(mtime *time.Time) {
+	t := *mtime
+	h.tmu.Lock()
+	h.mtime = &t
+	h.tmu.Unlock()
+}
+
+// sendTimes sets a deferred mtime and returns the attributes afterwards.
+// Failure is only logged, as for a SETATTR of the writeback cache that
+// the server refuses (see writebackTimes).
+func (h *handle) sendTimes(ctx context.Context) (client.Attr, bool) {
+	h.tmu.Lock()
+	t := h.mtime
+	h.mtime = nil
+	h.tmu.Unlock()
+	if t == nil {
+		return client.Attr{}, false
+	}
+	a, err := h.c.SetAttrHandle(ctx, h.f.Handle(), client.SetAttr{Mtime: t})
+	if err != nil {
+		h.fsys.log.Debug("mtime of buffered writes not set", "path", h.f.Name(), "err", err)
+		return client.Attr{}, false
+	}
+	return a, true
 }
 
 // evictChanged makes the kernel forget the inode of a file another client
@@ -250,7 +302,11 @@ func (n *node) evictChanged(a *client.Attr) bool {
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	h.dirty.Store(true) // commit even if an earlier Flush already did: it is cheap
-	return h.syncAll(ctx)
+	errno := h.syncAll(ctx)
+	if errno == 0 {
+		h.sendTimes(ctx)
+	}
+	return errno
 }
 
 // Release runs when the last descriptor is gone. Its error cannot reach
@@ -258,6 +314,7 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	ctx = mutating(ctx)
 	defer h.n.released(ctx, h)
+	h.sendTimes(ctx)
 	if err := h.f.Close(); err != nil {
 		h.fsys.log.Warn("closing nfs file", "path", h.f.Name(), "err", err)
 		return toErrno(err)
@@ -326,12 +383,11 @@ func (h *handle) Setlkw(ctx context.Context, owner uint64, lk *fuse.FileLock, fl
 // server, whose WRITEs then set the mtime anyway. Refusing it would fail
 // close(2) for a writer who does not own the file (only owners may set
 // explicit times; with default_permissions the kernel refuses that for a
-// futimens(2) before asking us) and for a file removed while open (it
-// has no path left). An explicit futimens(2) of mtime alone by the owner
-// looks the same, but succeeds.
+// futimens(2) before asking us). Most such SETATTRs never get here:
+// Setattr defers them to the handle's Flush (deferTimes), and this
+// covers those it could not answer from the node's attributes.
 func writebackTimes(fs *fsys, h *handle, in *fuse.SetAttrIn, errno syscall.Errno) bool {
-	const times = fuse.FATTR_MTIME | fuse.FATTR_CTIME | fuse.FATTR_MTIME_NOW | fuse.FATTR_FH | fuse.FATTR_LOCKOWNER
-	if fs.cfg.Access != AccessCached || h == nil || in.Valid&fuse.FATTR_MTIME == 0 || in.Valid&^times != 0 {
+	if !isWritebackTimes(fs, h, in) {
 		return false
 	}
 	if errno != syscall.ENOENT && errno != syscall.EPERM && errno != syscall.EACCES {
@@ -339,4 +395,13 @@ func writebackTimes(fs *fsys, h *handle, in *fuse.SetAttrIn, errno syscall.Errno
 	}
 	fs.log.Debug("mtime of buffered writes not set", "path", h.f.Name(), "err", errno)
 	return true
+}
+
+// isWritebackTimes reports whether a SETATTR looks like the writeback
+// cache passing on the mtime of buffered writes: mtime (and ctime) alone,
+// through an open handle (the kernel names the handle only for that and
+// for ftruncate; futimens(2) comes without one).
+func isWritebackTimes(fs *fsys, h *handle, in *fuse.SetAttrIn) bool {
+	const times = fuse.FATTR_MTIME | fuse.FATTR_CTIME | fuse.FATTR_MTIME_NOW | fuse.FATTR_FH | fuse.FATTR_LOCKOWNER
+	return fs.cfg.Access == AccessCached && h != nil && in.Valid&fuse.FATTR_MTIME != 0 && in.Valid&^times == 0
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -32,6 +33,10 @@ type fsys struct {
 	mu      sync.Mutex
 	clients map[ident]*clientSlot
 	closed  bool
+
+	// fileTTL and dirTTL are the kernel's cache lifetimes (Config's
+	// AttrTimeout and DirTimeout with their defaults applied).
+	fileTTL, dirTTL time.Duration
 
 	sillySeq atomic.Uint64 // names silly-renamed files uniquely
 	// kernelRA is the kernel readahead window of the mount in bytes, as

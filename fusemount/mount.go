@@ -105,8 +105,12 @@ func ParseURL(raw string) (addr, path string, err error) {
 // splice pipe, so they need not fit a pipe.
 const maxIO = 1 << 20
 
-// Timeout is the kernel's entry and attribute cache lifetime.
-const Timeout = time.Second
+// Default cache lifetimes, those of the kernel's NFS client (acregmin and
+// acdirmin): see Config.AttrTimeout and Config.DirTimeout.
+const (
+	DefaultAttrTimeout = 3 * time.Second
+	DefaultDirTimeout  = 30 * time.Second
+)
 
 // Config configures Mount.
 type Config struct {
@@ -129,6 +133,20 @@ type Config struct {
 	// Root are overwritten, and Policy.Access, if left at AccessDefault,
 	// is set from Access.
 	Client client.Options
+	// AttrTimeout is how long the kernel trusts the attributes of a file
+	// (not a directory) before it asks again: a change another client
+	// makes to the file, or its removal, shows in stat(2) within this
+	// time. Like the kernel NFS client's acregmin; default
+	// DefaultAttrTimeout (3 s), negative: no caching. Opens check the
+	// file with the server whatever this says (close-to-open).
+	AttrTimeout time.Duration
+	// DirTimeout is how long the kernel trusts names (directory entries)
+	// and the attributes of directories: a rename by another client
+	// shows within this time. Like acdirmin; default DefaultDirTimeout
+	// (30 s), negative: no caching. Names that do not exist are never
+	// cached, so a file another client creates is visible at once, and
+	// a name whose file another client removed fails within AttrTimeout.
+	DirTimeout time.Duration
 	// Logger receives diagnostics. Default: slog.Default().
 	Logger *slog.Logger
 	// Debug logs every FUSE request (very verbose).
@@ -155,7 +173,8 @@ func New(ctx context.Context, dir string, cfg Config) (*Mount, error) {
 	if cfg.Root == "" {
 		cfg.Root = "/"
 	}
-	fsys := &fsys{cfg: cfg, log: cfg.Logger, clients: make(map[ident]*clientSlot)}
+	fsys := &fsys{cfg: cfg, log: cfg.Logger, clients: make(map[ident]*clientSlot),
+		fileTTL: timeoutOr(cfg.AttrTimeout, DefaultAttrTimeout), dirTTL: timeoutOr(cfg.DirTimeout, DefaultDirTimeout)}
 	c, err := fsys.clientFor(ctx, ident{cfg.UID, cfg.GID})
 	if err != nil {
 		return nil, err
@@ -171,11 +190,14 @@ func New(ctx context.Context, dir string, cfg Config) (*Mount, error) {
 	}
 	root := &node{fsys: fsys}
 	root.setFH(fh)
+	root.noteAttr(&attr)
 
-	timeout, negative := Timeout, time.Duration(0)
+	// Nodes set their own timeouts (node.child, Getattr); these are what
+	// go-fuse uses where they did not.
+	entry, negative := fsys.dirTTL, time.Duration(0)
 	opts := &fs.Options{
-		EntryTimeout:    &timeout,
-		AttrTimeout:     &timeout,
+		EntryTimeout:    &entry,
+		AttrTimeout:     &fsys.fileTTL,
 		NegativeTimeout: &negative,
 		RootStableAttr:  &fs.StableAttr{Ino: attr.Fileid},
 		NullPermissions: true, // mode 0 is a mode, not "unknown"
@@ -236,6 +258,29 @@ func New(ctx context.Context, dir string, cfg Config) (*Mount, error) {
 		"kernel_readahead", fsys.kernelRA.Load())
 	return &Mount{Dir: dir, server: srv, fsys: fsys}, nil
 }
+
+// timeoutOr is a cache lifetime from Config: def for zero, none for
+// negative.
+func timeoutOr(d, def time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return def
+	case d < 0:
+		return 0
+	}
+	return d
+}
+
+// attrTimeout is the kernel's attribute lifetime for an object of type t.
+func (fs *fsys) attrTimeout(t client.FileType) time.Duration {
+	if t == client.TypeDir {
+		return fs.dirTTL
+	}
+	return fs.fileTTL
+}
+
+// entryTimeout is the kernel's lifetime of a name.
+func (fs *fsys) entryTimeout() time.Duration { return fs.dirTTL }
 
 // kernelReadaheadFor is the kernel readahead window Mount asks for: the
 // client policy's Readahead (client.DefaultReadahead when zero), so one

@@ -1,6 +1,7 @@
 package fusemount
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -23,7 +24,14 @@ type node struct {
 	fsys *fsys
 
 	mu sync.Mutex
-	fh []byte // file handle from the last LOOKUP, for CLAIM_FH opens
+	// fh is the object's file handle: operations on the node, and on
+	// names in it for a directory, start from it (PUTFH) instead of
+	// walking from the root. Another client's removal makes it stale;
+	// withFH then walks the node's path again.
+	fh []byte
+	// attr is what the server last said about the object, at attrAt.
+	attr   client.Attr
+	attrAt time.Time
 	// change is the change attribute seen at the last open, for the
 	// close-to-open revalidation of the page cache (AccessCached).
 	change      uint64
@@ -38,6 +46,7 @@ type node struct {
 	handles     map[*handle]struct{} // the open handles, for Getattr
 	idle        chan struct{}        // closed when opens drops to zero
 	silly       string
+	sillyDir    *node
 	sillyClient *client.Client
 }
 
@@ -46,7 +55,6 @@ var (
 	_ fs.NodeLookuper   = (*node)(nil)
 	_ fs.NodeGetattrer  = (*node)(nil)
 	_ fs.NodeSetattrer  = (*node)(nil)
-	_ fs.NodeReaddirer  = (*node)(nil)
 	_ fs.NodeMkdirer    = (*node)(nil)
 	_ fs.NodeMknoder    = (*node)(nil)
 	_ fs.NodeCreater    = (*node)(nil)
@@ -72,6 +80,54 @@ func (n *node) handle() []byte {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.fh
+}
+
+// noteAttr records attributes the server returned for the node.
+func (n *node) noteAttr(a *client.Attr) {
+	n.mu.Lock()
+	n.attr, n.attrAt = *a, time.Now()
+	n.mu.Unlock()
+}
+
+// cachedAttr returns the node's attributes if they are younger than the
+// kernel's attribute timeout for the object's type.
+func (n *node) cachedAttr() (client.Attr, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.attrAt.IsZero() || time.Since(n.attrAt) >= n.fsys.attrTimeout(n.attr.Type) {
+		return client.Attr{}, false
+	}
+	return n.attr, true
+}
+
+// withFH runs do with the node's file handle. If the server says the
+// handle is stale (another client removed the object, or the server
+// forgot the handle), the node's path is walked again from the root: the
+// same object (same fileid) found there gets its new handle and do runs
+// once more; anything else is ESTALE, on which the kernel looks the path
+// up again (its retry_estale) rather than taking another object's
+// answer for this one.
+func (n *node) withFH(ctx context.Context, c *client.Client, do func(fh []byte) error) syscall.Errno {
+	err := do(n.handle())
+	if !client.IsStale(err) {
+		return toErrno(err)
+	}
+	p, errno := n.path("")
+	if errno != 0 {
+		return syscall.ESTALE
+	}
+	fh, a, lerr := c.Lookup(ctx, p)
+	if lerr != nil || (a.Fileid != n.StableAttr().Ino && !n.IsRoot()) {
+		n.fsys.log.Debug("stale file handle", "path", p, "lookup", lerr)
+		return syscall.ESTALE
+	}
+	n.setFH(fh)
+	n.noteAttr(&a)
+	err = do(fh)
+	if client.IsStale(err) {
+		return syscall.ESTALE
+	}
+	return toErrno(err)
 }
 
 // maxDepth bounds the walk up the tree in path.
@@ -154,32 +210,34 @@ func fillAttr(a *client.Attr, out *fuse.Attr) {
 	out.Rdev = uint32(unix.Mkdev(a.RdevMajor, a.RdevMinor))
 }
 
-// child returns the Inode for a looked-up object, reusing the one of the
-// same fileid if the kernel still knows it (hard links, repeated lookups).
+// child returns the Inode for an object the server just described (by
+// LOOKUP, READDIR or the operation that created it), with the kernel's
+// timeouts for it. go-fuse keeps one Inode per fileid: if the kernel
+// still knows the object (hard links, repeated lookups), the existing
+// Inode is used and the new node is dropped.
 func (n *node) child(ctx context.Context, fh []byte, a *client.Attr, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(a, &out.Attr)
-	ch := n.NewInode(ctx, &node{fsys: n.fsys, fh: fh}, fs.StableAttr{Mode: typeBits(a.Type), Ino: a.Fileid})
-	if cn, ok := ch.Operations().(*node); ok {
-		cn.setFH(fh)
-	}
-	return ch
-}
-
-// lookupChild looks p up after a create-like operation.
-func (n *node) lookupChild(ctx context.Context, c *client.Client, p string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	fh, a, err := c.Lookup(ctx, p)
-	if err != nil {
-		return nil, toErrno(err)
-	}
-	return n.child(ctx, fh, &a, out), 0
+	out.SetEntryTimeout(n.fsys.entryTimeout())
+	out.SetAttrTimeout(n.fsys.attrTimeout(a.Type))
+	cn := &node{fsys: n.fsys, fh: fh, attr: *a, attrAt: time.Now()}
+	return n.NewInode(ctx, cn, fs.StableAttr{Mode: typeBits(a.Type), Ino: a.Fileid})
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	c, p, errno := n.target(ctx, name)
+	c, errno := n.fsys.client(ctx)
 	if errno != 0 {
 		return nil, errno
 	}
-	return n.lookupChild(ctx, c, p, out)
+	var fh []byte
+	var a client.Attr
+	errno = n.withFH(ctx, c, func(dir []byte) (err error) {
+		fh, a, err = c.LookupAt(ctx, dir, name)
+		return err
+	})
+	if errno != 0 {
+		return nil, errno
+	}
+	return n.child(ctx, fh, &a, out), 0
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -198,26 +256,21 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 			return toErrno(err)
 		}
 	} else {
-		c, p, errno := n.target(ctx, "")
+		c, errno := n.fsys.client(ctx)
 		if errno != 0 {
 			return errno
 		}
-		if a, errno = stat(ctx, c, p); errno != 0 {
+		if errno := n.withFH(ctx, c, func(fh []byte) (err error) {
+			a, err = c.StatHandle(ctx, fh)
+			return err
+		}); errno != 0 {
 			return errno
 		}
-		if a.Fileid != n.StableAttr().Ino && !n.IsRoot() {
-			// The name now belongs to another object: make the kernel
-			// look it up again.
-			return syscall.ESTALE
-		}
 	}
+	n.noteAttr(&a)
 	fillAttr(&a, &out.Attr)
+	out.SetTimeout(n.fsys.attrTimeout(a.Type))
 	return 0
-}
-
-func stat(ctx context.Context, c *client.Client, p string) (client.Attr, syscall.Errno) {
-	a, err := c.Stat(ctx, p)
-	return a, toErrno(err)
 }
 
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -252,61 +305,78 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			sa.Size, set = &size, true
 		}
 	}
-	if set {
-		c, p, errno := n.target(ctx, "")
-		if errno == 0 {
-			errno = toErrno(c.SetAttr(ctx, p, sa))
-		}
-		if errno != 0 && !writebackTimes(n.fsys, h, in, errno) {
-			return errno
+	if !set {
+		return n.Getattr(ctx, f, out)
+	}
+	if h != nil && isWritebackTimes(n.fsys, h, in) {
+		// The mtime of buffered writes: it goes to the server with the
+		// commit at close (see handle.deferTimes), after the data.
+		if a, ok := n.cachedAttr(); ok {
+			h.deferTimes(sa.Mtime)
+			a.Mtime = *sa.Mtime
+			fillAttr(&a, &out.Attr)
+			out.SetTimeout(n.fsys.attrTimeout(a.Type))
+			return 0
 		}
 	}
-	return n.Getattr(ctx, f, out)
-}
-
-func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	c, p, errno := n.target(ctx, "")
+	c, errno := n.fsys.client(ctx)
 	if errno != 0 {
-		return nil, errno
+		return errno
 	}
-	ents, err := c.ReadDir(ctx, p)
-	if err != nil {
-		return nil, toErrno(err)
+	var a client.Attr
+	errno = n.withFH(ctx, c, func(fh []byte) (err error) {
+		a, err = c.SetAttrHandle(ctx, fh, sa)
+		return err
+	})
+	if errno != 0 {
+		if writebackTimes(n.fsys, h, in, errno) {
+			return n.Getattr(ctx, f, out)
+		}
+		return errno
 	}
-	list := make([]fuse.DirEntry, 0, len(ents))
-	for _, e := range ents {
-		list = append(list, fuse.DirEntry{Name: e.Name, Ino: e.Attr.Fileid, Mode: typeBits(e.Attr.Type)})
+	if h != nil || (n.fsys.cfg.Access != AccessDirect && n.anyHandle() != nil) {
+		// An open file: its size may count data the library holds.
+		return n.Getattr(ctx, f, out)
 	}
-	return fs.NewListDirStream(list), 0
+	n.noteAttr(&a)
+	fillAttr(&a, &out.Attr)
+	out.SetTimeout(n.fsys.attrTimeout(a.Type))
+	return 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx = mutating(ctx)
-	c, p, errno := n.target(ctx, name)
+	return n.create(mutating(ctx), out, func(c *client.Client, dir []byte) ([]byte, client.Attr, error) {
+		return c.MkdirAt(ctx, dir, name, mode&07777)
+	})
+}
+
+// create runs a create-like operation in the directory n, which returns
+// the new object's handle and attributes in its own COMPOUND, and makes
+// the object's Inode from them.
+func (n *node) create(ctx context.Context, out *fuse.EntryOut, do func(c *client.Client, dir []byte) ([]byte, client.Attr, error)) (*fs.Inode, syscall.Errno) {
+	c, errno := n.fsys.client(ctx)
 	if errno != 0 {
 		return nil, errno
 	}
-	if err := c.Mkdir(ctx, p, mode&07777); err != nil {
-		return nil, toErrno(err)
+	var fh []byte
+	var a client.Attr
+	if errno := n.withFH(ctx, c, func(dir []byte) (err error) {
+		fh, a, err = do(c, dir)
+		return err
+	}); errno != 0 {
+		return nil, errno
 	}
-	return n.lookupChild(ctx, c, p, out)
+	return n.child(ctx, fh, &a, out), 0
 }
 
 // Mknod creates regular files, FIFOs, sockets and devices through the
 // client library, which rejects directories (EPERM) and unknown types
 // (EINVAL) as mknod(2) does; the kernel has already checked CAP_MKNOD for
-// devices. The entry comes from a fresh LOOKUP, so it carries the type and
-// rdev the server stored.
+// devices. The entry carries the type and rdev the server stored.
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx = mutating(ctx)
-	c, p, errno := n.target(ctx, name)
-	if errno != 0 {
-		return nil, errno
-	}
-	if err := c.Mknod(ctx, p, mode, unix.Major(uint64(dev)), unix.Minor(uint64(dev))); err != nil {
-		return nil, toErrno(err)
-	}
-	return n.lookupChild(ctx, c, p, out)
+	return n.create(mutating(ctx), out, func(c *client.Client, dir []byte) ([]byte, client.Attr, error) {
+		return c.MknodAt(ctx, dir, name, mode, unix.Major(uint64(dev)), unix.Minor(uint64(dev)))
+	})
 }
 
 // openFlags converts open(2) flags to the client's. O_APPEND is left out:
@@ -345,7 +415,7 @@ func (n *node) fuseFlags(flags uint32, a *client.Attr) uint32 {
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
 	ctx = mutating(ctx)
-	c, p, errno := n.target(ctx, name)
+	c, errno := n.fsys.client(ctx)
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
@@ -353,17 +423,18 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if flags&syscall.O_EXCL != 0 {
 		extra |= syscall.O_EXCL
 	}
-	f, writeOnly, err := n.fsys.openFile(ctx, flags, func(of int) (*client.File, error) {
-		return c.Open(ctx, p, of|extra, mode&07777)
-	})
-	if err != nil {
-		return nil, nil, 0, toErrno(err)
+	var f *client.File
+	var writeOnly bool
+	if errno := n.withFH(ctx, c, func(dir []byte) (err error) {
+		f, writeOnly, err = n.fsys.openFile(ctx, flags, func(of int) (*client.File, error) {
+			return c.OpenAt(ctx, dir, name, of|extra, mode&07777)
+		})
+		return err
+	}); errno != 0 {
+		return nil, nil, 0, errno
 	}
-	a, err := f.Stat(ctx)
-	if err != nil {
-		f.Close()
-		return nil, nil, 0, toErrno(err)
-	}
+	// OPEN's COMPOUND returned the attributes: no GETATTR of our own.
+	a := f.OpenAttr()
 	ch := n.child(ctx, f.Handle(), &a, out)
 	cn, _ := ch.Operations().(*node)
 	if cn == nil {
@@ -378,19 +449,20 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if errno != 0 {
 		return nil, 0, errno
 	}
-	fh := n.handle()
-	f, writeOnly, err := n.fsys.openFile(ctx, flags, func(of int) (*client.File, error) {
-		return c.OpenHandle(ctx, fh, of)
-	})
-	if err != nil {
-		return nil, 0, toErrno(err)
+	var f *client.File
+	var writeOnly bool
+	if errno := n.withFH(ctx, c, func(fh []byte) (err error) {
+		f, writeOnly, err = n.fsys.openFile(ctx, flags, func(of int) (*client.File, error) {
+			return c.OpenHandle(ctx, fh, of)
+		})
+		return err
+	}); errno != 0 {
+		return nil, 0, errno
 	}
-	var a client.Attr
+	// OPEN's COMPOUND returned the attributes (CLAIM_FH, then GETATTR).
+	a := f.OpenAttr()
+	n.noteAttr(&a)
 	if n.fsys.cfg.Access == AccessCached {
-		if a, err = f.Stat(ctx); err != nil {
-			f.Close()
-			return nil, 0, toErrno(err)
-		}
 		if n.evictChanged(&a) {
 			// The kernel retries the open with a fresh lookup.
 			if err := f.Close(); err != nil {
@@ -402,24 +474,24 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	return newHandle(f, c, n, writeOnly), n.fuseFlags(flags, &a), 0
 }
 
-func (n *node) remove(ctx context.Context, name string) syscall.Errno {
-	c, p, errno := n.target(ctx, name)
-	if errno != 0 {
-		return errno
-	}
-	return toErrno(c.Remove(ctx, p))
+// remove removes name from the directory n: one COMPOUND of PUTFH and
+// REMOVE.
+func (n *node) remove(ctx context.Context, c *client.Client, name string) syscall.Errno {
+	return n.withFH(ctx, c, func(dir []byte) error {
+		return c.RemoveAt(ctx, dir, name)
+	})
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	ctx = mutating(ctx)
-	c, p, errno := n.target(ctx, name)
+	c, errno := n.fsys.client(ctx)
 	if errno != 0 {
 		return errno
 	}
 	if hidden, errno := n.sillyRename(ctx, c, name); hidden || errno != 0 {
 		return errno
 	}
-	return toErrno(c.Remove(ctx, p))
+	return n.remove(ctx, c, name)
 }
 
 // sillyRename hides the child name instead of removing it while the kernel
@@ -454,18 +526,13 @@ func (n *node) sillyRename(ctx context.Context, c *client.Client, name string) (
 	if cn.opens == 0 || cn.silly != "" {
 		return false, 0
 	}
-	from, errno := n.path(name)
-	if errno != 0 {
+	to := fmt.Sprintf(".shoal-silly.%x.%d", ch.StableAttr().Ino, n.fsys.sillySeq.Add(1))
+	if errno := n.withFH(ctx, c, func(dir []byte) error {
+		return c.RenameAt(ctx, dir, name, dir, to)
+	}); errno != 0 {
 		return false, errno
 	}
-	to, errno := n.path(fmt.Sprintf(".shoal-silly.%x.%d", ch.StableAttr().Ino, n.fsys.sillySeq.Add(1)))
-	if errno != 0 {
-		return false, errno
-	}
-	if err := c.Rename(ctx, from, to); err != nil {
-		return false, toErrno(err)
-	}
-	cn.silly, cn.sillyClient = to, c
+	cn.silly, cn.sillyDir, cn.sillyClient = to, n, c
 	return true, 0
 }
 
@@ -504,21 +571,27 @@ func (n *node) released(ctx context.Context, h *handle) {
 		n.idle = nil
 	}
 	var silly string
+	var dir *node
 	var c *client.Client
 	if n.opens == 0 && n.silly != "" {
-		silly, c = n.silly, n.sillyClient
-		n.silly, n.sillyClient = "", nil
+		silly, dir, c = n.silly, n.sillyDir, n.sillyClient
+		n.silly, n.sillyDir, n.sillyClient = "", nil, nil
 	}
 	n.mu.Unlock()
 	if silly != "" {
-		if err := c.Remove(ctx, silly); err != nil {
-			n.fsys.log.Warn("removing silly-renamed file", "path", silly, "err", err)
+		if errno := dir.remove(ctx, c, silly); errno != 0 {
+			n.fsys.log.Warn("removing silly-renamed file", "name", silly, "err", errno)
 		}
 	}
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	return n.remove(mutating(ctx), name)
+	ctx = mutating(ctx)
+	c, errno := n.fsys.client(ctx)
+	if errno != 0 {
+		return errno
+	}
+	return n.remove(ctx, c, name)
 }
 
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
@@ -530,20 +603,20 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if flags&^unix.RENAME_NOREPLACE != 0 {
 		return syscall.EINVAL // RENAME_EXCHANGE and RENAME_WHITEOUT have no NFS equivalent
 	}
-	c, from, errno := n.target(ctx, name)
-	if errno != 0 {
-		return errno
-	}
-	to, errno := np.path(newName)
+	c, errno := n.fsys.client(ctx)
 	if errno != 0 {
 		return errno
 	}
 	if flags&unix.RENAME_NOREPLACE != 0 {
 		// Not atomic: NFSv4 RENAME always replaces.
-		if _, errno := stat(ctx, c, to); errno != syscall.ENOENT {
-			if errno == 0 {
-				return syscall.EEXIST
-			}
+		errno := np.withFH(ctx, c, func(dir []byte) error {
+			_, _, err := c.LookupAt(ctx, dir, newName)
+			return err
+		})
+		if errno == 0 {
+			return syscall.EEXIST
+		}
+		if errno != syscall.ENOENT {
 			return errno
 		}
 	}
@@ -554,7 +627,23 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return errno
 		}
 	}
-	return toErrno(c.Rename(ctx, from, to))
+	return n.withFH(ctx, c, func(from []byte) error {
+		var err error
+		if errno := np.withFH(ctx, c, func(to []byte) error {
+			err = c.RenameAt(ctx, from, name, to, newName)
+			if client.IsStale(err) && !bytes.Equal(from, to) {
+				// Which of the two is stale? Ask about the target
+				// directory: a stale source goes back to n.withFH.
+				if _, serr := c.StatHandle(ctx, to); !client.IsStale(serr) {
+					return nil
+				}
+			}
+			return err
+		}); errno != 0 {
+			return errno
+		}
+		return err
+	})
 }
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -563,40 +652,51 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if !ok {
 		return nil, syscall.EXDEV
 	}
-	c, p, errno := n.target(ctx, name)
+	c, errno := n.fsys.client(ctx)
 	if errno != 0 {
 		return nil, errno
 	}
-	old, errno := t.path("")
-	if errno != 0 {
+	var fh []byte
+	var a client.Attr
+	if errno := t.withFH(ctx, c, func(tfh []byte) error {
+		fh = tfh
+		var err error
+		if errno := n.withFH(ctx, c, func(dir []byte) error {
+			a, err = c.LinkAt(ctx, tfh, dir, name)
+			if client.IsStale(err) {
+				if _, serr := c.StatHandle(ctx, dir); !client.IsStale(serr) {
+					return nil // the target is stale: t.withFH walks again
+				}
+			}
+			return err
+		}); errno != 0 {
+			return errno
+		}
+		return err
+	}); errno != 0 {
 		return nil, errno
 	}
-	if err := c.Link(ctx, old, p); err != nil {
-		return nil, toErrno(err)
-	}
-	return n.lookupChild(ctx, c, p, out)
+	t.noteAttr(&a)
+	return n.child(ctx, fh, &a, out), 0
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ctx = mutating(ctx)
-	c, p, errno := n.target(ctx, name)
-	if errno != 0 {
-		return nil, errno
-	}
-	if err := c.Symlink(ctx, target, p); err != nil {
-		return nil, toErrno(err)
-	}
-	return n.lookupChild(ctx, c, p, out)
+	return n.create(mutating(ctx), out, func(c *client.Client, dir []byte) ([]byte, client.Attr, error) {
+		return c.SymlinkAt(ctx, dir, name, target)
+	})
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
-	c, p, errno := n.target(ctx, "")
+	c, errno := n.fsys.client(ctx)
 	if errno != 0 {
 		return nil, errno
 	}
-	s, err := c.Readlink(ctx, p)
-	if err != nil {
-		return nil, toErrno(err)
+	var s string
+	if errno := n.withFH(ctx, c, func(fh []byte) (err error) {
+		s, err = c.ReadlinkHandle(ctx, fh)
+		return err
+	}); errno != 0 {
+		return nil, errno
 	}
 	return []byte(s), 0
 }
@@ -641,13 +741,19 @@ func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
 	if mask == 0 {
 		return 0
 	}
-	c, p, errno := n.target(ctx, "")
-	if errno != 0 {
-		return errno
-	}
-	a, errno := stat(ctx, c, p)
-	if errno != 0 {
-		return errno
+	a, ok := n.cachedAttr()
+	if !ok {
+		c, errno := n.fsys.client(ctx)
+		if errno != 0 {
+			return errno
+		}
+		if errno := n.withFH(ctx, c, func(fh []byte) (err error) {
+			a, err = c.StatHandle(ctx, fh)
+			return err
+		}); errno != 0 {
+			return errno
+		}
+		n.noteAttr(&a)
 	}
 	id := n.fsys.identity(ctx)
 	if id.uid == 0 {

@@ -26,6 +26,9 @@ import (
 //	stat PATH                             readlink PATH
 //	chmod PATH MODE                       truncate PATH SIZE
 //	setpolicy PATH MIRRORS                policy PATH|ino=N
+//	setxattr PATH NAME [VALUE] [mode=create|replace]
+//	getxattr PATH|ino=N NAME              lsxattr PATH|ino=N [max=N]
+//	rmxattr PATH NAME
 //	freeorphan N                          reopen
 //
 // The scripts run against every engine and must give the same output.
@@ -72,6 +75,7 @@ func errName(err error) string {
 		{meta.ErrNotFound, "ErrNotFound"}, {meta.ErrStale, "ErrStale"}, {meta.ErrExist, "ErrExist"},
 		{meta.ErrNotDir, "ErrNotDir"}, {meta.ErrIsDir, "ErrIsDir"}, {meta.ErrNotEmpty, "ErrNotEmpty"},
 		{meta.ErrInval, "ErrInval"}, {meta.ErrNameTooLong, "ErrNameTooLong"}, {meta.ErrNotSymlink, "ErrNotSymlink"},
+		{meta.ErrNoXattr, "ErrNoXattr"}, {meta.ErrXattrTooBig, "ErrXattrTooBig"}, {meta.ErrNoSpace, "ErrNoSpace"},
 	} {
 		if errors.Is(err, s.err) {
 			return s.name
@@ -263,6 +267,82 @@ func (h *nsHarness) run(t *testing.T, d *datadriven.TestData) (string, error) {
 			return fmt.Sprintf("ino=%d none", ino), nil
 		}
 		return fmt.Sprintf("ino=%d mirrors=%d", ino, p.Mirrors), nil
+	case "setxattr", "rmxattr":
+		ino, err := h.resolve(arg(0))
+		if err != nil {
+			return "", err
+		}
+		var ci meta.ChangeInfo
+		if d.Cmd == "rmxattr" {
+			ci, err = h.e.RemoveXattr(ctx, ino, arg(1), now)
+		} else {
+			var value string
+			if len(d.CmdArgs) > 2 && d.CmdArgs[2].Vals == nil {
+				value = arg(2)
+			}
+			mode := meta.XattrEither
+			if d.HasArg("mode") {
+				var m string
+				d.ScanArgs(t, "mode", &m)
+				mode = map[string]meta.XattrMode{"create": meta.XattrCreate, "replace": meta.XattrReplace}[m]
+			}
+			ci, err = h.e.SetXattr(ctx, ino, arg(1), []byte(value), mode, now)
+		}
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("change %d -> %d", ci.Before, ci.After), nil
+	case "getxattr", "lsxattr":
+		var pos []string // arguments without a value
+		for _, a := range d.CmdArgs {
+			if a.Vals == nil {
+				pos = append(pos, a.Key)
+			}
+		}
+		var ino meta.Ino
+		var err error
+		if d.HasArg("ino") {
+			var n uint64
+			d.ScanArgs(t, "ino", &n)
+			ino = meta.Ino(n)
+		} else if len(pos) == 0 {
+			t.Fatalf("%s: no path", d.Cmd)
+		} else if ino, err = h.resolve(pos[0]); err != nil {
+			return "", err
+		} else {
+			pos = pos[1:]
+		}
+		if d.Cmd == "getxattr" {
+			if len(pos) == 0 {
+				t.Fatalf("getxattr: no name")
+			}
+			v, err := h.e.GetXattr(ctx, ino, pos[0])
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("%q", v), nil
+		}
+		max := 1000
+		d.MaybeScanArgs(t, "max", &max)
+		var b strings.Builder
+		cookie := uint64(0)
+		for page := 0; page < 100; page++ {
+			names, eof, err := h.e.ListXattrs(ctx, ino, cookie, max)
+			if err != nil {
+				return "", err
+			}
+			if max < 1000 {
+				fmt.Fprintf(&b, "page %d:\n", page)
+			}
+			for _, n := range names {
+				fmt.Fprintf(&b, "  %d %s\n", n.Cookie, n.Name)
+				cookie = n.Cookie
+			}
+			if eof {
+				break
+			}
+		}
+		return b.String(), nil
 	case "freeorphan":
 		n, err := strconv.ParseUint(arg(0), 10, 64)
 		if err != nil {

@@ -280,9 +280,10 @@ type Engine interface {
 	// fails with ErrExist if the attribute exists, XattrReplace with
 	// ErrNoXattr if it does not. All attributes of an inode together
 	// take at most MaxXattrBytes (ErrNoSpace). Like every change of the
-	// inode's metadata it sets ctime to now and bumps change (RFC 8276
-	// §8.4.2 returns the change before and after as change_info4); mtime
-	// is left alone. The attributes are deleted with their inode.
+	// inode's metadata it sets ctime to now and bumps change (the NFS
+	// server returns the change before and after as SETXATTR's
+	// change_info4); mtime is left alone. The attributes are deleted
+	// with their inode.
 	SetXattr(ctx context.Context, ino Ino, name string, value []byte, mode XattrMode, now time.Time) (ChangeInfo, error)
 	// ListXattrs returns up to max names of ino's extended attributes
 	// that come after cookie (0 to start), in name order; eof reports

@@ -42,7 +42,10 @@ var writableAttrs = []uint32{
 
 var (
 	supportedMask = makeBitmap(supportedAttrs)
-	writableMask  = makeBitmap(writableAttrs)
+	// supportedMask42 adds the attributes NFSv4.2 defines (RFC 7862,
+	// RFC 8276): a 4.1 client never sees them.
+	supportedMask42 = bitmapSet(makeBitmap(supportedAttrs), nfs4.FATTR4_XATTR_SUPPORT)
+	writableMask    = makeBitmap(writableAttrs)
 	// modeOnly is the attrset of a create whose other attributes could
 	// not be applied: the mode is set by the create itself.
 	modeOnly = makeBitmap([]uint32{nfs4.FATTR4_MODE})
@@ -137,10 +140,19 @@ func nfsTime(e *xdr.Encoder, t time.Time) {
 	e.Uint32(uint32(t.Nanosecond()))
 }
 
+// supported returns the attributes GETATTR returns in the COMPOUND's minor
+// version.
+func (c *compound) supported() nfs4.Bitmap4 {
+	if c.minor >= 2 {
+		return supportedMask42
+	}
+	return supportedMask
+}
+
 // encodeAttrs encodes the attributes of o requested in req as a fattr4
 // (bitmap of what was returned, then the attribute values).
 func (c *compound) encodeAttrs(e *xdr.Encoder, o *object, req nfs4.Bitmap4, rdErr nfs4.Nfsstat4) {
-	bm := bitmapAnd(req, supportedMask)
+	bm := bitmapAnd(req, c.supported())
 	if readsWriteOnly(bm) {
 		// Never claim a value that is not encoded (callers reject such
 		// requests first; this keeps the fattr4 well-formed regardless).
@@ -171,7 +183,7 @@ func (c *compound) attrValues(e *xdr.Encoder, o *object, bm nfs4.Bitmap4, rdErr 
 	bitmapEach(bm, func(n uint32) bool {
 		switch n {
 		case nfs4.FATTR4_SUPPORTED_ATTRS:
-			encodeBitmap(e, supportedMask)
+			encodeBitmap(e, c.supported())
 		case nfs4.FATTR4_TYPE:
 			e.Uint32(uint32(a.Type))
 		case nfs4.FATTR4_FH_EXPIRE_TYPE:
@@ -263,6 +275,8 @@ func (c *compound) attrValues(e *xdr.Encoder, o *object, bm nfs4.Bitmap4, rdErr 
 			encodeBitmap(e, writableMask)
 		case nfs4.FATTR4_CHANGE_ATTR_TYPE:
 			e.Uint32(uint32(nfs4.NFS4_CHANGE_TYPE_IS_MONOTONIC_INCR))
+		case nfs4.FATTR4_XATTR_SUPPORT:
+			e.Bool(xattrsOn(o))
 		}
 		return true
 	})

@@ -20,7 +20,8 @@
 // NFS4ERR_BADXDR or NFS4ERR_OP_ILLEGAL, and a retransmitted request is
 // answered from the session slot's reply cache before anything else runs.
 // Each op family lives in its own file (ops_session.go, ops_fh.go,
-// ops_attr.go, ops_ns.go, ops_open.go, ops_io.go, ops_lock.go, ops_42.go).
+// ops_attr.go, ops_ns.go, ops_open.go, ops_io.go, ops_lock.go, ops_42.go,
+// ops_xattr.go).
 // Every operation number is declared once, in opTable (optable.go): its
 // handler (or none: NFS4ERR_NOTSUPP), the minor version that defines it,
 // the roles that serve it (plain server or metadata server, data server),
@@ -38,6 +39,18 @@
 // when the client asked to cache the reply, ca_maxresponsesize_cached)
 // gets NFS4ERR_REP_TOO_BIG (NFS4ERR_REP_TOO_BIG_TO_CACHE) instead of its
 // result (limits.go).
+//
+// # Extended attributes
+//
+// NFSv4.2 clients get RFC 8276's GETXATTR, SETXATTR, LISTXATTRS and
+// REMOVEXATTR, the xattr_support attribute and the ACCESS bits XAREAD,
+// XAWRITE and XALIST (ops_xattr.go); a 4.1 COMPOUND sees none of them. The
+// attributes are Linux's user namespace, sent without the "user." prefix,
+// and live in the metadata engine with their inode (meta.Engine.SetXattr),
+// with Linux's limits: a name over 255 bytes or a value over 64 KiB is
+// NFS4ERR_XATTR2BIG. Reading and listing need read permission, setting and
+// removing write permission on a writable export. The plain server and the
+// metadata server serve them; data servers do not.
 //
 // # Errors
 //

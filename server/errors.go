@@ -27,6 +27,9 @@ var errTable = []struct {
 	{meta.ErrNotEmpty, nfs4.NFS4ERR_NOTEMPTY},
 	{meta.ErrInval, nfs4.NFS4ERR_INVAL},
 	{meta.ErrNameTooLong, nfs4.NFS4ERR_NAMETOOLONG},
+	{meta.ErrNoXattr, nfs4.NFS4ERR_NOXATTR},
+	{meta.ErrXattrTooBig, nfs4.NFS4ERR_XATTR2BIG},
+	{meta.ErrNoSpace, nfs4.NFS4ERR_NOSPC},
 	{errBadHandle, nfs4.NFS4ERR_BADHANDLE},
 	// A data server that cannot be reached now (restarting, or not yet
 	// registered) is transient: the client retries, as it would for a

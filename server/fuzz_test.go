@@ -36,6 +36,8 @@ func fuzzSeeds() [][]nfs4.NfsArgop4 {
 			opSetattr(currentSid, fattr(aSize(100), aMode(0o600), aOwner("1000"), aGroup("1000"))),
 			nfs4.NfsArgop4{Argop: nfs4.OP_SEEK, Opseek: &nfs4.SEEK4args{SaStateid: currentSid, SaWhat: nfs4.NFS4_CONTENT_HOLE}},
 			nfs4.NfsArgop4{Argop: nfs4.OP_DEALLOCATE, Opdeallocate: &nfs4.DEALLOCATE4args{DaStateid: currentSid, DaLength: 10}},
+			nfs4.NfsArgop4{Argop: nfs4.OP_READ_PLUS, OpreadPlus: &nfs4.READPLUS4args{RpaStateid: currentSid, RpaCount: 100}},
+			nfs4.NfsArgop4{Argop: nfs4.OP_ALLOCATE, Opallocate: &nfs4.ALLOCATE4args{AaStateid: currentSid, AaOffset: 50, AaLength: 100}},
 			opOpenDowngrade(currentSid, nfs4.OPEN4_SHARE_ACCESS_READ, 0), opClose(currentSid)},
 		{opPutRoot(), opCreate("l", nfs4.Createtype4{Type: nfs4.NF4LNK, Linkdata: &link}, nfs4.Fattr4{}), opReadlink(),
 			opPutRoot(), opSaveFH(), opRename("l", "l2"), opLookup("l2"), opSaveFH(), opPutRoot(), opLink("l3"), opRemove("l3")},
@@ -47,6 +49,10 @@ func fuzzSeeds() [][]nfs4.NfsArgop4 {
 		{nfs4.NfsArgop4{Argop: nfs4.OP_RECLAIM_COMPLETE, OpreclaimComplete: &nfs4.RECLAIMCOMPLETE4args{RcaOneFs: true}},
 			nfs4.NfsArgop4{Argop: nfs4.OP_BACKCHANNEL_CTL, OpbackchannelCtl: &nfs4.BACKCHANNELCTL4args{BcaCbProgram: wiretest.CBProgram}}},
 		{opPutRoot(), nfs4.NfsArgop4{Argop: nfs4.OP_SECINFO, Opsecinfo: &nfs4.SECINFO4args{Name: []byte("d")}}},
+		{opPutRoot(), opLookup("f"),
+			nfs4.NfsArgop4{Argop: nfs4.OP_LAYOUTSTATS, Oplayoutstats: &nfs4.LAYOUTSTATS4args{LsaStateid: currentSid, LsaLength: 10}},
+			nfs4.NfsArgop4{Argop: nfs4.OP_LAYOUTERROR, Oplayouterror: &nfs4.LAYOUTERROR4args{LeaStateid: currentSid,
+				LeaErrors: []nfs4.DeviceError4{{DeStatus: nfs4.NFS4ERR_IO, DeOpnum: nfs4.OP_READ}}}}},
 	}
 }
 

@@ -62,6 +62,7 @@ func opLabel(op nfs4.NfsOpnum4) string { return strings.TrimPrefix(op.String(), 
 type collector struct {
 	s                          *Server
 	ops, opErrs, bytes, events *prometheus.Desc
+	layout                     layoutCollector
 }
 
 func newCollector(s *Server, labels prometheus.Labels) *collector {
@@ -71,6 +72,7 @@ func newCollector(s *Server, labels prometheus.Labels) *collector {
 		opErrs: prometheus.NewDesc("shoal_nfs_op_errors_total", "NFSv4 operations that failed, by operation.", []string{"op"}, labels),
 		bytes:  prometheus.NewDesc("shoal_nfs_bytes_total", "READ and WRITE payload bytes.", []string{"dir"}, labels),
 		events: prometheus.NewDesc("shoal_pnfs_events_total", "pNFS events: layout recalls sent, clients fenced.", []string{"event"}, labels),
+		layout: newLayoutCollector(labels),
 	}
 }
 
@@ -79,6 +81,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.opErrs
 	ch <- c.bytes
 	ch <- c.events
+	c.layout.describe(ch)
 }
 
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
@@ -94,6 +97,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(k.writeBytes.Load()), "write")
 	ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(k.recalls.Load()), "layout_recall")
 	ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(k.fences.Load()), "fence")
+	c.layout.collect(c.s.reports, ch)
 }
 
 // registerMetrics registers the server's collector, if configured.

@@ -92,6 +92,11 @@ func (c *compound) allocate(a *nfs4.ALLOCATE4args) opReply {
 	}
 	if end > o.attr.Size {
 		c.s.cache.wrote(o.fh.ino, o.attr, end, time.Now())
+		// The new size is recorded at once: data servers ask for it
+		// (FILE_SIZE) to tell the allocated zeros from the file's end.
+		if err := c.s.cache.flush(c.ctx, o.fh.ino); err != nil {
+			return failErr(err)
+		}
 	}
 	return ok(nil)
 }
@@ -124,4 +129,104 @@ func (c *compound) deallocate(a *nfs4.DEALLOCATE4args) opReply {
 	// Deallocation changes contents (zeros) but not the size.
 	c.s.cache.wrote(o.fh.ino, o.attr, 0, time.Now())
 	return ok(nil)
+}
+
+// maxReadPlusSegments bounds the segments of one READ_PLUS reply; a range
+// broken into more ends early (a short read, which the client continues).
+const maxReadPlusSegments = 64
+
+// readPlus is READ_PLUS (RFC 7862 §15.10): the range as data and hole
+// segments. Holes are found through the store's Seek, so on a metadata
+// server they are the holes of the data servers' objects, and on a data
+// server those of its own; bytes past the data's end but inside the file
+// are a hole. Only the data segments are read. The reply is bounded like
+// READ's (Config.MaxRead, and the session's ca_maxresponsesize).
+func (c *compound) readPlus(a *nfs4.READPLUS4args) opReply {
+	o, st := c.currentFile()
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	if st := c.checkIO(&a.RpaStateid, o, false); st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	size := o.attr.Size
+	if c.s.ds != nil {
+		var st nfs4.Nfsstat4
+		if size, st = c.dsReadEnd(&nfs4.READ4args{Offset: a.RpaOffset, Count: a.RpaCount}, o); st != nfs4.NFS4_OK {
+			return fail(st)
+		}
+	}
+	if a.RpaOffset >= size || a.RpaCount == 0 {
+		return ok(&nfs4.ReadPlusRes4{RprEof: a.RpaOffset >= size})
+	}
+	n := min(uint64(min(a.RpaCount, c.s.cfg.MaxRead)), size-a.RpaOffset)
+	end := a.RpaOffset + n
+	f, err := c.s.openData(o.fh.ino, false)
+	if err != nil {
+		return failErr(err)
+	}
+	if f != nil {
+		defer f.Close()
+	}
+	// next returns where the run of data or hole that starts at pos ends.
+	next := func(pos uint64, whence int) (uint64, error) {
+		if f == nil {
+			return end, nil // no data file: all hole
+		}
+		p, err := f.Seek(int64(pos), whence)
+		switch {
+		case errors.Is(err, io.EOF):
+			// No data from pos on: the rest is a hole.
+			if whence == store.SeekData {
+				return end, nil
+			}
+			return pos, nil
+		case errors.Is(err, store.ErrNotSupported):
+			// No hole detection: everything is data.
+			if whence == store.SeekData {
+				return pos, nil
+			}
+			return end, nil
+		case err != nil:
+			return 0, err
+		}
+		return min(max(uint64(p), pos), end), nil
+	}
+	var buf []byte
+	res := &nfs4.ReadPlusRes4{}
+	pos := a.RpaOffset
+	for pos < end && len(res.RprContents) < maxReadPlusSegments {
+		d, err := next(pos, store.SeekData)
+		if err != nil {
+			return failErr(err)
+		}
+		if d > pos {
+			res.RprContents = append(res.RprContents, nfs4.ReadPlusContent{RpcContent: nfs4.NFS4_CONTENT_HOLE,
+				RpcHole: &nfs4.DataInfo4{DiOffset: pos, DiLength: d - pos}})
+			pos = d
+			continue
+		}
+		h, err := next(pos, store.SeekHole)
+		if err != nil {
+			return failErr(err)
+		}
+		if h <= pos {
+			h = end
+		}
+		if buf == nil {
+			buf = c.s.readBuf(int(n))
+			// Spliced into the reply without a copy, as for READ.
+			c.call.AfterReply(func() { c.s.putReadBuf(buf) })
+		}
+		seg := buf[pos-a.RpaOffset : h-a.RpaOffset]
+		if _, err := f.ReadAt(seg, int64(pos)); err != nil && !errors.Is(err, io.EOF) {
+			return failErr(err)
+		}
+		c.s.counters.readBytes.Add(uint64(len(seg)))
+		res.RprContents = append(res.RprContents, nfs4.ReadPlusContent{RpcContent: nfs4.NFS4_CONTENT_DATA,
+			RpcData: &nfs4.Data4{DOffset: pos, DData: seg}})
+		pos = h
+	}
+	res.RprEof = pos >= size
+	return ok(res)
 }

@@ -34,7 +34,7 @@ func (c *compound) verify(f *nfs4.Fattr4, negate bool) opReply {
 	}
 	unsupported := false
 	bitmapEach(f.Attrmask, func(n uint32) bool {
-		unsupported = !bitmapHas(supportedMask, n)
+		unsupported = !bitmapHas(c.supported(), n)
 		return !unsupported
 	})
 	if unsupported {
@@ -57,8 +57,12 @@ func (c *compound) access(a *nfs4.ACCESS4args) opReply {
 	if st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	const all = nfs4.ACCESS4_READ | nfs4.ACCESS4_LOOKUP | nfs4.ACCESS4_MODIFY |
-		nfs4.ACCESS4_EXTEND | nfs4.ACCESS4_DELETE | nfs4.ACCESS4_EXECUTE
+	all := uint32(nfs4.ACCESS4_READ | nfs4.ACCESS4_LOOKUP | nfs4.ACCESS4_MODIFY |
+		nfs4.ACCESS4_EXTEND | nfs4.ACCESS4_DELETE | nfs4.ACCESS4_EXECUTE)
+	if c.minor >= 2 && xattrsOn(o) {
+		// The extended attribute bits of RFC 8276, in 4.2 only.
+		all |= nfs4.ACCESS4_XAREAD | nfs4.ACCESS4_XAWRITE | nfs4.ACCESS4_XALIST
+	}
 	supported := a.Access & all
 	cr := c.cred(o.export)
 	ro := o.export == nil || o.export.ReadOnly
@@ -66,6 +70,12 @@ func (c *compound) access(a *nfs4.ACCESS4args) opReply {
 	can := func(bits uint32) bool { return allowed(&o.attr, cr, bits) }
 	if supported&nfs4.ACCESS4_READ != 0 && can(permRead) {
 		granted |= nfs4.ACCESS4_READ
+	}
+	if can(permRead) {
+		granted |= supported & (nfs4.ACCESS4_XAREAD | nfs4.ACCESS4_XALIST)
+	}
+	if !ro && can(permWrite) {
+		granted |= supported & nfs4.ACCESS4_XAWRITE
 	}
 	if o.isDir() {
 		if supported&nfs4.ACCESS4_LOOKUP != 0 && can(permExec) {

@@ -128,6 +128,10 @@ var opTable = map[nfs4.NfsOpnum4]opDef{
 		minor: 1, roles: allRoles, releaseArgs: true},
 	nfs4.OP_COMMIT: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.commit(a.Opcommit) },
 		minor: 1, roles: allRoles, releaseArgs: true},
+	// READ_PLUS on a data server too: the Linux client sends it there
+	// when the MDS takes it (and falls back to READ on NFS4ERR_NOTSUPP).
+	nfs4.OP_READ_PLUS: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.readPlus(a.OpreadPlus) },
+		minor: 2, roles: allRoles},
 	nfs4.OP_SEEK: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.seek(a.Opseek) },
 		minor: 2, roles: roleMDS},
 	nfs4.OP_ALLOCATE: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.allocate(a.Opallocate) },
@@ -140,14 +144,17 @@ var opTable = map[nfs4.NfsOpnum4]opDef{
 	nfs4.OP_OFFLOAD_STATUS: {minor: 2, roles: roleMDS}, // not supported
 	nfs4.OP_CLONE:          {minor: 2, roles: roleMDS}, // not supported
 	nfs4.OP_IO_ADVISE:      {minor: 2, roles: roleMDS}, // not supported
-	nfs4.OP_READ_PLUS:      {minor: 2, roles: roleMDS}, // not supported
 	nfs4.OP_WRITE_SAME:     {minor: 2, roles: roleMDS}, // not supported
 
-	// Extended attributes (RFC 8276): not supported.
-	nfs4.OP_GETXATTR:    {minor: 2, roles: roleMDS},
-	nfs4.OP_SETXATTR:    {minor: 2, roles: roleMDS},
-	nfs4.OP_LISTXATTRS:  {minor: 2, roles: roleMDS},
-	nfs4.OP_REMOVEXATTR: {minor: 2, roles: roleMDS},
+	// Extended attributes (RFC 8276; ops_xattr.go).
+	nfs4.OP_GETXATTR: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.getxattr(a.Opgetxattr) },
+		minor: 2, roles: roleMDS},
+	nfs4.OP_SETXATTR: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.setxattr(a.Opsetxattr) },
+		minor: 2, roles: roleMDS},
+	nfs4.OP_LISTXATTRS: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.listxattrs(a.Oplistxattrs) },
+		minor: 2, roles: roleMDS},
+	nfs4.OP_REMOVEXATTR: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.removexattr(a.Opremovexattr) },
+		minor: 2, roles: roleMDS},
 
 	// Opens, locks and stateids (ops_open.go, ops_lock.go).
 	nfs4.OP_OPEN: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.open(a.Opopen) },
@@ -185,8 +192,10 @@ var opTable = map[nfs4.NfsOpnum4]opDef{
 		minor: 1, roles: roleMDS},
 	nfs4.OP_LAYOUTRETURN: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.layoutReturn(a.Oplayoutreturn) },
 		minor: 1, roles: roleMDS},
-	nfs4.OP_LAYOUTERROR: {minor: 2, roles: roleMDS}, // not supported
-	nfs4.OP_LAYOUTSTATS: {minor: 2, roles: roleMDS}, // not supported
+	nfs4.OP_LAYOUTERROR: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.layoutError(a.Oplayouterror) },
+		minor: 2, roles: roleMDS},
+	nfs4.OP_LAYOUTSTATS: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.layoutStats(a.Oplayoutstats) },
+		minor: 2, roles: roleMDS},
 
 	// Client IDs and sessions (ops_session.go).
 	nfs4.OP_SEQUENCE: {session: sequenceOp, minor: 1, roles: allRoles, releaseArgs: true},

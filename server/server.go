@@ -84,6 +84,7 @@ type Server struct {
 	pnfs      *pnfsState        // nil unless a pNFS metadata server
 	ds        *DataServerConfig // nil unless a pNFS data server
 	counters  counters
+	reports   *layoutReports // LAYOUTERROR, LAYOUTSTATS (layoutstats.go)
 	// ownData is set when the server opened its data store itself (and so
 	// closes it); a store handed in by the caller stays open.
 	ownData bool
@@ -121,7 +122,7 @@ func New(cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, bootTime: time.Now()}
+	s := &Server{cfg: cfg, log: cfg.Logger, bootTime: time.Now(), reports: newLayoutReports()}
 	ns, err := newNamespace(cfg.Exports)
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)

@@ -146,6 +146,9 @@ func (d *dataServers) Layout(ctx context.Context, ino uint64) (cluster.FileLayou
 func (d *dataServers) Device(id [16]byte) ([][]string, bool) { return d.striped.Device(id) }
 func (d *dataServers) Devices() [][16]byte                   { return d.striped.Devices() }
 func (d *dataServers) StripeUnit() uint64                    { return d.striped.StripeUnit() }
+func (d *dataServers) Shares(ctx context.Context, ino uint64, id [16]byte, off, length uint64) (map[string]uint64, bool) {
+	return d.striped.Shares(ctx, ino, id, off, length)
+}
 
 func (d *dataServers) Fence(ctx context.Context, id uint64) error   { return d.reg.Fence(ctx, id) }
 func (d *dataServers) Unfence(ctx context.Context, id uint64) error { return d.reg.Unfence(ctx, id) }

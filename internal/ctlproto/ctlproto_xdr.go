@@ -8,7 +8,7 @@ import (
 	"github.com/shoalfs/shoal/internal/xdr"
 )
 
-const CTL_VERSION = 5
+const CTL_VERSION = 6
 
 const CTL_MAX_ID = 255
 
@@ -61,6 +61,7 @@ const (
 	CTL_ERR_BUSY          CtlStatus = 20
 	CTL_ERR_CORRUPT       CtlStatus = 21
 	CTL_ERR_NOTMEMBER     CtlStatus = 22
+	CTL_ERR_NOTSUPP       CtlStatus = 23
 )
 
 // String returns the XDR name of v.
@@ -112,6 +113,8 @@ func (v CtlStatus) String() string {
 		return "CTL_ERR_CORRUPT"
 	case CTL_ERR_NOTMEMBER:
 		return "CTL_ERR_NOTMEMBER"
+	case CTL_ERR_NOTSUPP:
+		return "CTL_ERR_NOTSUPP"
 	}
 	return "CtlStatus(" + strconv.FormatInt(int64(v), 10) + ")"
 }
@@ -663,6 +666,153 @@ func (v *CtlPunchArgs) DecodeXDR(d *xdr.Decoder) {
 	v.Length = d.Uint64()
 }
 
+// CtlExtents is the XDR struct ctl_extents.
+type CtlExtents struct {
+	Unit   uint64
+	Stride uint64
+	Phase  uint64
+}
+
+// EncodeXDR implements xdr.Marshaler.
+func (v *CtlExtents) EncodeXDR(e *xdr.Encoder) {
+	e.Uint64(v.Unit)
+	e.Uint64(v.Stride)
+	e.Uint64(v.Phase)
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlExtents) DecodeXDR(d *xdr.Decoder) {
+	v.Unit = d.Uint64()
+	v.Stride = d.Uint64()
+	v.Phase = d.Uint64()
+}
+
+// CtlAllocateArgs is the XDR struct ctl_allocate_args.
+type CtlAllocateArgs struct {
+	Ino     uint64
+	Offset  uint64
+	Length  uint64
+	Extents CtlExtents
+}
+
+// EncodeXDR implements xdr.Marshaler.
+func (v *CtlAllocateArgs) EncodeXDR(e *xdr.Encoder) {
+	e.Uint64(v.Ino)
+	e.Uint64(v.Offset)
+	e.Uint64(v.Length)
+	v.Extents.EncodeXDR(e)
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlAllocateArgs) DecodeXDR(d *xdr.Decoder) {
+	v.Ino = d.Uint64()
+	v.Offset = d.Uint64()
+	v.Length = d.Uint64()
+	v.Extents.DecodeXDR(d)
+}
+
+// CtlSeekWhat is the XDR enum ctl_seek_what.
+type CtlSeekWhat int32
+
+const (
+	CTL_SEEK_DATA CtlSeekWhat = 0
+	CTL_SEEK_HOLE CtlSeekWhat = 1
+)
+
+// String returns the XDR name of v.
+func (v CtlSeekWhat) String() string {
+	switch v {
+	case CTL_SEEK_DATA:
+		return "CTL_SEEK_DATA"
+	case CTL_SEEK_HOLE:
+		return "CTL_SEEK_HOLE"
+	}
+	return "CtlSeekWhat(" + strconv.FormatInt(int64(v), 10) + ")"
+}
+
+// EncodeXDR implements xdr.Marshaler.
+func (v *CtlSeekWhat) EncodeXDR(e *xdr.Encoder) { e.Int32(int32(*v)) }
+
+// DecodeXDR implements xdr.Unmarshaler. Unknown values are accepted.
+func (v *CtlSeekWhat) DecodeXDR(d *xdr.Decoder) { *v = CtlSeekWhat(d.Int32()) }
+
+// CtlSeekArgs is the XDR struct ctl_seek_args.
+type CtlSeekArgs struct {
+	Ino     uint64
+	Offset  uint64
+	What    CtlSeekWhat
+	Extents CtlExtents
+}
+
+// EncodeXDR implements xdr.Marshaler.
+func (v *CtlSeekArgs) EncodeXDR(e *xdr.Encoder) {
+	e.Uint64(v.Ino)
+	e.Uint64(v.Offset)
+	e.Int32(int32(v.What))
+	v.Extents.EncodeXDR(e)
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlSeekArgs) DecodeXDR(d *xdr.Decoder) {
+	v.Ino = d.Uint64()
+	v.Offset = d.Uint64()
+	v.What = CtlSeekWhat(d.Int32())
+	v.Extents.DecodeXDR(d)
+}
+
+// CtlSeekOk is the XDR struct ctl_seek_ok.
+type CtlSeekOk struct {
+	Found  bool
+	Offset uint64
+}
+
+// EncodeXDR implements xdr.Marshaler.
+func (v *CtlSeekOk) EncodeXDR(e *xdr.Encoder) {
+	e.Bool(v.Found)
+	e.Uint64(v.Offset)
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlSeekOk) DecodeXDR(d *xdr.Decoder) {
+	v.Found = d.Bool()
+	v.Offset = d.Uint64()
+}
+
+// CtlSeekRes is the XDR union ctl_seek_res. Only the field selected by Status is used.
+type CtlSeekRes struct {
+	Status CtlStatus
+	Ok     *CtlSeekOk
+}
+
+// EncodeXDR implements xdr.Marshaler. A nil arm encodes as its zero value.
+func (v *CtlSeekRes) EncodeXDR(e *xdr.Encoder) {
+	e.Int32(int32(v.Status))
+	switch v.Status {
+	case CTL_OK:
+		x := v.Ok
+		if x == nil {
+			x = new(CtlSeekOk)
+		}
+		x.EncodeXDR(e)
+	default:
+	}
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlSeekRes) DecodeXDR(d *xdr.Decoder) {
+	*v = CtlSeekRes{}
+	v.Status = CtlStatus(d.Int32())
+	if d.Err() != nil {
+		return
+	}
+	switch v.Status {
+	case CTL_OK:
+		v.Ok = new(CtlSeekOk)
+		v.Ok.DecodeXDR(d)
+	default:
+	}
+}
+
 // CtlClientArgs is the XDR struct ctl_client_args.
 type CtlClientArgs struct {
 	Clientid uint64
@@ -1030,4 +1180,6 @@ const (
 	CTLPROC_REPLICA_WRITE  = 19
 	CTLPROC_REPLICA_COMMIT = 20
 	CTLPROC_OBJ_SUM        = 21
+	CTLPROC_OBJ_ALLOCATE   = 22
+	CTLPROC_OBJ_SEEK       = 23
 )

@@ -202,6 +202,28 @@ func (m *Manager) CheckLayoutCommit(id ClientID, sid Stateid, file FileID) error
 	return nil
 }
 
+// CheckLayout checks that sid is client id's current layout stateid for
+// file, of either iomode: the stateid LAYOUTERROR and LAYOUTSTATS carry
+// (RFC 7862 §15.6.3, §15.7.3). It fails with ErrStaleStateid for a stateid
+// of an earlier boot, ErrBadStateid for anything but a layout stateid of
+// this client and file (or a seqid from the future) and ErrOldStateid for
+// an older seqid.
+func (m *Manager) CheckLayout(id ClientID, sid Stateid, file FileID) error {
+	if sid.IsSpecial() || sid.Type() != TypeLayout {
+		return fmt.Errorf("%w: %v is not a layout stateid", ErrBadStateid, sid)
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.fromEarlierBoot(sid) {
+		return ErrStaleStateid
+	}
+	l := m.layoutIDs[sid.Other]
+	if l == nil || l.client.id != id || l.file != file {
+		return fmt.Errorf("%w: no layout of this client and file under %v", ErrBadStateid, sid)
+	}
+	return checkSeqid(sid.Seqid, l.sid.Seqid)
+}
+
 // LayoutIOMode returns the iomode granted so far under the layout stateid
 // sid (IOModeRead or IOModeRW), or 0 if there is no such layout. A
 // LAYOUTGET for RW under a read-only open is granted READ, and the reply

@@ -212,8 +212,10 @@ func ioSplit(before, after snapshot) []ioRow {
 			instance:   in,
 			readBytes:  d("shoal_nfs_bytes_total", "instance", in, "dir", "read"),
 			writeBytes: d("shoal_nfs_bytes_total", "instance", in, "dir", "write"),
-			readOps:    d("shoal_nfs_ops_total", "instance", in, "op", "READ"),
-			writeOps:   d("shoal_nfs_ops_total", "instance", in, "op", "WRITE"),
+			// A 4.2 client may read with READ_PLUS where the server takes it.
+			readOps: d("shoal_nfs_ops_total", "instance", in, "op", "READ") +
+				d("shoal_nfs_ops_total", "instance", in, "op", "READ_PLUS"),
+			writeOps: d("shoal_nfs_ops_total", "instance", in, "op", "WRITE"),
 		})
 	}
 	return rows

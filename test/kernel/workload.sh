@@ -272,6 +272,73 @@ step_truncate() {
 	expect "size after truncate 0" "$(fsize "$f")" 0
 }
 
+# step_sparse (NFSv4.2): fallocate(2) and lseek(2) SEEK_DATA/SEEK_HOLE,
+# which the client sends as DEALLOCATE, ALLOCATE and SEEK. On a pNFS MDS
+# they act on the data servers' objects: the punched range must read back
+# as zeros (through the data servers' block checksums), the rest intact.
+step_sparse() {
+	f=$W/sparse
+	rm -f "$f"
+	head -c 4194304 /dev/urandom >/tmp/sparse.src
+	cp /tmp/sparse.src "$f" || die "cp"
+	sparse punch "$f" 1048576 2097152 || die "fallocate punch hole failed"
+	drop_caches
+	expect "size after punch" "$(fsize "$f")" 4194304
+	expect "nonzero bytes in the punched range" \
+		"$(dd if="$f" bs=1048576 skip=1 count=2 2>/dev/null | tr -d '\000' | wc -c)" 0
+	expect "head after punch" "$(head -c 1048576 "$f" | sha256sum)" "$(head -c 1048576 /tmp/sparse.src | sha256sum)"
+	expect "tail after punch" "$(tail -c 1048576 "$f" | sha256sum)" "$(tail -c 1048576 /tmp/sparse.src | sha256sum)"
+	expect "SEEK_HOLE from 0" "$(sparse hole "$f" 0)" 1048576
+	expect "SEEK_DATA from the hole" "$(sparse data "$f" 1048576)" 3145728
+	sparse alloc "$f" 4194304 1048576 || die "fallocate (allocate) failed"
+	drop_caches
+	expect "size after allocate" "$(fsize "$f")" 5242880
+	expect "nonzero bytes in the allocated range" "$(tail -c 1048576 "$f" | tr -d '\000' | wc -c)" 0
+	rm -f "$f"
+	echo "punch, SEEK_HOLE/SEEK_DATA and allocate ok"
+}
+
+# step_xattr (NFSv4.2): user.* extended attributes (RFC 8276) set with
+# setfattr, read back with getfattr, listed with getfattr -d after a cache
+# drop (so from the server, not the client's xattr cache), one removed with
+# setfattr -x, on a file and a directory.
+step_xattr() {
+	f=$W/xattr
+	echo data >"$f" || die write
+	setfattr -n user.shoal -v hello "$f" || die "setfattr -n user.shoal failed"
+	expect "getfattr -n user.shoal" "$(getfattr --only-values -n user.shoal "$f")" hello
+	big=$(head -c 8192 /dev/zero | tr '\0' x)
+	setfattr -n user.second -v "$big" "$f" || die "setfattr -n user.second (8 KiB) failed"
+	mkdir -p "$W/xattrdir" && setfattr -n user.dir -v on-a-dir "$W/xattrdir" || die "setfattr on a directory failed"
+	drop_caches
+	dump=$(getfattr -d "$f") || die "getfattr -d failed"
+	echo "$dump" | grep -qx 'user.shoal="hello"' || die "getfattr -d lacks user.shoal: $dump"
+	echo "$dump" | grep -qx "user.second=\"$big\"" || die "getfattr -d lacks user.second: $(echo "$dump" | cut -c1-80)"
+	expect "attributes listed" "$(echo "$dump" | grep -c '^user\.')" 2
+	expect "directory attribute" "$(getfattr --only-values -n user.dir "$W/xattrdir")" on-a-dir
+	setfattr -x user.shoal "$f" || die "setfattr -x user.shoal failed"
+	drop_caches
+	if getfattr -n user.shoal "$f" >/tmp/xattr.out 2>&1; then
+		die "user.shoal still there after setfattr -x: $(cat /tmp/xattr.out)"
+	fi
+	grep -q "No such attribute" /tmp/xattr.out || die "getfattr of the removed attribute: $(cat /tmp/xattr.out)"
+	expect "attributes left" "$(getfattr -d "$f" | grep -c '^user\.')" 1
+	expect "user.second after removing user.shoal" "$(getfattr --only-values -n user.second "$f")" "$big"
+	echo "set user.shoal=hello and 8 KiB user.second, getfattr -d listed 2, setfattr -x left 1; $(tr '\n' ' ' </tmp/xattr.out)"
+}
+
+# step_xattr_41: NFSv4.1 has no extended attributes; setfattr must fail
+# with "Operation not supported".
+step_xattr_41() {
+	f=$W/xattr41
+	echo data >"$f" || die write
+	if setfattr -n user.shoal -v hello "$f" 2>/tmp/xattr.err; then
+		die "setfattr succeeded on a 4.1 mount"
+	fi
+	grep -q "not supported" /tmp/xattr.err || die "setfattr: $(cat /tmp/xattr.err)"
+	cat /tmp/xattr.err
+}
+
 step_rm() {
 	rm -r "$W/tree" "$W/ra" "$W/rb" "$W/hldir" || die "rm -r failed"
 	drop_caches
@@ -764,6 +831,12 @@ main)
 		run chown chown
 		run touch touch && stat -c %Y "$W/times" >/tmp/times.mtime
 		run truncate truncate
+		if [ "$t_vers" = 4.2 ]; then
+			run xattr xattr
+		else
+			run xattr/v4.1 xattr_41
+		fi
+		[ "$t_vers" = 4.2 ] && run sparse sparse
 		run rm rm
 		if [ "${t_pnfs:-0}" = 1 ]; then
 			for x in truncate rm; do

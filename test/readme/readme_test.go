@@ -94,10 +94,10 @@ var (
 
 type cluster struct {
 	cmd     *exec.Cmd
-	done    chan struct{} // closed once the process and its output are done
-	waitErr error         // Wait's result, once done is closed
-	addrs []string          // every address it listens on
-	cmds  map[string]string // printed commands by label
+	done    chan struct{}     // closed once the process and its output are done
+	waitErr error             // Wait's result, once done is closed
+	addrs   []string          // every address it listens on
+	cmds    map[string]string // printed commands by label
 }
 
 // start runs the README's command line and waits for the ready lines.
@@ -208,8 +208,10 @@ func TestREADME(t *testing.T) {
 
 	// The binary the README builds knows the commit it was built from
 	// (GOFLAGS may say -buildvcs=false, as on these machines; the README's
-	// build overrides it).
-	if head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output(); err == nil {
+	// build overrides it). Go stamps a checkout whose .git is a directory,
+	// not a git worktree's .git file.
+	head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+	if fi, serr := os.Stat(filepath.Join(root, ".git")); err == nil && serr == nil && fi.IsDir() {
 		out, err := exec.Command(filepath.Join(bin, "shoal"), "version").Output()
 		if err != nil {
 			t.Fatalf("shoal version: %v", err)

@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# fuse-meta.sh: small-file metadata rates of `shoal mount` (issue 13's
+# workload): PROCS processes each create FILES files of SIZE bytes in a
+# directory of its own, then stat them all, then delete them, phase by phase
+# with a barrier in between, through the FUSE mount of a local
+# `shoal up --ds DS` cluster on loopback. Prints a table (creates/s,
+# stats/s, deletes/s, and what each file cost at the MDS: COMPOUNDs,
+# operations, LOOKUPs and COMMITs per file, from the MDS's
+# shoal_nfs_ops_total counters) and the same as one JSON line.
+#
+#   scripts/fuse-meta.sh                       # 4 x 500 files of 4 KiB, 4 DS, cached, 3 runs
+#   RUNS=1 ACCESS=direct scripts/fuse-meta.sh
+#   OUT=/tmp/meta.json scripts/fuse-meta.sh    # also write the JSON there
+#
+# Environment: SHOAL (binary; default: built from this checkout), DS, PROCS,
+# FILES, SIZE, ACCESS (cached, odirect, direct), RUNS (the table shows the
+# median rate; ops per file are the same in every run), TIMEOUT (seconds
+# for the whole workload, default 300), OUT, KEEP=1 (keep the work dir).
+#
+# The rates are wall-clock: from the barrier that starts a phase until the
+# last process finished it. The operations of a phase are counted from the
+# start of the phase to the start of the next one, after a 1 s pause in
+# which the kernel's asynchronous RELEASEs (CLOSE at the MDS) arrive.
+# Everything listens on 127.0.0.1 only; the cluster and the mount started
+# here are stopped by PID, and the work directory removed, on exit, also on
+# error or Ctrl-C.
+set -euo pipefail
+
+DS=${DS:-4}
+PROCS=${PROCS:-4}
+FILES=${FILES:-500}
+SIZE=${SIZE:-4096}
+ACCESS=${ACCESS:-cached}
+RUNS=${RUNS:-3}
+TIMEOUT=${TIMEOUT:-300}
+OUT=${OUT:-}
+repo=$(cd "$(dirname "$0")/.." && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/shoal-fuse-meta.XXXXXX")
+mnt=$work/mnt
+up_pid=
+mount_pid=
+
+stop_pid() { # stop_pid PID: SIGTERM, up to 10 s, then SIGKILL
+	local pid=$1
+	[[ -n $pid ]] || return 0
+	kill "$pid" 2>/dev/null || return 0
+	for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
+	kill -9 "$pid" 2>/dev/null || true
+}
+cleanup() {
+	local rc=$?
+	set +e
+	if mountpoint -q "$mnt" 2>/dev/null; then
+		"$SHOAL" umount "$mnt" 2>/dev/null || fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null
+	fi
+	stop_pid "$mount_pid"
+	stop_pid "$up_pid"
+	if [[ ${KEEP:-0} == 1 ]]; then echo "kept $work" >&2; else rm -rf "$work"; fi
+	exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+command -v python3 >/dev/null || { echo "fuse-meta.sh needs python3" >&2; exit 1; }
+if [[ -z ${SHOAL:-} ]]; then
+	SHOAL=$work/shoal
+	(cd "$repo" && go build -o "$SHOAL" ./cmd/shoal)
+fi
+
+# 1. The cluster, with its metrics on a kernel-chosen port.
+"$SHOAL" up --dir "$work/cluster" --ds "$DS" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
+	--ready-file "$work/ready" --log-level warn >"$work/up.log" 2>&1 &
+up_pid=$!
+for _ in $(seq 1 300); do
+	[[ -s $work/ready ]] && break
+	kill -0 "$up_pid" 2>/dev/null || { cat "$work/up.log" >&2; echo "shoal up died" >&2; exit 1; }
+	sleep 0.1
+done
+[[ -s $work/ready ]] || { echo "shoal up not ready after 30s" >&2; exit 1; }
+addr=$(sed -n 's/.*"mds":"\([^"]*\)".*/\1/p' "$work/ready")
+[[ $addr == 127.0.0.1:* ]] || { echo "unexpected MDS address '$addr'" >&2; exit 1; }
+metrics=$(sed -n 's|^  status: \(http://[^ ]*/\)$|\1metrics|p' "$work/up.log")
+[[ -n $metrics ]] || { cat "$work/up.log" >&2; echo "no status URL in shoal up's output" >&2; exit 1; }
+
+# 2. The mount, in the foreground of a background job so its PID is ours.
+mkdir -p "$mnt"
+"$SHOAL" mount --access "$ACCESS" "nfs://$addr/" "$mnt" >"$work/mount.log" 2>&1 &
+mount_pid=$!
+for _ in $(seq 1 300); do
+	mountpoint -q "$mnt" && break
+	kill -0 "$mount_pid" 2>/dev/null || { cat "$work/mount.log" >&2; echo "shoal mount died" >&2; exit 1; }
+	sleep 0.1
+done
+mountpoint -q "$mnt" || { echo "mount not up after 30s" >&2; exit 1; }
+echo "cluster: $addr, $DS data servers; mount: --access $ACCESS; load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+
+# 3. The workload.
+cat >"$work/meta.py" <<'EOF'
+import json, multiprocessing as mp, os, signal, statistics, sys, time, urllib.request
+
+# timeout(1) sends SIGTERM: exit normally, so the daemonic workers are
+# terminated too.
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
+
+mnt, metrics, procs, files, size, runs = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7])
+PHASES = ["create", "stat", "delete"]
+
+def mds_ops():
+    ops = {}
+    with urllib.request.urlopen(metrics, timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("shoal_nfs_ops_total{") and 'role="mds"' in line:
+                op = line.split('op="', 1)[1].split('"', 1)[0]
+                ops[op] = ops.get(op, 0) + float(line.rsplit(" ", 1)[1])
+    return ops
+
+def worker(i, run, start, end):
+    d = os.path.join(mnt, f"r{run}.p{i}")
+    os.mkdir(d)
+    data = os.urandom(size)
+    names = [os.path.join(d, f"f{j}") for j in range(files)]
+    for phase in PHASES:
+        start.wait()
+        for p in names:
+            if phase == "create":
+                fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                os.write(fd, data)
+                os.close(fd)
+            elif phase == "stat":
+                if os.stat(p).st_size != size:
+                    raise SystemExit(f"{p}: wrong size")
+            else:
+                os.unlink(p)
+        end.wait()
+    os.rmdir(d)
+
+results = {p: [] for p in PHASES}
+per_file = {}
+for run in range(runs):
+    start, end = mp.Barrier(procs + 1), mp.Barrier(procs + 1)
+    ws = [mp.Process(target=worker, args=(i, run, start, end), daemon=True) for i in range(procs)]
+    for w in ws:
+        w.start()
+    before = mds_ops()
+    for phase in PHASES:
+        start.wait()
+        t0 = time.monotonic()
+        end.wait()
+        dt = time.monotonic() - t0
+        time.sleep(1)  # RELEASEs (CLOSE) arrive asynchronously
+        after = mds_ops()
+        n = procs * files
+        results[phase].append(n / dt)
+        diff = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        per_file[phase] = {
+            "compounds": diff.get("SEQUENCE", 0) / n,
+            "ops": sum(v for k, v in diff.items() if k != "SEQUENCE") / n,
+            "lookups": diff.get("LOOKUP", 0) / n,
+            "commits": diff.get("COMMIT", 0) / n,
+            "by_op": {k: round(v / n, 3) for k, v in sorted(diff.items()) if v},
+        }
+        before = after
+    for w in ws:
+        w.join()
+        if w.exitcode != 0:
+            raise SystemExit(f"worker failed with {w.exitcode}")
+
+out = {"procs": procs, "files": files, "size": size, "runs": runs,
+       "load_average": os.getloadavg()}
+print(f"{'phase':8} {'median/s':>10} {'runs/s':>24} {'compounds/file':>15} {'ops/file':>9} {'LOOKUP/file':>12} {'COMMIT/file':>12}")
+for phase in PHASES:
+    r = results[phase]
+    pf = per_file[phase]
+    out[phase] = {"per_second": round(statistics.median(r)), "runs": [round(x) for x in r], **pf}
+    print(f"{phase:8} {statistics.median(r):10.0f} {' '.join(f'{x:.0f}' for x in r):>24} "
+          f"{pf['compounds']:15.2f} {pf['ops']:9.2f} {pf['lookups']:12.2f} {pf['commits']:12.2f}")
+tot = {k: sum(per_file[p][k] for p in PHASES) for k in ("compounds", "ops", "lookups", "commits")}
+out["total_per_file"] = tot
+print(f"{'total':8} {'':10} {'':>24} {tot['compounds']:15.2f} {tot['ops']:9.2f} {tot['lookups']:12.2f} {tot['commits']:12.2f}")
+for phase in PHASES:
+    print(f"  {phase} ops per file: " + " ".join(f"{k}={v}" for k, v in per_file[phase]["by_op"].items()))
+print(json.dumps(out))
+EOF
+timeout "$TIMEOUT" python3 "$work/meta.py" "$mnt" "$metrics" "$PROCS" "$FILES" "$SIZE" "$RUNS" | tee "$work/out.txt"
+if [[ -n $OUT ]]; then tail -n 1 "$work/out.txt" >"$OUT"; fi

@@ -1,0 +1,232 @@
+package server
+
+import (
+	"context"
+	"encoding/hex"
+	"strings"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/server/state"
+)
+
+// LAYOUTERROR and LAYOUTSTATS (RFC 7862 §15.6, §15.7): what clients tell
+// the metadata server about their I/O to the data servers of a layout.
+// Both are accepted under the client's layout stateid of the current file
+// and recorded per data server, for the Prometheus collector
+// (shoal_pnfs_layout_errors_total, shoal_pnfs_layoutstats_*); each error
+// is also logged. Neither changes a layout: a client that cannot reach a
+// data server does its I/O through the MDS anyway, and the cluster takes
+// an unreachable data server out of service by itself.
+//
+// A report names a device and a byte range. A files-layout device lists
+// several data servers, so the range decides which of them the report is
+// about (DeviceSharer): an error counts once for each data server the
+// range touches, and the I/O of a LAYOUTSTATS is divided between them by
+// their part of the range. A server whose DataServers cannot attribute
+// records under ds="unknown".
+
+// DeviceSharer is an optional capability of DataServers: attributing a
+// byte range of a file on a device to the device's data servers, with
+// their parts of the range (cluster.Striped.Shares). ok is false for an
+// unknown device.
+type DeviceSharer interface {
+	Shares(ctx context.Context, ino uint64, device [16]byte, off, length uint64) (shares map[string]uint64, ok bool)
+}
+
+// unknownDS is the ds label of reports that name no known device.
+const unknownDS = "unknown"
+
+// maxStatsSources bounds layoutReports.last.
+const maxStatsSources = 1 << 16
+
+type layoutErrorKey struct{ ds, status, op string }
+
+type layoutIOKey struct{ ds, dir string }
+
+// statsSource is what one LAYOUTSTATS stream reports on: a client's I/O
+// to one device for one file.
+type statsSource struct {
+	client state.ClientID
+	file   state.FileID
+	device [16]byte
+}
+
+// layoutReports records LAYOUTERROR and LAYOUTSTATS.
+type layoutReports struct {
+	mu     sync.Mutex
+	errors map[layoutErrorKey]uint64
+	bytes  map[layoutIOKey]float64
+	ops    map[layoutIOKey]float64
+	// last holds the totals each source reported last: clients report
+	// totals since they got the layout (Linux sends its running counts),
+	// so only the increase since the previous report is new I/O.
+	last map[statsSource][2]nfs4.IoInfo4
+}
+
+func newLayoutReports() *layoutReports {
+	return &layoutReports{errors: map[layoutErrorKey]uint64{}, bytes: map[layoutIOKey]float64{},
+		ops: map[layoutIOKey]float64{}, last: map[statsSource][2]nfs4.IoInfo4{}}
+}
+
+// shares returns the data servers a report on device of file ino's range
+// is about.
+func (s *Server) shares(ctx context.Context, ino uint64, device [16]byte, off, length uint64) map[string]uint64 {
+	if d, ok := s.pnfs.ds.(DeviceSharer); ok {
+		if sh, ok := d.Shares(ctx, ino, device, off, length); ok && len(sh) > 0 {
+			return sh
+		}
+	}
+	return map[string]uint64{unknownDS: 1}
+}
+
+// statusLabel and opLabelOf keep the label values to the protocol's names
+// (a client picks these numbers).
+func statusLabel(st nfs4.Nfsstat4) string {
+	if n := st.String(); !strings.HasPrefix(n, "Nfsstat4(") {
+		return n
+	}
+	return "other"
+}
+
+func opLabelOf(op nfs4.NfsOpnum4) string {
+	if n := op.String(); !strings.HasPrefix(n, "NfsOpnum4(") {
+		return opLabel(op)
+	}
+	return "other"
+}
+
+// checkLayoutReport is what LAYOUTERROR and LAYOUTSTATS check first: a
+// pNFS server, a session, a regular file, a range that does not wrap, and
+// the client's layout stateid of the file.
+func (c *compound) checkLayoutReport(sid nfs4.Stateid4, off, length uint64) (state.ClientID, *object, nfs4.Nfsstat4) {
+	s := c.s
+	if s.pnfs == nil {
+		return 0, nil, nfs4.NFS4ERR_NOTSUPP
+	}
+	id, st := c.clientID()
+	if st != nfs4.NFS4_OK {
+		return 0, nil, st
+	}
+	o, st := c.currentFile()
+	if st != nfs4.NFS4_OK {
+		return 0, nil, st
+	}
+	if length != ^uint64(0) && off+length < off {
+		return 0, nil, nfs4.NFS4ERR_INVAL
+	}
+	lsid, st := c.stateid(sid)
+	if st != nfs4.NFS4_OK {
+		return 0, nil, st
+	}
+	if err := s.st.m.CheckLayout(id, lsid, state.FileID(o.fh.ino)); err != nil {
+		return 0, nil, statusOf(err)
+	}
+	return id, o, nfs4.NFS4_OK
+}
+
+func (c *compound) layoutError(a *nfs4.LAYOUTERROR4args) opReply {
+	id, o, st := c.checkLayoutReport(a.LeaStateid, a.LeaOffset, a.LeaLength)
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	s := c.s
+	for _, e := range a.LeaErrors {
+		sh := s.shares(c.ctx, uint64(o.fh.ino), e.DeDeviceid, a.LeaOffset, a.LeaLength)
+		status, op := statusLabel(e.DeStatus), opLabelOf(e.DeOpnum)
+		ids := make([]string, 0, len(sh))
+		s.reports.mu.Lock()
+		for ds := range sh {
+			s.reports.errors[layoutErrorKey{ds, status, op}]++
+			ids = append(ids, ds)
+		}
+		s.reports.mu.Unlock()
+		c.log.Warn("pNFS client reports a data server error", "clientid", uint64(id), "ino", o.fh.ino,
+			"device", hex.EncodeToString(e.DeDeviceid[:]), "ds", ids, "status", status, "op", op,
+			"offset", a.LeaOffset, "length", a.LeaLength)
+	}
+	return ok(nil)
+}
+
+func (c *compound) layoutStats(a *nfs4.LAYOUTSTATS4args) opReply {
+	id, o, st := c.checkLayoutReport(a.LsaStateid, a.LsaOffset, a.LsaLength)
+	if st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	s := c.s
+	sh := s.shares(c.ctx, uint64(o.fh.ino), a.LsaDeviceid, a.LsaOffset, a.LsaLength)
+	var total uint64
+	for _, w := range sh {
+		total += w
+	}
+	src := statsSource{client: id, file: state.FileID(o.fh.ino), device: a.LsaDeviceid}
+	r := s.reports
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	prev, seen := r.last[src]
+	if !seen && len(r.last) >= maxStatsSources {
+		clear(r.last)
+	}
+	r.last[src] = [2]nfs4.IoInfo4{a.LsaRead, a.LsaWrite}
+	for i, dir := range [2]string{"read", "write"} {
+		now := [2]nfs4.IoInfo4{a.LsaRead, a.LsaWrite}[i]
+		ops, bytes := increase(prev[i].IiCount, now.IiCount), increase(prev[i].IiBytes, now.IiBytes)
+		for ds, w := range sh {
+			part := float64(w) / float64(total)
+			r.ops[layoutIOKey{ds, dir}] += float64(ops) * part
+			r.bytes[layoutIOKey{ds, dir}] += float64(bytes) * part
+		}
+	}
+	return ok(nil)
+}
+
+// increase is how much a reported running total grew; a total below the
+// previous one starts again (a new layout).
+func increase(prev, now uint64) uint64 {
+	if now >= prev {
+		return now - prev
+	}
+	return now
+}
+
+// layoutCollector exports the layout reports.
+type layoutCollector struct {
+	errs, bytes, ops *prometheus.Desc
+}
+
+func newLayoutCollector(labels prometheus.Labels) layoutCollector {
+	return layoutCollector{
+		errs: prometheus.NewDesc("shoal_pnfs_layout_errors_total",
+			"Errors clients reported with LAYOUTERROR, by data server, status and the operation that failed.",
+			[]string{"ds", "status", "op"}, labels),
+		bytes: prometheus.NewDesc("shoal_pnfs_layoutstats_bytes_total",
+			"Bytes clients reported with LAYOUTSTATS as read from or written to a data server.", []string{"ds", "dir"}, labels),
+		ops: prometheus.NewDesc("shoal_pnfs_layoutstats_ops_total",
+			"I/O operations clients reported with LAYOUTSTATS, by data server.", []string{"ds", "dir"}, labels),
+	}
+}
+
+func (l layoutCollector) describe(ch chan<- *prometheus.Desc) {
+	ch <- l.errs
+	ch <- l.bytes
+	ch <- l.ops
+}
+
+func (l layoutCollector) collect(r *layoutReports, ch chan<- prometheus.Metric) {
+	if r == nil {
+		return // a data server: no layouts of its own
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for k, n := range r.errors {
+		ch <- prometheus.MustNewConstMetric(l.errs, prometheus.CounterValue, float64(n), k.ds, k.status, k.op)
+	}
+	for k, n := range r.bytes {
+		ch <- prometheus.MustNewConstMetric(l.bytes, prometheus.CounterValue, n, k.ds, k.dir)
+	}
+	for k, n := range r.ops {
+		ch <- prometheus.MustNewConstMetric(l.ops, prometheus.CounterValue, n, k.ds, k.dir)
+	}
+}
