@@ -546,7 +546,7 @@ func (b *builder) servers(ctx context.Context, ready time.Duration) error {
 	for _, d := range s.ByRole(RoleDS) {
 		if err := b.start(ctx, d.Name, "ds", "--listen", d.Addr, "--dir", filepath.Join(s.Dir, dataDir, d.Name),
 			"--mds", s.MDS, "--join-secret-file", filepath.Join(s.Dir, mds.Name, "join-secret"),
-			"--advertise", d.Addr, "--peer-advertise", d.Addr, "--metrics", d.Metrics); err != nil {
+			"--advertise", d.Addr, "--peer-advertise", d.Addr, "--http", d.Metrics); err != nil {
 			return err
 		}
 	}

@@ -108,6 +108,10 @@ func newMDSCmd() *cobra.Command {
 	return cmd
 }
 
+// exitRemoved is shoal ds's exit status once the MDS has retired it: not
+// a failure to restart from (the units say RestartPreventExitStatus=3).
+const exitRemoved = 3
+
 func newDSCmd() *cobra.Command {
 	var listen, dir, mds, advertise, peerAdvertise, metrics, secretFile, config string
 	cmd := &cobra.Command{
@@ -154,7 +158,7 @@ func newDSCmd() *cobra.Command {
 			case <-cmd.Context().Done():
 			case <-d.Agent.Removed():
 				d.Close()
-				return fmt.Errorf("data server %s was removed from the cluster (shoal admin remove); its directory %s can be deleted", d.Agent.ID(), dir)
+				return &exitError{code: exitRemoved, err: fmt.Errorf("data server %s was removed from the cluster (shoal admin remove); its directory %s can be deleted", d.Agent.ID(), dir)}
 			}
 			slog.Info("shutting down")
 			return d.Close()
@@ -167,7 +171,7 @@ func newDSCmd() *cobra.Command {
 	cmd.Flags().StringVar(&secretFile, "join-secret-file", "", "the cluster's join secret: a copy of the MDS's "+wiring.JoinSecretName+" file")
 	cmd.Flags().StringVar(&advertise, "advertise", "", "address clients use to reach this data server (default: --listen)")
 	cmd.Flags().StringVar(&peerAdvertise, "peer-advertise", "", "address the other data servers use to reach this one for replicated writes (default: --listen if it names a host, else --advertise)")
-	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address")
+	httpFlag(cmd, &metrics, "serve Prometheus metrics (/metrics) on this address (e.g. 127.0.0.1:9102)")
 	return cmd
 }
 

@@ -88,7 +88,7 @@ func httpFlag(cmd *cobra.Command, addr *string, usage string) {
 
 // startMetrics serves Prometheus metrics on addr ("" disables them) and
 // returns the registry servers register their collectors with, for the
-// servers that have no status page (shoal ds and serve --metrics).
+// servers that have no status page (shoal ds and serve).
 func startMetrics(addr string) (*prometheus.Registry, error) {
 	w, err := startWeb(addr)
 	if err != nil || w == nil {

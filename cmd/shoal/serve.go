@@ -86,7 +86,7 @@ func newServeCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&noRootSquash, "no-root-squash", false, "do not map root to the anonymous user (for tests and trusted clients)")
 	// --cpuprofile is for `shoal bench --cpuprofile`: the profile covers the
 	// server's whole life and is written when it shuts down (SIGINT/SIGTERM).
-	cmd.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics on this address (e.g. 127.0.0.1:9100)")
+	httpFlag(cmd, &metrics, "serve Prometheus metrics (/metrics) on this address (e.g. 127.0.0.1:9100)")
 	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the server to this file")
 	_ = cmd.Flags().MarkHidden("cpuprofile")
 	return cmd

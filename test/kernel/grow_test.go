@@ -105,7 +105,7 @@ func (g *growCluster) addDS(ctx context.Context) (*growDS, error) {
 			argv: []string{g.bin, "ds", "--mds", fmt.Sprintf("127.0.0.1:%d", g.mds.port),
 				"--join-secret-file", g.secretFile(), "--dir", dir,
 				"--listen", fmt.Sprintf("127.0.0.1:%d", port), "--advertise", fmt.Sprintf("10.0.2.2:%d", port),
-				"--metrics", metrics},
+				"--http", metrics},
 		},
 	}
 	if err := d.Start(ctx); err != nil {

@@ -312,6 +312,11 @@ func membership(t *testing.T, c *cluster) {
 	if log := drained.p.log(); !strings.Contains(log, "was removed from the cluster") {
 		t.Fatalf("removed %s exited (%v) without saying it was removed", drained.name, drained.p.err)
 	}
+	// The systemd units do not restart a data server that exits 3
+	// (RestartPreventExitStatus=3 in dist/systemd).
+	if ee, ok := drained.p.err.(*exec.ExitError); !ok || ee.ExitCode() != 3 {
+		t.Fatalf("removed %s exited with %v, want exit status 3", drained.name, drained.p.err)
+	}
 	t.Logf("%s exited after its removal: %v", drained.name, drained.p.err)
 	st = c.status()
 	if d := st.ds(drained.id); d != nil && (d.State != "removed" || d.Up) {
