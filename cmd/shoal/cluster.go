@@ -203,6 +203,17 @@ func newUpCmd() *cobra.Command {
 				return err
 			}
 			defer claim.release()
+			// The directories wiring.Start gives the MDS and each data
+			// server.
+			for i := -1; i < n; i++ {
+				name := "mds"
+				if i >= 0 {
+					name = fmt.Sprintf("ds%d", i)
+				}
+				if err := claim.claimSub(name); err != nil {
+					return err
+				}
+			}
 			ctx := cmd.Context()
 			if cpuprofile != "" {
 				stop, err := startCPUProfile(cpuprofile)

@@ -37,6 +37,7 @@ type dirClaim struct {
 	made    bool            // the directory did not exist before
 	before  map[string]bool // its entries before the claim
 	isReady bool
+	subs    []*dirClaim // claims of server directories inside (claimSub)
 }
 
 // claimDir takes dir (creating it if need be) for this process.
@@ -83,13 +84,35 @@ func claimDir(dir string) (*dirClaim, error) {
 	return c, nil
 }
 
+// claimSub claims the directory name inside c's for a server of the same
+// process: `shoal up` holds its MDS's and data servers' directories, so a
+// `shoal mds` or `shoal ds` started on one of them by mistake fails at once
+// and names this process, instead of waiting on bbolt's lock.
+func (c *dirClaim) claimSub(name string) error {
+	sub, err := claimDir(filepath.Join(c.dir, name))
+	if err != nil {
+		return err
+	}
+	c.subs = append(c.subs, sub)
+	return nil
+}
+
 // ready records that the server started: from now on its directory is
 // kept whatever happens.
-func (c *dirClaim) ready() { c.isReady = true }
+func (c *dirClaim) ready() {
+	c.isReady = true
+	for _, s := range c.subs {
+		s.ready()
+	}
+}
 
 // release lets the directory go. If the server never became ready, what
 // the start created there goes too.
 func (c *dirClaim) release() {
+	for _, s := range c.subs {
+		s.release()
+	}
+	c.subs = nil
 	if !c.isReady {
 		c.cleanup()
 	}

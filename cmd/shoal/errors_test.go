@@ -145,6 +145,28 @@ func TestCLIErrors(t *testing.T) {
 			max:  3 * time.Second,
 		},
 		{
+			name: "shoal mds on the directory of shoal up's MDS",
+			args: []string{"mds", "--listen", "127.0.0.1:0", "--dir", filepath.Join(upDir, "mds")},
+			code: 1,
+			want: []string{filepath.Join(upDir, "mds") + " is in use by another shoal process (pid " + strconv.Itoa(up.PID) + ")"},
+			not:  []string{"timeout"},
+			max:  3 * time.Second,
+		},
+		{
+			name: "shoal ds on the directory of one of shoal up's data servers",
+			args: []string{"ds", "--listen", "127.0.0.1:0", "--dir", filepath.Join(upDir, "ds0"), "--mds", up.MDS, "--join-secret-file", filepath.Join(upDir, "mds", "join-secret")},
+			code: 1,
+			want: []string{filepath.Join(upDir, "ds0") + " is in use by another shoal process (pid " + strconv.Itoa(up.PID) + ")"},
+			max:  3 * time.Second,
+		},
+		{
+			name: "failed shoal up leaves no directory",
+			args: []string{"up", "--listen", up.MDS, "--ds", "1", "--dir", filepath.Join(tmp, "fresh-up2")},
+			code: 1,
+			want: []string{up.MDS + " is in use by another process"},
+			post: func(t *testing.T) { mustNotExist(t, filepath.Join(tmp, "fresh-up2")) },
+		},
+		{
 			name: "port out of range in a URL",
 			args: []string{"ls", "nfs://127.0.0.1:99999/"},
 			code: 1,
