@@ -179,7 +179,11 @@ func (a *Agent) objSeek(args *ctlproto.CtlSeekArgs) ctlproto.CtlSeekRes {
 		}
 		return found(pos)
 	}
-	return found(max(size, args.Offset))
+	// The first of the position's bytes past the object's end is a hole
+	// (the object's end itself may be another position's unit, holding
+	// data there).
+	lo, _ := x.at(max(size, pos))
+	return found(lo)
 }
 
 // seekObject is f.Seek from off (below size) with whence, counting past the

@@ -478,6 +478,19 @@ func TestStripedSpace(t *testing.T) {
 	if _, err := f.Seek(0, 7); !errors.Is(err, fs.ErrInvalid) {
 		t.Errorf("Seek whence 7 = %v", err)
 	}
+	// A data server whose object ends where its unit does has no hole
+	// there: the next unit is another's, with data.
+	g, err := s.Open(tc.newFile(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if _, err := g.WriteAt(bytes.Repeat([]byte{'y'}, u+4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := g.Seek(0, store.SeekHole); got != u+4096 || err != nil {
+		t.Errorf("Seek(0, SeekHole) over a whole unit and a part of the next = %d, %v; want %d", got, err, u+4096)
+	}
 	f.Close()
 	f.Close()
 	if _, err := f.WriteAt([]byte("x"), 0); !errors.Is(err, store.ErrClosed) {

@@ -52,6 +52,26 @@
 // removing write permission on a writable export. The plain server and the
 // metadata server serve them; data servers do not.
 //
+// # Sparse files
+//
+// ALLOCATE, DEALLOCATE, SEEK and READ_PLUS (RFC 7862 §15, ops_42.go) go
+// through the store's File (store.File's Allocate, PunchHole and Seek),
+// whichever role implements it: on `shoal serve` the local store
+// (fallocate, lseek SEEK_DATA/SEEK_HOLE), on a metadata server
+// cluster.Striped, which asks the data servers holding each stripe unit
+// (OBJ_ALLOCATE, OBJ_PUNCH, OBJ_SEEK). READ_PLUS reports the holes Seek
+// finds as hole segments and reads only the data; data servers answer it
+// too, over their own objects. The handlers do not know which role they
+// run in.
+//
+// # Layout reports
+//
+// A metadata server accepts LAYOUTERROR and LAYOUTSTATS under the client's
+// layout stateid of the file, attributes them to data servers by device
+// and range, logs each error, and exports the counts through the
+// collector (layoutstats.go). A server without pNFS answers
+// NFS4ERR_NOTSUPP, as for LAYOUTGET.
+//
 // # Errors
 //
 // Handlers return an opReply: a status and the result body that follows it.

@@ -150,6 +150,10 @@ func Sparse(t *testing.T, c *Client, fh []byte, sid nfs4.Stateid4) {
 		{"READ of B's deallocated half", []nfs4.NfsArgop4{read(3*mib, k128)}, nfs4.NFS4_OK, readsModel(3*mib, k128, false)},
 		{"SEEK hole after DEALLOCATE", []nfs4.NfsArgop4{seek(0, nfs4.NFS4_CONTENT_HOLE)}, nfs4.NFS4_OK, seekAt(k64, false)},
 		{"SEEK data after DEALLOCATE", []nfs4.NfsArgop4{seek(k64, nfs4.NFS4_CONTENT_DATA)}, nfs4.NFS4_OK, seekAt(3*mib+k64, false)},
+		{"DEALLOCATE inside a block", []nfs4.NfsArgop4{dealloc(3*mib+k64+100, 1000)}, nfs4.NFS4_OK, step(func() {
+			clear(model[3*mib+k64+100 : 3*mib+k64+1100])
+		})},
+		{"READ around the partial DEALLOCATE", []nfs4.NfsArgop4{read(3*mib, k128)}, nfs4.NFS4_OK, readsModel(3*mib, k128, false)},
 		{"DEALLOCATE past EOF", []nfs4.NfsArgop4{dealloc(7*mib, mib), getSize}, nfs4.NFS4_OK, sizeIs(6 * mib)},
 		{"ALLOCATE past EOF", []nfs4.NfsArgop4{alloc(6*mib, 2*mib), getSize}, nfs4.NFS4_OK, step(func() {
 			model = append(model, make([]byte, 2*mib)...)
