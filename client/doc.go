@@ -30,6 +30,15 @@
 // a symlink in the middle of a path fails (syscall.ELOOP), and a final one
 // is acted on itself, so [Client.Stat] has lstat semantics.
 //
+// A caller that keeps file handles (the FUSE mount does, per node) can
+// skip the walk: [Client.StatHandle], [Client.LookupAt], [Client.OpenAt],
+// [Client.RemoveAt], [Client.MkdirAt] and the other handle calls start
+// from a handle with PUTFH, the creating ones return the new object's
+// handle and attributes in the same COMPOUND, and [Client.ReadDirHandle]
+// returns each entry's handle with its attributes. A handle of an object
+// another client removed fails with NFS4ERR_STALE ([IsStale]); the
+// caller resolves the path again.
+//
 // # Sessions and slots
 //
 // Every COMPOUND starts with SEQUENCE on a slot of the session's slot

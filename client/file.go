@@ -58,7 +58,9 @@ type File struct {
 	layRefused  error  // why the last LAYOUTGET failed, if it did
 	size        uint64 // the file size as far as this File knows
 	sizeKnown   bool
-	openAttr    Attr   // the attributes OPEN's COMPOUND returned
+	openAttr    Attr // the attributes OPEN's COMPOUND returned
+	// Where the last large read and write ended (see large).
+	readEnd, writeEnd atomic.Int64
 
 	// Access methods (cache.go). ino is set at open and never changes.
 	ino        *inode
@@ -114,7 +116,7 @@ func (c *Client) openIn(ctx context.Context, path string, start []nfs4.NfsArgop4
 		how = nfs4.Openflag4{Opentype: nfs4.OPEN4_CREATE, How: &nfs4.Createhow4{Mode: mode, Createattrs: &attrs}}
 	}
 	file := []byte(name)
-	res, err := c.call(ctx, func() []nfs4.NfsArgop4 {
+	res, done, err := c.callCreating(ctx, len(start), func() []nfs4.NfsArgop4 {
 		_, s, _ := c.current()
 		var cid nfs4.Clientid4
 		if s != nil {
@@ -129,17 +131,30 @@ func (c *Client) openIn(ctx context.Context, path string, start []nfs4.NfsArgop4
 		}}, getfh, getattr(statBits))
 		return ops
 	})
-	if err != nil {
-		return nil, pathErr("open", path, err)
-	}
-	n := len(res)
-	ok := res[n-3].Opopen.Resok4
-	f.stateid = ok.Stateid
-	f.fh = append([]byte(nil), res[n-2].Opgetfh.Resok4.Object...)
-	c.dropDelegation(f.fh, &ok.Delegation)
-	a, err := lastAttr(res)
-	if err != nil {
-		return nil, pathErr("open", path, err)
+	var a Attr
+	if done {
+		// OPEN succeeded, what followed it did not: ask for the handle
+		// and attributes instead of opening again.
+		ok := res[len(start)].Opopen.Resok4
+		f.stateid = ok.Stateid
+		if f.fh, a, err = c.lookupIn(ctx, start, name); err != nil {
+			// Without the handle there is nothing to CLOSE: the open
+			// ends with the Client's lease.
+			return nil, pathErr("open", path, err)
+		}
+		c.dropDelegation(f.fh, &ok.Delegation)
+	} else {
+		if err != nil {
+			return nil, pathErr("open", path, err)
+		}
+		n := len(res)
+		ok := res[n-3].Opopen.Resok4
+		f.stateid = ok.Stateid
+		f.fh = append([]byte(nil), res[n-2].Opgetfh.Resok4.Object...)
+		c.dropDelegation(f.fh, &ok.Delegation)
+		if a, err = lastAttr(res); err != nil {
+			return nil, pathErr("open", path, err)
+		}
 	}
 	f.size, f.sizeKnown = a.Size, true
 	f.openAttr = a
@@ -374,7 +389,7 @@ func (f *File) ReadAtContext(ctx context.Context, p []byte, off int64) (int, err
 
 // readDirect reads p at off from the data servers or the MDS, as asked.
 func (f *File) readDirect(ctx context.Context, p []byte, off int64) (int, error) {
-	if len(p) >= f.c.pol.SmallIOThreshold {
+	if f.large(&f.readEnd, len(p), off) {
 		if l := f.layoutFor(ctx); l != nil {
 			n, err := f.pnfsRead(ctx, l, p, off)
 			f.releaseLayout(l)
@@ -518,6 +533,69 @@ func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, er
 	return n, pathErr("write", f.path, err)
 }
 
+// large decides whether a request of n bytes at off is large enough for
+// the data servers (Policy.SmallIOThreshold). It judges the application's
+// request, not the pieces it reaches the library in: a short request that
+// starts where a large one ended is taken for the tail of the same
+// request. The kernel cuts a request whose buffer is not page aligned at
+// the FUSE request size, so that fio's 1 MiB buffers reach a direct_io
+// mount as 1 MiB - 16 B and then 16 B; without this the 16 bytes made a
+// synchronous trip through the MDS after every large WRITE or READ. end
+// holds where the last large request ended, plus one (0: none).
+func (f *File) large(end *atomic.Int64, n int, off int64) bool {
+	if n >= f.c.pol.SmallIOThreshold {
+		end.Store(off + int64(n) + 1)
+		return true
+	}
+	return end.CompareAndSwap(off+1, 0)
+}
+
+// WriteAtSync is WriteAt with p on stable storage when it returns, for
+// data that would be committed right away anyway: a small file written
+// whole just before its close. A request under Policy.SmallIOThreshold
+// goes to the metadata server as FILE_SYNC WRITEs, so the close that
+// follows has nothing to COMMIT: one round trip fewer, and the same one
+// disk flush on the server (the kernel NFS client writes a flush that
+// fits in one WRITE with FILE_SYNC for the same reason). Anything else is
+// WriteAt followed by Sync. Data the File's cache or gather buffer holds
+// is written back first.
+func (f *File) WriteAtSync(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 || len(p) == 0 || !f.writable() || len(p) >= f.c.pol.SmallIOThreshold || f.writeEnd.Load() == off+1 {
+		n, err := f.WriteAtContext(ctx, p, off)
+		if err != nil || len(p) == 0 {
+			return n, err
+		}
+		return n, f.SyncContext(ctx)
+	}
+	if _, err := f.ioStateid(); err != nil {
+		return 0, pathErr("write", f.path, err)
+	}
+	if f.ino != nil && f.c.cache.pending(f.ino) {
+		if err := f.c.cache.flushAll(ctx, f, f.ino); err != nil {
+			return 0, pathErr("write", f.path, err)
+		}
+	}
+	f.resendMu.RLock()
+	n, err := f.parallel(ctx, len(p), int(f.c.maxWrite), func(i, lo, hi int) (int, bool, error) {
+		// keep: a server that answers less than FILE_SYNC gets its
+		// COMMIT at the next Sync, as for any UNSTABLE write.
+		n, _, _, err := f.mdsWrite(ctx, p[lo:hi], off+int64(lo), nfs4.FILE_SYNC4, true)
+		return n, false, err
+	})
+	f.resendMu.RUnlock()
+	if err != nil {
+		err = f.blameDataServer(ctx, off+int64(n), err)
+	}
+	f.grewTo(uint64(off) + uint64(n))
+	if f.ino != nil {
+		f.c.cache.update(f.ino, p[:n], off)
+	}
+	if err == nil && n < len(p) {
+		err = io.ErrShortWrite
+	}
+	return n, pathErr("write", f.path, err)
+}
+
 // writeDirect writes p at off to the data servers or the MDS, as asked.
 // Unless the File is O_SYNC, what the servers take UNSTABLE is kept until
 // a COMMIT vouches for it (unstable.go); a write larger than a quarter of
@@ -546,7 +624,7 @@ func (f *File) writeOut(ctx context.Context, p []byte, off int64) (int, error) {
 	var n int
 	var err error
 	var l *fileLayout
-	if len(p) >= f.c.pol.SmallIOThreshold {
+	if f.large(&f.writeEnd, len(p), off) {
 		l = f.layoutFor(ctx)
 	}
 	f.resendMu.RLock()

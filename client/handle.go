@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
 )
@@ -189,4 +190,48 @@ func (c *Client) ReadlinkHandle(ctx context.Context, fh []byte) (string, error) 
 // every entry (ls -l) costs the READDIRs alone.
 func (c *Client) ReadDirHandle(ctx context.Context, fh []byte) ([]DirEntry, error) {
 	return c.readDir(ctx, handleName(fh), fh)
+}
+
+// callCreating runs a COMPOUND whose operation at index idx (counted
+// after SEQUENCE) creates or opens something and is followed by GETFH
+// and GETATTR. NFS4ERR_DELAY is retried as call does while it comes
+// before that operation. After it succeeded the COMPOUND must not be sent
+// again, or it would run twice (a second exclusive CREATE fails with
+// NFS4ERR_EXIST); a server may answer the operations after it with
+// NFS4ERR_DELAY (Shoal's does when the connection breaks meanwhile, and
+// caches that reply), so then the results so far come back with done set
+// and the caller asks for the handle and attributes itself.
+func (c *Client) callCreating(ctx context.Context, idx int, build func() []nfs4.NfsArgop4) (res []nfs4.NfsResop4, done bool, err error) {
+	delay, start := 10*time.Millisecond, time.Now()
+	for {
+		res, err = c.callRetry(ctx, 0, build)
+		var se *StatusError
+		if err == nil || !errors.As(err, &se) || se.NFSStatus != nfs4.NFS4ERR_DELAY {
+			return res, false, err
+		}
+		if len(res)-1 > idx {
+			return res, true, err
+		}
+		if time.Since(start) >= delayBudget(c.lease) {
+			return res, false, err
+		}
+		if werr := sleep(ctx, delay); werr != nil {
+			return res, false, werr
+		}
+		delay = min(2*delay, time.Second)
+	}
+}
+
+// lookupIn returns the handle and attributes of name in the directory
+// that start makes current.
+func (c *Client) lookupIn(ctx context.Context, start []nfs4.NfsArgop4, name string) ([]byte, Attr, error) {
+	ops := append(start[:len(start):len(start)], nfs4.NfsArgop4{Argop: nfs4.OP_LOOKUP, Oplookup: &nfs4.LOOKUP4args{Objname: []byte(name)}},
+		getfh, getattr(statBits))
+	res, err := c.call(ctx, fixed(ops))
+	if err != nil {
+		return nil, Attr{}, err
+	}
+	fh := append([]byte(nil), res[len(res)-2].Opgetfh.Resok4.Object...)
+	a, err := lastAttr(res)
+	return fh, a, err
 }

@@ -150,18 +150,25 @@ func (c *Client) create(ctx context.Context, op, path string, ct nfs4.Createtype
 	if name == "" {
 		return pathErr(op, path, syscall.EEXIST)
 	}
-	_, _, err := c.createIn(ctx, op, path, c.walk(parent), name, ct, attrs)
-	return err
+	ops := append(c.walk(parent), nfs4.NfsArgop4{Argop: nfs4.OP_CREATE, Opcreate: &nfs4.CREATE4args{
+		Objtype: ct, Objname: []byte(name), Createattrs: attrs,
+	}})
+	_, err := c.call(ctx, fixed(ops))
+	return pathErr(op, path, err)
 }
 
 // createIn creates name with CREATE in the directory that start (a walk
 // or a PUTFH) makes current, and returns the new object's file handle and
 // attributes from the same COMPOUND. label names it in errors.
 func (c *Client) createIn(ctx context.Context, op, label string, start []nfs4.NfsArgop4, name string, ct nfs4.Createtype4, attrs nfs4.Fattr4) ([]byte, Attr, error) {
-	ops := append(start, nfs4.NfsArgop4{Argop: nfs4.OP_CREATE, Opcreate: &nfs4.CREATE4args{
+	ops := append(start[:len(start):len(start)], nfs4.NfsArgop4{Argop: nfs4.OP_CREATE, Opcreate: &nfs4.CREATE4args{
 		Objtype: ct, Objname: []byte(name), Createattrs: attrs,
 	}}, getfh, getattr(statBits))
-	res, err := c.call(ctx, fixed(ops))
+	res, done, err := c.callCreating(ctx, len(start), fixed(ops))
+	if done {
+		fh, a, err := c.lookupIn(ctx, start, name)
+		return fh, a, pathErr(op, label, err)
+	}
 	if err != nil {
 		return nil, Attr{}, pathErr(op, label, err)
 	}

@@ -159,7 +159,11 @@ type Policy struct {
 	// and need no layout: a small file written or read in one request
 	// then costs no LAYOUTGET, LAYOUTCOMMIT or LAYOUTRETURN and no
 	// data-server round trip. It applies to what is sent, i.e. after
-	// gathering for cached and odirect. Default
+	// gathering for cached and odirect, and to the application's
+	// request rather than the pieces it arrives in: a short request
+	// that starts where a large one of the File ended is its tail (the
+	// kernel cuts unaligned 1 MiB buffers into 1 MiB - 16 B and 16 B)
+	// and goes the large one's way. Default
 	// DefaultSmallIOThreshold (64 KiB); negative never uses the metadata
 	// server for I/O that a layout could serve.
 	SmallIOThreshold int `yaml:"small_io_threshold"`

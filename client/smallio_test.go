@@ -133,3 +133,52 @@ func TestSmallIOThresholdSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestSmallIOTail: a request below the threshold that continues a large
+// one of the same File is the tail of the application's request (the
+// kernel cuts an unaligned 1 MiB buffer into 1 MiB - 16 B and 16 B) and
+// goes to the data servers like it, while a small request elsewhere still
+// goes through the MDS.
+func TestSmallIOTail(t *testing.T) {
+	addr := startCluster(t, 2).MDS.Addr.String()
+	ctx := t.Context()
+	c := dialT(t, addr, client.Options{Policy: client.Policy{Access: client.AccessDirect}})
+	const piece = 1<<20 - 16
+	want := bytes.Repeat([]byte("0123456789abcdef"), 2<<20/16)
+	f, err := c.Open(ctx, "/tail", os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for off := 0; off < len(want); off += 1 << 20 {
+		for _, p := range [][2]int{{off, off + piece}, {off + piece, off + 1<<20}} {
+			if _, err := f.WriteAt(want[p[0]:p[1]], int64(p[0])); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if st := c.Stats(); st.MDSIOBytes != 0 || st.DSWriteBytes != uint64(len(want)) {
+		t.Errorf("after the writes: %+v; want all %d bytes to the data servers, none through the MDS", st, len(want))
+	}
+	got := make([]byte, len(want))
+	for off := 0; off < len(want); off += 1 << 20 {
+		for _, p := range [][2]int{{off, off + piece}, {off + piece, off + 1<<20}} {
+			if n, err := f.ReadAt(got[p[0]:p[1]], int64(p[0])); n != p[1]-p[0] {
+				t.Fatalf("read at %d: %d bytes, %v", p[0], n, err)
+			}
+		}
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("read back other bytes than written")
+	}
+	if st := c.Stats(); st.MDSIOBytes != 0 || st.DSReadBytes != uint64(len(want)) {
+		t.Errorf("after the reads: %+v; want all %d bytes from the data servers", st, len(want))
+	}
+	// A small write that continues nothing goes through the MDS.
+	if _, err := f.WriteAt([]byte("small"), 100); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.MDSIOBytes != 5 {
+		t.Errorf("a lone small write: MDSIOBytes = %d, want 5", st.MDSIOBytes)
+	}
+}

@@ -8,21 +8,38 @@
 //
 // Each file system object is a go-fuse [fs.Inode] keyed by the server's
 // fileid, so hard links share one Inode and the kernel sees stable inode
-// numbers. The client library is path based: each call resolves its path
-// from the export root in the same COMPOUND as the operation. A node
-// therefore finds its path from the go-fuse tree (which go-fuse keeps
-// current across renames) and remembers only its file handle, which Open
-// uses (CLAIM_FH) so that an open does not depend on the name still being
-// there. Open files carry their own [client.File], so reads, writes,
-// fsync, getattr and ftruncate through a descriptor keep working after the
-// name is renamed or removed.
+// numbers. A node keeps what the server told it: the object's file
+// handle and its last attributes. Operations on a node start from its
+// handle, and operations on a name in a directory from the directory's
+// (the client library's handle calls: PUTFH and the operation in one
+// COMPOUND), so a known path is never walked from the root again, and an
+// open file keeps working after its name is renamed or removed. Create,
+// mkdir, symlink, mknod and link get the new object's handle and
+// attributes in the COMPOUND that made it, a remove is one COMPOUND, and
+// a directory listing carries each entry's handle and attributes, from
+// which the kernel's READDIRPLUS (ls -l) is answered without a LOOKUP per
+// name (dir.go).
+//
+// A handle goes stale when another client removes the object. The node
+// then walks its path again (the go-fuse tree keeps it current across
+// renames): the same object (same fileid) found there gets its new
+// handle; anything else is ESTALE, on which the kernel looks the name up
+// again and retries, so an answer about one object is never given for
+// another. Open files carry their own [client.File], so reads, writes,
+// fsync, getattr and ftruncate through a descriptor do not depend on the
+// name at all.
 //
 // # Caching and the access methods
 //
-// Entry and attribute timeouts are one second: a change made by another
-// NFS client becomes visible to stat(2) within a second, at the price of
-// one GETATTR per object per second of activity. Negative entries are not
-// cached at all, so a file created elsewhere is visible at once.
+// The kernel caches a file's attributes for [Config].AttrTimeout (3 s)
+// and names and directory attributes for [Config].DirTimeout (30 s), the
+// kernel NFS client's acregmin and acdirmin: a change another client
+// makes to a file, or its removal, shows in stat(2) within the first,
+// and a rename within the second. This mount's own changes show at once
+// (each reply carries the new attributes, and the kernel drops what an
+// operation changed), opens always ask the server (close-to-open, below),
+// and names that do not exist are not cached at all, so a file created
+// elsewhere is visible at once.
 //
 // The access method ([Access]) decides what the kernel does with file
 // data, and selects the client library's access method of the same name
@@ -52,7 +69,8 @@
 //
 // close(2) makes the library write back and COMMIT what was written
 // through the file, so errors surface at close as NFS users expect and
-// another client that opens the file afterwards sees the data. stat(2) of
+// another client that opens the file afterwards sees the data; a
+// descriptor that wrote nothing, or only FILE_SYNC, commits nothing. stat(2) of
 // a file that is open asks the open File, so sizes count data the library
 // still holds. pNFS is the library's business: with a server that offers
 // layouts, I/O goes to the data servers.
@@ -79,10 +97,13 @@
 //     uncommitted writes.
 //   - The kernel keeps a file's size and mtime itself and never takes the
 //     server's size for an inode it holds. O_APPEND is the kernel's job.
-//     The mtime of buffered writes arrives as a SETATTR before the data;
-//     if it fails for lack of a name (a file removed while open) or of
-//     ownership it is dropped, since the WRITEs that follow set the mtime
-//     on the server anyway.
+//     The mtime of buffered writes arrives as a SETATTR through an open
+//     handle before the data. The mount keeps it and sets it after the
+//     data, at close (or fsync), in one COMPOUND with the GETATTR that
+//     close-to-open needs anyway; if the server refuses it (the writer
+//     does not own the file) it is dropped. The SETATTR the kernel sends
+//     when it evicts a file whose last name was removed here is answered
+//     without the server.
 //   - Because the kernel never takes the server's size, an open that
 //     finds the change attribute moved while nothing here had the file
 //     open makes the kernel drop the inode and retry with a fresh lookup

@@ -24,8 +24,14 @@ type handle struct {
 	n    *node
 	fsys *fsys
 	// dirty is set by Write and cleared by a successful Sync: close(2)
-	// commits only if something was written.
+	// commits only if something was written UNSTABLE.
 	dirty atomic.Bool
+	// wrote is set by Write and cleared by Flush, which then notes the
+	// change attribute after our own writes.
+	wrote atomic.Bool
+	// empty: the file was empty when opened and nothing was written
+	// through the handle yet (see Write).
+	empty atomic.Bool
 	// writeOnly is set when an O_WRONLY open could not be widened to
 	// read-write (see openFile): reads through it, which the writeback
 	// cache makes for partial-page writes, may be refused.
@@ -51,6 +57,7 @@ var (
 
 func newHandle(f *client.File, c *client.Client, n *node, writeOnly bool) *handle {
 	h := &handle{f: f, c: c, n: n, fsys: n.fsys, writeOnly: writeOnly}
+	h.empty.Store(f.OpenAttr().Size == 0 || f.OpenAttr().Type != client.TypeRegular)
 	n.opened(h)
 	return h
 }
@@ -141,6 +148,20 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	h.wrote.Store(true)
+	if h.empty.Swap(false) && off == 0 && h.fsys.cfg.Access == AccessCached && len(data) < h.c.Policy().SmallIOThreshold {
+		// The first WRITE of a file that was empty, small and from
+		// offset 0: with the writeback cache, that is almost always a
+		// small file written whole at its close, whose COMMIT would
+		// follow at once. FILE_SYNC saves that round trip; the file
+		// has nothing to commit unless more is written.
+		n, err := h.f.WriteAtSync(context.Background(), data, off)
+		if err != nil {
+			h.dirty.Store(true) // what the server may hold: commit at close
+			return uint32(n), toErrno(err)
+		}
+		return uint32(n), 0
+	}
 	h.dirty.Store(true)
 	// No cancellation: go-fuse reuses data once Write returns, and WRITEs
 	// abandoned by a cancelled context would still read it.
@@ -210,7 +231,7 @@ func (n *node) dirtyHandles(except *handle) []*handle {
 // GETATTR that learns the change attribute.
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	ctx = mutating(ctx)
-	wrote := h.dirty.Load() || len(h.n.dirtyHandles(h)) > 0
+	wrote := h.wrote.Swap(false) || len(h.n.dirtyHandles(h)) > 0
 	if errno := h.syncAll(ctx); errno != 0 {
 		return errno
 	}

@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 

@@ -100,6 +100,27 @@ func (n *node) cachedAttr() (client.Attr, bool) {
 	return n.attr, true
 }
 
+// gone reports whether the node's last name was removed through this
+// mount and nothing has it open.
+func (n *node) gone() bool {
+	if n.IsRoot() {
+		return false
+	}
+	if _, parent := n.Parent(); parent != nil {
+		return false
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.opens == 0 && n.silly == ""
+}
+
+// lastAttr returns the node's attributes, however old.
+func (n *node) lastAttr() (client.Attr, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.attr, !n.attrAt.IsZero()
+}
+
 // withFH runs do with the node's file handle. If the server says the
 // handle is stale (another client removed the object, or the server
 // forgot the handle), the node's path is walked again from the root: the
@@ -152,16 +173,6 @@ func (n *node) path(name string) (string, syscall.Errno) {
 	}
 	slices.Reverse(segs)
 	return "/" + strings.Join(segs, "/"), 0
-}
-
-// target returns the client for the request and the path of name below n.
-func (n *node) target(ctx context.Context, name string) (*client.Client, string, syscall.Errno) {
-	c, errno := n.fsys.client(ctx)
-	if errno != 0 {
-		return nil, "", errno
-	}
-	p, errno := n.path(name)
-	return c, p, errno
 }
 
 // mutating shields an operation that changes the server's state from
@@ -308,6 +319,14 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if !set {
 		return n.Getattr(ctx, f, out)
 	}
+	if h == nil && in.Valid&^(fuse.FATTR_MTIME|fuse.FATTR_CTIME|fuse.FATTR_MTIME_NOW|fuse.FATTR_LOCKOWNER) == 0 && n.gone() {
+		// The writeback cache passes on the mtime of an inode it
+		// evicts after its last name was removed here: nothing is
+		// left to set it on (before file handles, its path failed).
+		a, _ := n.lastAttr()
+		fillAttr(&a, &out.Attr)
+		return 0
+	}
 	if h != nil && isWritebackTimes(n.fsys, h, in) {
 		// The mtime of buffered writes: it goes to the server with the
 		// commit at close (see handle.deferTimes), after the data.
@@ -345,7 +364,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.create(mutating(ctx), out, func(c *client.Client, dir []byte) ([]byte, client.Attr, error) {
+	return n.create(mutating(ctx), out, func(ctx context.Context, c *client.Client, dir []byte) ([]byte, client.Attr, error) {
 		return c.MkdirAt(ctx, dir, name, mode&07777)
 	})
 }
@@ -353,7 +372,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 // create runs a create-like operation in the directory n, which returns
 // the new object's handle and attributes in its own COMPOUND, and makes
 // the object's Inode from them.
-func (n *node) create(ctx context.Context, out *fuse.EntryOut, do func(c *client.Client, dir []byte) ([]byte, client.Attr, error)) (*fs.Inode, syscall.Errno) {
+func (n *node) create(ctx context.Context, out *fuse.EntryOut, do func(ctx context.Context, c *client.Client, dir []byte) ([]byte, client.Attr, error)) (*fs.Inode, syscall.Errno) {
 	c, errno := n.fsys.client(ctx)
 	if errno != 0 {
 		return nil, errno
@@ -361,7 +380,7 @@ func (n *node) create(ctx context.Context, out *fuse.EntryOut, do func(c *client
 	var fh []byte
 	var a client.Attr
 	if errno := n.withFH(ctx, c, func(dir []byte) (err error) {
-		fh, a, err = do(c, dir)
+		fh, a, err = do(ctx, c, dir)
 		return err
 	}); errno != 0 {
 		return nil, errno
@@ -374,7 +393,7 @@ func (n *node) create(ctx context.Context, out *fuse.EntryOut, do func(c *client
 // (EINVAL) as mknod(2) does; the kernel has already checked CAP_MKNOD for
 // devices. The entry carries the type and rdev the server stored.
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.create(mutating(ctx), out, func(c *client.Client, dir []byte) ([]byte, client.Attr, error) {
+	return n.create(mutating(ctx), out, func(ctx context.Context, c *client.Client, dir []byte) ([]byte, client.Attr, error) {
 		return c.MknodAt(ctx, dir, name, mode, unix.Major(uint64(dev)), unix.Minor(uint64(dev)))
 	})
 }
@@ -681,7 +700,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.create(mutating(ctx), out, func(c *client.Client, dir []byte) ([]byte, client.Attr, error) {
+	return n.create(mutating(ctx), out, func(ctx context.Context, c *client.Client, dir []byte) ([]byte, client.Attr, error) {
 		return c.SymlinkAt(ctx, dir, name, target)
 	})
 }

@@ -53,6 +53,18 @@ type compound struct {
 
 // compoundRequest evaluates a COMPOUND procedure.
 func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Encoder) rpc.AcceptStat {
+	// A COMPOUND runs to its end even if its connection closes under it:
+	// its reply goes into the session's slot, and the client's
+	// retransmission on a new connection must find the whole reply there.
+	// Cut short by the connection's context, an OPEN that created a file
+	// was cached with NFS4ERR_DELAY for the GETATTR after it, and the
+	// client, retrying the whole request, got NFS4ERR_EXIST for its own
+	// create. Only the server's shutdown ends a COMPOUND early; the waits
+	// inside one are bounded by their own timeouts.
+	connCtx := ctx
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	defer context.AfterFunc(s.life, cancel)()
 	d := xdr.NewDecoder(call.Args)
 	tag := d.Opaque(0)
 	minor := d.Uint32()
@@ -133,6 +145,9 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 		case def.run == nil || def.roles&s.role() == 0:
 			r = fail(nfs4.NFS4ERR_NOTSUPP)
 		default:
+			if hook := s.testHookBeforeOp.Load(); hook != nil {
+				(*hook)(c, op, connCtx)
+			}
 			r = def.run(c, &args)
 		}
 		opStart := e.Mark()
@@ -164,6 +179,11 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 	}
 	return rpc.Success
 }
+
+// opHook is a test's function run before each operation's handler, with
+// the context of the connection the COMPOUND arrived on
+// (Server.testHookBeforeOp).
+type opHook func(c *compound, op nfs4.NfsOpnum4, connCtx context.Context)
 
 // encodeResult encodes the result of operation op.
 func (c *compound) encodeResult(e *xdr.Encoder, op nfs4.NfsOpnum4, r opReply) {

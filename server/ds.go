@@ -54,6 +54,7 @@ func NewDataServer(cfg Config, ds DataServerConfig) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, bootTime: time.Now(), ds: &ds}
+	s.life, s.endLife = context.WithCancel(context.Background())
 	var err error
 	s.data = ds.Store
 	if s.data == nil {

@@ -70,6 +70,13 @@ type Server struct {
 	rpc   *rpc.Server
 	cache *inodeCache
 
+	// life ends when Close starts: the only thing that cuts a COMPOUND
+	// short (see compoundRequest).
+	life    context.Context
+	endLife context.CancelFunc
+
+	testHookBeforeOp atomic.Pointer[opHook] // set by tests only
+
 	// writeVerf changes on every start, so clients detect that uncommitted
 	// UNSTABLE writes may have been lost (RFC 8881 §18.32.3). verfGen
 	// changes it during a run too: see Server.verifier.
@@ -124,6 +131,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, bootTime: time.Now(), reports: newLayoutReports()}
 	ns, err := newNamespace(cfg.Exports)
+	s.life, s.endLife = context.WithCancel(context.Background())
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -234,6 +242,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // Close stops serving, flushes cached attributes and closes the stores.
 func (s *Server) Close() error {
 	err := s.rpc.Close()
+	s.endLife()
 	s.startOnce.Do(func() { close(s.st.done) }) // never started
 	s.st.stop()
 	if ferr := s.cache.flushAll(context.Background()); err == nil {

@@ -33,6 +33,8 @@ func newMountCmd() *cobra.Command {
 		foreground bool
 		debug      bool
 		minor      uint32
+		attrTTL    time.Duration
+		dirTTL     time.Duration
 		polFlags   *policyFlags
 	)
 	cmd := &cobra.Command{
@@ -55,7 +57,12 @@ of the same name:
   direct   no page cache: every read and write goes to the library and on to
            the server (or its data servers, with pNFS) unchanged
 
-Attributes and directory entries are cached by the kernel for 1 second.
+The kernel caches file attributes for --attr-timeout (default 3s) and names
+and directory attributes for --dir-timeout (default 30s), like the kernel NFS
+client's acregmin and acdirmin: another client's change to a file shows in
+stat within the first, a rename within the second. Opens always check with
+the server (close-to-open), names that do not exist are never cached, and
+this mount's own changes show at once.
 When run as root with --allow-other, every request uses its caller's uid and
 gid as the NFS credential (one NFS session per identity) and the server
 checks permissions; otherwise all requests use --uid/--gid.
@@ -98,16 +105,18 @@ their way.`,
 				return daemonize(cmd)
 			}
 			cfg := fusemount.Config{
-				Addr:       u.addr,
-				Root:       u.path,
-				Access:     acc,
-				UID:        uid,
-				GID:        gid,
-				PerCaller:  allowOther && os.Geteuid() == 0,
-				AllowOther: allowOther,
-				Client:     client.Options{MinorVersion: minor, DialTimeout: 10 * time.Second, Policy: pol},
-				Logger:     slog.Default(),
-				Debug:      debug,
+				Addr:        u.addr,
+				Root:        u.path,
+				Access:      acc,
+				UID:         uid,
+				GID:         gid,
+				PerCaller:   allowOther && os.Geteuid() == 0,
+				AllowOther:  allowOther,
+				Client:      client.Options{MinorVersion: minor, DialTimeout: 10 * time.Second, Policy: pol},
+				Logger:      slog.Default(),
+				Debug:       debug,
+				AttrTimeout: cacheTimeout(attrTTL),
+				DirTimeout:  cacheTimeout(dirTTL),
 			}
 			m, err := fusemount.New(cmd.Context(), dir, cfg)
 			notifyReady(err)
@@ -142,8 +151,19 @@ their way.`,
 	f.BoolVar(&foreground, "foreground", true, "stay in the foreground until unmounted (false: detach once mounted; the detached process logs nowhere)")
 	f.BoolVar(&debug, "debug", false, "log every FUSE request")
 	f.Uint32Var(&minor, "minor-version", 0, "NFSv4 minor version (default: highest the server speaks)")
+	f.DurationVar(&attrTTL, "attr-timeout", fusemount.DefaultAttrTimeout, "how long the kernel caches a file's attributes (0: not at all)")
+	f.DurationVar(&dirTTL, "dir-timeout", fusemount.DefaultDirTimeout, "how long the kernel caches names and directory attributes (0: not at all)")
 	polFlags = addPolicyFlags(cmd, "access")
 	return cmd
+}
+
+// cacheTimeout turns a --attr-timeout or --dir-timeout value into
+// fusemount.Config's: there zero means the default and negative none.
+func cacheTimeout(d time.Duration) time.Duration {
+	if d <= 0 {
+		return -1
+	}
+	return d
 }
 
 // daemonize re-runs the command in a new session with --foreground and
