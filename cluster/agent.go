@@ -76,6 +76,10 @@ type AgentStats struct {
 	ReplicaFailed uint64
 	// SumOps counts OBJ_SUM calls served.
 	SumOps uint64
+	// CopyOps counts OBJ_COPY calls served, CopyBytes the bytes they
+	// copied from one object to another (neither read nor written over
+	// the network).
+	CopyOps, CopyBytes uint64
 	// ClientReadBytes and ClientWriteBytes count what the DS's own
 	// clients read and wrote through its ReplicaStore.
 	ClientReadBytes, ClientWriteBytes uint64
@@ -160,6 +164,7 @@ type Agent struct {
 		commitOps, truncateOps, removeOps, getSizeOps  atomic.Uint64
 		stateidChecks, stateidCacheHits, registrations atomic.Uint64
 		mapFetches, sumOps                             atomic.Uint64
+		copyOps, copyBytes                             atomic.Uint64
 		replicaWriteOps, replicaWriteBytes             atomic.Uint64
 		replicaCommitOps, replicaFailed                atomic.Uint64
 		clientReadBytes, clientWriteBytes              atomic.Uint64
@@ -272,6 +277,7 @@ func (a *Agent) Stats() AgentStats {
 		ReplicaWriteOps: s.replicaWriteOps.Load(), ReplicaWriteBytes: s.replicaWriteBytes.Load(),
 		ReplicaCommitOps: s.replicaCommitOps.Load(), ReplicaFailed: s.replicaFailed.Load(),
 		SumOps: s.sumOps.Load(), ClientReadBytes: s.clientReadBytes.Load(), ClientWriteBytes: s.clientWriteBytes.Load(),
+		CopyOps: s.copyOps.Load(), CopyBytes: s.copyBytes.Load(),
 	}
 }
 
@@ -632,6 +638,13 @@ func (a *Agent) serveRPC(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc
 			return rpc.GarbageArgs
 		}
 		out := a.objSeek(&args)
+		out.EncodeXDR(res)
+	case ctlproto.CTLPROC_OBJ_COPY:
+		var args ctlproto.CtlCopyArgs
+		if !decodeArgs(c, &args) {
+			return rpc.GarbageArgs
+		}
+		out := ctlproto.CtlStatusRes{Status: a.objCopy(&args)}
 		out.EncodeXDR(res)
 	case ctlproto.CTLPROC_OBJ_GETSIZE:
 		var args ctlproto.CtlInoArgs

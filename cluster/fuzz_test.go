@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"syscall"
 	"testing"
 
 	"github.com/shoalfs/shoal/internal/ctlproto"
@@ -40,6 +41,9 @@ func FuzzControlCall(f *testing.F) {
 		{ctlproto.CTLPROC_OBJ_SEEK, &ctlproto.CtlSeekArgs{Ino: 1, Offset: 1, What: ctlproto.CTL_SEEK_HOLE,
 			Extents: ctlproto.CtlExtents{Unit: 4096, Stride: 8192}}},
 		{ctlproto.CTLPROC_OBJ_SEEK, &ctlproto.CtlSeekArgs{Ino: 1, What: ctlproto.CTL_SEEK_DATA}},
+		{ctlproto.CTLPROC_OBJ_COPY, &ctlproto.CtlCopyArgs{SrcIno: 1, DstIno: 2, SrcOffset: 4096, DstOffset: 8192, Length: 12288,
+			Stable: true, Extents: ctlproto.CtlExtents{Unit: 4096, Stride: 8192}}},
+		{ctlproto.CTLPROC_OBJ_COPY, &ctlproto.CtlCopyArgs{SrcIno: 1, DstIno: 1, Length: 10, DstOffset: 5}},
 		{ctlproto.CTLPROC_FILE_SIZE, &ctlproto.CtlInoArgs{Ino: 1}},
 		{ctlproto.CTLPROC_ADMIN, &ctlproto.CtlAdminArgs{Token: testSecret, Command: "status", Request: []byte("{}")}},
 		{ctlproto.CTLPROC_ADMIN, &ctlproto.CtlAdminArgs{Token: []byte("wrong"), Command: "drain", Request: []byte(`{"id":"ds"}`)}},
@@ -58,7 +62,7 @@ func FuzzControlCall(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer st.Close()
-	a := newBareAgent(AgentConfig{ID: "fuzz", Store: st})
+	a := newBareAgent(AgentConfig{ID: "fuzz", Store: boundedStore{st}})
 	defer a.cancel()
 	p1, p2 := net.Pipe()
 	defer p2.Close()
@@ -67,14 +71,62 @@ func FuzzControlCall(f *testing.F) {
 
 	f.Fuzz(func(t *testing.T, proc uint32, args []byte) {
 		for _, h := range []rpc.Handler{reg.Handler(), rpc.HandlerFunc(a.serveRPC)} {
-			c := &rpc.Call{Prog: ctlproto.SHOAL_CONTROL, Vers: ctlproto.SHOAL_CONTROL_V1, Proc: proc % 16, Args: args, Conn: conn}
+			c := &rpc.Call{Prog: ctlproto.SHOAL_CONTROL, Vers: ctlproto.SHOAL_CONTROL_V1, Proc: proc % 32, Args: args, Conn: conn}
 			res := xdr.NewEncoder(64)
 			switch st := h.ServeRPC(context.Background(), c, res); st {
 			case rpc.Success, rpc.GarbageArgs, rpc.ProcUnavail:
 			default:
-				t.Fatalf("proc %d: accept stat %v", proc%16, st)
+				t.Fatalf("proc %d: accept stat %v", proc%32, st)
 			}
 			_ = res.Bytes()
 		}
 	})
+}
+
+// fuzzSpan bounds the object bytes a fuzzed call may make a data server
+// reserve or copy: fuzzed offsets and lengths are up to 2^63, and a real
+// store would fill the disk.
+const fuzzSpan = 16 << 20
+
+// boundedStore is the fuzz target's store: a store.Local whose objects
+// stay within fuzzSpan (beyond it, EFBIG), so that every procedure can
+// be fuzzed without filling the disk.
+type boundedStore struct{ *store.Local }
+
+func (b boundedStore) Open(ino uint64, create bool) (store.File, error) {
+	f, err := b.Local.Open(ino, create)
+	if err != nil {
+		return nil, err
+	}
+	return boundedFile{f}, nil
+}
+
+func (b boundedStore) Truncate(ino, size uint64) error {
+	if size > fuzzSpan {
+		return syscall.EFBIG
+	}
+	return b.Local.Truncate(ino, size)
+}
+
+func (b boundedStore) CopyRange(src, dst uint64, srcOff, dstOff, n int64) error {
+	if uint64(dstOff)+uint64(n) > fuzzSpan || uint64(srcOff)+uint64(n) > fuzzSpan {
+		return syscall.EFBIG
+	}
+	return b.Local.CopyRange(src, dst, srcOff, dstOff, n)
+}
+
+type boundedFile struct{ store.File }
+
+func (f boundedFile) WriteAt(p []byte, off int64) (int, error) {
+	if uint64(off)+uint64(len(p)) > fuzzSpan {
+		return 0, syscall.EFBIG
+	}
+	return f.File.WriteAt(p, off)
+}
+
+func (f boundedFile) Allocate(off, length int64) error {
+	if uint64(off)+uint64(length) > fuzzSpan {
+		return syscall.EFBIG
+	}
+	return f.File.Allocate(off, length)
 }

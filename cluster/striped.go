@@ -89,6 +89,7 @@ type Striped struct {
 	onStale   func(ino uint64)                          // SetOnStale
 	mirrors   int                                       // SetDefaultMirrors
 	mirrorsFn func(ctx context.Context, ino uint64) int // SetMirrors
+	hold      HoldFunc                                  // SetHold
 }
 
 var (

@@ -44,7 +44,7 @@ var (
 	supportedMask = makeBitmap(supportedAttrs)
 	// supportedMask42 adds the attributes NFSv4.2 defines (RFC 7862,
 	// RFC 8276): a 4.1 client never sees them.
-	supportedMask42 = bitmapSet(makeBitmap(supportedAttrs), nfs4.FATTR4_XATTR_SUPPORT)
+	supportedMask42 = bitmapSet(bitmapSet(makeBitmap(supportedAttrs), nfs4.FATTR4_XATTR_SUPPORT), nfs4.FATTR4_CLONE_BLKSIZE)
 	writableMask    = makeBitmap(writableAttrs)
 	// modeOnly is the attrset of a create whose other attributes could
 	// not be applied: the mode is set by the create itself.
@@ -277,6 +277,8 @@ func (c *compound) attrValues(e *xdr.Encoder, o *object, bm nfs4.Bitmap4, rdErr 
 			e.Uint32(uint32(nfs4.NFS4_CHANGE_TYPE_IS_MONOTONIC_INCR))
 		case nfs4.FATTR4_XATTR_SUPPORT:
 			e.Bool(xattrsOn(o))
+		case nfs4.FATTR4_CLONE_BLKSIZE:
+			e.Uint32(uint32(s.cloneBlksize()))
 		}
 		return true
 	})

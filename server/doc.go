@@ -64,6 +64,21 @@
 // too, over their own objects. The handlers do not know which role they
 // run in.
 //
+// # Server-side copy
+//
+// COPY and CLONE (RFC 7862 §15.2, §15.13; ops_copy.go) copy from the
+// saved filehandle's file to the current one's through the store's
+// capability store.Copier where the store has it: the local store copies
+// in the kernel (copy_file_range, a clone where the file system shares
+// blocks), cluster.Striped has every data server copy its own stripe
+// units (OBJ_COPY) when the two files' stripe maps line up, as they do
+// for a whole file copied into a new one. Otherwise the server copies
+// through a buffer, and on a metadata server the bytes pass through it.
+// A client asking for an asynchronous copy of at least 256 MiB gets a
+// copy stateid and CB_OFFLOAD at the end (copy_async.go); shorter ones
+// are synchronous. clone_blksize is the local store's checksum block, or
+// the stripe unit on a metadata server.
+//
 // # Layout reports
 //
 // A metadata server accepts LAYOUTERROR and LAYOUTSTATS under the client's

@@ -138,13 +138,19 @@ var opTable = map[nfs4.NfsOpnum4]opDef{
 		minor: 2, roles: roleMDS},
 	nfs4.OP_DEALLOCATE: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.deallocate(a.Opdeallocate) },
 		minor: 2, roles: roleMDS},
-	nfs4.OP_COPY:           {minor: 2, roles: roleMDS}, // not supported
-	nfs4.OP_COPY_NOTIFY:    {minor: 2, roles: roleMDS}, // not supported
-	nfs4.OP_OFFLOAD_CANCEL: {minor: 2, roles: roleMDS}, // not supported
-	nfs4.OP_OFFLOAD_STATUS: {minor: 2, roles: roleMDS}, // not supported
-	nfs4.OP_CLONE:          {minor: 2, roles: roleMDS}, // not supported
-	nfs4.OP_IO_ADVISE:      {minor: 2, roles: roleMDS}, // not supported
-	nfs4.OP_WRITE_SAME:     {minor: 2, roles: roleMDS}, // not supported
+	// Server-side copy (ops_copy.go); COPY_NOTIFY is for inter-server
+	// copies, which Shoal does not do.
+	nfs4.OP_COPY: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.copy(a.Opcopy) },
+		minor: 2, roles: roleMDS},
+	nfs4.OP_CLONE: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.clone(a.Opclone) },
+		minor: 2, roles: roleMDS},
+	nfs4.OP_OFFLOAD_STATUS: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.offloadStatus(a.OpoffloadStatus) },
+		minor: 2, roles: roleMDS},
+	nfs4.OP_OFFLOAD_CANCEL: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.offloadCancel(a.OpoffloadCancel) },
+		minor: 2, roles: roleMDS},
+	nfs4.OP_COPY_NOTIFY: {minor: 2, roles: roleMDS}, // not supported
+	nfs4.OP_IO_ADVISE:   {minor: 2, roles: roleMDS}, // not supported
+	nfs4.OP_WRITE_SAME:  {minor: 2, roles: roleMDS}, // not supported
 
 	// Extended attributes (RFC 8276; ops_xattr.go).
 	nfs4.OP_GETXATTR: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.getxattr(a.Opgetxattr) },

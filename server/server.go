@@ -91,6 +91,7 @@ type Server struct {
 	pnfs      *pnfsState        // nil unless a pNFS metadata server
 	ds        *DataServerConfig // nil unless a pNFS data server
 	counters  counters
+	copies    asyncCopies    // COPY in the background (copy_async.go)
 	reports   *layoutReports // LAYOUTERROR, LAYOUTSTATS (layoutstats.go)
 	// ownData is set when the server opened its data store itself (and so
 	// closes it); a store handed in by the caller stays open.
@@ -130,8 +131,8 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: %w", err)
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, bootTime: time.Now(), reports: newLayoutReports()}
-	ns, err := newNamespace(cfg.Exports)
 	s.life, s.endLife = context.WithCancel(context.Background())
+	ns, err := newNamespace(cfg.Exports)
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -241,10 +242,11 @@ func (s *Server) Serve(ln net.Listener) error {
 
 // Close stops serving, flushes cached attributes and closes the stores.
 func (s *Server) Close() error {
-	err := s.rpc.Close()
 	s.endLife()
+	err := s.rpc.Close()
 	s.startOnce.Do(func() { close(s.st.done) }) // never started
 	s.st.stop()
+	s.copies.wait() // stopped with the state's context
 	if ferr := s.cache.flushAll(context.Background()); err == nil {
 		err = ferr
 	}

@@ -117,9 +117,8 @@ type lockSet struct {
 // itself and neighbouring chunks use different stripes.
 func (l *Local) lockBlocks(ino uint64, b0, b1 int64, write bool) lockSet {
 	var s lockSet
-	base := (ino * 0x9e3779b97f4a7c15) >> 40
 	for b := b0; b <= b1; b++ {
-		x := uint16((base + uint64(b)) & (nStripes - 1))
+		x := stripeOf(ino, b)
 		i := s.n
 		for i > 0 && s.idx[i-1] > x {
 			i--
@@ -139,6 +138,11 @@ func (l *Local) lockBlocks(ino uint64, b0, b1 int64, write bool) lockSet {
 		}
 	}
 	return s
+}
+
+// stripeOf returns the block lock of block b of ino.
+func stripeOf(ino uint64, b int64) uint16 {
+	return uint16(((ino*0x9e3779b97f4a7c15)>>40 + uint64(b)) & (nStripes - 1))
 }
 
 func (l *Local) unlockBlocks(s *lockSet, write bool) {

@@ -169,7 +169,10 @@ func (d *dataServers) OnChange(fn func()) func() {
 // completed after the server is built.
 type lazyBackend struct{ d *dataServers }
 
-var _ store.Backend = lazyBackend{}
+var (
+	_ store.Backend = lazyBackend{}
+	_ store.Copier  = lazyBackend{}
+)
 
 func (b lazyBackend) Open(ino uint64, create bool) (store.File, error) {
 	return b.d.striped.Open(ino, create)
@@ -181,6 +184,11 @@ func (b lazyBackend) StatFS() (uint64, uint64, uint64, error) {
 	return b.d.striped.StatFS()
 }
 func (b lazyBackend) Close() error { return b.d.striped.Close() }
+
+// CopyRange lets the data servers copy for COPY and CLONE (store.Copier).
+func (b lazyBackend) CopyRange(src, dst uint64, srcOff, dstOff, n int64) error {
+	return b.d.striped.CopyRange(src, dst, srcOff, dstOff, n)
+}
 
 // StartMDS starts a pNFS metadata server; data servers register with it on
 // the same address (the control protocol shares the NFS listener).
@@ -261,6 +269,7 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 	m.Striped.SetDefaultMirrors(policies.def)
 	m.Striped.SetMirrors(policies.mirrorsOf)
 	m.Striped.SetRecall(srv.RecallLayouts)
+	m.Striped.SetHold(srv.HoldLayouts)
 	m.Registry.SetMaps(m.Striped)
 	ds.reg, ds.striped = m.Registry, m.Striped
 	m.Admin = cluster.NewAdmin(cluster.AdminConfig{

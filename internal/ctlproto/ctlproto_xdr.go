@@ -1154,6 +1154,41 @@ func (v *CtlSumRes) DecodeXDR(d *xdr.Decoder) {
 	}
 }
 
+const CTL_MAX_COPY = 1073741824
+
+// CtlCopyArgs is the XDR struct ctl_copy_args.
+type CtlCopyArgs struct {
+	SrcIno    uint64
+	DstIno    uint64
+	SrcOffset uint64
+	DstOffset uint64
+	Length    uint64
+	Stable    bool
+	Extents   CtlExtents
+}
+
+// EncodeXDR implements xdr.Marshaler.
+func (v *CtlCopyArgs) EncodeXDR(e *xdr.Encoder) {
+	e.Uint64(v.SrcIno)
+	e.Uint64(v.DstIno)
+	e.Uint64(v.SrcOffset)
+	e.Uint64(v.DstOffset)
+	e.Uint64(v.Length)
+	e.Bool(v.Stable)
+	v.Extents.EncodeXDR(e)
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlCopyArgs) DecodeXDR(d *xdr.Decoder) {
+	v.SrcIno = d.Uint64()
+	v.DstIno = d.Uint64()
+	v.SrcOffset = d.Uint64()
+	v.DstOffset = d.Uint64()
+	v.Length = d.Uint64()
+	v.Stable = d.Bool()
+	v.Extents.DecodeXDR(d)
+}
+
 // Program SHOAL_CONTROL and its version and procedure numbers.
 const (
 	SHOAL_CONTROL          = 0x2E5A0001
@@ -1182,4 +1217,5 @@ const (
 	CTLPROC_OBJ_SUM        = 21
 	CTLPROC_OBJ_ALLOCATE   = 22
 	CTLPROC_OBJ_SEEK       = 23
+	CTLPROC_OBJ_COPY       = 24
 )

@@ -113,6 +113,8 @@ func (c *Client) serveCB(_ context.Context, call *rpc.Call, res *xdr.Encoder) rp
 				}}
 			case nfs4.OP_CB_RECALL:
 				res.Opcbrecall = &nfs4.CBRECALL4res{Status: nfs4.NFS4_OK}
+			case nfs4.OP_CB_OFFLOAD:
+				res.Opcboffload = &nfs4.CBOFFLOAD4res{CorStatus: nfs4.NFS4_OK}
 			case nfs4.OP_CB_LAYOUTRECALL:
 				st := nfs4.NFS4ERR_NOMATCHING_LAYOUT
 				if c.KeepLayouts {

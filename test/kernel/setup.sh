@@ -2,7 +2,7 @@
 # setup.sh — prepare everything the kernel-client harness boots in qemu:
 # Debian's 6.1 kernel (unpacked, never installed), a busybox initramfs with
 # the virtio-net + NFS module closure, the static mountnfs/locktest/odirect
-# helpers and setfattr/getfattr (c/fattr.c), /init (init.sh) and the workload (workload.sh).
+# helpers, setfattr/getfattr (c/fattr.c), copy (c/copy.c), /init (init.sh) and the workload (workload.sh).
 #
 # Idempotent: the kernel is downloaded and unpacked once per version; the
 # initramfs is rebuilt only when one of its inputs in this directory changed.
@@ -83,6 +83,7 @@ if [ ! -f "$initrd" ]; then
 	gcc -static -O2 -Wall -Wextra -o "$root/bin/odirect" "$here/c/odirect.c"
 	gcc -static -O2 -Wall -Wextra -o "$root/bin/sparse" "$here/c/sparse.c"
 	gcc -static -O2 -Wall -Wextra -o "$root/bin/fattr" "$here/c/fattr.c"
+	gcc -static -O2 -Wall -Wextra -o "$root/bin/copy" "$here/c/copy.c"
 	ln -s fattr "$root/bin/setfattr"
 	ln -s fattr "$root/bin/getfattr"
 

@@ -298,6 +298,48 @@ step_sparse() {
 	echo "punch, SEEK_HOLE/SEEK_DATA and allocate ok"
 }
 
+# copy_stats prints the mount's COPY and CLONE calls and the bytes it read
+# from and wrote to the server(s), data servers included (the "bytes:"
+# line's serverread and serverwrite).
+copy_stats() {
+	awk -v m=$M '$1 == "device" { on = ($5 == m) }
+		on && $1 == "bytes:" { r = $6; w = $7 }
+		on && $1 == "COPY:" { c = $2 }
+		on && $1 == "CLONE:" { k = $2 }
+		END { printf "%d %d %d %d\n", c, k, r, w }' /proc/self/mountstats
+}
+
+# step_copy (NFSv4.2): copy_file_range(2) and ioctl FICLONE of a 64 MiB
+# file, which the client sends as COPY and CLONE. The server copies (a
+# pNFS MDS has each data server copy its own stripe units), so the
+# client's read and write byte counts do not grow by the file's size;
+# afterwards both copies read back (from the server) as the source.
+step_copy() {
+	src=$W/copy.src
+	rm -f "$src" "$W/copy.dst" "$W/copy.clone"
+	head -c 67108864 /dev/urandom >/tmp/copy.src
+	cp /tmp/copy.src "$src" || die "cp"
+	sync
+	set -- $(copy_stats)
+	c0=$1 k0=$2 r0=$3 w0=$4
+	n=$(copy range "$src" "$W/copy.dst") || die "copy_file_range failed"
+	expect "bytes copy_file_range copied" "$n" 67108864
+	n=$(copy clone "$src" "$W/copy.clone") || die "ioctl FICLONE failed"
+	set -- $(copy_stats)
+	c1=$1 k1=$2 r1=$3 w1=$4
+	[ "$c1" -gt "$c0" ] || die "no COPY sent (COPY calls $c0 -> $c1)"
+	[ "$k1" -gt "$k0" ] || die "no CLONE sent (CLONE calls $k0 -> $k1)"
+	dr=$((r1 - r0)) dw=$((w1 - w0))
+	[ "$dr" -lt 1048576 ] && [ "$dw" -lt 1048576 ] ||
+		die "the client moved the bytes: read +$dr, wrote +$dw during COPY and CLONE"
+	want=$(sha256sum </tmp/copy.src)
+	drop_caches
+	expect "bytes of the copy" "$(sha256sum <"$W/copy.dst")" "$want"
+	expect "bytes of the clone" "$(sha256sum <"$W/copy.clone")" "$want"
+	rm -f "$src" "$W/copy.dst" "$W/copy.clone" /tmp/copy.src
+	echo "COPY calls $c0 -> $c1, CLONE calls $k0 -> $k1; client read +$dr and wrote +$dw bytes during them; copy and clone match"
+}
+
 # step_xattr (NFSv4.2): user.* extended attributes (RFC 8276) set with
 # setfattr, read back with getfattr, listed with getfattr -d after a cache
 # drop (so from the server, not the client's xattr cache), one removed with
@@ -837,6 +879,7 @@ main)
 			run xattr/v4.1 xattr_41
 		fi
 		[ "$t_vers" = 4.2 ] && run sparse sparse
+		[ "$t_vers" = 4.2 ] && run copy copy
 		run rm rm
 		if [ "${t_pnfs:-0}" = 1 ]; then
 			for x in truncate rm; do
