@@ -209,32 +209,7 @@ func TestDataServerPutFHKey(t *testing.T) {
 	root := fhOf(t, must(t)(mds.client().Compound(opPutRoot(), opGetFH())))
 	dataKey := mds.srv.DataFHKey()
 	master := mds.srv.ClusterSecret()
-
-	dsrv, err := NewDataServer(Config{Dir: t.TempDir(), Logger: mds.cfg.Logger}, DataServerConfig{
-		Secret:       func() []byte { return dataKey },
-		CheckStateid: func(context.Context, uint64, [16]byte, bool) error { return nil },
-		FileSize:     func(context.Context, uint64) (uint64, error) { return 0, nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- dsrv.Serve(ln) }()
-	t.Cleanup(func() {
-		if err := dsrv.Close(); err != nil {
-			t.Errorf("data server Close: %v", err)
-		}
-		<-done
-	})
-	c, err := wiretest.Setup(testCtx(t), ln.Addr().String(), []byte("fhkey-ds"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := startDataServer(t, mds, "fhkey-ds")
 
 	mdsCodec := mds.srv.fh
 	layoutFH := mdsCodec.encode(fhandle{kind: fhData, ino: 1234}) // what LAYOUTGET hands out
@@ -259,4 +234,38 @@ func TestDataServerPutFHKey(t *testing.T) {
 			want(t, nfs4.NFS4ERR_BADHANDLE)(c.Compound(opPutFH(tc.fh), opGetattr(nfs4.FATTR4_SIZE)))
 		})
 	}
+}
+
+// startDataServer starts a data server beside the test MDS mds, holding
+// mds's data-filehandle key and accepting every stateid, and returns a
+// client set up on it (owner names the client).
+func startDataServer(t *testing.T, mds *testServer, owner string) *wiretest.Client {
+	t.Helper()
+	dataKey := mds.srv.DataFHKey()
+	dsrv, err := NewDataServer(Config{Dir: t.TempDir(), Logger: mds.cfg.Logger}, DataServerConfig{
+		Secret:       func() []byte { return dataKey },
+		CheckStateid: func(context.Context, uint64, [16]byte, bool) error { return nil },
+		FileSize:     func(context.Context, uint64) (uint64, error) { return 0, nil },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- dsrv.Serve(ln) }()
+	t.Cleanup(func() {
+		if err := dsrv.Close(); err != nil {
+			t.Errorf("data server Close: %v", err)
+		}
+		<-done
+	})
+	c, err := wiretest.Setup(testCtx(t), ln.Addr().String(), []byte(owner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }

@@ -2,9 +2,7 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -358,32 +356,7 @@ func TestXattrPermissions(t *testing.T) {
 // operations are NFS4ERR_NOTSUPP there, and xattr_support is false.
 func TestXattrDataServer(t *testing.T) {
 	mds := startServer(t, Config{})
-	dataKey := mds.srv.DataFHKey()
-	dsrv, err := NewDataServer(Config{Dir: t.TempDir(), Logger: mds.cfg.Logger}, DataServerConfig{
-		Secret:       func() []byte { return dataKey },
-		CheckStateid: func(context.Context, uint64, [16]byte, bool) error { return nil },
-		FileSize:     func(context.Context, uint64) (uint64, error) { return 0, nil },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- dsrv.Serve(ln) }()
-	t.Cleanup(func() {
-		if err := dsrv.Close(); err != nil {
-			t.Errorf("data server Close: %v", err)
-		}
-		<-done
-	})
-	c, err := wiretest.Setup(testCtx(t), ln.Addr().String(), []byte("xattr-ds"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	c := startDataServer(t, mds, "xattr-ds")
 	fh := mds.srv.fh.encode(fhandle{kind: fhData, ino: 1234}) // what LAYOUTGET hands out
 	for _, op := range []nfs4.NfsArgop4{opGetxattr("a"), opSetxattr(nfs4.SETXATTR4_EITHER, "a", nil), opListxattrs(0, 100), opRemovexattr("a")} {
 		want(t, nfs4.NFS4ERR_NOTSUPP)(c.Compound(opPutFH(fh), op))
