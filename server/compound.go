@@ -59,12 +59,12 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 	// Cut short by the connection's context, an OPEN that created a file
 	// was cached with NFS4ERR_DELAY for the GETATTR after it, and the
 	// client, retrying the whole request, got NFS4ERR_EXIST for its own
-	// create. Only the server's shutdown ends a COMPOUND early; the waits
-	// inside one are bounded by their own timeouts.
+	// create. So it runs under the server's life, which only Close ends;
+	// the waits inside a COMPOUND are bounded by their own timeouts. (The
+	// connection's context carries no values, and using the server's
+	// costs no allocation per request.)
 	connCtx := ctx
-	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancel()
-	defer context.AfterFunc(s.life, cancel)()
+	ctx = s.life
 	d := xdr.NewDecoder(call.Args)
 	tag := d.Opaque(0)
 	minor := d.Uint32()
