@@ -89,8 +89,11 @@ func TestStatusSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.DS[1] = nil
+	// The registry's state and its events reach the page by different
+	// paths (a snapshot reads the state; subscribers hear the events after
+	// it changed), so the wait is for both.
 	s = snapshotUntil(t, c, "the data server down", func(s *statuspage.Snapshot) bool {
-		return !s.DataServers[1].Up && s.Files.UnavailableCount == 1
+		return !s.DataServers[1].Up && s.Files.UnavailableCount == 1 && hasEvent(s, "ds left", dead, "")
 	})
 	if !hasEvent(s, "ds left", dead, "") || s.Events[0].Kind != "ds left" {
 		t.Errorf("events %+v, want %s leaving first", s.Events, dead)
