@@ -54,6 +54,11 @@ type Options struct {
 	// by all Files of the Client. Default 8. Policy.MaxPerDS, when set,
 	// takes precedence.
 	MaxPerDS int
+	// NoDelegations makes every OPEN ask for no delegation
+	// (OPEN4_SHARE_ACCESS_WANT_NO_DELEG) and returns any granted anyway.
+	// By default read-only opens take the read delegations a server
+	// offers and skip revalidation while they hold them (see deleg.go).
+	NoDelegations bool
 	// Policy holds the I/O tunables: access method, block size, layout
 	// handling, readahead, cache size. The zero value means the defaults
 	// documented on Policy.
@@ -95,7 +100,13 @@ type Client struct {
 		layoutGets, layoutReturns, layoutRecalls         atomic.Uint64
 		failovers, dsReadBytes, dsWriteBytes, mdsIOBytes atomic.Uint64
 		resentBytes                                      atomic.Uint64
+		deleg                                            delegStats
 	}
+	ops opCounter // operations sent, for OpCounts
+	// ignoreRecalls is a test hook (IgnoreRecalls): recalls are answered
+	// and then not acted on.
+	ignoreRecalls atomic.Bool
+	delegs        delegTable // read delegations held
 
 	// dsRole makes this Client a session with a pNFS data server, owned by
 	// a metadata-server Client: EXCHANGE_ID asks for USE_PNFS_DS, Dial
@@ -130,6 +141,13 @@ type Stats struct {
 	// not be reached or changed its write verifier before the COMMIT, or
 	// the size it reached could not be published with LAYOUTCOMMIT.
 	ResentBytes uint64
+
+	DelegationsKept    uint64 // read delegations granted and kept
+	DelegationReturns  uint64 // DELEGRETURNs that succeeded
+	DelegationRecalls  uint64 // CB_RECALLs of a delegation held
+	DelegationsRevoked uint64 // delegations found revoked (TEST_STATEID)
+	LocalOpens         uint64 // opens satisfied under a delegation, without OPEN
+	DelegatedAttrHits  uint64 // attributes answered from a delegation, without GETATTR
 }
 
 // Stats returns the client's counters.
@@ -147,6 +165,13 @@ func (c *Client) Stats() Stats {
 		DSWriteBytes:  c.stats.dsWriteBytes.Load(),
 		MDSIOBytes:    c.stats.mdsIOBytes.Load(),
 		ResentBytes:   c.stats.resentBytes.Load(),
+
+		DelegationsKept:    c.stats.deleg.granted.Load(),
+		DelegationReturns:  c.stats.deleg.returned.Load(),
+		DelegationRecalls:  c.stats.deleg.recalls.Load(),
+		DelegationsRevoked: c.stats.deleg.revoked.Load(),
+		LocalOpens:         c.stats.deleg.localOpens.Load(),
+		DelegatedAttrHits:  c.stats.deleg.cachedAttrs.Load(),
 	}
 }
 
@@ -232,6 +257,7 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 		root:  splitPath(opts.Root),
 		files: make(map[*File]struct{}),
 	}
+	c.delegs.init()
 	c.minor.Store(opts.MinorVersion)
 	c.owner.CoOwnerid = []byte(opts.OwnerID)
 	copy(c.owner.CoVerifier[:], rnd[:])
@@ -276,6 +302,7 @@ func (c *Client) dialDS(ctx context.Context, addr string) (*Client, error) {
 		owner: c.owner, root: c.root, files: make(map[*File]struct{}), dsRole: true,
 		lease: c.lease,
 	}
+	ds.delegs.init()
 	ds.minor.Store(opts.MinorVersion)
 	ds.ctx, ds.cancel = context.WithCancel(c.ctx)
 	dctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
@@ -368,6 +395,13 @@ func (c *Client) Close() error {
 		fctx, fcancel := context.WithTimeout(context.Background(), 30*time.Second)
 		c.cache.flushOnClose(fctx)
 		fcancel()
+	}
+	if c.delegs.n.Load() > 0 {
+		// Unmount: give the delegations back rather than leave the
+		// server to recall them from a client that is gone.
+		rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second)
+		c.returnAllDelegations(rctx)
+		rcancel()
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -541,6 +575,10 @@ func (c *Client) newSession(ctx context.Context, old *session) error {
 	c.log.Debug("session created", "clientid", eir.EirClientid, "slots", slots, "minor", c.minor.Load())
 
 	if old != nil {
+		// Delegations went with the old session: the server recalls
+		// nothing of them, and Files opened locally under them are
+		// reclaimed as ordinary opens.
+		c.dropAllDelegations()
 		c.reclaim(ctx, s)
 	}
 	_, err = c.exec(ctx, s, false, []nfs4.NfsArgop4{{Argop: nfs4.OP_RECLAIM_COMPLETE,
@@ -846,6 +884,11 @@ func (c *Client) execRelease(ctx context.Context, sess *session, reconnect bool,
 	}})
 	args.Argarray = append(args.Argarray, ops...)
 	c.lastUse.Store(time.Now().UnixNano())
+	c.ops.count(args.Argarray)
+	// Around the round trip, so that a GETATTR overlapping a change of
+	// this Client's never caches attributes from before it.
+	c.mutating(ops)
+	defer c.mutating(ops)
 
 	type result struct {
 		res     *nfs4.COMPOUND4res
@@ -859,6 +902,7 @@ func (c *Client) execRelease(ctx context.Context, sess *session, reconnect bool,
 			if sr := res.Resarray[0].Opsequence; sr != nil && sr.SrStatus == nfs4.NFS4_OK && sr.SrResok4 != nil {
 				advance = true
 				target = int(sr.SrResok4.SrTargetHighestSlotid)
+				c.stateRevoked(uint32(sr.SrResok4.SrStatusFlags))
 			} else if sr != nil && (sr.SrStatus == nfs4.NFS4ERR_RETRY_UNCACHED_REP || sr.SrStatus == nfs4.NFS4ERR_SEQ_FALSE_RETRY) {
 				// The server did execute a request under this sequence
 				// id. For SEQ_FALSE_RETRY it was an earlier one whose
@@ -1044,7 +1088,10 @@ func (c *Client) reclaim(ctx context.Context, s *session) {
 }
 
 // serveCallback serves the backchannel: CB_NULL and CB_COMPOUND with
-// CB_SEQUENCE, CB_RECALL and CB_LAYOUTRECALL.
+// CB_SEQUENCE, CB_RECALL, CB_GETATTR (deleg.go) and CB_LAYOUTRECALL.
+// Every operation is answered at once and whatever takes round trips
+// (DELEGRETURN, LAYOUTRETURN) runs in the background: those round trips
+// may wait for the very server that waits for this answer.
 func (c *Client) serveCallback(ctx context.Context, call *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
 	if call.Prog != nfs4.NFS4_CALLBACK {
 		return rpc.ProgUnavail
@@ -1076,19 +1123,16 @@ func (c *Client) serveCallback(ctx context.Context, call *rpc.Call, res *xdr.Enc
 				CsrSessionid: a.CsaSessionid, CsrSequenceid: a.CsaSequenceid, CsrSlotid: a.CsaSlotid,
 			}}
 		case nfs4.OP_CB_RECALL:
-			a := op.Opcbrecall
-			if a == nil {
-				st = nfs4.NFS4ERR_BADXDR
-			} else {
-				fh := append([]byte(nil), a.Fh...)
-				sid := a.Stateid
-				c.wg.Add(1)
-				go func() {
-					defer c.wg.Done()
-					c.returnDelegation(fh, sid)
-				}()
+			st = nfs4.NFS4ERR_BADXDR
+			if a := op.Opcbrecall; a != nil {
+				st = c.cbRecall(a)
 			}
 			r.Opcbrecall = &nfs4.CBRECALL4res{Status: st}
+		case nfs4.OP_CB_GETATTR:
+			// The Client holds no write delegations (deleg.go): no
+			// file's attributes differ from the server's on its account.
+			st = nfs4.NFS4ERR_BADHANDLE
+			r.Opcbgetattr = &nfs4.CBGETATTR4res{Status: st}
 		case nfs4.OP_CB_LAYOUTRECALL:
 			st = nfs4.NFS4ERR_NOMATCHING_LAYOUT
 			if a := op.Opcblayoutrecall; a == nil {
@@ -1109,19 +1153,6 @@ func (c *Client) serveCallback(ctx context.Context, call *rpc.Call, res *xdr.Enc
 	}
 	out.EncodeXDR(res)
 	return rpc.Success
-}
-
-// returnDelegation answers a CB_RECALL. The client never asks for
-// delegations, but a server may hand one out anyway.
-func (c *Client) returnDelegation(fh []byte, sid nfs4.Stateid4) {
-	ctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
-	defer cancel()
-	_, err := c.call(ctx, func() []nfs4.NfsArgop4 {
-		return []nfs4.NfsArgop4{putfh(fh), {Argop: nfs4.OP_DELEGRETURN, Opdelegreturn: &nfs4.DELEGRETURN4args{DelegStateid: sid}}}
-	})
-	if err != nil && c.ctx.Err() == nil {
-		c.log.Warn("DELEGRETURN failed", "err", err)
-	}
 }
 
 func (c *Client) newOwner(kind string) []byte {

@@ -83,7 +83,11 @@ func startDeadHolder(t *testing.T, ctx context.Context, keepLayout bool) *deadHo
 	// a layout of it.
 	d.proxy = newCutProxy(t)
 	d.proxy.target.Store(&mdsAddr)
-	d.a = dialer(d.proxy.ln.Addr().String(), client.Options{Policy: client.Policy{KeepLayouts: keepLayout}})(t)
+	// No delegation: a REMOVE must recall a read delegation and wait
+	// (NFS4ERR_DELAY) for a dead holder's lease to run out, which is not
+	// what these tests are about (TestDelegationRevoked is).
+	d.a = dialer(d.proxy.ln.Addr().String(), client.Options{NoDelegations: true,
+		Policy: client.Policy{KeepLayouts: keepLayout}})(t)
 	// Closed after the kill: it cannot reach the server any more.
 	t.Cleanup(func() { d.a.Close() })
 	d.af, err = d.a.Open(ctx, deadHolderPath, os.O_RDONLY, 0)

@@ -10,9 +10,8 @@
 // by xid, and the server's callbacks (CB_COMPOUND on the NFSv4.1
 // backchannel) arrive on the same socket, bound at CREATE_SESSION with
 // CREATE_SESSION4_FLAG_CONN_BACK_CHAN. The client serves CB_NULL,
-// CB_SEQUENCE, CB_RECALL (it returns the delegation with DELEGRETURN; it
-// asks for none with OPEN4_SHARE_ACCESS_WANT_NO_DELEG, but servers may
-// grant one anyway) and CB_LAYOUTRECALL (see pNFS below).
+// CB_SEQUENCE, CB_RECALL and CB_GETATTR (see Delegations below) and
+// CB_LAYOUTRECALL (see pNFS below).
 //
 // Dial runs EXCHANGE_ID (SP4_NONE), CREATE_SESSION and RECLAIM_COMPLETE,
 // then reads the lease time and maxread/maxwrite of the root. It speaks
@@ -79,6 +78,31 @@
 // and locks instead, which may fail if another client got there first; such
 // a File then returns errors. Calls that were waiting meanwhile are rebuilt
 // with the new stateids and retried.
+//
+// # Delegations
+//
+// Read-only opens take the read delegations a server grants (write opens
+// ask for none with OPEN4_SHARE_ACCESS_WANT_NO_DELEG, and a write
+// delegation granted anyway is returned at once; [Options].NoDelegations
+// asks for none at all). While the Client holds a read delegation of a
+// file, no other client can change it without a recall first, so the
+// Client skips revalidation: [Client.OpenHandle] read-only is satisfied
+// without OPEN or GETATTR (and its Close sends no CLOSE; the File reads
+// with the delegation stateid), [Client.StatHandle] and [File.Stat]
+// answer from the attributes the OPEN returned unless this Client changed
+// the file since, and AccessCached keeps its cached data across opens.
+// Path opens still send OPEN, since the name may point elsewhere by now.
+//
+// CB_RECALL is answered at once; in the background the Client writes
+// back what its Files hold of the file, opens the Files it opened
+// locally on the server (OPEN CLAIM_DELEG_CUR_FH) and sends DELEGRETURN.
+// A Lock on such a File opens it on the server the same way. When
+// SEQUENCE reports revoked state, the Client tests its delegation
+// stateids (TEST_STATEID), frees the revoked ones (FREE_STATEID), reopens
+// their local Files and drops the file's cached data. A new session drops
+// all delegations (their local Files are reclaimed as ordinary opens);
+// Close returns them. [Stats] and [Client.OpCounts] count what this
+// saves.
 //
 // # Access methods and policy
 //

@@ -51,3 +51,8 @@ func StripeOf(ctx context.Context, f *File, off int64) (addr string, stripe, str
 // HeldBytes returns the memory f uses for copies of its unstable writes
 // (Policy.UnstableLimit bounds it).
 func HeldBytes(f *File) int64 { return f.unst.heldBytes() }
+
+// IgnoreRecalls makes c answer CB_RECALL with NFS4_OK and then do nothing,
+// as a client that hangs would, so that tests see the server revoke the
+// delegation.
+func IgnoreRecalls(c *Client) { c.ignoreRecalls.Store(true) }

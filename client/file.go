@@ -62,6 +62,14 @@ type File struct {
 	// Where the last large read and write ended (see large).
 	readEnd, writeEnd atomic.Int64
 
+	// A File opened read-only by handle under a read delegation of the
+	// Client is local: it has no open on the server and reads with the
+	// delegation stateid until a recall (or a Lock) opens it on the
+	// server (deleg.go). local is guarded by mu; convMu serializes the
+	// conversion with Close.
+	local  *delegation
+	convMu sync.Mutex
+
 	// Access methods (cache.go). ino is set at open and never changes.
 	ino        *inode
 	acc        atomic.Int32 // Access; never AccessDefault
@@ -116,6 +124,8 @@ func (c *Client) openIn(ctx context.Context, path string, start []nfs4.NfsArgop4
 		how = nfs4.Openflag4{Opentype: nfs4.OPEN4_CREATE, How: &nfs4.Createhow4{Mode: mode, Createattrs: &attrs}}
 	}
 	file := []byte(name)
+	snap := c.beginOpen()
+	defer c.endOpen()
 	res, done, err := c.callCreating(ctx, len(start), func() []nfs4.NfsArgop4 {
 		_, s, _ := c.current()
 		var cid nfs4.Clientid4
@@ -123,7 +133,7 @@ func (c *Client) openIn(ctx context.Context, path string, start []nfs4.NfsArgop4
 			cid = s.clientID
 		}
 		ops := append(start[:len(start):len(start)], nfs4.NfsArgop4{Argop: nfs4.OP_OPEN, Opopen: &nfs4.OPEN4args{
-			ShareAccess: f.access | nfs4.OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+			ShareAccess: f.access | c.wantDeleg(f.access),
 			ShareDeny:   nfs4.OPEN4_SHARE_DENY_NONE,
 			Owner:       nfs4.OpenOwner4{Clientid: cid, Owner: f.openOwner},
 			Openhow:     how,
@@ -140,9 +150,10 @@ func (c *Client) openIn(ctx context.Context, path string, start []nfs4.NfsArgop4
 		if f.fh, a, err = c.lookupIn(ctx, start, name); err != nil {
 			// Without the handle there is nothing to CLOSE: the open
 			// ends with the Client's lease.
+			c.dropDelegation(nil, &ok.Delegation)
 			return nil, pathErr("open", path, err)
 		}
-		c.dropDelegation(f.fh, &ok.Delegation)
+		c.gotDelegation(f.fh, &ok.Delegation, &a, snap)
 	} else {
 		if err != nil {
 			return nil, pathErr("open", path, err)
@@ -151,10 +162,11 @@ func (c *Client) openIn(ctx context.Context, path string, start []nfs4.NfsArgop4
 		ok := res[n-3].Opopen.Resok4
 		f.stateid = ok.Stateid
 		f.fh = append([]byte(nil), res[n-2].Opgetfh.Resok4.Object...)
-		c.dropDelegation(f.fh, &ok.Delegation)
 		if a, err = lastAttr(res); err != nil {
+			c.dropDelegation(f.fh, &ok.Delegation)
 			return nil, pathErr("open", path, err)
 		}
+		c.gotDelegation(f.fh, &ok.Delegation, &a, snap)
 	}
 	f.size, f.sizeKnown = a.Size, true
 	f.openAttr = a
@@ -265,6 +277,18 @@ func (c *Client) OpenHandle(ctx context.Context, fh []byte, flag int) (*File, er
 	name := fmt.Sprintf("handle:%x", fh)
 	f := &File{c: c, path: name, fh: append([]byte(nil), fh...), flag: flag,
 		openOwner: c.newOwner("open"), lockOwner: c.newOwner("lock"), access: shareAccess(flag)}
+	if flag&os.O_TRUNC == 0 {
+		if a, ok := c.openLocal(ctx, f); ok {
+			f.size, f.sizeKnown = a.Size, true
+			f.openAttr = a
+			if a.Type != TypeRegular {
+				f.layOff = true
+			}
+			return c.opened(ctx, f, &a, AccessDefault)
+		}
+	}
+	snap := c.beginOpen()
+	defer c.endOpen()
 	res, err := c.call(ctx, func() []nfs4.NfsArgop4 {
 		_, s, _ := c.current()
 		var cid nfs4.Clientid4
@@ -272,7 +296,7 @@ func (c *Client) OpenHandle(ctx context.Context, fh []byte, flag int) (*File, er
 			cid = s.clientID
 		}
 		return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_OPEN, Opopen: &nfs4.OPEN4args{
-			ShareAccess: f.access | nfs4.OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+			ShareAccess: f.access | c.wantDeleg(f.access),
 			ShareDeny:   nfs4.OPEN4_SHARE_DENY_NONE,
 			Owner:       nfs4.OpenOwner4{Clientid: cid, Owner: f.openOwner},
 			Openhow:     nfs4.Openflag4{Opentype: nfs4.OPEN4_NOCREATE},
@@ -284,7 +308,6 @@ func (c *Client) OpenHandle(ctx context.Context, fh []byte, flag int) (*File, er
 	}
 	ok := res[1].Opopen.Resok4
 	f.stateid = ok.Stateid
-	c.dropDelegation(f.fh, &ok.Delegation)
 	var ap *Attr
 	if a, err := lastAttr(res); err == nil {
 		ap = &a
@@ -294,6 +317,7 @@ func (c *Client) OpenHandle(ctx context.Context, fh []byte, flag int) (*File, er
 			f.layOff = true
 		}
 	}
+	c.gotDelegation(f.fh, &ok.Delegation, ap, snap)
 	return c.opened(ctx, f, ap, AccessDefault)
 }
 
@@ -305,27 +329,6 @@ func shareAccess(flag int) uint32 {
 		return nfs4.OPEN4_SHARE_ACCESS_BOTH
 	}
 	return nfs4.OPEN4_SHARE_ACCESS_READ
-}
-
-// dropDelegation returns a delegation the server granted although we asked
-// for none.
-func (c *Client) dropDelegation(fh []byte, d *nfs4.OpenDelegation4) {
-	var sid *nfs4.Stateid4
-	switch {
-	case d.Read != nil:
-		sid = &d.Read.Stateid
-	case d.Write != nil:
-		sid = &d.Write.Stateid
-	}
-	if sid == nil {
-		return
-	}
-	s := *sid
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		c.returnDelegation(fh, s)
-	}()
 }
 
 // OpenAttr returns the attributes the server returned with the OPEN, in
@@ -789,6 +792,9 @@ func (f *File) Stat(ctx context.Context) (Attr, error) {
 }
 
 func (f *File) statServer(ctx context.Context) (Attr, error) {
+	if a, ok := f.c.cachedDelegAttr(f.fh); ok {
+		return a, nil // no other client changed the file meanwhile
+	}
 	res, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), getattr(statBits)}))
 	if err != nil {
 		return Attr{}, err
@@ -991,6 +997,10 @@ func (f *File) Close() error {
 	delete(f.c.files, f)
 	f.c.mu.Unlock()
 	f.unst.reset() // committed, or reported lost above
+	if f.noteLocalClose() {
+		// Opened under a delegation: there is no open on the server.
+		return errors.Join(errs...)
+	}
 	// After writes through the cache, the change attribute the next open
 	// compares with is the one after them.
 	noteChange := f.cacheWrote.Load()
@@ -1108,6 +1118,12 @@ func (f *File) lock(ctx context.Context, off, length uint64, write, wait bool) e
 }
 
 func (f *File) lockOnce(ctx context.Context, off, length uint64, write, wait, reclaim bool) error {
+	if !reclaim {
+		// LOCK takes an open stateid (open_to_lock_owner4).
+		if err := f.ensureServerOpen(ctx); err != nil {
+			return err
+		}
+	}
 	res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
 		_, s, _ := f.c.current()
 		var cid nfs4.Clientid4

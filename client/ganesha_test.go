@@ -39,10 +39,15 @@ func freePort() (int, error) {
 
 // ganeshaAddr returns the address of the shared Ganesha, starting it with
 // scripts/ganesha.sh if needed. It skips the test unless SHOAL_GANESHA=1.
+// SHOAL_GANESHA_ADDR names a Ganesha already running (serving /export)
+// instead, for debugging with its logs.
 func ganeshaAddr(tb testing.TB) string {
 	tb.Helper()
 	if os.Getenv("SHOAL_GANESHA") != "1" {
 		tb.Skip("set SHOAL_GANESHA=1 to run against NFS-Ganesha")
+	}
+	if addr := os.Getenv("SHOAL_GANESHA_ADDR"); addr != "" {
+		return addr // one started by hand (scripts/ganesha.sh), left running
 	}
 	ganesha.once.Do(func() {
 		dir, err := os.MkdirTemp("", "shoal-ganesha-")

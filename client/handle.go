@@ -39,6 +39,11 @@ func childName(dir []byte, name string) string { return handleName(dir) + "/" + 
 // StatHandle returns the attributes of the object with handle fh.
 func (c *Client) StatHandle(ctx context.Context, fh []byte) (Attr, error) {
 	gen := c.cache.flushGen()
+	if a, ok := c.cachedDelegAttr(fh); ok {
+		// A read delegation: no other client changed the file since.
+		a.Size = c.cachedSize(a, gen)
+		return a, nil
+	}
 	res, err := c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(fh), getattr(statBits)}))
 	if err != nil {
 		return Attr{}, pathErr("stat", handleName(fh), err)

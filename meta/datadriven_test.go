@@ -34,6 +34,9 @@ import (
 // The scripts run against every engine and must give the same output.
 func TestNamespace(t *testing.T) {
 	t.Run("bolt", func(t *testing.T) { runNamespace(t, openBolt(meta.BoltOptions{NoSync: true})) })
+	t.Run("bolt-wal", func(t *testing.T) {
+		runNamespace(t, openBolt(meta.BoltOptions{WAL: true, NoSync: true, WALCheckpointBytes: 4 << 10}))
+	})
 	t.Run("etcd", func(t *testing.T) {
 		runNamespace(t, openEtcd(etcdtest.Start(t, 1, etcdtest.Options{NoFsync: true})))
 	})

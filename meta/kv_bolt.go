@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -25,6 +26,16 @@ type BoltOptions struct {
 	// NoSync disables fsync. Only for tests and benchmarks: metadata is
 	// not durable when operations return.
 	NoSync bool
+	// WAL puts a write-ahead log in front of bbolt (see "Durability" in
+	// the package doc): a commit is one append and one fdatasync of the
+	// log instead of a bbolt commit, and bbolt is written in the
+	// background in large checkpoints. Commits are grouped as with
+	// GroupCommit (MaxBatch applies), whatever GroupCommit says.
+	WAL bool
+	// WALCheckpointBytes is the size of the log at which a checkpoint
+	// starts (default 16 MiB). The log file is preallocated to a little
+	// more than this.
+	WALCheckpointBytes int64
 }
 
 var bucketName = []byte("shoal")
@@ -48,6 +59,23 @@ type boltCall struct {
 var _ kvStore = (*boltKV)(nil)
 
 func openBoltKV(path string, opts BoltOptions) (*boltKV, error) {
+	db, err := openBoltDB(path, opts)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := replayWAL(db, path, !opts.NoSync, slog.Default().With("db", path)); err != nil {
+		db.Close()
+		return nil, err
+	}
+	mb := opts.MaxBatch
+	if mb <= 0 {
+		mb = 128
+	}
+	return &boltKV{db: db, group: opts.GroupCommit, maxBatch: mb}, nil
+}
+
+// openBoltDB opens the database file and creates its bucket.
+func openBoltDB(path string, opts BoltOptions) (*bolt.DB, error) {
 	to := opts.OpenTimeout
 	if to == 0 {
 		to = 5 * time.Second
@@ -63,11 +91,7 @@ func openBoltKV(path string, opts BoltOptions) (*boltKV, error) {
 		db.Close()
 		return nil, fmt.Errorf("meta: init bolt %s: %w", path, err)
 	}
-	mb := opts.MaxBatch
-	if mb <= 0 {
-		mb = 128
-	}
-	return &boltKV{db: db, group: opts.GroupCommit, maxBatch: mb}, nil
+	return db, nil
 }
 
 func (s *boltKV) View(fn func(kvTxn) error) error {
@@ -184,7 +208,13 @@ func (t *boltTxn) Scan(prefix, start []byte, fn func(k, v []byte) bool) error {
 // OpenBolt opens (creating if needed) a bbolt metadata database at path and
 // initialises the root directory.
 func OpenBolt(path string, opts BoltOptions) (Engine, error) {
-	kv, err := openBoltKV(path, opts)
+	var kv kvStore
+	var err error
+	if opts.WAL {
+		kv, err = openWALKV(path, opts, nil)
+	} else {
+		kv, err = openBoltKV(path, opts)
+	}
 	if err != nil {
 		return nil, err
 	}

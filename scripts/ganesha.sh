@@ -20,6 +20,9 @@
 # default) runs graceless, so OPEN works at once after a start but clients
 # cannot reclaim state after a restart; a number N enables an N-second
 # grace period with reclaim (locks survive a server restart).
+# GANESHA_DELEGATIONS: the export's Delegations setting, default R (read
+# delegations granted to clients with a back channel; the server recalls
+# them with CB_RECALL); None turns delegations off, RW adds write ones.
 set -euo pipefail
 
 usage() {
@@ -48,6 +51,12 @@ cmd_start() {
 	bind=${GANESHA_BIND:-127.0.0.1}
 	lease=${GANESHA_LEASE:-20}
 	timeout=${GANESHA_START_TIMEOUT:-30}
+	local deleg=${GANESHA_DELEGATIONS:-R} nfsv4deleg=true
+	case "$deleg" in
+	None | none) nfsv4deleg=false ;;
+	R | W | RW | r | w | rw | read | write | readwrite) ;;
+	*) echo "GANESHA_DELEGATIONS must be None, R, W or RW, not $deleg" >&2; exit 2 ;;
+	esac
 	local grace="Graceless = true;"
 	if [ -n "${GANESHA_GRACE:-}" ]; then
 		grace="Graceless = false; Grace_Period = $GANESHA_GRACE;"
@@ -83,6 +92,7 @@ NFSV4 {
 	RecoveryBackend = fs;
 	RecoveryRoot = $dir/recov;
 	Only_Numeric_Owners = true;
+	Delegations = $nfsv4deleg;
 }
 NFS_KRB5 { Active_krb5 = false; }
 EXPORT {
@@ -94,6 +104,7 @@ EXPORT {
 	Access_Type = RW;
 	Squash = No_Root_Squash;
 	SecType = sys;
+	Delegations = $deleg;
 	FSAL { Name = VFS; }
 }
 EOF

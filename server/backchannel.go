@@ -57,6 +57,9 @@ func (s *Server) callback(ctx context.Context, id state.SessionID, ops ...nfs4.N
 	if err != nil {
 		return nil, fmt.Errorf("CB_COMPOUND: %w", err)
 	}
+	// The back channel answers: the client may get delegations again
+	// if a callback had failed (deleg.go).
+	sess.SetCallbackFailed(false)
 	var res nfs4.CBCOMPOUND4res
 	if err := xdr.Unmarshal(body, &res); err != nil {
 		return nil, fmt.Errorf("CB_COMPOUND reply: %w", err)

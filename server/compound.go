@@ -49,6 +49,15 @@ type compound struct {
 	seq  *seqContext // set when the COMPOUND began with SEQUENCE
 	nops int         // number of operations in the request
 	idx  int         // index of the operation being evaluated
+
+	// delegHolds release the files whose delegation grants this
+	// COMPOUND's operations hold back until they are done (deleg.go).
+	delegHolds []func()
+	// delegSince is the state manager's BreakSeq when the COMPOUND
+	// began, before any of its operations looked a file up: an OPEN
+	// grants no delegation of a file another client's conflicting
+	// operation touched since (state.DelegArgs.Since).
+	delegSince uint64
 }
 
 // compoundRequest evaluates a COMPOUND procedure.
@@ -72,7 +81,8 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 	if d.Err() != nil {
 		return rpc.GarbageArgs
 	}
-	c := &compound{s: s, ctx: ctx, call: call, minor: minor, nops: n, log: s.log}
+	c := &compound{s: s, ctx: ctx, call: call, minor: minor, nops: n, log: s.log, delegSince: s.st.m.BreakSeq()}
+	defer c.releaseDelegHolds()
 	if ap, err := netip.ParseAddrPort(call.Conn.RemoteAddr().String()); err == nil {
 		c.addr = ap.Addr()
 	}

@@ -79,6 +79,66 @@
 // are synchronous. clone_blksize is the local store's checksum block, or
 // the stripe unit on a metadata server.
 //
+// # Delegations
+//
+// Read and write delegations (RFC 8881 §10.4; deleg.go here, the rules in
+// state/deleg.go) are on unless Config.NoDelegations is set.
+//
+// When granted: on OPEN, a read delegation for a reader when no other
+// client has the file open for writing or holds a write delegation of
+// it; a write delegation for a writer (share access WRITE or BOTH) when
+// no other client has the file open or delegated at all. The
+// OPEN4_SHARE_ACCESS_WANT_* bits override that choice (WANT_ANY_DELEG
+// falls back to read), and WANT_DELEGATION asks without an OPEN. Never
+// for anything but a regular file, during grace, to a client none of
+// whose sessions has a back channel connection on which callbacks have
+// not failed, while a delegation of the file is being recalled, or to a
+// client that had one of the file recalled in the last few seconds (a
+// file two clients take turns on does not bounce). A client that wanted
+// one and gets none is told why (OPEN_DELEGATE_NONE_EXT).
+//
+// When recalled: another client's OPEN (any, against a write delegation;
+// for writing, against a read one), SETATTR, REMOVE, RENAME (of the file
+// or over it), LINK, LAYOUTGET for writing, or READ/WRITE under a special
+// stateid (only WRITE against a read delegation). The conflicting
+// operation answers NFS4ERR_DELAY and the holder gets CB_RECALL, sent
+// from a goroutine of its own (never inside the request: see internal/rpc
+// on backchannel deadlock) and resent at most once a second while the
+// operation is retried. The holder's own operations conflict with
+// nothing. It turns its local opens into server opens with OPEN
+// CLAIM_DELEGATE_CUR or CLAIM_DELEG_CUR_FH and returns the delegation with
+// DELEGRETURN. CLAIM_DELEGATE_PREV, CLAIM_DELEG_PREV_FH and DELEGPURGE
+// are NFS4ERR_NOTSUPP: delegations are not reclaimed across a client's
+// restart.
+//
+// Across the server's restart they are: delegations are not persisted,
+// but an OPEN with CLAIM_PREVIOUS that names the delegation the client
+// held (delegate_type) gets it back during grace. The Linux client keeps
+// locks under a delegation without sending them, and reclaims none of
+// them when the delegation is not given back. One that conflicts with
+// other clients' reclaims, goes to a client whose callback path is down,
+// or comes while delegations are off is given back with the recall flag
+// set: the client sends its locks and returns it.
+//
+// Revocation: a delegation not returned within one lease of its recall
+// is revoked, even when the CB_RECALL could not be delivered (the client
+// may bind a new back channel and get the resend within the lease;
+// revoking at once would punish a brief disconnection). SEQUENCE then
+// carries SEQ4_STATUS_RECALLABLE_STATE_REVOKED, and the stateid reads as
+// NFS4ERR_DELEG_REVOKED until the client frees it (FREE_STATEID). A
+// client whose lease runs out loses its delegations with the rest of its
+// state; DESTROY_CLIENTID with delegations held is NFS4ERR_CLIENTID_BUSY.
+//
+// A delegation stateid allows READ (either kind), WRITE and a SETATTR of
+// the size (write delegations), LAYOUTGET, and I/O at the data servers,
+// which ask the MDS as for open stateids (Server.CheckDataIO). LOCK needs
+// an open stateid. Another client's GETATTR of the size or change of a
+// file under a write delegation sends CB_GETATTR to the holder (waiting
+// at most two seconds, with no lock held) and reports the holder's size
+// with a change attribute moved past the server's when the holder changed
+// the file (§10.4.3); a holder that does not answer has the delegation
+// recalled instead.
+//
 // # Layout reports
 //
 // A metadata server accepts LAYOUTERROR and LAYOUTSTATS under the client's

@@ -19,6 +19,12 @@ type counters struct {
 	writeBytes atomic.Uint64
 	recalls    atomic.Uint64 // CB_LAYOUTRECALL sent
 	fences     atomic.Uint64
+
+	delegGranted  atomic.Uint64 // OPEN or WANT_DELEGATION replies with a delegation
+	delegRecalled atomic.Uint64 // CB_RECALL answered by the client
+	delegReturned atomic.Uint64 // DELEGRETURN
+	delegRevoked  atomic.Uint64 // revoked after an unanswered recall
+	cbGetattr     atomic.Uint64 // CB_GETATTR answers used
 }
 
 func (c *counters) op(op nfs4.NfsOpnum4, st nfs4.Nfsstat4) {
@@ -39,6 +45,10 @@ type Stats struct {
 	// LayoutRecalls counts CB_LAYOUTRECALLs sent; Fences counts clients
 	// fenced at the data servers after not returning recalled layouts.
 	LayoutRecalls, Fences uint64
+	// Delegations granted, recalled (CB_RECALL delivered), returned and
+	// revoked, and outstanding now.
+	DelegGranted, DelegRecalled, DelegReturned, DelegRevoked uint64
+	Delegations                                              int
 }
 
 // Stats returns a snapshot of the server's counters.
@@ -53,6 +63,11 @@ func (s *Server) Stats() Stats {
 	st.WriteBytes = s.counters.writeBytes.Load()
 	st.LayoutRecalls = s.counters.recalls.Load()
 	st.Fences = s.counters.fences.Load()
+	st.DelegGranted = s.counters.delegGranted.Load()
+	st.DelegRecalled = s.counters.delegRecalled.Load()
+	st.DelegReturned = s.counters.delegReturned.Load()
+	st.DelegRevoked = s.counters.delegRevoked.Load()
+	st.Delegations = s.st.m.Delegations()
 	return st
 }
 
@@ -62,6 +77,7 @@ func opLabel(op nfs4.NfsOpnum4) string { return strings.TrimPrefix(op.String(), 
 type collector struct {
 	s                          *Server
 	ops, opErrs, bytes, events *prometheus.Desc
+	delegs, delegsHeld         *prometheus.Desc
 	layout                     layoutCollector
 }
 
@@ -73,6 +89,9 @@ func newCollector(s *Server, labels prometheus.Labels) *collector {
 		bytes:  prometheus.NewDesc("shoal_nfs_bytes_total", "READ and WRITE payload bytes.", []string{"dir"}, labels),
 		events: prometheus.NewDesc("shoal_pnfs_events_total", "pNFS events: layout recalls sent, clients fenced.", []string{"event"}, labels),
 		layout: newLayoutCollector(labels),
+		delegs: prometheus.NewDesc("shoal_nfs_delegation_events_total",
+			"Delegations granted, recalled (CB_RECALL delivered), returned and revoked, and CB_GETATTR answers used.", []string{"event"}, labels),
+		delegsHeld: prometheus.NewDesc("shoal_nfs_delegations", "Delegations outstanding.", nil, labels),
 	}
 }
 
@@ -81,6 +100,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.opErrs
 	ch <- c.bytes
 	ch <- c.events
+	ch <- c.delegs
+	ch <- c.delegsHeld
 	c.layout.describe(ch)
 }
 
@@ -97,6 +118,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(k.writeBytes.Load()), "write")
 	ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(k.recalls.Load()), "layout_recall")
 	ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(k.fences.Load()), "fence")
+	for _, e := range []struct {
+		name string
+		n    *atomic.Uint64
+	}{{"granted", &k.delegGranted}, {"recalled", &k.delegRecalled}, {"returned", &k.delegReturned},
+		{"revoked", &k.delegRevoked}, {"cb_getattr", &k.cbGetattr}} {
+		ch <- prometheus.MustNewConstMetric(c.delegs, prometheus.CounterValue, float64(e.n.Load()), e.name)
+	}
+	ch <- prometheus.MustNewConstMetric(c.delegsHeld, prometheus.GaugeValue, float64(c.s.st.m.Delegations()))
 	c.layout.collect(c.s.reports, ch)
 }
 

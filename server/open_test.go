@@ -6,12 +6,12 @@ import (
 	"github.com/shoalfs/shoal/internal/nfs4"
 )
 
-// TestOpenWantDelegation: an OPEN that states a delegation want gets
-// OPEN_DELEGATE_NONE_EXT with the reason it gets none (RFC 8881 §18.16.3;
-// Shoal grants no delegations); one without a want keeps plain
-// OPEN_DELEGATE_NONE; an undefined want is NFS4ERR_INVAL.
+// TestOpenWantDelegation: with delegations off, an OPEN that states a
+// delegation want gets OPEN_DELEGATE_NONE_EXT with the reason it gets none
+// (RFC 8881 §18.16.3); one without a want keeps plain OPEN_DELEGATE_NONE;
+// an undefined want is NFS4ERR_INVAL. deleg_test.go has the grants.
 func TestOpenWantDelegation(t *testing.T) {
-	ts := startServer(t, Config{})
+	ts := startServer(t, Config{NoDelegations: true})
 	c := ts.client()
 	rw := uint32(nfs4.OPEN4_SHARE_ACCESS_BOTH)
 	must(t)(c.Compound(opPutRoot(), opOpen(c.ClientID, openArgs{name: "f", owner: "creator", access: rw,

@@ -18,6 +18,14 @@ func (c *compound) getattr(a *nfs4.GETATTR4args) opReply {
 	if readsWriteOnly(a.AttrRequest) {
 		return fail(nfs4.NFS4ERR_INVAL)
 	}
+	if bitmapHas(a.AttrRequest, nfs4.FATTR4_SIZE) || bitmapHas(a.AttrRequest, nfs4.FATTR4_CHANGE) {
+		// Another client may hold a write delegation and have changed
+		// the file in its cache (CB_GETATTR, deleg.go).
+		var st nfs4.Nfsstat4
+		if o, st = c.cbGetattr(o); st != nfs4.NFS4_OK {
+			return fail(st)
+		}
+	}
 	return ok(marshalFunc(func(e *xdr.Encoder) { c.encodeAttrs(e, o, a.AttrRequest, nfs4.NFS4_OK) }))
 }
 
@@ -126,6 +134,11 @@ func (c *compound) setattr(a *nfs4.SETATTR4args) opReply {
 		}
 	}
 	if st := c.setattrAllowed(o, &sa.sa); st != nfs4.NFS4_OK {
+		return fail(st).withBody(empty)
+	}
+	// Other clients' delegations cache the attributes (a write
+	// delegation also the data): they are recalled first.
+	if st := c.breakDelegations(o.fh.ino, true); st != nfs4.NFS4_OK {
 		return fail(st).withBody(empty)
 	}
 	if _, err := c.s.applySetAttr(c.ctx, o, sa.sa); err != nil {

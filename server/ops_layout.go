@@ -51,6 +51,11 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 		if st := c.writable(o); st != nfs4.NFS4_OK {
 			return fail(st)
 		}
+		// Writing through a layout conflicts with other clients'
+		// delegations of the file.
+		if st := c.breakDelegations(o.fh.ino, true); st != nfs4.NFS4_OK {
+			return fail(st)
+		}
 	}
 	if s.pnfs.layoutHeld(state.FileID(o.fh.ino)) {
 		// The file's data is moving between data servers (HoldLayouts):

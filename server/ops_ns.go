@@ -156,6 +156,9 @@ func (c *compound) remove(a *nfs4.REMOVE4args) opReply {
 	if c.stickyDenied(dir, string(a.Target)) {
 		return fail(nfs4.NFS4ERR_ACCESS)
 	}
+	if st := c.breakDelegationsOf(dir, string(a.Target)); st != nfs4.NFS4_OK {
+		return fail(st)
+	}
 	if !c.recallLastLink(dir, string(a.Target)) {
 		return fail(nfs4.NFS4ERR_DELAY)
 	}
@@ -196,6 +199,14 @@ func (c *compound) rename(a *nfs4.RENAME4args) opReply {
 	if c.stickyDenied(src, string(a.Oldname)) || c.stickyDenied(dst, string(a.Newname)) {
 		return fail(nfs4.NFS4ERR_ACCESS)
 	}
+	for _, n := range []struct {
+		dir  *object
+		name []byte
+	}{{src, a.Oldname}, {dst, a.Newname}} {
+		if st := c.breakDelegationsOf(n.dir, string(n.name)); st != nfs4.NFS4_OK {
+			return fail(st)
+		}
+	}
 	if !c.recallLastLink(dst, string(a.Newname)) {
 		return fail(nfs4.NFS4ERR_DELAY)
 	}
@@ -228,6 +239,9 @@ func (c *compound) link(a *nfs4.LINK4args) opReply {
 		return fail(nfs4.NFS4ERR_XDEV)
 	}
 	if st := checkName(a.Newname); st != nfs4.NFS4_OK {
+		return fail(st)
+	}
+	if st := c.breakDelegations(src.fh.ino, true); st != nfs4.NFS4_OK {
 		return fail(st)
 	}
 	_, ci, err := c.s.meta.Link(c.ctx, src.fh.ino, dir.fh.ino, string(a.Newname), time.Time{})
@@ -370,6 +384,21 @@ func sortedKeys(m map[string]child) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// breakDelegationsOf recalls other clients' delegations of the file name
+// in dir, which the operation removes or renames (deleg.go).
+func (c *compound) breakDelegationsOf(dir *object, name string) nfs4.Nfsstat4 {
+	if c.s.cfg.NoDelegations {
+		return nfs4.NFS4_OK
+	}
+	// Looked up even when no delegation is out: breakDelegations also
+	// holds back grants of the file until the operation is done.
+	nd, err := c.s.meta.Lookup(c.ctx, dir.fh.ino, name)
+	if err != nil || nd.Attr.Type != meta.TypeRegular {
+		return nfs4.NFS4_OK // the operation reports a missing name itself
+	}
+	return c.breakDelegations(nd.Ino, true)
 }
 
 // recallLastLink recalls the layouts of name in dir when the operation

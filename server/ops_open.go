@@ -10,57 +10,20 @@ import (
 	"github.com/shoalfs/shoal/server/state"
 )
 
-// openResult is OPEN4resok with no delegation. It is encoded by hand because
-// the delegation union's "none" arm is void.
+// openResult is OPEN4resok, with its delegation (deleg.go).
 type openResult struct {
 	sid     nfs4.Stateid4
 	cinfo   nfs4.ChangeInfo4
 	attrset nfs4.Bitmap4
-	// why is the reason for no delegation, told to a client that
-	// expressed a want (OPEN_DELEGATE_NONE_EXT); noWant for one that did
-	// not (OPEN_DELEGATE_NONE).
-	why nfs4.WhyNoDelegation4
+	deleg   delegReply
 }
-
-// noWant marks an OPEN without delegation wants.
-const noWant nfs4.WhyNoDelegation4 = -1
 
 func (r *openResult) EncodeXDR(e *xdr.Encoder) {
 	r.sid.EncodeXDR(e)
 	r.cinfo.EncodeXDR(e)
 	e.Uint32(nfs4.OPEN4_RESULT_LOCKTYPE_POSIX)
 	encodeBitmap(e, r.attrset)
-	if r.why == noWant {
-		e.Uint32(uint32(nfs4.OPEN_DELEGATE_NONE))
-		return
-	}
-	// Shoal grants no delegation, so it never promises to push one
-	// (WND4_CONTENTION) or to signal one (WND4_RESOURCE) later.
-	nd := nfs4.OpenDelegation4{DelegationType: nfs4.OPEN_DELEGATE_NONE_EXT,
-		OdWhynone: &nfs4.OpenNoneDelegation4{OndWhy: r.why}}
-	nd.EncodeXDR(e)
-}
-
-// whyNoDelegation answers the delegation want in an OPEN's share_access
-// (RFC 8881 §18.16.3): noWant if the client expressed none, else the
-// reason it gets no delegation. Shoal grants none: a client that wants
-// none is told it was not wanted, a cancelled want that it is cancelled,
-// and any want of a delegation that Shoal does not support one for the
-// file. An undefined want is NFS4ERR_INVAL.
-func whyNoDelegation(shareAccess uint32) (nfs4.WhyNoDelegation4, nfs4.Nfsstat4) {
-	switch shareAccess & nfs4.OPEN4_SHARE_ACCESS_WANT_DELEG_MASK {
-	case nfs4.OPEN4_SHARE_ACCESS_WANT_NO_PREFERENCE:
-		return noWant, nfs4.NFS4_OK
-	case nfs4.OPEN4_SHARE_ACCESS_WANT_NO_DELEG:
-		return nfs4.WND4_NOT_WANTED, nfs4.NFS4_OK
-	case nfs4.OPEN4_SHARE_ACCESS_WANT_CANCEL:
-		return nfs4.WND4_CANCELLED, nfs4.NFS4_OK
-	case nfs4.OPEN4_SHARE_ACCESS_WANT_READ_DELEG, nfs4.OPEN4_SHARE_ACCESS_WANT_ANY_DELEG:
-		return nfs4.WND4_NOT_SUPP_FTYPE, nfs4.NFS4_OK
-	case nfs4.OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG:
-		return nfs4.WND4_WRITE_DELEG_NOT_SUPP_FTYPE, nfs4.NFS4_OK
-	}
-	return 0, nfs4.NFS4ERR_INVAL
+	r.deleg.EncodeXDR(e)
 }
 
 func (c *compound) open(a *nfs4.OPEN4args) opReply {
@@ -72,7 +35,7 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 	if access == 0 || a.ShareDeny > state.DenyBoth {
 		return fail(nfs4.NFS4ERR_INVAL)
 	}
-	why, st := whyNoDelegation(a.ShareAccess)
+	want, st := parseWant(a.ShareAccess)
 	if st != nfs4.NFS4_OK {
 		return fail(st)
 	}
@@ -84,6 +47,10 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 		ci      nfs4.ChangeInfo4
 		attrset nfs4.Bitmap4
 		reclaim bool
+		// delegCur: the client turns a delegation it holds into an
+		// open (CLAIM_DELEGATE_CUR, CLAIM_DELEG_CUR_FH), typically while
+		// it is being recalled.
+		delegCur *nfs4.Stateid4
 	)
 	switch a.Claim.Claim {
 	case nfs4.CLAIM_NULL:
@@ -121,9 +88,41 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 			return fail(st)
 		}
 		file = o
-	case nfs4.CLAIM_DELEGATE_CUR, nfs4.CLAIM_DELEG_CUR_FH, nfs4.CLAIM_DELEGATE_PREV, nfs4.CLAIM_DELEG_PREV_FH:
-		// Shoal never grants delegations, so there is none to claim.
-		return fail(nfs4.NFS4ERR_RECLAIM_BAD)
+	case nfs4.CLAIM_DELEGATE_CUR:
+		if a.Claim.DelegateCurInfo == nil {
+			return fail(nfs4.NFS4ERR_BADXDR)
+		}
+		dir, st := c.currentDir()
+		if st != nfs4.NFS4_OK {
+			return fail(st)
+		}
+		if dir.pseudo != nil {
+			return fail(nfs4.NFS4ERR_ISDIR)
+		}
+		name := a.Claim.DelegateCurInfo.File
+		if st := checkName(name); st != nfs4.NFS4_OK {
+			return fail(st)
+		}
+		// The file exists (the client holds a delegation of it): no
+		// create, whatever openhow says.
+		file, created, ci, attrset, st = c.openName(dir, string(name), &nfs4.Openflag4{Opentype: nfs4.OPEN4_NOCREATE})
+		if st != nfs4.NFS4_OK {
+			return fail(st)
+		}
+		delegCur = &a.Claim.DelegateCurInfo.DelegateStateid
+	case nfs4.CLAIM_DELEG_CUR_FH:
+		if a.Claim.OcDelegateStateid == nil {
+			return fail(nfs4.NFS4ERR_BADXDR)
+		}
+		o, st := c.current()
+		if st != nfs4.NFS4_OK {
+			return fail(st)
+		}
+		file, delegCur = o, a.Claim.OcDelegateStateid
+	case nfs4.CLAIM_DELEGATE_PREV, nfs4.CLAIM_DELEG_PREV_FH:
+		// Reclaiming delegations across a client restart needs
+		// DELEGPURGE, which Shoal does not support (RFC 8881 §18.5.3).
+		return fail(nfs4.NFS4ERR_NOTSUPP)
 	default:
 		return fail(nfs4.NFS4ERR_INVAL)
 	}
@@ -135,6 +134,15 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 		return fail(nfs4.NFS4ERR_SYMLINK)
 	default:
 		return fail(nfs4.NFS4ERR_WRONG_TYPE)
+	}
+	if delegCur != nil {
+		sid, st := c.stateid(*delegCur)
+		if st != nfs4.NFS4_OK {
+			return fail(st)
+		}
+		if _, err := c.s.st.m.CheckDeleg(id, sid, state.FileID(file.fh.ino)); err != nil {
+			return failErr(err)
+		}
 	}
 	if !created {
 		if access&state.AccessWrite != 0 {
@@ -153,6 +161,15 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 			return fail(st)
 		}
 	}
+	if !created && bitmapHas(attrset, nfs4.FATTR4_SIZE) {
+		// The truncate below changes the file even under a read-only
+		// open: other clients' delegations go first, before the open
+		// exists (a DELAY after it would leave an open the client does
+		// not know of).
+		if st := c.breakDelegations(file.fh.ino, true); st != nfs4.NFS4_OK {
+			return fail(st)
+		}
+	}
 	var res state.OpenResult
 	alive, err := guard.open(file.fh.ino, func() error {
 		var err error
@@ -167,7 +184,8 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 		return err
 	})
 	if err != nil {
-		return failErr(err)
+		// Other clients' conflicting delegations are recalled first.
+		return fail(c.s.recallOn(err))
 	}
 	if !alive {
 		// The file was unlinked and freed after we resolved it: the open
@@ -190,9 +208,26 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 			return failErr(err)
 		}
 	}
+	var deleg delegReply
+	switch {
+	case delegCur != nil:
+		// The client has the delegation it claims under.
+		deleg = delegReply{why: noWant}
+	case reclaim && a.Claim.DelegateType != nil && *a.Claim.DelegateType != nfs4.OPEN_DELEGATE_NONE:
+		// The client held a delegation before the restart (and may
+		// hold locks under it that the server never saw).
+		deleg = c.reclaimDelegation(file, *a.Claim.DelegateType)
+	case reclaim:
+		deleg = delegReply{why: noWant}
+		if want != wantNoPreference {
+			deleg.why = nfs4.WND4_RESOURCE
+		}
+	default:
+		deleg = c.offerDelegation(file, want, access)
+	}
 	c.setFH(file.fh)
 	c.setStateid(res.Stateid)
-	return ok(&openResult{sid: fromState(res.Stateid), cinfo: ci, attrset: attrset, why: why})
+	return ok(&openResult{sid: fromState(res.Stateid), cinfo: ci, attrset: attrset, deleg: deleg})
 }
 
 // openName resolves (and with OPEN4_CREATE creates) name in dir.
@@ -359,11 +394,3 @@ func (c *compound) close(a *nfs4.CLOSE4args) opReply {
 }
 
 func ptr[T any](v T) *T { return &v }
-
-func (c *compound) delegReturn(a *nfs4.DELEGRETURN4args) opReply {
-	if _, st := c.current(); st != nfs4.NFS4_OK {
-		return fail(st)
-	}
-	// No delegations are ever granted, so any delegation stateid is bad.
-	return fail(nfs4.NFS4ERR_BAD_STATEID)
-}

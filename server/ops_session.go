@@ -86,6 +86,9 @@ func (c *compound) sequence(a *nfs4.SEQUENCE4args, tag, ops []byte) (opReply, []
 	if res.CBPathDown {
 		flags |= nfs4.SEQ4_STATUS_CB_PATH_DOWN_SESSION
 	}
+	if res.DelegRevoked {
+		flags |= nfs4.SEQ4_STATUS_RECALLABLE_STATE_REVOKED
+	}
 	return ok(&nfs4.SEQUENCE4resok{
 		SrSessionid:           a.SaSessionid,
 		SrSequenceid:          a.SaSequenceid,
@@ -300,6 +303,8 @@ func (s *Server) probeBackchannel(id state.SessionID) {
 	s.st.mu.Unlock()
 	if _, err := conn.Call(ctx, sess.CBProgram(), nfs4.NFS_CB, nfs4.CB_NULL, cred, noArgs{}); err != nil {
 		s.log.Debug("CB_NULL failed", "session", id.String(), "err", err)
+		// No delegations for a client that cannot be called back.
+		sess.SetCallbackFailed(true)
 	}
 }
 

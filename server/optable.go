@@ -180,12 +180,13 @@ var opTable = map[nfs4.NfsOpnum4]opDef{
 	nfs4.OP_FREE_STATEID: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.freeStateid(a.OpfreeStateid) },
 		minor: 1, roles: roleMDS},
 
-	// Delegations: none are granted, so there is none to return.
+	// Delegations (deleg.go).
 	nfs4.OP_DELEGRETURN: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.delegReturn(a.Opdelegreturn) },
 		minor: 1, roles: roleMDS},
 	nfs4.OP_DELEGPURGE:         {minor: 1, roles: roleMDS}, // not supported (no CLAIM_DELEGATE_PREV)
 	nfs4.OP_GET_DIR_DELEGATION: {minor: 1, roles: roleMDS}, // not supported
-	nfs4.OP_WANT_DELEGATION:    {minor: 1, roles: roleMDS}, // not supported
+	nfs4.OP_WANT_DELEGATION: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.wantDelegation(a.OpwantDelegation) },
+		minor: 1, roles: roleMDS},
 
 	// pNFS (ops_layout.go; the handlers refuse on a server without pNFS).
 	nfs4.OP_LAYOUTGET: {run: func(c *compound, a *nfs4.NfsArgop4) opReply { return c.layoutGet(a.Oplayoutget) },

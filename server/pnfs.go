@@ -236,6 +236,9 @@ func verdict(err error) error {
 		{state.ErrExpired, cluster.ErrExpired},
 		{state.ErrOpenMode, cluster.ErrOpenMode},
 		{state.ErrLocked, cluster.ErrOpenMode},
+		// The control protocol has no code of its own for it; the
+		// client learns the reason from TEST_STATEID at the MDS.
+		{state.ErrDelegRevoked, cluster.ErrBadStateid},
 	} {
 		if errors.Is(err, m.from) {
 			return fmt.Errorf("%w: %v", m.to, err)

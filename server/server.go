@@ -53,10 +53,13 @@ type Config struct {
 	// MetricLabels (for example role and instance) on every series.
 	Metrics      prometheus.Registerer
 	MetricLabels prometheus.Labels
-	// OnEvent, if set, is told of layout recalls, fencing and purged
-	// clients (Event), from the server's goroutines as they happen; it
-	// must not block.
+	// OnEvent, if set, is told of layout and delegation recalls,
+	// delegation revocations, fencing and purged clients (Event), from
+	// the server's goroutines as they happen; it must not block.
 	OnEvent func(Event)
+	// NoDelegations turns delegations off: OPEN and WANT_DELEGATION never
+	// grant one. The zero value grants them when it is safe (deleg.go).
+	NoDelegations bool
 }
 
 // Server is a single-node NFSv4.1/4.2 server.
@@ -194,7 +197,7 @@ func New(cfg Config) (*Server, error) {
 func openMeta(cfg Config) (meta.Engine, error) {
 	switch u := cfg.MetaURL; {
 	case u == "" || u == "bolt":
-		return meta.OpenBolt(filepath.Join(cfg.Dir, "meta.db"), meta.BoltOptions{GroupCommit: true})
+		return meta.OpenBolt(filepath.Join(cfg.Dir, "meta.db"), meta.BoltOptions{GroupCommit: true, WAL: true})
 	case strings.HasPrefix(u, "etcd://"):
 		opts, err := meta.ParseEtcdURL(u)
 		if err != nil {

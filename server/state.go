@@ -38,6 +38,10 @@ type stateGlue struct {
 	// session and connection.
 	pins map[state.SessionID]map[*rpc.Conn]func()
 
+	// cbChanges is the change attribute each write delegation holder
+	// last reported by CB_GETATTR, by file (deleg.go).
+	cbChanges map[meta.Ino]uint64
+
 	// orphans are the unlinked files kept for their opens (orphans.go);
 	// nil on a data server, which has no namespace.
 	orphans *orphanSet
@@ -118,11 +122,12 @@ func newStateGlue(s *Server) (*stateGlue, error) {
 	fore.MaxResponseSize = s.cfg.MaxRead + 64<<10
 	var err error
 	g.m, err = state.NewManager(ctx, state.Config{
-		Epoch:      epoch,
-		LeaseTime:  s.cfg.Lease,
-		Store:      store,
-		ForeLimits: fore,
-		Logger:     s.log,
+		Epoch:         epoch,
+		LeaseTime:     s.cfg.Lease,
+		Store:         store,
+		ForeLimits:    fore,
+		Logger:        s.log,
+		OnRevokeDeleg: s.delegRevoked,
 		OnRevokeLayout: func(id state.ClientID) {
 			if s.pnfs != nil {
 				s.fence(id)
@@ -331,6 +336,7 @@ var stateErrs = []struct {
 	{state.ErrRecallConflict, nfs4.NFS4ERR_RECALLCONFLICT},
 	{state.ErrLayoutTryLater, nfs4.NFS4ERR_LAYOUTTRYLATER},
 	{state.ErrNoMatchingLayout, nfs4.NFS4ERR_NOMATCHING_LAYOUT},
+	{state.ErrDelegRevoked, nfs4.NFS4ERR_DELEG_REVOKED},
 }
 
 func stateStatus(err error) (nfs4.Nfsstat4, bool) {
@@ -384,6 +390,13 @@ func (c *compound) checkIO(s *nfs4.Stateid4, o *object, write bool) nfs4.Nfsstat
 	}
 	if err := c.s.st.m.CheckIO(id, sid, state.FileID(o.fh.ino), write); err != nil {
 		return statusOf(err)
+	}
+	if sid.IsSpecial() {
+		// I/O without an open (anonymous or READ bypass stateid) of a
+		// file another client holds a conflicting delegation of: recall
+		// it first. A client's own stateids carry its opens, which
+		// recalled the conflicting delegations when they were made.
+		return c.breakDelegations(o.fh.ino, write)
 	}
 	return nfs4.NFS4_OK
 }

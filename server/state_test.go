@@ -8,7 +8,7 @@ import (
 )
 
 func TestShareReservations(t *testing.T) {
-	ts := startServer(t, Config{})
+	ts := startServer(t, Config{NoDelegations: true}) // share reservations and locks between clients, not delegations (deleg_test.go)
 	c1, c2 := ts.client(), ts.client()
 	const (
 		r  = nfs4.OPEN4_SHARE_ACCESS_READ
@@ -48,7 +48,7 @@ func TestShareReservations(t *testing.T) {
 }
 
 func TestLocks(t *testing.T) {
-	ts := startServer(t, Config{})
+	ts := startServer(t, Config{NoDelegations: true}) // share reservations and locks between clients, not delegations (deleg_test.go)
 	c1, c2 := ts.client(), ts.client()
 	rw := uint32(nfs4.OPEN4_SHARE_ACCESS_BOTH)
 	sid1, fh := openFile(t, c1, "f", rw, 0, "o1")
@@ -115,7 +115,7 @@ func TestLocks(t *testing.T) {
 }
 
 func TestLeaseExpiryFreesLocks(t *testing.T) {
-	ts := startServer(t, Config{Lease: 2 * time.Second})
+	ts := startServer(t, Config{Lease: 2 * time.Second, NoDelegations: true})
 	c1, c2 := ts.client(), ts.client()
 	rw := uint32(nfs4.OPEN4_SHARE_ACCESS_BOTH)
 	sid1, fh := openFile(t, c1, "f", rw, 0, "o1")
@@ -148,7 +148,7 @@ func TestLeaseExpiryFreesLocks(t *testing.T) {
 // an existing file (O_TRUNC) that is refused for a share conflict must not
 // truncate the file.
 func TestOpenTruncateRespectsShareDeny(t *testing.T) {
-	ts := startServer(t, Config{})
+	ts := startServer(t, Config{NoDelegations: true}) // share reservations and locks between clients, not delegations (deleg_test.go)
 	c1, c2 := ts.client(), ts.client()
 	sid, fh := openFile(t, c1, "f", nfs4.OPEN4_SHARE_ACCESS_BOTH, nfs4.OPEN4_SHARE_DENY_WRITE, "o1")
 	must(t)(c1.Compound(opPutFH(fh), opWrite(sid, 0, nfs4.FILE_SYNC4, []byte("precious"))))

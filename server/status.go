@@ -29,6 +29,13 @@ const (
 	// EventClientPurged: the client's state was discarded (Event.Reason:
 	// its lease expired, it rebooted, or it destroyed its client ID).
 	EventClientPurged EventKind = "client purged"
+	// EventDelegRecall: a CB_RECALL of the client's delegation of a file
+	// (Event.Ino) went out, because another client's operation conflicts
+	// with it; resent every second while the operation is retried.
+	EventDelegRecall EventKind = "delegation recall"
+	// EventDelegRevoke: the client did not return a recalled delegation
+	// within a lease; it was revoked.
+	EventDelegRevoke EventKind = "delegation revoke"
 )
 
 // Event is one entry of the server's recent history, reported through
@@ -37,7 +44,7 @@ type Event struct {
 	Time     time.Time
 	Kind     EventKind
 	ClientID uint64
-	Ino      uint64 // the file of a layout recall; 0 for all of them
+	Ino      uint64 // the file of a layout or delegation recall; 0 for all of them
 	Reason   string // why a client was purged
 }
 

@@ -98,7 +98,10 @@ func TestPNFSProtocol(t *testing.T) {
 	res, err := cl.Compound(
 		op(nfs4.NfsArgop4{Argop: nfs4.OP_PUTROOTFH}),
 		op(nfs4.NfsArgop4{Argop: nfs4.OP_OPEN, Opopen: &nfs4.OPEN4args{
-			ShareAccess: nfs4.OPEN4_SHARE_ACCESS_BOTH,
+			// No delegation: another client opens the file below to
+			// see LAYOUTTRYLATER, which a write delegation would hold
+			// back with DELAY (delegations are deleg_test.go's).
+			ShareAccess: nfs4.OPEN4_SHARE_ACCESS_BOTH | nfs4.OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
 			Owner:       nfs4.OpenOwner4{Clientid: cl.ClientID, Owner: []byte("o1")},
 			Openhow: nfs4.Openflag4{Opentype: nfs4.OPEN4_CREATE, How: &nfs4.Createhow4{
 				Mode: nfs4.UNCHECKED4, Createattrs: &nfs4.Fattr4{}}},

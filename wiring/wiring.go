@@ -130,6 +130,8 @@ type MDSConfig struct {
 	Logger     *slog.Logger
 	// Metrics receives the server's Prometheus collector (role="mds").
 	Metrics prometheus.Registerer
+	// NoDelegations is server.Config.NoDelegations.
+	NoDelegations bool
 }
 
 // dataServers adapts the registry and striping to server.DataServers.
@@ -222,8 +224,9 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 		Lease:   cfg.Lease,
 		Logger:  cfg.Logger.With("role", "mds"),
 		Metrics: cfg.Metrics, MetricLabels: prometheus.Labels{"role": "mds", "instance": "mds"},
-		PNFS:    &server.PNFSConfig{DataServers: ds, Backend: lazyBackend{ds}},
-		OnEvent: func(ev server.Event) { events.Add(serverEvent(ev)) },
+		PNFS:          &server.PNFSConfig{DataServers: ds, Backend: lazyBackend{ds}},
+		NoDelegations: cfg.NoDelegations,
+		OnEvent:       func(ev server.Event) { events.Add(serverEvent(ev)) },
 		Programs: map[uint32]rpc.Handler{ctlproto.SHOAL_CONTROL: rpc.HandlerFunc(
 			func(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
 				return m.Registry.Handler().ServeRPC(ctx, c, res)
@@ -538,6 +541,8 @@ type Config struct {
 	Mirrors int
 	Logger  *slog.Logger
 	Metrics prometheus.Registerer
+	// NoDelegations is server.Config.NoDelegations for the MDS.
+	NoDelegations bool
 }
 
 // Start brings up a local cluster and waits until every data server is in
@@ -553,6 +558,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	mds, err := StartMDS(MDSConfig{
 		Listen: cfg.Listen, Dir: filepath.Join(cfg.Dir, "mds"), MetaURL: cfg.MetaURL, StripeUnit: cfg.StripeUnit,
 		Exports: cfg.Exports, Lease: cfg.Lease, DownAfter: cfg.DownAfter, Mirrors: cfg.Mirrors, Logger: cfg.Logger, Metrics: cfg.Metrics,
+		NoDelegations: cfg.NoDelegations,
 	})
 	if err != nil {
 		return nil, err

@@ -40,6 +40,7 @@ func newMDSCmd() *cobra.Command {
 		mirrors      int
 		healRate     string
 		config       string
+		delegations  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "mds",
@@ -78,6 +79,7 @@ func newMDSCmd() *cobra.Command {
 				Listen: listen, Dir: dir, MetaURL: metaURL, StripeUnit: unit, Lease: lease,
 				JoinSecretFile: secretFile, DownAfter: downAfter, Mirrors: mirrors, HealRate: rate,
 				Exports: squashExports(file.Exports, noRootSquash), Logger: slog.Default(), Metrics: web.registerer(),
+				NoDelegations: !delegations,
 			})
 			if err != nil {
 				return err
@@ -105,6 +107,7 @@ func newMDSCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&downAfter, "ds-down-after", cluster.DefaultDownAfter, "how long a data server may be out of service before I/O on its stripes fails with EIO instead of being retried, and before healing replaces its copies")
 	cmd.Flags().IntVar(&mirrors, "mirrors", 1, "copies of each stripe unit for directories without a policy of their own (1-3; see \"shoal admin policy\")")
 	cmd.Flags().StringVar(&healRate, "heal-rate", "64MiB", "bandwidth healing may use to copy stripes, per second (0 = unlimited)")
+	cmd.Flags().BoolVar(&delegations, "delegations", true, delegationsHelp)
 	return cmd
 }
 
@@ -184,6 +187,7 @@ func newUpCmd() *cobra.Command {
 		unit                   uint64
 		lease                  time.Duration
 		rootSquash             bool
+		delegations            bool
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -229,7 +233,7 @@ func newUpCmd() *cobra.Command {
 			c, err := wiring.Start(ctx, wiring.Config{
 				Dir: dir, DataServers: n, Listen: listen, AdvertiseHost: advertise,
 				StripeUnit: unit, Lease: lease, Exports: exportsFor(!rootSquash), Logger: slog.Default(),
-				Metrics: web.registerer(), Mirrors: mirrors,
+				Metrics: web.registerer(), Mirrors: mirrors, NoDelegations: !delegations,
 			})
 			if err != nil {
 				return err
@@ -281,6 +285,7 @@ func newUpCmd() *cobra.Command {
 	cmd.Flags().Uint64Var(&unit, "stripe-unit", wiring.DefaultStripeUnit, "stripe unit in bytes")
 	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time")
 	cmd.Flags().BoolVar(&rootSquash, "root-squash", false, "map root to the anonymous user (off for a local development cluster)")
+	cmd.Flags().BoolVar(&delegations, "delegations", true, delegationsHelp)
 	httpFlag(cmd, &httpAddr, "serve the status page (/, /status.json) and Prometheus metrics of all servers (/metrics) on this address (e.g. 127.0.0.1:9100)")
 	cmd.Flags().StringVar(&readyFile, "ready-file", "", `once every data server is in service, write {"mds": HOST:PORT, "data_servers": [...], "pid": N} to this file (for --listen 127.0.0.1:0)`)
 	// --cpuprofile is for `shoal bench --workloads ior --cpuprofile`: the

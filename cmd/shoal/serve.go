@@ -29,6 +29,8 @@ type serveConfig struct {
 	Exports []*server.Export
 	// Metrics is the address of the Prometheus metrics endpoint ("" off).
 	Metrics string
+	// Delegations grants NFSv4 delegations (--delegations).
+	Delegations bool
 }
 
 // serveFile is the part of serve's configuration file that no flag sets.
@@ -46,6 +48,7 @@ func newServeCmd() *cobra.Command {
 		metrics             string
 		lease               time.Duration
 		noRootSquash        bool
+		delegations         bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -67,6 +70,7 @@ func newServeCmd() *cobra.Command {
 			cfg := &serveConfig{
 				Listen: listen, Dir: dir, Meta: metaURL, Lease: lease, Metrics: metrics,
 				MaxIO: file.MaxIO, Exports: squashExports(file.Exports, noRootSquash),
+				Delegations: delegations,
 			}
 			if cpuprofile != "" {
 				stop, err := startCPUProfile(cpuprofile)
@@ -84,6 +88,7 @@ func newServeCmd() *cobra.Command {
 	cmd.Flags().StringVar(&metaURL, "meta", "bolt", metaFlagHelp)
 	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time; the grace period after restart lasts as long")
 	cmd.Flags().BoolVar(&noRootSquash, "no-root-squash", false, "do not map root to the anonymous user (for tests and trusted clients)")
+	cmd.Flags().BoolVar(&delegations, "delegations", true, delegationsHelp)
 	// --cpuprofile is for `shoal bench --cpuprofile`: the profile covers the
 	// server's whole life and is written when it shuts down (SIGINT/SIGTERM).
 	httpFlag(cmd, &metrics, "serve Prometheus metrics (/metrics) on this address (e.g. 127.0.0.1:9100)")
@@ -91,6 +96,9 @@ func newServeCmd() *cobra.Command {
 	_ = cmd.Flags().MarkHidden("cpuprofile")
 	return cmd
 }
+
+// delegationsHelp describes --delegations of serve, mds and up.
+const delegationsHelp = "grant NFSv4 read and write delegations to clients with a working callback path (recalled on conflict)"
 
 func runServer(ctx context.Context, cfg *serveConfig) error {
 	if err := checkAddr("--listen", cfg.Listen, true); err != nil {
@@ -106,15 +114,16 @@ func runServer(ctx context.Context, cfg *serveConfig) error {
 		return err
 	}
 	srv, err := server.New(server.Config{
-		Metrics:      registerer(reg),
-		MetricLabels: map[string]string{"role": "server", "instance": "serve"},
-		Dir:          cfg.Dir,
-		MetaURL:      cfg.Meta,
-		Exports:      cfg.Exports,
-		Lease:        cfg.Lease,
-		MaxRead:      cfg.MaxIO,
-		MaxWrite:     cfg.MaxIO,
-		Logger:       slog.Default(),
+		Metrics:       registerer(reg),
+		MetricLabels:  map[string]string{"role": "server", "instance": "serve"},
+		Dir:           cfg.Dir,
+		MetaURL:       cfg.Meta,
+		Exports:       cfg.Exports,
+		Lease:         cfg.Lease,
+		MaxRead:       cfg.MaxIO,
+		MaxWrite:      cfg.MaxIO,
+		Logger:        slog.Default(),
+		NoDelegations: !cfg.Delegations,
 	})
 	if err != nil {
 		return err

@@ -45,6 +45,10 @@ type Client struct {
 	// return the layout (a misbehaving client, for fencing tests); by
 	// default it answers NFS4ERR_NOMATCHING_LAYOUT.
 	KeepLayouts bool
+	// CBGetattr, if set, answers CB_GETATTR (a holder of a write
+	// delegation reporting its cached size and change); by default the
+	// client does not know the operation.
+	CBGetattr func(*nfs4.CBGETATTR4args) nfs4.CBGETATTR4res
 
 	mu  sync.Mutex // serializes slot 0
 	seq uint32     // last sequence ID used on slot 0
@@ -113,6 +117,14 @@ func (c *Client) serveCB(_ context.Context, call *rpc.Call, res *xdr.Encoder) rp
 				}}
 			case nfs4.OP_CB_RECALL:
 				res.Opcbrecall = &nfs4.CBRECALL4res{Status: nfs4.NFS4_OK}
+			case nfs4.OP_CB_GETATTR:
+				if c.CBGetattr == nil {
+					r.Status = nfs4.NFS4ERR_NOTSUPP
+					res = nfs4.NfsCbResop4{Resop: nfs4.OP_CB_ILLEGAL, Opcbillegal: &nfs4.CBILLEGAL4res{Status: nfs4.NFS4ERR_OP_ILLEGAL}}
+					break
+				}
+				gr := c.CBGetattr(op.Opcbgetattr)
+				res.Opcbgetattr = &gr
 			case nfs4.OP_CB_OFFLOAD:
 				res.Opcboffload = &nfs4.CBOFFLOAD4res{CorStatus: nfs4.NFS4_OK}
 			case nfs4.OP_CB_LAYOUTRECALL:

@@ -27,13 +27,29 @@ type client struct {
 	opens      map[openKey]*openState
 	lockOwners map[string]*lockOwner
 	layouts    map[FileID]*layoutState
+	delegs     map[FileID]*delegState // live delegations
+	// revokedDelegs counts revoked delegations not yet freed; SEQUENCE
+	// reads it without Manager.mu (SEQ4_STATUS_RECALLABLE_STATE_REVOKED).
+	revokedDelegs atomic.Int32
 
 	reclaimable bool // existed before the restart: may reclaim in grace
 	reclaimDone bool // sent a global RECLAIM_COMPLETE
 }
 
 func (c *client) hasState() bool {
-	return len(c.opens) > 0 || len(c.lockOwners) > 0
+	return len(c.opens) > 0 || len(c.lockOwners) > 0 || len(c.delegs) > 0 || c.revokedDelegs.Load() > 0
+}
+
+// callbackUp reports whether the server can call the client back: one of
+// its sessions has a connection bound to the back channel, and no
+// callback on it has failed since. Caller holds Manager.mu.
+func (c *client) callbackUp() bool {
+	for _, s := range c.sessions {
+		if s.callbackUp() {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *client) renew(now time.Time) { c.lastRenew.Store(now.UnixNano()) }
@@ -363,8 +379,16 @@ func (m *Manager) Sweep(ctx context.Context) int {
 		clear(m.reclaim)
 	}
 	revoked := m.revokeOverdueLayoutsLocked(now)
+	revokedDelegs := m.revokeOverdueDelegsLocked(now)
 	m.mu.Unlock()
 	m.notify(purged)
+	for _, d := range revokedDelegs {
+		m.log.Info("nfs4 state: delegation recall not answered within the lease; delegation revoked",
+			"clientid", fmt.Sprintf("%#x", uint64(d.ClientID)), "file", uint64(d.File), "type", d.Type.String())
+		if m.onRevokeDeleg != nil {
+			m.onRevokeDeleg(d)
+		}
+	}
 	if m.onRevoke != nil {
 		for _, id := range revoked {
 			m.log.Info("nfs4 state: layout recall not answered within the lease; layouts revoked", "clientid", fmt.Sprintf("%#x", uint64(id)))
@@ -429,6 +453,9 @@ func (m *Manager) purgeClient(ctx context.Context, c *client, why PurgeReason, d
 		files[f] = struct{}{}
 	}
 	m.dropClientLayoutsLocked(c)
+	for _, f := range m.dropClientDelegsLocked(c, why == PurgeExpired) {
+		files[f] = struct{}{}
+	}
 	for f := range files {
 		info.Files = append(info.Files, f)
 	}

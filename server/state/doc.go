@@ -44,8 +44,17 @@
 // recall, return and revocation of clients that do not return in time.
 // They are not persisted: after a restart a layout stateid reads as
 // stale (of an earlier boot), which the server tells apart from one
-// returned or revoked in this boot. Delegations are not implemented;
-// StateType reserves TypeDeleg.
+// returned or revoked in this boot.
+//
+// Delegation stateids (deleg.go) are granted by Delegate and recalled
+// through BreakDelegations (and inside Open, atomically with the share
+// check): the rules of when a delegation is safe and which operations
+// conflict with it are all in deleg.go. Revoked delegations stay in the
+// table until FREE_STATEID so that their use reads as revoked, and
+// SEQUENCE reports them (SequenceResult.DelegRevoked). Like layouts,
+// they are not persisted: no new delegation is granted during grace, but
+// a client reclaiming its open with the delegation it held gets it back
+// (ReclaimDelegation).
 //
 // # Locking
 //

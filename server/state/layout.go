@@ -118,19 +118,33 @@ func (m *Manager) LayoutGet(id ClientID, sid Stateid, file FileID, iomode uint32
 		}
 		cur = l
 	} else {
-		ref, err := m.lookupState(id, sid)
-		if err != nil {
-			return Stateid{}, err
-		}
-		o := ref.open
-		if o == nil {
-			o = ref.lock.open
-		}
-		if o.file.id != file {
-			return Stateid{}, fmt.Errorf("%w: stateid is for another file", ErrBadStateid)
-		}
-		if iomode == IOModeRW && o.access&AccessWrite == 0 {
-			iomode = IOModeRead
+		if sid.Type() == TypeDeleg && !sid.IsSpecial() {
+			// A client holding a delegation asks for layouts under it.
+			d, err := m.lookupDelegLocked(id, sid)
+			if err != nil {
+				return Stateid{}, err
+			}
+			if d.file != file {
+				return Stateid{}, fmt.Errorf("%w: stateid is for another file", ErrBadStateid)
+			}
+			if iomode == IOModeRW && d.typ != DelegWrite {
+				iomode = IOModeRead
+			}
+		} else {
+			ref, err := m.lookupState(id, sid)
+			if err != nil {
+				return Stateid{}, err
+			}
+			o := ref.open
+			if o == nil {
+				o = ref.lock.open
+			}
+			if o.file.id != file {
+				return Stateid{}, fmt.Errorf("%w: stateid is for another file", ErrBadStateid)
+			}
+			if iomode == IOModeRW && o.access&AccessWrite == 0 {
+				iomode = IOModeRead
+			}
 		}
 		cur = c.layouts[file]
 	}
@@ -166,9 +180,9 @@ func (m *Manager) LayoutGet(id ClientID, sid Stateid, file FileID, iomode uint32
 // writes reached. It returns ErrBadLayout for anything else the client
 // sends of this boot: an open, lock or delegation stateid, a special
 // stateid, a layout stateid of another client or another file, one that was
-// returned or revoked, or one granted only LAYOUTIOMODE4_READ. The seqid is
-// checked as TestStateid does (ErrOldStateid, or ErrBadStateid for one
-// never issued), and a stateid of an earlier boot yields ErrStaleStateid,
+// returned or revoked, or one granted only LAYOUTIOMODE4_READ. A seqid
+// never issued is ErrBadStateid, an older one is accepted
+// (checkLayoutSeqid), and a stateid of an earlier boot yields ErrStaleStateid,
 // whatever its type, so the caller can apply its own restart policy. A
 // layout being recalled still takes commits: the client commits what it
 // wrote before it returns the layout.
@@ -193,7 +207,7 @@ func (m *Manager) CheckLayoutCommit(id ClientID, sid Stateid, file FileID) error
 	case l.file != file:
 		return fmt.Errorf("%w: layout stateid %v of another file", ErrBadLayout, sid)
 	}
-	if err := checkSeqid(sid.Seqid, l.sid.Seqid); err != nil {
+	if err := checkLayoutSeqid(sid.Seqid, l.sid.Seqid); err != nil {
 		return err
 	}
 	if l.iomode != IOModeRW {
@@ -221,7 +235,22 @@ func (m *Manager) CheckLayout(id ClientID, sid Stateid, file FileID) error {
 	if l == nil || l.client.id != id || l.file != file {
 		return fmt.Errorf("%w: no layout of this client and file under %v", ErrBadStateid, sid)
 	}
-	return checkSeqid(sid.Seqid, l.sid.Seqid)
+	return checkLayoutSeqid(sid.Seqid, l.sid.Seqid)
+}
+
+// checkLayoutSeqid checks the seqid of a layout stateid in LAYOUTCOMMIT,
+// LAYOUTRETURN, LAYOUTERROR and LAYOUTSTATS: as for LAYOUTGET, only a
+// seqid the server has not issued yet is wrong (ErrBadStateid). An older
+// one names the same layout: a client's LAYOUTGET may have moved the
+// seqid without the client learning it (Linux 6.1 ignores the LAYOUTGET
+// reply of an OPEN for an inode it holds a layout of, and resends its
+// LAYOUTCOMMIT with the old seqid for ever on NFS4ERR_OLD_STATEID; seen
+// with write delegations, which defer LAYOUTCOMMIT past the next OPEN).
+func checkLayoutSeqid(req, cur uint32) error {
+	if req != 0 && seqidAfter(req, cur) {
+		return ErrBadStateid
+	}
+	return nil
 }
 
 // LayoutIOMode returns the iomode granted so far under the layout stateid
@@ -256,7 +285,7 @@ func (m *Manager) LayoutReturnFile(id ClientID, sid Stateid, file FileID) (State
 		if sid.Other != l.sid.Other {
 			return Stateid{}, false, fmt.Errorf("%w: layout stateid of another file", ErrBadStateid)
 		}
-		if err := checkSeqid(sid.Seqid, l.sid.Seqid); err != nil {
+		if err := checkLayoutSeqid(sid.Seqid, l.sid.Seqid); err != nil {
 			return Stateid{}, false, err
 		}
 	}
@@ -393,7 +422,12 @@ func (m *Manager) CheckIOAny(sid Stateid, file FileID, write bool) (ClientID, er
 	ref, ok := m.states[sid.Other]
 	var owner ClientID
 	var err error
+	dOwner, isDeleg := m.delegOwnerLocked(sid)
 	switch {
+	case isDeleg:
+		// The Linux files-layout client sends I/O to data servers under
+		// its delegation stateid when it holds one.
+		owner = dOwner
 	case ok && ref.open != nil:
 		owner = ref.open.client.id
 	case ok:

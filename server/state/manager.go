@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -84,6 +85,10 @@ type Config struct {
 	// whose layouts were revoked because it did not answer a recall within
 	// the lease; the server fences it at the data servers.
 	OnRevokeLayout func(ClientID)
+	// OnRevokeDeleg is called, without Manager locks held, for each
+	// delegation revoked because its recall was not answered within the
+	// lease.
+	OnRevokeDeleg func(DelegHolder)
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
@@ -110,16 +115,17 @@ var DefaultBackLimits = ChannelAttrs{
 
 // Manager owns all NFSv4.1 server state. It is safe for concurrent use.
 type Manager struct {
-	epoch    uint32
-	lease    time.Duration
-	clock    Clock
-	store    ClientStore
-	fore     ChannelAttrs
-	back     ChannelAttrs
-	onPurge  func(PurgeInfo)
-	onRevoke func(ClientID)
-	log      *slog.Logger
-	salt     [3]byte
+	epoch         uint32
+	lease         time.Duration
+	clock         Clock
+	store         ClientStore
+	fore          ChannelAttrs
+	back          ChannelAttrs
+	onPurge       func(PurgeInfo)
+	onRevoke      func(ClientID)
+	onRevokeDeleg func(DelegHolder)
+	log           *slog.Logger
+	salt          [3]byte
 
 	// mu guards everything below and the state reachable from it, except
 	// slot tables (Session.mu) and lease timestamps (atomic).
@@ -135,6 +141,15 @@ type Manager struct {
 	expired    expiredSet
 	layouts    map[FileID]map[*layoutState]struct{}
 	layoutIDs  map[[12]byte]*layoutState
+	delegs     map[FileID]map[*delegState]struct{} // live delegations by file
+	delegIDs   map[[12]byte]*delegState            // live and revoked ones
+	recent     map[recentKey]time.Time             // last recall per client and file
+	// breakSeq numbers the starts of conflicting operations
+	// (BreakDelegations); lastBreak is the last one per file, kept for
+	// breakMemory. See DelegArgs.Since.
+	breakSeq  atomic.Uint64 // written under mu, read without it
+	lastBreak map[FileID]breakMark
+	holds     map[FileID]map[ClientID]int // operations under way that hold back grants
 
 	// Grace period after restart (RFC 8881 section 8.4.2).
 	grace        bool
@@ -159,21 +174,22 @@ type reclaimEntry struct {
 // RECLAIM_COMPLETE.
 func NewManager(ctx context.Context, cfg Config) (*Manager, error) {
 	m := &Manager{
-		epoch:    cfg.Epoch,
-		lease:    cfg.LeaseTime,
-		clock:    cfg.Clock,
-		store:    cfg.Store,
-		fore:     fillLimits(cfg.ForeLimits, DefaultForeLimits),
-		back:     fillLimits(cfg.BackLimits, DefaultBackLimits),
-		onPurge:  cfg.OnPurge,
-		onRevoke: cfg.OnRevokeLayout,
-		log:      cfg.Logger,
-		clients:  make(map[ClientID]*client),
-		owners:   make(map[string]*ownerEntry),
-		sessions: make(map[SessionID]*Session),
-		states:   make(map[[12]byte]stateRef),
-		files:    make(map[FileID]*fileState),
-		reclaim:  make(map[string]*reclaimEntry),
+		epoch:         cfg.Epoch,
+		lease:         cfg.LeaseTime,
+		clock:         cfg.Clock,
+		store:         cfg.Store,
+		fore:          fillLimits(cfg.ForeLimits, DefaultForeLimits),
+		back:          fillLimits(cfg.BackLimits, DefaultBackLimits),
+		onPurge:       cfg.OnPurge,
+		onRevoke:      cfg.OnRevokeLayout,
+		onRevokeDeleg: cfg.OnRevokeDeleg,
+		log:           cfg.Logger,
+		clients:       make(map[ClientID]*client),
+		owners:        make(map[string]*ownerEntry),
+		sessions:      make(map[SessionID]*Session),
+		states:        make(map[[12]byte]stateRef),
+		files:         make(map[FileID]*fileState),
+		reclaim:       make(map[string]*reclaimEntry),
 	}
 	if m.clock == nil {
 		m.clock = SystemClock{}

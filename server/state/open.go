@@ -105,6 +105,13 @@ func (m *Manager) Open(a OpenArgs) (OpenResult, error) {
 	if err := m.checkGraceLocked(c, a.Reclaim); err != nil {
 		return OpenResult{}, err
 	}
+	// Other clients' delegations go first (deleg.go): any open conflicts
+	// with a write delegation; an open for writing, or one that denies
+	// anything (the holder's opens under a delegation are not on the
+	// server to be checked against), with a read one.
+	if err := m.breakLocked(c.id, a.File, a.Access&AccessWrite != 0 || a.Deny != DenyNone); err != nil {
+		return OpenResult{}, err
+	}
 	f := m.file(a.File)
 	key := openKey{owner: string(a.Owner), file: a.File}
 	o := c.opens[key]
@@ -281,6 +288,9 @@ func (m *Manager) CheckIO(id ClientID, sid Stateid, file FileID, write bool) err
 		}
 		return nil
 	}
+	if sid.Type() == TypeDeleg {
+		return m.checkDelegIOLocked(id, sid, file, write)
+	}
 	ref, err := m.lookupState(id, sid)
 	if err != nil {
 		return err
@@ -334,6 +344,10 @@ func (m *Manager) TestStateid(id ClientID, sids []Stateid) []error {
 			}
 			continue
 		}
+		if sid.Type() == TypeDeleg && !sid.IsSpecial() {
+			out[i] = m.testDelegLocked(id, sid)
+			continue
+		}
 		_, out[i] = m.lookupState(id, sid)
 	}
 	return out
@@ -345,6 +359,9 @@ func (m *Manager) TestStateid(id ClientID, sids []Stateid) []error {
 func (m *Manager) FreeStateid(id ClientID, sid Stateid) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if sid.Type() == TypeDeleg && !sid.IsSpecial() {
+		return m.freeDelegLocked(id, sid)
+	}
 	ref, err := m.lookupState(id, sid)
 	if err != nil {
 		return err

@@ -231,6 +231,7 @@ type Session struct {
 	connOrder  []any // binding order, for a stable BackChannel choice
 	cbSeq      uint32
 	cbSlots    []bool // back channel slots in use
+	cbFailed   bool   // a callback failed on the bound back channel
 }
 
 type slotState struct {
@@ -289,6 +290,23 @@ func (s *Session) BackChannel() any {
 	return nil
 }
 
+// SetCallbackFailed records whether the last callback on the session's
+// back channel failed in transport; a client none of whose sessions can
+// be called back gets no delegations.
+func (s *Session) SetCallbackFailed(failed bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cbFailed = failed
+}
+
+// callbackUp reports whether a connection is bound to the back channel
+// and no callback has failed on it since.
+func (s *Session) callbackUp() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.dead && !s.cbFailed && s.hasBackLocked()
+}
+
 // Conns returns the connections bound to the session and their directions.
 func (s *Session) Conns() map[any]ChannelDir {
 	s.mu.Lock()
@@ -333,6 +351,9 @@ func (s *Session) bindLocked(conn any, dir ChannelDir) {
 		s.connOrder = append(s.connOrder, conn)
 	}
 	s.conns[conn] = dir
+	if dir&ChannelBack != 0 {
+		s.cbFailed = false // a new back channel connection: try it
+	}
 }
 
 func (s *Session) unbindLocked(conn any) {
@@ -390,6 +411,9 @@ type SequenceResult struct {
 	// CBPathDown reports that no connection is bound for the back
 	// channel (SEQ4_STATUS_CB_PATH_DOWN_SESSION).
 	CBPathDown bool
+	// DelegRevoked reports that the client has revoked delegations it
+	// has not freed yet (SEQ4_STATUS_RECALLABLE_STATE_REVOKED).
+	DelegRevoked bool
 }
 
 // Sequence implements SEQUENCE (RFC 8881 section 2.10.6.1). For the slot
@@ -462,6 +486,7 @@ func (m *Manager) Sequence(a SequenceArgs) (SequenceResult, error) {
 	}
 	s.clientHigh = min(a.HighestSlotID, uint32(len(s.slots))-1)
 	res.CBPathDown = !s.hasBackLocked()
+	res.DelegRevoked = c.revokedDelegs.Load() > 0
 	c.renew(m.clock.Now())
 	return res, nil
 }

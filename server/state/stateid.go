@@ -20,15 +20,14 @@ type Stateid struct {
 }
 
 // StateType is the kind of state a stateid names. It is encoded in byte 4
-// of Stateid.Other. Values not implemented yet are reserved so that
-// delegation and layout stateids (pNFS) can be added without re-encoding.
+// of Stateid.Other.
 type StateType uint8
 
 const (
 	TypeOpen   StateType = 1
 	TypeLock   StateType = 2
-	TypeDeleg  StateType = 3 // reserved: delegations are not granted yet
-	TypeLayout StateType = 4 // reserved: pNFS layout stateids
+	TypeDeleg  StateType = 3 // delegations (deleg.go)
+	TypeLayout StateType = 4 // pNFS layouts (layout.go)
 )
 
 func (t StateType) String() string {

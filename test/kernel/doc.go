@@ -54,6 +54,21 @@
 // all three. From each process's metrics it checks that every data server
 // carried its share of the new files' I/O.
 //
+// # Delegations
+//
+// For the kinds in SHOAL_KERNEL_DELEG (default "shoal"), each version
+// first runs the delegation phases on fresh servers (deleg_test.go). Two
+// VMs boot at once, each with its own NFSv4 client ID, and meet through
+// the driver: the guest prints "POST tag value" and "WAIT tag", and the
+// driver relays. One VM holds a file open under a read delegation while
+// the other opens it for write: the server must recall the delegation
+// (CB_RECALL, seen in the holder's capture), the holder must return it
+// (DELEGRETURN in its mountstats), and the holder must then read the
+// writer's bytes. Then the roles swap. A loop that opens, reads and
+// closes 200 small files twice counts the mount's calls per operation
+// in /proc/self/mountstats, with delegations on and, on a second
+// server, off: with delegations the second pass sends no OPEN.
+//
 // # Running
 //
 // The test is skipped unless SHOAL_KERNEL=1 or -kernel is given, so that

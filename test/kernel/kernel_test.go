@@ -83,6 +83,15 @@ func testServer(t *testing.T, kind, root, shoalBin string, img images, vmTimeout
 				testMirror(t, shoalBin, img, vmTimeout, vers, out)
 				return
 			}
+			// Delegations: a recall between two VMs and the passes with
+			// delegations on and off, each on fresh servers (deleg_test.go).
+			delegPhases := slices.Contains(delegKinds(), kind)
+			if delegPhases {
+				testDeleg(t, kind, root, shoalBin, img, vmTimeout, vers, out)
+			}
+			if env("SHOAL_KERNEL_DELEG_ONLY", "0") == "1" {
+				return
+			}
 			port, err := freePort()
 			if err != nil {
 				t.Fatal(err)
@@ -102,6 +111,11 @@ func testServer(t *testing.T, kind, root, shoalBin string, img images, vmTimeout
 			params := map[string]string{
 				"t_host": "10.0.2.2", "t_port": strconv.Itoa(port),
 				"t_path": srv.ExportPath(), "t_vers": vers,
+			}
+			// Without the delegation phases, the main run measures the
+			// passes with the server's default (delegations on).
+			if !delegPhases {
+				params["t_deleg_passes"] = "1"
 			}
 			// pNFS: the workload adds its pNFS steps and brackets the
 			// 64 MiB and recall steps with SYNC lines, at which the driver
@@ -167,6 +181,20 @@ func testServer(t *testing.T, kind, root, shoalBin string, img images, vmTimeout
 			}
 			if pnfs != nil {
 				checkPNFS(t, snaps, main.capture, append([]int{port}, pnfs.dsPorts...))
+			}
+			if !delegPhases {
+				t.Run("deleg/passes-counts", func(t *testing.T) {
+					d, ok := stepDetail(res, "deleg/passes")
+					if !ok {
+						t.Fatal("deleg/passes did not pass")
+					}
+					parts := parseOpParts(d)
+					t.Logf("v%s: calls per operation (mountstats) while opening, reading and closing %d files, twice:\n%s",
+						vers, delegFiles, formatPasses([]passRun{{name: kind + " (default)", parts: parts}}))
+					for _, p := range checkPasses(parts, nil, strictDeleg(kind)) {
+						t.Error(p)
+					}
+				})
 			}
 			var captures = []string{main.capture}
 

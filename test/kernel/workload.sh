@@ -23,6 +23,14 @@
 # back, write new ones (which stripe over all three), then unmount, mount
 # again and read everything back.
 #
+# Phases "recall-a" and "recall-b" (two VMs at once, two NFS client IDs)
+# take turns holding a file under a read delegation while the other writes
+# it; they meet through the driver with "POST tag value" / "WAIT tag"
+# lines. VM a then runs deleg/passes (open, read and close 200 files
+# twice, counting the calls per operation in /proc/self/mountstats).
+# Phase "deleg" runs only deleg/passes (against a server with delegations
+# off). With t_deleg_passes=1, phase main runs deleg/passes too.
+#
 # Step state is kept in files under /tmp (tmpfs), since steps run in
 # separate processes.
 
@@ -776,6 +784,184 @@ step_mirror_read() {
 	echo "$1: sha256 identical from a fresh mount (buffered and direct)"
 }
 
+# ---- delegations --------------------------------------------------------------
+
+# The operations whose counts the delegation steps report. Linux opens a
+# file whose inode it has cached by its filehandle (CLAIM_FH), which
+# mountstats counts as OPEN_NOATTR; a lookup-and-open by name is OPEN.
+DELEG_OPS="OPEN OPEN_NOATTR GETATTR ACCESS LOOKUP CLOSE DELEGRETURN"
+DELEG_FILES=200
+
+# ops_snap FILE: the mount's per-operation call counts, one "NAME COUNT"
+# line each, from /proc/self/mountstats (the first number of each
+# per-op line counts the calls).
+ops_snap() {
+	awk -v m=$M '$1 == "device" { on = ($5 == m); next }
+		on && $1 ~ /^[A-Z0-9_]+:$/ && NF >= 9 { sub(":", "", $1); print $1, $2 }' /proc/self/mountstats >"$1"
+}
+
+# ops_delta A B [OPS]: "NAME=N ..." with the calls made between the
+# snapshots A and B, for OPS (default DELEG_OPS), then any other
+# operation that was called.
+ops_delta() {
+	awk -v ops="${3:-$DELEG_OPS}" 'NR == FNR { a[$1] = $2; next } { b[$1] = $2 }
+		END { n = split(ops, o, " ")
+			for (i = 1; i <= n; i++) { printf "%s%s=%d", (i > 1 ? " " : ""), o[i], b[o[i]] - a[o[i]]; listed[o[i]] = 1 }
+			for (k in b) if (!(k in listed) && b[k] != a[k]) printf " %s=%d", k, b[k] - a[k] }' "$1" "$2"
+}
+
+# deleg_pass DIR: open, read and close each of DIR/f1 ... f$DELEG_FILES
+# with shell redirections (no process per file, so the pass is short and
+# every open is one open(2)).
+deleg_pass() {
+	i=1
+	while [ $i -le $DELEG_FILES ]; do
+		exec 3<"$1/f$i" || die "open $1/f$i failed"
+		read -r l <&3 || die "read $1/f$i failed"
+		exec 3<&-
+		[ "$l" = "file $i" ] || die "$1/f$i holds '$l', want 'file $i'"
+		i=$((i + 1))
+	done
+}
+
+# step_deleg_passes: DELEG_FILES small files are created, the caches
+# dropped (evicting an inode returns any delegation the create brought),
+# then two passes open, read and close every file. With read delegations
+# the second pass is served from the delegations: no OPEN. Without, every
+# open goes to the server (as OPEN_NOATTR: the inodes are cached). A last
+# cache drop returns the delegations still held. The per-op counts of
+# each part are the result;
+# the driver compares them (with t_deleg_idle=SECS a third pass runs after
+# that many idle seconds, to see whether the client returned unused
+# delegations in the meantime).
+step_deleg_passes() {
+	D=$M/deleg$t_vers/passes
+	rm -rf "$D"
+	mkdir -p "$D" || die "mkdir $D"
+	i=1
+	while [ $i -le $DELEG_FILES ]; do
+		echo "file $i" >"$D/f$i" || die "create $D/f$i failed"
+		i=$((i + 1))
+	done
+	drop_caches
+	ops_snap /tmp/ops.0
+	deleg_pass "$D"
+	ops_snap /tmp/ops.1
+	deleg_pass "$D"
+	ops_snap /tmp/ops.2
+	out="pass1 $(ops_delta /tmp/ops.0 /tmp/ops.1) | pass2 $(ops_delta /tmp/ops.1 /tmp/ops.2)"
+	if [ "${t_deleg_idle:-0}" -gt 0 ]; then
+		sleep "$t_deleg_idle"
+		ops_snap /tmp/ops.2i
+		deleg_pass "$D"
+		ops_snap /tmp/ops.3i
+		out="$out | idle$t_deleg_idle $(ops_delta /tmp/ops.2 /tmp/ops.2i) | pass3 $(ops_delta /tmp/ops.2i /tmp/ops.3i)"
+		cp /tmp/ops.3i /tmp/ops.2
+	fi
+	drop_caches
+	ops_snap /tmp/ops.3
+	echo "$out | drop $(ops_delta /tmp/ops.2 /tmp/ops.3)"
+}
+
+# rv_post TAG VALUE: tell the driver (and through it the other VM) that
+# this VM reached TAG; the driver answers "OK TAG". Steps run with their
+# output in a file, so the protocol goes straight to the console.
+rv_post() {
+	echo "POST $1 $2" >/dev/console
+	read -t 120 reply || die "no reply from the driver to POST $1"
+	case "$reply" in
+	"OK $1"*) ;;
+	*) die "driver: $reply" ;;
+	esac
+}
+
+# rv_wait TAG: wait until a VM posted TAG; prints the value it posted.
+rv_wait() {
+	echo "WAIT $1" >/dev/console
+	read -t 200 reply || die "no reply from the driver to WAIT $1"
+	case "$reply" in
+	"OK $1 "*) echo "${reply#"OK $1 "}" ;;
+	*) die "driver: $reply" ;;
+	esac
+}
+
+# Two VMs (two NFS clients with their own client IDs) share the file
+# $M/deleg$t_vers/recall. One holds it open for reading under a read
+# delegation; the other opens it for write and replaces its bytes, which
+# makes the server recall the delegation. The holder then reads the new
+# bytes through a new open. Then they swap roles.
+
+# step_recall_hold ME OTHER: ME is "a" (writes the file first) or "b".
+# After a cache drop (which returns a write delegation left from writing
+# the file), the file is opened twice for reading; if the second open sends
+# no OPEN, the client holds a delegation. A background process keeps it
+# open (an open the client did locally under the delegation, which it
+# must turn into a server open when the delegation is recalled). Then
+# "POST ME-holds SUM", "WAIT OTHER-wrote", and the file read through a new
+# open must carry the other VM's bytes.
+step_recall_hold() {
+	me=$1 other=$2
+	F=$M/deleg$t_vers/recall
+	if [ "$me" = a ]; then
+		rm -rf "${F%/*}"
+		mkdir -p "${F%/*}" || die "mkdir ${F%/*}"
+		head -c 65536 /dev/urandom >/tmp/rc.src
+		cp /tmp/rc.src "$F" || die "write $F failed"
+		sync
+		sum /tmp/rc.src >/tmp/rc.last
+	fi
+	want=$(cat /tmp/rc.last) || die "no sum of the bytes this VM wrote (did recall/$me-writes fail?)"
+	drop_caches
+	expect "sha256 of $F" "$(sum "$F")" "$want"
+	ops_snap /tmp/rc.0
+	cat "$F" >/dev/null || die "second open of $F failed"
+	ops_snap /tmp/rc.1
+	reopen=$(ops_delta /tmp/rc.0 /tmp/rc.1 "OPEN OPEN_NOATTR")
+	rm -f /tmp/rc.open /tmp/rc.release
+	(
+		exec 3<"$F" || exit 1
+		: >/tmp/rc.open
+		i=0
+		while [ ! -e /tmp/rc.release ] && [ $i -lt 3000 ]; do sleep 0.1; i=$((i + 1)); done
+		exec 3<&-
+	) &
+	h=$!
+	i=0
+	while [ ! -e /tmp/rc.open ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+	[ -e /tmp/rc.open ] || { kill $h; die "could not keep $F open"; }
+	ops_snap /tmp/rc.2
+	rv_post "$me-holds" "$want"
+	got=$(rv_wait "$other-wrote") || { touch /tmp/rc.release; die "$got"; }
+	ops_snap /tmp/rc.3
+	touch /tmp/rc.release
+	wait $h
+	expect "sha256 of $F after the other client wrote it (new open)" "$(sum "$F")" "$got"
+	echo "$got" >/tmp/rc.last
+	echo "reopen $reopen | while-other-wrote $(ops_delta /tmp/rc.2 /tmp/rc.3)"
+}
+
+# step_recall_write ME OTHER: "WAIT OTHER-holds", check the file holds the
+# bytes the other VM last saw, replace them (an OPEN for write, which
+# conflicts with the other client's read delegation), sync, "POST
+# ME-wrote SUM".
+step_recall_write() {
+	me=$1 other=$2
+	F=$M/deleg$t_vers/recall
+	want=$(rv_wait "$other-holds") || die "$want"
+	expect "sha256 of $F as the other client holds it" "$(sum "$F")" "$want"
+	head -c 65536 /dev/urandom >/tmp/rc.new
+	new=$(sum /tmp/rc.new)
+	ops_snap /tmp/rcw.0
+	t0=$(uptime_cs)
+	timeout -s KILL 120 cp /tmp/rc.new "$F" || die "write to $F failed or hung (status $?)"
+	timeout -s KILL 60 sync || die "sync failed or hung (status $?)"
+	t1=$(uptime_cs)
+	ops_snap /tmp/rcw.1
+	echo "$new" >/tmp/rc.last
+	rv_post "$me-wrote" "$new"
+	echo "write+sync $((t1 - t0))0ms | write $(ops_delta /tmp/rcw.0 /tmp/rcw.1)"
+}
+
 # host_act NAME TAG SECS: the driver acts on the host at "SYNC TAG" and
 # answers "OK TAG" when done, or "ERR TAG reason". Reported as step NAME.
 host_act() {
@@ -881,6 +1067,7 @@ main)
 		[ "$t_vers" = 4.2 ] && run sparse sparse
 		[ "$t_vers" = 4.2 ] && run copy copy
 		run rm rm
+		[ "${t_deleg_passes:-0}" = 1 ] && run deleg/passes deleg_passes
 		if [ "${t_pnfs:-0}" = 1 ]; then
 			for x in truncate rm; do
 				host_sync recall-$x-before
@@ -965,6 +1152,32 @@ mirror)
 		run mirror/read-after-second-kill mirror_read "second kill"
 		run pnfs/mountstats-after pnfs_mountstats
 		grep -q " $M " /proc/mounts && mountnfs -u $M
+	fi
+	;;
+deleg)
+	# One client against a server; the driver compares the counts with
+	# those of the same step on a server with delegations on.
+	if run mount mount_only; then
+		run deleg/passes deleg_passes
+		mountnfs -u $M || echo "umount failed"
+	fi
+	;;
+recall-a | recall-b)
+	# Two VMs at once against one server (t_id a and b: two client IDs).
+	# They meet through the driver (POST/WAIT lines).
+	me=${t_phase#recall-}
+	other=a
+	[ "$me" = a ] && other=b
+	if run "$me/mount" mount_only; then
+		if [ "$me" = a ]; then
+			run recall/a-holds recall_hold a b
+			run recall/a-writes recall_write a b
+			[ "${t_deleg_passes:-0}" = 1 ] && run deleg/passes deleg_passes
+		else
+			run recall/b-writes recall_write b a
+			run recall/b-holds recall_hold b a
+		fi
+		mountnfs -u $M || echo "umount failed"
 	fi
 	;;
 verify)
