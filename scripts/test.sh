@@ -121,6 +121,10 @@ if [ "${SHOAL_SCRIPTS:-1}" = "1" ] && [ -e /dev/fuse ]; then
 	SIZE=8m RUNS=1 BSS="4k 1m" PBSS=1m JOBS=2 DOC= ./scripts/fio-access.sh
 	FILES=4 SIZE_MB=2 DS=2 ./scripts/cp-vs-fuse.sh
 fi
+if [ "${SHOAL_SCRIPTS:-1}" = "1" ]; then
+	step "scale benchmark smoke (2000 files; the 1M-file run is scripts/scale-bench.sh)"
+	QUICK=1 OUT="$work/scale.json" ./scripts/scale-bench.sh
+fi
 
 step "Debian package: build, dpkg -i, run as installed, dpkg -P"
 # The example configurations as installed, with etcd-server's etcd on

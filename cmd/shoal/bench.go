@@ -25,7 +25,7 @@ func newBenchCmd() *cobra.Command {
 		transfer, servers                                          string
 		groups, pnfs                                               []string
 		dsCounts                                                   []int
-		depth, files, reps, serverPID, clients                     int
+		depth, files, dirFiles, reps, serverPID, clients           int
 		timeout                                                    time.Duration
 		quick, keep                                                bool
 		x                                                          benchExtra
@@ -58,7 +58,16 @@ data servers once per copy.
 client process in a client namespace of its own, each cell with the link
 ceiling and the machine's CPU use. --target ganesha measures NFS-Ganesha
 run in the MDS namespace instead. "shoal bench plot" draws the plots of a
-directory of JSON reports; scripts/bench-papers.sh runs every sweep.`,
+directory of JSON reports; scripts/bench-papers.sh runs every sweep.
+
+--workloads scale is issue 13's scale test on loopback: --clients sessions
+create --files empty files (default 1,000,000), --dir-files of them
+(default 100,000) in one directory, then stat the first and the last 10%
+from fresh sessions and list the large directory with its attributes
+(ls -l). It reports the create and stat rates of the first and last 10%,
+the listing time, meta.db's size and the MDS's memory (VmRSS, VmHWM). The
+MDS runs as "shoal mds" of its own (--servers split) unless --servers up or
+--cpuprofile is given.`,
 		Example: `  shoal bench --testbed-up --ds 1,2,4,6 --clients 8 --rate 1gbit --workloads ior --block 128MiB --stonewall 20s --json ds.json
   shoal bench --testbed-up --ds 4 --mirrors 1,2 --clients 8 --pnfs on --workloads ior --label mirrors --json mirrors.json
   shoal bench --testbed --ds 6 --clients 8 --workloads meta --target ganesha --json meta-ganesha.json
@@ -68,15 +77,21 @@ directory of JSON reports; scripts/bench-papers.sh runs every sweep.`,
   shoal bench --workloads ior --ds 1,2,4 --pnfs on,off --clients 4 --block 256MiB --transfer 1MiB --reps 3 --json ior.json
   shoal bench --workloads ior --quick
   shoal bench --size 1GiB --block 1MiB --reps 3 --json out.json --cpuprofile prof/
-  shoal bench --addr 127.0.0.1:2049 --root /export`,
+  shoal bench --addr 127.0.0.1:2049 --root /export
+  shoal bench --workloads scale --files 200000 --dir-files 50000 --json scale.json
+  shoal bench --workloads scale --quick`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			f := cmd.Flags()
 			ior := slices.Contains(groups, bench.IOR)
 			meta := slices.Contains(groups, groupMeta)
-			groups = slices.DeleteFunc(slices.Clone(groups), func(g string) bool { return g == bench.IOR || g == groupMeta })
-			classic := (!ior && !meta) || len(groups) > 0
+			scale := slices.Contains(groups, groupScale)
+			groups = slices.DeleteFunc(slices.Clone(groups), func(g string) bool { return g == bench.IOR || g == groupMeta || g == groupScale })
+			classic := (!ior && !meta && !scale) || len(groups) > 0
 			if x.testbed || x.testbedUp {
+				if scale {
+					return errors.New("--workloads scale runs on loopback only, not with --testbed")
+				}
 				if classic {
 					return errors.New("--testbed runs only the ior and meta workloads (--workloads ior,meta)")
 				}
@@ -96,6 +111,18 @@ directory of JSON reports; scripts/bench-papers.sh runs every sweep.`,
 				}
 				c.Progress = cmd.ErrOrStderr()
 				metaCfg = &c
+			}
+			var scaleCfg *bench.ScaleConfig
+			if scale {
+				if addr != "" {
+					return errors.New("--workloads scale starts its own cluster; it cannot use --addr")
+				}
+				c, err := scaleConfig(f.Changed, quick, files, dirFiles, clients, dsCounts, timeout, servers, profDir)
+				if err != nil {
+					return err
+				}
+				c.Progress = cmd.ErrOrStderr()
+				scaleCfg = &c
 			}
 			var iorCfg *bench.IORConfig
 			if ior {
@@ -117,7 +144,7 @@ directory of JSON reports; scripts/bench-papers.sh runs every sweep.`,
 			}
 			if !classic {
 				return runBench(cmd.Context(), cmd, nil, iorCfg, benchSetup{
-					jsonOut: jsonOut, profDir: profDir, keep: keep, servers: servers, meta: metaCfg,
+					jsonOut: jsonOut, profDir: profDir, keep: keep, servers: servers, meta: metaCfg, scale: scaleCfg,
 				})
 			}
 			cfg := bench.DefaultConfig()
@@ -152,7 +179,7 @@ directory of JSON reports; scripts/bench-papers.sh runs every sweep.`,
 			return runBench(cmd.Context(), cmd, &cfg, iorCfg, benchSetup{
 				targets: targets, addr: addr, root: root, jsonOut: jsonOut,
 				profDir: profDir, script: script, keep: keep, servers: servers,
-				targetsSet: f.Changed("targets"), serverPID: serverPID, meta: metaCfg,
+				targetsSet: f.Changed("targets"), serverPID: serverPID, meta: metaCfg, scale: scaleCfg,
 			})
 		},
 	}
@@ -164,9 +191,10 @@ directory of JSON reports; scripts/bench-papers.sh runs every sweep.`,
 	fl.StringVar(&size, "size", "1GiB", "size of the sequentially written and read file")
 	fl.StringVar(&block, "block", "1MiB", "size of each READ and WRITE request; ior: how much each client writes and reads, 256MiB unless set")
 	fl.IntVar(&depth, "depth", 16, "sequential READ/WRITE requests in flight at once")
-	fl.IntVar(&files, "files", 2000, "number of files for the create, stat and remove rates; meta: files per client, 500 unless set")
+	fl.IntVar(&files, "files", 2000, "number of files for the create, stat and remove rates; meta: files per client, 500 unless set; scale: files in the namespace, 1000000 unless set")
+	fl.IntVar(&dirFiles, "dir-files", 100_000, "scale: how many of the --files are in one large directory")
 	fl.IntVar(&reps, "reps", 3, "repetitions of each measurement (the median is reported)")
-	fl.StringSliceVar(&groups, "workloads", nil, "workload groups to run: seq (write+read), small (create, stat, remove), ior (pNFS scaling), meta (mdtest- and postmark-like; on loopback a \"shoal up\" cluster of the first --ds count, client mode the first --pnfs); default seq,small")
+	fl.StringSliceVar(&groups, "workloads", nil, "workload groups to run: seq (write+read), small (create, stat, remove), ior (pNFS scaling), meta (mdtest- and postmark-like; on loopback a \"shoal up\" cluster of the first --ds count, client mode the first --pnfs), scale (a namespace of --files files, --dir-files of them in one directory: create and stat rates of the first and last 10%, ls -l time, meta.db size, MDS memory; --clients sessions); default seq,small")
 	fl.IntSliceVar(&dsCounts, "ds", []int{1, 2, 4}, "ior: data-server counts, a fresh cluster each")
 	fl.StringSliceVar(&pnfs, "pnfs", []string{"on", "off"}, "ior: client modes: on (I/O to the data servers), off (all I/O through the MDS)")
 	fl.IntVar(&clients, "clients", 4, "ior: client processes, one file each")
@@ -272,6 +300,9 @@ type benchSetup struct {
 	// meta, if not nil, is the meta workload, run on a `shoal up`
 	// cluster after the others.
 	meta *bench.MetaConfig
+	// scale, if not nil, is the scale workload, run last on a cluster of
+	// its own.
+	scale *bench.ScaleConfig
 }
 
 // runBench runs the classic workloads (cfg) and the ior workload (iorCfg),
@@ -327,6 +358,13 @@ func runBench(ctx context.Context, cmd *cobra.Command, cfg *bench.Config, iorCfg
 			jsonOut = strings.TrimSuffix(jsonOut, ".json") + "-meta.json"
 		}
 		runErr = errors.Join(runErr, runMetaLocal(ctx, cmd, *s.meta, jsonOut, tmp))
+	}
+	if s.scale != nil && ctx.Err() == nil {
+		jsonOut := s.jsonOut
+		if (cfg != nil || iorCfg != nil || s.meta != nil) && jsonOut != "" {
+			jsonOut = strings.TrimSuffix(jsonOut, ".json") + "-scale.json"
+		}
+		runErr = errors.Join(runErr, runScale(ctx, cmd, *s.scale, jsonOut, s.profDir, tmp))
 	}
 	if ctx.Err() != nil && runErr == nil {
 		runErr = ctx.Err()
@@ -408,6 +446,69 @@ func runMetaLocal(ctx context.Context, cmd *cobra.Command, cfg bench.MetaConfig,
 		return runErr
 	}
 	return printReport(out, cmd.ErrOrStderr(), "meta", rep, jsonOut, runErr)
+}
+
+// groupScale is the --workloads name of the scale workload.
+const groupScale = "scale"
+
+// scaleConfig builds the scale workload's configuration from the flags:
+// the defaults (or the quick ones), overridden by every flag given. The
+// servers run split (the MDS a process of its own, so its memory is its
+// own) unless --servers says otherwise or --cpuprofile asks for a
+// profile, which only `shoal up` writes.
+func scaleConfig(changed func(string) bool, quick bool, files, dirFiles, sessions int, ds []int, timeout time.Duration, servers, profDir string) (bench.ScaleConfig, error) {
+	c := bench.DefaultScaleConfig()
+	if quick {
+		c = bench.QuickScaleConfig()
+	}
+	if changed("files") {
+		c.Files = files
+	}
+	if changed("dir-files") {
+		c.DirFiles = dirFiles
+	}
+	if changed("clients") {
+		c.Sessions = sessions
+	}
+	if changed("ds") && len(ds) > 0 {
+		c.DataServers = ds[0]
+	}
+	if changed("timeout") {
+		c.Timeout = timeout
+	}
+	c.Servers = "split"
+	if changed("servers") {
+		c.Servers = servers
+	} else if profDir != "" {
+		c.Servers = "up"
+	}
+	switch {
+	case c.Servers != "up" && c.Servers != "split":
+		return c, fmt.Errorf("--servers %q: want up or split", c.Servers)
+	case c.Servers == "split" && profDir != "":
+		return c, errors.New("scale: --cpuprofile needs --servers up")
+	}
+	return c, c.Validate()
+}
+
+// runScale runs the scale workload on a cluster of its own on loopback.
+func runScale(ctx context.Context, cmd *cobra.Command, cfg bench.ScaleConfig, jsonOut, profDir, tmp string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find the shoal binary: %w", err)
+	}
+	dir := filepath.Join(tmp, "scale")
+	setup := bench.ScaleSetup{DataDir: dir}
+	if cfg.Servers == "up" {
+		setup.Cluster = &bench.ClusterProcess{Exe: exe, Dir: dir, ProfileDir: profDir}
+	} else {
+		setup.Cluster = &bench.ClusterSplit{Exe: exe, Dir: dir}
+	}
+	rep, runErr := bench.RunScale(ctx, cfg, setup)
+	if rep == nil {
+		return runErr
+	}
+	return printReport(cmd.OutOrStdout(), cmd.ErrOrStderr(), "scale", rep, jsonOut, runErr)
 }
 
 // runClassic runs the seq and small workloads against their targets.
