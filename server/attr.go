@@ -43,9 +43,10 @@ var writableAttrs = []uint32{
 var (
 	supportedMask = makeBitmap(supportedAttrs)
 	// supportedMask42 adds the attributes NFSv4.2 defines (RFC 7862,
-	// RFC 8276): a 4.1 client never sees them.
-	supportedMask42 = bitmapSet(bitmapSet(makeBitmap(supportedAttrs), nfs4.FATTR4_XATTR_SUPPORT), nfs4.FATTR4_CLONE_BLKSIZE)
-	writableMask    = makeBitmap(writableAttrs)
+	// RFC 8276, RFC 9754): a 4.1 client never sees them.
+	supportedMask42 = makeBitmap(append([]uint32{nfs4.FATTR4_XATTR_SUPPORT, nfs4.FATTR4_CLONE_BLKSIZE,
+		nfs4.FATTR4_OPEN_ARGUMENTS}, supportedAttrs...))
+	writableMask = makeBitmap(writableAttrs)
 	// modeOnly is the attrset of a create whose other attributes could
 	// not be applied: the mode is set by the create itself.
 	modeOnly = makeBitmap([]uint32{nfs4.FATTR4_MODE})
@@ -279,9 +280,50 @@ func (c *compound) attrValues(e *xdr.Encoder, o *object, bm nfs4.Bitmap4, rdErr 
 			e.Bool(xattrsOn(o))
 		case nfs4.FATTR4_CLONE_BLKSIZE:
 			e.Uint32(uint32(s.cloneBlksize()))
+		case nfs4.FATTR4_OPEN_ARGUMENTS:
+			oa := s.openArguments()
+			oa.EncodeXDR(e)
 		}
 		return true
 	})
+}
+
+// openArguments is the open_arguments attribute (RFC 9754): the OPEN
+// arguments that ops_open.go and deleg.go act on, the same for every file
+// system of the server. Left out:
+//   - the claims DELEGATE_PREV and DELEG_PREV_FH (NFS4ERR_NOTSUPP: no
+//     DELEGPURGE);
+//   - the wants SIGNAL_DELEG_WHEN_RESRC_AVAIL and
+//     PUSH_DELEG_WHEN_UNCONTENDED, accepted but ignored (the reply's
+//     ond_server_will_signal_avail and ond_server_will_push_deleg are
+//     always false), DELEG_TIMESTAMPS and OPEN_XOR_DELEGATION (not
+//     implemented);
+//   - with delegations off, WANT_ANY_DELEG: it can never be met. WANT_NO_DELEG
+//     and WANT_CANCEL stay, as OPEN still honours them (OPEN_DELEGATE_NONE_EXT
+//     with WND4_NOT_WANTED or WND4_CANCELLED).
+//
+// A data server answers no OPEN at all (NFS4ERR_NOTSUPP), so it supports
+// none of the arguments.
+func (s *Server) openArguments() *nfs4.OpenArguments4 {
+	if s.role() != roleMDS {
+		return &nfs4.OpenArguments4{}
+	}
+	want := []uint32{nfs4.OPEN_ARGS_SHARE_ACCESS_WANT_NO_DELEG, nfs4.OPEN_ARGS_SHARE_ACCESS_WANT_CANCEL}
+	if !s.cfg.NoDelegations {
+		want = append(want, nfs4.OPEN_ARGS_SHARE_ACCESS_WANT_ANY_DELEG)
+	}
+	return &nfs4.OpenArguments4{
+		OaShareAccess: makeBitmap([]uint32{nfs4.OPEN_ARGS_SHARE_ACCESS_READ, nfs4.OPEN_ARGS_SHARE_ACCESS_WRITE,
+			nfs4.OPEN_ARGS_SHARE_ACCESS_BOTH}),
+		OaShareDeny: makeBitmap([]uint32{nfs4.OPEN_ARGS_SHARE_DENY_NONE, nfs4.OPEN_ARGS_SHARE_DENY_READ,
+			nfs4.OPEN_ARGS_SHARE_DENY_WRITE, nfs4.OPEN_ARGS_SHARE_DENY_BOTH}),
+		OaShareAccessWant: makeBitmap(want),
+		OaOpenClaim: makeBitmap([]uint32{nfs4.OPEN_ARGS_OPEN_CLAIM_NULL, nfs4.OPEN_ARGS_OPEN_CLAIM_PREVIOUS,
+			nfs4.OPEN_ARGS_OPEN_CLAIM_DELEGATE_CUR, nfs4.OPEN_ARGS_OPEN_CLAIM_FH,
+			nfs4.OPEN_ARGS_OPEN_CLAIM_DELEG_CUR_FH}),
+		OaCreateMode: makeBitmap([]uint32{nfs4.OPEN_ARGS_CREATEMODE_UNCHECKED4, nfs4.OPEN_ARGS_CREATE_MODE_GUARDED,
+			nfs4.OPEN_ARGS_CREATEMODE_EXCLUSIVE4, nfs4.OPEN_ARGS_CREATE_MODE_EXCLUSIVE4_1}),
+	}
 }
 
 // fileid returns the fileid attribute. Pseudo-root directories live in their
@@ -306,14 +348,15 @@ type setAttrs struct {
 }
 
 // decodeSetAttrs parses a fattr4 holding writable attributes. It returns
-// ATTRNOTSUPP for attributes Shoal does not support, INVAL for read-only
-// attributes and BADOWNER for owners it cannot map.
-func decodeSetAttrs(f *nfs4.Fattr4) (setAttrs, nfs4.Nfsstat4) {
+// ATTRNOTSUPP for attributes Shoal does not support in the minor version
+// whose attributes supported lists (compound.supported), INVAL for
+// read-only attributes and BADOWNER for owners it cannot map.
+func decodeSetAttrs(f *nfs4.Fattr4, supported nfs4.Bitmap4) (setAttrs, nfs4.Nfsstat4) {
 	var out setAttrs
 	bad := nfs4.NFS4_OK
 	bitmapEach(f.Attrmask, func(n uint32) bool {
 		switch {
-		case !bitmapHas(supportedMask, n):
+		case !bitmapHas(supported, n):
 			bad = nfs4.NFS4ERR_ATTRNOTSUPP
 		case !bitmapHas(writableMask, n):
 			bad = nfs4.NFS4ERR_INVAL

@@ -456,6 +456,10 @@ func decodeAttrs(f *nfs4.Fattr4) (attrMap, error) {
 				return false
 			}
 			m[n] = time.Unix(sec, int64(nsec))
+		case nfs4.FATTR4_OPEN_ARGUMENTS:
+			var oa nfs4.OpenArguments4
+			oa.DecodeXDR(d)
+			m[n] = oa
 		case nfs4.FATTR4_FS_LAYOUT_TYPES, nfs4.FATTR4_LAYOUT_TYPES:
 			k := d.ArrayLen(64, 4)
 			lt := make([]uint32, k)

@@ -112,7 +112,7 @@ func (c *compound) setattr(a *nfs4.SETATTR4args) opReply {
 	if st := c.writable(o); st != nfs4.NFS4_OK {
 		return fail(st).withBody(empty)
 	}
-	sa, st := decodeSetAttrs(&a.ObjAttributes)
+	sa, st := decodeSetAttrs(&a.ObjAttributes, c.supported())
 	if st != nfs4.NFS4_OK {
 		return fail(st).withBody(empty)
 	}

@@ -52,7 +52,7 @@ func (c *compound) create(a *nfs4.CREATE4args) opReply {
 	if st := checkName(a.Objname); st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	sa, st := decodeSetAttrs(&a.Createattrs)
+	sa, st := decodeSetAttrs(&a.Createattrs, c.supported())
 	if st != nfs4.NFS4_OK {
 		return fail(st)
 	}

@@ -203,7 +203,7 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 		// UNCHECKED4 on an existing file with a size (O_TRUNC): truncate
 		// only now, so an OPEN refused for a share conflict or grace
 		// leaves the file alone.
-		sa, _ := decodeSetAttrs(a.Openhow.How.Createattrs)
+		sa, _ := decodeSetAttrs(a.Openhow.How.Createattrs, c.supported())
 		if _, err := c.s.applySetAttr(c.ctx, file, meta.SetAttr{Mask: meta.SetSize, Size: sa.sa.Size}); err != nil {
 			return failErr(err)
 		}
@@ -284,7 +284,7 @@ func (c *compound) openName(dir *object, name string, how *nfs4.Openflag4) (*obj
 	var sa setAttrs
 	if attrs != nil {
 		var st nfs4.Nfsstat4
-		if sa, st = decodeSetAttrs(attrs); st != nfs4.NFS4_OK {
+		if sa, st = decodeSetAttrs(attrs, c.supported()); st != nfs4.NFS4_OK {
 			return nil, false, ci, nil, st
 		}
 	}
