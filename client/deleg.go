@@ -537,7 +537,10 @@ func (c *Client) mutating(ops []nfs4.NfsArgop4) {
 		return
 	}
 	var cur []byte
-	var files [][]byte
+	// Every COMPOUND comes here twice, WRITEs through the MDS included:
+	// a small array on the stack spares them an allocation.
+	var fileBuf [4][]byte
+	files := fileBuf[:0]
 	all := false
 	for _, op := range ops {
 		switch op.Argop {
