@@ -6,7 +6,8 @@
 # `shoal up --ds DS` cluster on loopback. Prints a table (creates/s,
 # stats/s, deletes/s, and what each file cost at the MDS: COMPOUNDs,
 # operations, LOOKUPs and COMMITs per file, from the MDS's
-# shoal_nfs_ops_total counters) and the same as one JSON line.
+# shoal_nfs_ops_total counters, and the mean time the MDS spent in each
+# operation from shoal_nfs_op_seconds_total) and the same as one JSON line.
 #
 #   scripts/fuse-meta.sh                       # 4 x 500 files of 4 KiB, 4 DS, cached, 3 runs
 #   RUNS=1 ACCESS=direct scripts/fuse-meta.sh
@@ -106,12 +107,15 @@ mnt, metrics, procs, files, size, runs = sys.argv[1], sys.argv[2], *map(int, sys
 PHASES = ["create", "stat", "delete"]
 
 def mds_ops():
+    """The MDS's operation counts, and the seconds spent in each as
+    "<op>_s"."""
     ops = {}
     with urllib.request.urlopen(metrics, timeout=10) as r:
         for line in r.read().decode().splitlines():
-            if line.startswith("shoal_nfs_ops_total{") and 'role="mds"' in line:
-                op = line.split('op="', 1)[1].split('"', 1)[0]
-                ops[op] = ops.get(op, 0) + float(line.rsplit(" ", 1)[1])
+            for metric, suffix in (("shoal_nfs_ops_total{", ""), ("shoal_nfs_op_seconds_total{", "_s")):
+                if line.startswith(metric) and 'role="mds"' in line:
+                    op = line.split('op="', 1)[1].split('"', 1)[0] + suffix
+                    ops[op] = ops.get(op, 0) + float(line.rsplit(" ", 1)[1])
     return ops
 
 def worker(i, run, start, end):
@@ -152,12 +156,16 @@ for run in range(runs):
         n = procs * files
         results[phase].append(n / dt)
         diff = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+        secs = {k[:-2]: v for k, v in diff.items() if k.endswith("_s")}
+        diff = {k: v for k, v in diff.items() if not k.endswith("_s")}
         per_file[phase] = {
             "compounds": diff.get("SEQUENCE", 0) / n,
             "ops": sum(v for k, v in diff.items() if k != "SEQUENCE") / n,
             "lookups": diff.get("LOOKUP", 0) / n,
             "commits": diff.get("COMMIT", 0) / n,
             "by_op": {k: round(v / n, 3) for k, v in sorted(diff.items()) if v},
+            # Mean time the MDS spent running each operation, in µs.
+            "us_per_op": {k: round(1e6 * secs.get(k, 0) / v, 1) for k, v in sorted(diff.items()) if v},
         }
         before = after
     for w in ws:
@@ -179,6 +187,7 @@ out["total_per_file"] = tot
 print(f"{'total':8} {'':10} {'':>24} {tot['compounds']:15.2f} {tot['ops']:9.2f} {tot['lookups']:12.2f} {tot['commits']:12.2f}")
 for phase in PHASES:
     print(f"  {phase} ops per file: " + " ".join(f"{k}={v}" for k, v in per_file[phase]["by_op"].items()))
+    print(f"  {phase} MDS µs per op:  " + " ".join(f"{k}={v}" for k, v in per_file[phase]["us_per_op"].items()))
 print(json.dumps(out))
 EOF
 timeout "$TIMEOUT" python3 "$work/meta.py" "$mnt" "$metrics" "$PROCS" "$FILES" "$SIZE" "$RUNS" | tee "$work/out.txt"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
+	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/rpc"
@@ -158,7 +159,9 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 			if hook := s.testHookBeforeOp.Load(); hook != nil {
 				(*hook)(c, op, connCtx)
 			}
+			t0 := time.Now()
 			r = def.run(c, &args)
+			s.counters.opTime(op, time.Since(t0))
 		}
 		opStart := e.Mark()
 		c.encodeResult(e, op, r)

@@ -3,6 +3,7 @@ package server
 import (
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -13,8 +14,12 @@ import (
 // the request path; Stats snapshots them for tests and tools, and a
 // Prometheus collector exports them (Config.Metrics).
 type counters struct {
-	ops        [nfs4.OP_REMOVEXATTR + 1]atomic.Uint64
-	opErrors   [nfs4.OP_REMOVEXATTR + 1]atomic.Uint64
+	ops      [nfs4.OP_REMOVEXATTR + 1]atomic.Uint64
+	opErrors [nfs4.OP_REMOVEXATTR + 1]atomic.Uint64
+	// opNanos is the time spent running each operation (decoding and
+	// encoding excluded): with ops, the mean latency an operator needs
+	// to see which operation a workload waits on.
+	opNanos    [nfs4.OP_REMOVEXATTR + 1]atomic.Uint64
 	readBytes  atomic.Uint64
 	writeBytes atomic.Uint64
 	recalls    atomic.Uint64 // CB_LAYOUTRECALL sent
@@ -33,6 +38,12 @@ func (c *counters) op(op nfs4.NfsOpnum4, st nfs4.Nfsstat4) {
 		if st != nfs4.NFS4_OK {
 			c.opErrors[op].Add(1)
 		}
+	}
+}
+
+func (c *counters) opTime(op nfs4.NfsOpnum4, d time.Duration) {
+	if int(op) < len(c.opNanos) {
+		c.opNanos[op].Add(uint64(d))
 	}
 }
 
@@ -77,6 +88,7 @@ func opLabel(op nfs4.NfsOpnum4) string { return strings.TrimPrefix(op.String(), 
 type collector struct {
 	s                          *Server
 	ops, opErrs, bytes, events *prometheus.Desc
+	opSeconds                  *prometheus.Desc
 	delegs, delegsHeld         *prometheus.Desc
 	layout                     layoutCollector
 }
@@ -86,6 +98,8 @@ func newCollector(s *Server, labels prometheus.Labels) *collector {
 		s:      s,
 		ops:    prometheus.NewDesc("shoal_nfs_ops_total", "NFSv4 operations evaluated, by operation.", []string{"op"}, labels),
 		opErrs: prometheus.NewDesc("shoal_nfs_op_errors_total", "NFSv4 operations that failed, by operation.", []string{"op"}, labels),
+		opSeconds: prometheus.NewDesc("shoal_nfs_op_seconds_total",
+			"Time spent running NFSv4 operations, by operation (divided by shoal_nfs_ops_total: the mean latency).", []string{"op"}, labels),
 		bytes:  prometheus.NewDesc("shoal_nfs_bytes_total", "READ and WRITE payload bytes.", []string{"dir"}, labels),
 		events: prometheus.NewDesc("shoal_pnfs_events_total", "pNFS events: layout recalls sent, clients fenced.", []string{"event"}, labels),
 		layout: newLayoutCollector(labels),
@@ -98,6 +112,7 @@ func newCollector(s *Server, labels prometheus.Labels) *collector {
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.ops
 	ch <- c.opErrs
+	ch <- c.opSeconds
 	ch <- c.bytes
 	ch <- c.events
 	ch <- c.delegs
@@ -112,6 +127,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			name := opLabel(nfs4.NfsOpnum4(i))
 			ch <- prometheus.MustNewConstMetric(c.ops, prometheus.CounterValue, float64(n), name)
 			ch <- prometheus.MustNewConstMetric(c.opErrs, prometheus.CounterValue, float64(k.opErrors[i].Load()), name)
+			ch <- prometheus.MustNewConstMetric(c.opSeconds, prometheus.CounterValue, float64(k.opNanos[i].Load())/1e9, name)
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(k.readBytes.Load()), "read")
