@@ -148,9 +148,12 @@ func (x *tx) deleteInode(ino Ino, n *inode) error {
 			return err
 		}
 	case TypeRegular:
-		// The stripe map goes with the inode: the caller deletes the data
+		// The stripe map and inline data go with the inode: the caller deletes the data
 		// it named (Engine.FreeOrphan).
 		if err := x.t.Delete(stripeKey(ino)); err != nil {
+			return err
+		}
+		if err := x.t.Delete(inlineKey(ino)); err != nil {
 			return err
 		}
 	}

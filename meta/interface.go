@@ -252,6 +252,25 @@ type Engine interface {
 	// inode order (max is capped at 1024). A map is deleted with its inode.
 	StripeMaps(ctx context.Context, after Ino, max int) ([]FileStripeMap, error)
 
+	// InlineData returns the data of the regular file ino if it is kept
+	// inline (see WriteInline); ok is false if it is not. Bytes past the
+	// data, up to the file's size, are zeros. A record failing its
+	// checksum yields an error wrapping ErrCorrupt.
+	InlineData(ctx context.Context, ino Ino) (data []byte, ok bool, err error)
+	// WriteInline writes p at off into the inline data of the regular
+	// file ino, and its size (if it grows) and mtime, in one transaction.
+	// It fails with ErrNotInline, changing nothing, if ino has a stripe
+	// map or off+len(p) exceeds limit.
+	WriteInline(ctx context.Context, ino Ino, off uint64, p []byte, limit int, now time.Time) (Attr, error)
+	// TruncateInline cuts ino's inline data to size if it is longer; the
+	// file's size attribute is the caller's (SetAttr).
+	TruncateInline(ctx context.Context, ino Ino, size uint64) error
+	// DropInline deletes ino's inline data once the caller has copied it
+	// to the data servers of its stripe map; without a map it fails
+	// (ErrInval) unless the data is empty. A file without inline data is
+	// left alone.
+	DropInline(ctx context.Context, ino Ino) error
+
 	// Policy returns the replication policy recorded for ino: set on a
 	// directory with SetPolicy, or copied to a regular file or directory
 	// from its parent when it was created (see Policy). It is the zero

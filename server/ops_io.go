@@ -116,7 +116,17 @@ func (c *compound) write(a *nfs4.WRITE4args) opReply {
 		return failErr(err)
 	}
 	defer f.Close()
-	if _, err := f.WriteAt(a.Data, int64(a.Offset)); err != nil {
+	if inf, isInline := f.(*inlineFile); isInline {
+		inline, err := inf.writeAt(a.Data, int64(a.Offset))
+		if err != nil {
+			return failErr(err)
+		}
+		if inline {
+			// Data, size and mtime were committed together.
+			c.s.counters.writeBytes.Add(uint64(len(a.Data)))
+			return ok(&nfs4.WRITE4resok{Count: uint32(len(a.Data)), Committed: nfs4.FILE_SYNC4, Writeverf: c.s.verifier()})
+		}
+	} else if _, err := f.WriteAt(a.Data, int64(a.Offset)); err != nil {
 		return failErr(err)
 	}
 	c.s.counters.writeBytes.Add(uint64(len(a.Data)))

@@ -62,7 +62,13 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 		// I/O goes through the MDS until the move is done.
 		return fail(nfs4.NFS4ERR_LAYOUTTRYLATER).withBody(marshalFunc(func(e *xdr.Encoder) { e.Bool(false) }))
 	}
-	fl, err := s.pnfs.ds.Layout(c.ctx, uint64(o.fh.ino))
+	// A layout names data servers: the file's data must be there, and
+	// stay there (inline.go).
+	var fl cluster.FileLayout
+	err := s.inline.striped(uint64(o.fh.ino), func() (err error) {
+		fl, err = s.pnfs.ds.Layout(c.ctx, uint64(o.fh.ino))
+		return err
+	})
 	switch {
 	case err == nil:
 	case errors.Is(err, cluster.ErrUnavailable), errors.Is(err, cluster.ErrDataServerDown),

@@ -60,18 +60,27 @@ type Config struct {
 	// NoDelegations turns delegations off: OPEN and WANT_DELEGATION never
 	// grant one. The zero value grants them when it is safe (deleg.go).
 	NoDelegations bool
+	// InlineMax is the size up to which a pNFS metadata server keeps a
+	// file's data in its metadata engine rather than on data servers
+	// (inline.go); 0 means DefaultInlineMax and a negative value turns
+	// it off. Only files written through the metadata server start
+	// inline.
+	InlineMax int
 }
 
 // Server is a single-node NFSv4.1/4.2 server.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	meta  meta.Engine
-	data  store.Backend
-	ns    *namespace
-	fh    fhCodec
-	rpc   *rpc.Server
-	cache *inodeCache
+	cfg  Config
+	log  *slog.Logger
+	meta meta.Engine
+	data store.Backend
+	// inline is s.data on a pNFS metadata server keeping small files in
+	// the engine; nil otherwise.
+	inline *inlineStore
+	ns     *namespace
+	fh     fhCodec
+	rpc    *rpc.Server
+	cache  *inodeCache
 
 	// life ends when Close starts: the only thing that cuts a COMPOUND
 	// short (see compoundRequest).
@@ -171,6 +180,14 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.PNFS != nil {
 		s.data = cfg.PNFS.Backend
+		if cfg.InlineMax >= 0 {
+			limit := cfg.InlineMax
+			if limit == 0 {
+				limit = DefaultInlineMax
+			}
+			s.inline = newInlineStore(m, s.data, limit)
+			s.data = s.inline
+		}
 	} else if s.data, err = store.NewLocal(cfg.Dir, store.LocalOptions{}); err != nil {
 		m.Close()
 		return nil, fmt.Errorf("server: data store: %w", err)

@@ -132,6 +132,8 @@ type MDSConfig struct {
 	Metrics prometheus.Registerer
 	// NoDelegations is server.Config.NoDelegations.
 	NoDelegations bool
+	// InlineMax is server.Config.InlineMax.
+	InlineMax int
 }
 
 // dataServers adapts the registry and striping to server.DataServers.
@@ -226,6 +228,7 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 		Metrics: cfg.Metrics, MetricLabels: prometheus.Labels{"role": "mds", "instance": "mds"},
 		PNFS:          &server.PNFSConfig{DataServers: ds, Backend: lazyBackend{ds}},
 		NoDelegations: cfg.NoDelegations,
+		InlineMax:     cfg.InlineMax,
 		OnEvent:       func(ev server.Event) { events.Add(serverEvent(ev)) },
 		Programs: map[uint32]rpc.Handler{ctlproto.SHOAL_CONTROL: rpc.HandlerFunc(
 			func(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
@@ -543,6 +546,8 @@ type Config struct {
 	Metrics prometheus.Registerer
 	// NoDelegations is server.Config.NoDelegations for the MDS.
 	NoDelegations bool
+	// InlineMax is server.Config.InlineMax for the MDS.
+	InlineMax int
 }
 
 // Start brings up a local cluster and waits until every data server is in
@@ -558,7 +563,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	mds, err := StartMDS(MDSConfig{
 		Listen: cfg.Listen, Dir: filepath.Join(cfg.Dir, "mds"), MetaURL: cfg.MetaURL, StripeUnit: cfg.StripeUnit,
 		Exports: cfg.Exports, Lease: cfg.Lease, DownAfter: cfg.DownAfter, Mirrors: cfg.Mirrors, Logger: cfg.Logger, Metrics: cfg.Metrics,
-		NoDelegations: cfg.NoDelegations,
+		NoDelegations: cfg.NoDelegations, InlineMax: cfg.InlineMax,
 	})
 	if err != nil {
 		return nil, err

@@ -39,6 +39,7 @@ func newMDSCmd() *cobra.Command {
 		downAfter    time.Duration
 		mirrors      int
 		healRate     string
+		inlineMax    string
 		config       string
 		delegations  bool
 	)
@@ -63,6 +64,10 @@ func newMDSCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("--heal-rate: %w", err)
 			}
+			inline, err := parseInlineMax(inlineMax)
+			if err != nil {
+				return err
+			}
 			if err := checkAddr("--listen", listen, true); err != nil {
 				return err
 			}
@@ -79,7 +84,7 @@ func newMDSCmd() *cobra.Command {
 				Listen: listen, Dir: dir, MetaURL: metaURL, StripeUnit: unit, Lease: lease,
 				JoinSecretFile: secretFile, DownAfter: downAfter, Mirrors: mirrors, HealRate: rate,
 				Exports: squashExports(file.Exports, noRootSquash), Logger: slog.Default(), Metrics: web.registerer(),
-				NoDelegations: !delegations,
+				NoDelegations: !delegations, InlineMax: inline,
 			})
 			if err != nil {
 				return err
@@ -108,6 +113,7 @@ func newMDSCmd() *cobra.Command {
 	cmd.Flags().IntVar(&mirrors, "mirrors", 1, "copies of each stripe unit for directories without a policy of their own (1-3; see \"shoal admin policy\")")
 	cmd.Flags().StringVar(&healRate, "heal-rate", "64MiB", "bandwidth healing may use to copy stripes, per second (0 = unlimited)")
 	cmd.Flags().BoolVar(&delegations, "delegations", true, delegationsHelp)
+	cmd.Flags().StringVar(&inlineMax, "inline-max", inlineMaxDefault, inlineMaxHelp)
 	return cmd
 }
 
@@ -188,6 +194,7 @@ func newUpCmd() *cobra.Command {
 		lease                  time.Duration
 		rootSquash             bool
 		delegations            bool
+		inlineMax              string
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -198,6 +205,10 @@ func newUpCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if dir == "" {
 				dir = filepath.Join(os.TempDir(), "shoal")
+			}
+			inline, err := parseInlineMax(inlineMax)
+			if err != nil {
+				return err
 			}
 			if err := checkAddr("--listen", listen, true); err != nil {
 				return err
@@ -233,7 +244,7 @@ func newUpCmd() *cobra.Command {
 			c, err := wiring.Start(ctx, wiring.Config{
 				Dir: dir, DataServers: n, Listen: listen, AdvertiseHost: advertise,
 				StripeUnit: unit, Lease: lease, Exports: exportsFor(!rootSquash), Logger: slog.Default(),
-				Metrics: web.registerer(), Mirrors: mirrors, NoDelegations: !delegations,
+				Metrics: web.registerer(), Mirrors: mirrors, NoDelegations: !delegations, InlineMax: inline,
 			})
 			if err != nil {
 				return err
@@ -286,6 +297,7 @@ func newUpCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time")
 	cmd.Flags().BoolVar(&rootSquash, "root-squash", false, "map root to the anonymous user (off for a local development cluster)")
 	cmd.Flags().BoolVar(&delegations, "delegations", true, delegationsHelp)
+	cmd.Flags().StringVar(&inlineMax, "inline-max", inlineMaxDefault, inlineMaxHelp)
 	httpFlag(cmd, &httpAddr, "serve the status page (/, /status.json) and Prometheus metrics of all servers (/metrics) on this address (e.g. 127.0.0.1:9100)")
 	cmd.Flags().StringVar(&readyFile, "ready-file", "", `once every data server is in service, write {"mds": HOST:PORT, "data_servers": [...], "pid": N} to this file (for --listen 127.0.0.1:0)`)
 	// --cpuprofile is for `shoal bench --workloads ior --cpuprofile`: the
@@ -293,6 +305,27 @@ func newUpCmd() *cobra.Command {
 	cmd.Flags().StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the cluster to this file")
 	_ = cmd.Flags().MarkHidden("cpuprofile")
 	return cmd
+}
+
+const (
+	inlineMaxDefault = "32KiB"
+	inlineMaxHelp    = "keep the data of files up to this size, written through the metadata server, in the metadata engine instead of on data servers (0 = never)"
+)
+
+// parseInlineMax parses --inline-max for server.Config.InlineMax, where
+// off is negative.
+func parseInlineMax(s string) (int, error) {
+	n, err := bytesize.Parse(s)
+	switch {
+	case err != nil:
+		return 0, fmt.Errorf("--inline-max: %w", err)
+	case n == 0:
+		return -1, nil
+	case n > 1<<20:
+		// A record is read and rewritten whole by every write.
+		return 0, fmt.Errorf("--inline-max %s: at most 1MiB", s)
+	}
+	return int(n), nil
 }
 
 // parseRate parses a bandwidth per second such as "64MiB"; "0" means

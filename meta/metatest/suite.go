@@ -135,6 +135,7 @@ func Run(t *testing.T, open Opener) {
 		{"StripeMaps", testStripeMaps},
 		{"StripeMapPlaceRace", testStripeMapPlaceRace},
 		{"StripeMapsReplicas", testStripeMapsReplicas},
+		{"Inline", testInline},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
