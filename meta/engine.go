@@ -370,20 +370,35 @@ func (e *kvEngine) SetAttr(ctx context.Context, ino Ino, sa SetAttr, now time.Ti
 	return a, err
 }
 
+// writeTarget reads ino for a write to its data: a regular file.
+func (x *tx) writeTarget(ino Ino) (*inode, error) {
+	n, err := x.inode(ino)
+	if err != nil {
+		return nil, err
+	}
+	if n.Type != TypeRegular {
+		return nil, fmt.Errorf("write to %d (%v): %w", ino, n.Type, ErrInval)
+	}
+	return n, nil
+}
+
+// wrote records a write that ended at end: the size grows to it, and
+// mtime, ctime and change move.
+func (x *tx) wrote(ino Ino, n *inode, end uint64, now time.Time) Attr {
+	n.Size = max(n.Size, end)
+	x.touch(ino, n, now, true)
+	return n.Attr
+}
+
 func (e *kvEngine) Wrote(ctx context.Context, ino Ino, end uint64, now time.Time) (Attr, error) {
 	now = nowOr(now)
 	var a Attr
 	err := e.update(ctx, func(x *tx) error {
-		n, err := x.inode(ino)
+		n, err := x.writeTarget(ino)
 		if err != nil {
 			return err
 		}
-		if n.Type != TypeRegular {
-			return fmt.Errorf("write to %d (%v): %w", ino, n.Type, ErrInval)
-		}
-		n.Size = max(n.Size, end)
-		x.touch(ino, n, now, true)
-		a = n.Attr
+		a = x.wrote(ino, n, end, now)
 		return nil
 	})
 	return a, err

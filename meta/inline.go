@@ -95,12 +95,9 @@ func (e *kvEngine) WriteInline(ctx context.Context, ino Ino, off uint64, p []byt
 	}
 	var a Attr
 	err := e.update(ctx, func(x *tx) error {
-		n, err := x.inode(ino)
+		n, err := x.writeTarget(ino)
 		if err != nil {
 			return err
-		}
-		if n.Type != TypeRegular {
-			return fmt.Errorf("write to %d (%v): %w", ino, n.Type, ErrInval)
 		}
 		if _, placed, err := x.stripeMap(ino); err != nil || placed {
 			if err == nil {
@@ -121,9 +118,7 @@ func (e *kvEngine) WriteInline(ctx context.Context, ino Ino, off uint64, p []byt
 		if err := x.t.Put(inlineKey(ino), encodeInline(data)); err != nil {
 			return err
 		}
-		n.Size = max(n.Size, end)
-		x.touch(ino, n, now, true)
-		a = n.Attr
+		a = x.wrote(ino, n, end, now)
 		return nil
 	})
 	return a, err
