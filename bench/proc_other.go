@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"syscall"
+	"time"
 
 	"github.com/shoalfs/shoal/client"
 )
@@ -22,3 +23,6 @@ func dialIn(ctx context.Context, ns, addr string, opts client.Options) (*client.
 	}
 	return client.Dial(ctx, addr, opts)
 }
+
+// syncLatency is measured on Linux only.
+func syncLatency(string) time.Duration { return 0 }

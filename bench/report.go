@@ -22,6 +22,10 @@ type Machine struct {
 	Kernel   string `json:"kernel"`
 	Go       string `json:"go_version"`
 	MemTotal string `json:"mem_total,omitempty"`
+	// SyncMicros is the median fdatasync of a 4 KiB overwrite in the
+	// temporary directory, in µs (syncLatency): what one durable
+	// metadata change costs at least on this disk.
+	SyncMicros float64 `json:"fdatasync_us,omitempty"`
 }
 
 // MachineInfo reads the machine description from the runtime and /proc.
@@ -32,6 +36,7 @@ func MachineInfo() Machine {
 	m.Kernel = strings.TrimSpace(readFile("/proc/sys/kernel/osrelease"))
 	m.CPUModel = procField("/proc/cpuinfo", "model name")
 	m.MemTotal = procField("/proc/meminfo", "MemTotal")
+	m.SyncMicros = float64(syncLatency(os.TempDir()).Nanoseconds()) / 1e3
 	return m
 }
 
@@ -188,6 +193,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 	m := r.Machine
 	c := r.Config
 	fmt.Fprintf(w, "machine: %d CPUs (%s), kernel %s, %s\n", m.NumCPU, m.CPUModel, m.Kernel, m.Go)
+	if m.SyncMicros > 0 {
+		fmt.Fprintf(w, "disk: fdatasync of a 4 KiB overwrite takes %.0f µs (median): the least one durable metadata change costs\n", m.SyncMicros)
+	}
 	fmt.Fprintf(w, "load average: before %.2f %.2f %.2f, after %.2f %.2f %.2f\n",
 		r.LoadBefore[0], r.LoadBefore[1], r.LoadBefore[2], r.LoadAfter[0], r.LoadAfter[1], r.LoadAfter[2])
 	fmt.Fprintf(w, "config: size %s, block %s, depth %d, files %d, reps %d; median [min-max]\n",
