@@ -51,6 +51,11 @@ func (c *compound) load(h fhandle) (*object, nfs4.Nfsstat4) {
 	if e == nil {
 		return nil, nfs4.NFS4ERR_STALE
 	}
+	if s.st.orphans.isDoomed(h.ino) {
+		// Unlinked with no open, and about to be freed: gone for
+		// clients already (orphans.go).
+		return nil, nfs4.NFS4ERR_STALE
+	}
 	a, err := s.getattr(c.ctx, h.ino)
 	if err != nil {
 		if errors.Is(err, meta.ErrStale) || errors.Is(err, meta.ErrNotFound) {

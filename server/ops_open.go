@@ -188,9 +188,10 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 		return fail(c.s.recallOn(err))
 	}
 	if !alive {
-		// The file was unlinked and freed after we resolved it: the open
-		// came too late to keep it. By filehandle that is a stale handle;
-		// by name, a retry resolves the name afresh.
+		// The file was unlinked after we resolved it, and freed or
+		// doomed to be (orphans.go): the open came too late to keep
+		// it. By filehandle that is a stale handle; by name, a retry
+		// resolves the name afresh.
 		if _, err := c.s.st.m.Close(id, res.Stateid); err != nil {
 			c.log.Warn("undo open of a freed file", "ino", uint64(file.fh.ino), "err", err)
 		}

@@ -18,10 +18,15 @@ import (
 // on the same client, so the server does the rest: when REMOVE or RENAME
 // drops the last link of a regular file, the metadata engine keeps the
 // inode as an orphan (Nlink 0, in a persistent orphan set; see
-// meta.Engine.Remove), and the server frees it, data included, as soon as
-// no client holds an open of it:
+// meta.Engine.Remove), and the server frees it, data included, once no
+// client holds an open of it:
 //
-//   - at once after the REMOVE or RENAME if there is no open;
+//   - if nobody holds it open at the REMOVE or RENAME (and there is no
+//     grace period), the orphan is doomed: the operation answers after
+//     its one engine commit, and a background freer removes the data
+//     from the data servers and then the inode (a second commit; the
+//     freer runs several at a time, so these commits share the engine's
+//     group commits);
 //   - else at the CLOSE of the last open (OPEN_DOWNGRADE keeps an open);
 //   - else when the last holder's state is purged (lease expiry,
 //     DESTROY_CLIENTID, a new incarnation of the client);
@@ -29,18 +34,38 @@ import (
 //     reclaim their opens (CLAIM_PREVIOUS carries the filehandle); at its
 //     end (or at once when there is no grace) those nobody reclaimed go.
 //
+// Every free that fails is retried by the sweeper with a backoff, and an
+// orphan the server stops before freeing stays recorded in the engine and
+// is freed after the restart. Space is thus reclaimed asynchronously, as
+// on most local file systems: until the freer gets to a doomed orphan,
+// its data is still on the data servers, and STATFS (space used and
+// free) may count it for that moment.
+//
+// A doomed orphan is gone for clients: from the REMOVE's reply on, every
+// filehandle resolution of it (PUTFH, the saved filehandle) fails with
+// NFS4ERR_STALE, exactly as once it is freed, so nothing can open it,
+// read, write or truncate it by filehandle in the meantime.
+//
 // Freeing races with opens by filehandle (CLAIM_FH, CLAIM_PREVIOUS) and
 // with an OPEN by name that looked the file up just before the REMOVE. An
-// orphan is freed under its stripe lock after checking that it has no
-// open, and OPEN registers its open under the same lock, so either the
-// free sees the open or the OPEN comes after the free. OPEN then finds
-// out with a metadata read, which it only needs when some orphan was
-// freed since it started (gen), and backs out.
+// orphan is doomed, or freed by CLOSE, purge or sweep, under its stripe
+// lock after checking that it has no open, and OPEN registers its open
+// under the same lock, so either the check sees the open or the OPEN sees
+// the orphan doomed (and backs out) or comes after the free. OPEN finds
+// out about a free with a metadata read, which it only needs when some
+// orphan was freed since it started (gen), and about a doom with a lookup
+// that it only makes while some orphan is doomed (ndoomed).
 
 // orphanStripes is the number of locks orphans are spread over: frees of
 // different files, and opens of files that are not being freed, do not
 // wait for each other.
 const orphanStripes = 64
+
+// orphanFreers is how many doomed orphans the freer frees at a time:
+// enough for their FreeOrphan commits to share group commits and for
+// their data removals to overlap, few enough that a burst of removes
+// does not flood the data servers.
+const orphanFreers = 8
 
 // A free that failed (data servers not registered yet after a restart, or
 // one down) is retried by sweep after a backoff that doubles from
@@ -50,10 +75,17 @@ const (
 	orphanRetryMax = time.Minute
 )
 
-// retry is when sweep may next try to free a pending orphan.
+// retry is the state of a pending orphan.
 type retry struct {
-	at      time.Time
+	at      time.Time     // when sweep may next try to free it
 	backoff time.Duration // of the last failure; 0 before any
+	// doomed: nobody held the orphan open when it lost its last link,
+	// and nobody may open it any more; only the freer frees it.
+	doomed bool
+	// queued: the doomed orphan is in the freer's queue or being freed;
+	// cleared when a free fails, so that sweep hands it to the freer
+	// again after the backoff.
+	queued bool
 }
 
 // orphanSet tracks the orphans the server has not freed yet.
@@ -64,12 +96,26 @@ type orphanSet struct {
 	// gen counts frees; it is bumped under the stripe lock after the
 	// engine has committed the free.
 	gen atomic.Uint64
+	// doomedSet holds the doomed orphans not freed yet (meta.Ino keys),
+	// for the lookups of filehandle resolution and OPEN, which skip it
+	// while ndoomed, its size, is 0. Both change under the orphan's
+	// stripe lock and mu, together with pending.
+	doomedSet sync.Map
+	ndoomed   atomic.Int64
 
 	mu sync.Mutex
 	// pending holds the orphans not freed yet, each with the earliest
 	// time of its next free attempt by sweep.
 	pending map[meta.Ino]retry
-	kick    chan struct{}
+	// queue holds the doomed orphans for the freer, which wake tells
+	// about new ones.
+	queue []meta.Ino
+	wake  chan struct{}
+	kick  chan struct{}
+
+	// testHookBeforeFree, set by tests only, runs in the freer before
+	// it frees a doomed orphan.
+	testHookBeforeFree atomic.Pointer[func(meta.Ino)]
 }
 
 // newOrphanSet loads the persisted orphans: they wait for the grace period
@@ -79,8 +125,13 @@ func newOrphanSet(ctx context.Context, s *Server) (*orphanSet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server: loading orphans: %w", err)
 	}
-	o := &orphanSet{s: s, ctx: ctx, pending: make(map[meta.Ino]retry, len(inos)), kick: make(chan struct{}, 1)}
+	o := &orphanSet{
+		s: s, ctx: ctx, pending: make(map[meta.Ino]retry, len(inos)),
+		wake: make(chan struct{}, 1), kick: make(chan struct{}, 1),
+	}
 	for _, ino := range inos {
+		// Not doomed: a client may reclaim an open of it in the grace
+		// period.
 		o.pending[ino] = retry{}
 	}
 	if len(inos) > 0 {
@@ -98,16 +149,50 @@ func (o *orphanSet) isPending(ino meta.Ino) bool {
 	return ok
 }
 
+// isDoomed reports whether ino is a doomed orphan, which clients must
+// find gone. Without doomed orphans it costs one atomic load.
+func (o *orphanSet) isDoomed(ino meta.Ino) bool {
+	if o == nil || o.ndoomed.Load() == 0 {
+		return false
+	}
+	_, ok := o.doomedSet.Load(ino)
+	return ok
+}
+
 // orphaned is called after REMOVE or RENAME dropped the last link of the
-// regular file ino: it frees the file unless somebody has it open.
+// regular file ino. Unless somebody has it open (or may still reclaim an
+// open of it in the grace period), it is doomed and queued for the
+// freer: the request does not wait for the free.
 func (o *orphanSet) orphaned(ino meta.Ino) {
 	if o == nil {
 		return
 	}
+	l := o.stripe(ino)
+	l.Lock()
+	m := o.s.st.m
+	doomed := !m.InGrace() && !m.HasOpen(state.FileID(ino))
 	o.mu.Lock()
-	o.pending[ino] = retry{}
+	if old, ok := o.pending[ino]; ok && old.doomed {
+		// Doomed already (the engine refuses links to an orphan, so
+		// this cannot happen): counted and queued once is enough.
+		o.mu.Unlock()
+		l.Unlock()
+		return
+	}
+	o.pending[ino] = retry{doomed: doomed, queued: doomed}
+	if doomed {
+		o.ndoomed.Add(1)
+		o.doomedSet.Store(ino, struct{}{})
+		o.queue = append(o.queue, ino)
+	}
 	o.mu.Unlock()
-	o.tryFree(ino)
+	l.Unlock()
+	if doomed {
+		select {
+		case o.wake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // released is called when opens of file went away (CLOSE): if it was the
@@ -138,18 +223,36 @@ func (o *orphanSet) purged(files []state.FileID) {
 }
 
 // tryFree frees the orphan ino if it is still pending and nobody holds it
-// open, outside the grace period. It reports whether it freed it.
+// open, outside the grace period. It reports whether it freed it. Doomed
+// orphans are the freer's: tryFree leaves them alone.
 func (o *orphanSet) tryFree(ino meta.Ino) bool {
 	l := o.stripe(ino)
 	l.Lock()
 	defer l.Unlock()
-	if !o.isPending(ino) {
-		return false // freed by somebody else meanwhile
+	o.mu.Lock()
+	r, ok := o.pending[ino]
+	o.mu.Unlock()
+	if !ok || r.doomed {
+		return false // freed by somebody else meanwhile, or the freer's
 	}
 	m := o.s.st.m
 	if m.InGrace() || m.HasOpen(state.FileID(ino)) {
 		return false
 	}
+	if !o.free(ino) {
+		return false
+	}
+	o.gen.Add(1)
+	o.drop(ino)
+	return true
+}
+
+// free removes the data of the orphan ino, then its inode. It reports
+// whether it did; on failure the orphan is left pending (and retried
+// after a backoff) or, if it turns out not to be an orphan, dropped.
+// The caller makes sure nobody opens ino meanwhile: the stripe lock for
+// an orphan that is not doomed, the doom itself for one that is.
+func (o *orphanSet) free(ino meta.Ino) bool {
 	log := o.s.log.With("ino", uint64(ino))
 	a, err := o.s.meta.GetAttr(o.ctx, ino)
 	switch {
@@ -181,31 +284,91 @@ func (o *orphanSet) tryFree(ino meta.Ino) bool {
 		return false
 	}
 	o.s.cache.forget(ino)
-	o.gen.Add(1)
-	o.drop(ino)
 	log.Debug("freed unlinked file")
 	return true
 }
 
+// freeDoomed frees the doomed orphan ino (the freer's work).
+func (o *orphanSet) freeDoomed(ino meta.Ino) {
+	if h := o.testHookBeforeFree.Load(); h != nil {
+		(*h)(ino)
+	}
+	if !o.free(ino) {
+		return
+	}
+	// Under the stripe lock, as for any free: an OPEN that registered
+	// its open under it before sees the orphan doomed, one after sees
+	// gen changed.
+	l := o.stripe(ino)
+	l.Lock()
+	o.gen.Add(1)
+	o.drop(ino)
+	l.Unlock()
+}
+
+// runFreer frees the doomed orphans queued by orphaned (and requeued by
+// sweep), up to orphanFreers at a time, until the state's context ends.
+// It returns once the frees it started are over. What is still queued
+// then stays recorded in the engine and is freed after the restart.
+func (o *orphanSet) runFreer() {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, orphanFreers)
+	var batch []meta.Ino
+	for {
+		select {
+		case <-o.ctx.Done():
+			return
+		case <-o.wake:
+		}
+		o.mu.Lock()
+		batch, o.queue = o.queue, batch[:0]
+		o.mu.Unlock()
+		for _, ino := range batch {
+			select {
+			case slots <- struct{}{}:
+			case <-o.ctx.Done():
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				o.freeDoomed(ino)
+			}()
+		}
+		clear(batch)
+	}
+}
+
+// retryLater schedules the next attempt at freeing ino, after a backoff.
+// A doomed orphan goes back to the freer through sweep.
 func (o *orphanSet) retryLater(ino meta.Ino) {
 	o.mu.Lock()
 	if r, ok := o.pending[ino]; ok {
 		r.backoff = min(max(2*r.backoff, orphanRetryMin), orphanRetryMax)
 		r.at = time.Now().Add(r.backoff)
+		r.queued = false
 		o.pending[ino] = r
 	}
 	o.mu.Unlock()
 }
 
+// drop forgets ino, freed or not an orphan.
 func (o *orphanSet) drop(ino meta.Ino) {
 	o.mu.Lock()
+	if r, ok := o.pending[ino]; ok && r.doomed {
+		o.doomedSet.Delete(ino)
+		o.ndoomed.Add(-1)
+	}
 	delete(o.pending, ino)
 	o.mu.Unlock()
 }
 
 // sweep frees every pending orphan nobody holds open, once the grace
 // period is over: the orphans of the previous run that no client
-// reclaimed, and any whose free failed or was missed.
+// reclaimed, and any whose free failed or was missed. Doomed orphans
+// whose free failed go back to the freer.
 func (o *orphanSet) sweep() {
 	if o == nil || o.s.st.m.InGrace() {
 		return
@@ -213,12 +376,26 @@ func (o *orphanSet) sweep() {
 	now := time.Now()
 	o.mu.Lock()
 	var due []meta.Ino
+	requeued := 0
 	for ino, r := range o.pending {
-		if !now.Before(r.at) {
+		switch {
+		case now.Before(r.at) || r.queued:
+		case r.doomed:
+			r.queued = true
+			o.pending[ino] = r
+			o.queue = append(o.queue, ino)
+			requeued++
+		default:
 			due = append(due, ino)
 		}
 	}
 	o.mu.Unlock()
+	if requeued > 0 {
+		select {
+		case o.wake <- struct{}{}:
+		default:
+		}
+	}
 	freed := 0
 	for _, ino := range due {
 		if o.ctx.Err() != nil {
@@ -233,7 +410,7 @@ func (o *orphanSet) sweep() {
 	}
 }
 
-// openGuard is taken by OPEN before it resolves the file: see check.
+// openGuard is taken by OPEN before it resolves the file: see open.
 type openGuard struct {
 	o   *orphanSet
 	gen uint64
@@ -248,10 +425,12 @@ func (o *orphanSet) guard() openGuard {
 
 // open runs register, which adds an open of ino to the state manager,
 // under ino's stripe lock, so that no free of ino can run between its own
-// check for opens and its free. It returns false if the file was freed
-// before the open was registered (the OPEN must then undo it): only
-// possible if some orphan was freed since guard was taken, which the
-// caller took before looking the file up.
+// check for opens and its free, and ino cannot be doomed without the
+// open being seen. It returns false if the file was doomed or freed
+// before the open was registered (the OPEN must then undo it). A free
+// is only possible if some orphan was freed since guard was taken, which
+// the caller took before looking the file up; a doom is only possible
+// while some orphan is doomed.
 func (g openGuard) open(ino meta.Ino, register func() error) (alive bool, err error) {
 	if g.o == nil {
 		return true, register()
@@ -259,10 +438,17 @@ func (g openGuard) open(ino meta.Ino, register func() error) (alive bool, err er
 	l := g.o.stripe(ino)
 	l.Lock()
 	err = register()
+	doomed := g.o.isDoomed(ino)
 	freed := g.o.gen.Load() != g.gen
 	l.Unlock()
-	if err != nil || !freed {
+	if err != nil {
 		return true, err
+	}
+	if doomed {
+		return false, nil
+	}
+	if !freed {
+		return true, nil
 	}
 	if _, err := g.o.s.meta.GetAttr(g.o.ctx, ino); errors.Is(err, meta.ErrStale) {
 		return false, nil

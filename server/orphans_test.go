@@ -415,24 +415,96 @@ func TestUnlinkedOpenFile(t *testing.T) {
 	}
 }
 
-// TestUnlinkedFileNotOpen: an unlinked file nobody holds open goes at
-// once, as before.
+// TestUnlinkedFileNotOpen: an unlinked file nobody holds open is gone for
+// clients at once (its handle is stale), and its data and inode are
+// freed in the background right after the REMOVE or RENAME answered.
 func TestUnlinkedFileNotOpen(t *testing.T) {
+	for _, be := range orphanBackends {
+		for _, rename := range []bool{false, true} {
+			name := be.name + "/remove"
+			if rename {
+				name = be.name + "/rename-over"
+			}
+			t.Run(name, func(t *testing.T) {
+				env := be.start(t, 10*time.Second)
+				ctx := t.Context()
+				b := env.dial(env.addr)
+				defer b.Close()
+				ino := writeFile(t, b, "/f", fill(orphanSize, 4))
+				fh, _, err := b.Lookup(ctx, "/f")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rename {
+					writeFile(t, b, "/f.new", fill(1000, 5))
+					err = b.Rename(ctx, "/f.new", "/f")
+				} else {
+					err = b.Remove(ctx, "/f")
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				if f, err := b.OpenHandle(ctx, fh, os.O_RDONLY); !errors.Is(err, syscall.ESTALE) {
+					if err == nil {
+						f.Close()
+					}
+					t.Fatalf("open by handle after the unlink: %v, want ESTALE", err)
+				}
+				env.waitFreedWithin(ino, 30*time.Second, "after the unlink")
+				if o := env.orphans(); len(o) != 0 {
+					t.Fatalf("orphans %v after unlinking a file nobody had open", o)
+				}
+			})
+		}
+	}
+}
+
+// TestManyUnlinkedFilesNotOpen: clients remove many files nobody holds
+// open at the same time; the background frees keep up with them and
+// every file's data and inode go.
+func TestManyUnlinkedFilesNotOpen(t *testing.T) {
+	const clients, files = 4, 25
 	for _, be := range orphanBackends {
 		t.Run(be.name, func(t *testing.T) {
 			env := be.start(t, 10*time.Second)
-			b := env.dial(env.addr)
-			defer b.Close()
-			ino := writeFile(t, b, "/f", fill(orphanSize, 4))
-			if err := b.Remove(t.Context(), "/f"); err != nil {
+			ctx := t.Context()
+			cs := make([]*client.Client, clients)
+			inos := make([][]uint64, clients)
+			for i := range cs {
+				cs[i] = env.dial(env.addr)
+				defer cs[i].Close()
+				if err := cs[i].Mkdir(ctx, fmt.Sprintf("/d%d", i), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				for j := range files {
+					inos[i] = append(inos[i], writeFile(t, cs[i], fmt.Sprintf("/d%d/f%d", i, j), fill(4096, byte(j))))
+				}
+			}
+			var wg sync.WaitGroup
+			errs := make([]error, clients)
+			for i, c := range cs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for j := range files {
+						if err := c.Remove(ctx, fmt.Sprintf("/d%d/f%d", i, j)); err != nil {
+							errs[i] = err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
 				t.Fatal(err)
 			}
-			// REMOVE frees before it answers.
-			if files := env.dataFiles(ino); len(files) != 0 {
-				t.Fatalf("data left after remove: %v", files)
+			for i := range cs {
+				for _, ino := range inos[i] {
+					env.waitFreedWithin(ino, 30*time.Second, "after concurrent removes")
+				}
 			}
 			if o := env.orphans(); len(o) != 0 {
-				t.Fatalf("orphans %v after removing a file nobody had open", o)
+				t.Fatalf("orphans left: %v", o)
 			}
 		})
 	}

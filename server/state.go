@@ -151,10 +151,20 @@ func newStateGlue(s *Server) (*stateGlue, error) {
 // that a crash loses at most a few seconds of size updates of data that was
 // never committed, until stop. It also frees the orphans nobody holds open
 // (orphans.go): at once if there is no grace period, else when it ends,
-// and when a purge dropped opens of one.
+// and when a purge dropped opens of one; and it runs the freer of the
+// orphans doomed by REMOVE and RENAME, which it waits for on the way out
+// (the engine and the stores close after stop).
 func (g *stateGlue) run() {
 	defer close(g.done)
 	go g.m.Run(g.ctx)
+	if g.orphans != nil {
+		freerDone := make(chan struct{})
+		go func() {
+			defer close(freerDone)
+			g.orphans.runFreer()
+		}()
+		defer func() { <-freerDone }()
+	}
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
 	var kick <-chan struct{}
