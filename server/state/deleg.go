@@ -175,6 +175,9 @@ type breakMark struct {
 // OPEN takes from its lookup to its grant.
 const breakMemory = time.Minute
 
+// minBreakPrune is the size of lastBreak below which it is never pruned.
+const minBreakPrune = 4096
+
 // BreakSeq returns the number of the last conflicting operation begun, to
 // pass as DelegArgs.Since.
 // It costs one atomic load, so every COMPOUND can take it.
@@ -366,12 +369,17 @@ func (m *Manager) markBreakLocked(file FileID) {
 	if m.lastBreak == nil {
 		m.lastBreak = make(map[FileID]breakMark)
 	}
-	if len(m.lastBreak) >= 4096 {
+	// Pruning scans the whole map, so it runs only when the map has
+	// doubled since the last prune left it: amortized O(1) per mark even
+	// when every entry is recent (a burst of creates and removes marks
+	// thousands of files within breakMemory).
+	if len(m.lastBreak) >= max(minBreakPrune, m.breakPruneAt) {
 		for f, b := range m.lastBreak {
 			if now.Sub(b.at) > breakMemory {
 				delete(m.lastBreak, f)
 			}
 		}
+		m.breakPruneAt = 2 * len(m.lastBreak)
 	}
 	m.lastBreak[file] = breakMark{seq: m.breakSeq.Add(1), at: now}
 }

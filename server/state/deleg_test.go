@@ -3,6 +3,7 @@ package state
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 )
@@ -261,5 +262,25 @@ func TestReclaimDelegation(t *testing.T) {
 	wantErr(t, "ReclaimComplete", h.m.ReclaimComplete(a, false), nil)
 	if _, _, err := h.m.ReclaimDelegation(DelegArgs{ClientID: a, File: 4, Type: DelegRead}, false); !errors.Is(err, ErrNoGrace) {
 		t.Fatalf("reclaim after RECLAIM_COMPLETE: %v", err)
+	}
+}
+
+// BenchmarkBreakDelegations marks conflicting operations on ever new
+// files, as a burst of creates and removes does: the per-file marks kept
+// for DelegArgs.Since must not make each mark cost a scan of all of them.
+func BenchmarkBreakDelegations(b *testing.B) {
+	m, err := NewManager(context.Background(), Config{Epoch: 1, LeaseTime: time.Minute, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for i := range b.N {
+		release, err := m.BreakDelegations(ClientID(1), FileID(i), true)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if release != nil {
+			release()
+		}
 	}
 }

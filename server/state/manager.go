@@ -149,7 +149,9 @@ type Manager struct {
 	// breakMemory. See DelegArgs.Since.
 	breakSeq  atomic.Uint64 // written under mu, read without it
 	lastBreak map[FileID]breakMark
-	holds     map[FileID]map[ClientID]int // operations under way that hold back grants
+	// breakPruneAt is the size at which lastBreak is next pruned.
+	breakPruneAt int
+	holds        map[FileID]map[ClientID]int // operations under way that hold back grants
 
 	// Grace period after restart (RFC 8881 section 8.4.2).
 	grace        bool
