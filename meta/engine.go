@@ -907,26 +907,49 @@ func (e *kvEngine) Orphans(ctx context.Context) ([]Ino, error) {
 
 func (e *kvEngine) FreeOrphan(ctx context.Context, ino Ino) (Attr, error) {
 	var a Attr
-	err := e.update(ctx, func(x *tx) error {
-		a = Attr{}
-		n, err := x.inode(ino)
-		if errors.Is(err, ErrStale) {
-			// Freed already; drop a mark that might have outlived it.
-			return x.t.Delete(orphanKey(ino))
-		}
-		if err != nil {
-			return err
-		}
-		if n.Nlink != 0 {
-			return fmt.Errorf("free orphan %d: has %d links: %w", ino, n.Nlink, ErrInval)
-		}
-		a = n.Attr
-		if err := x.t.Delete(orphanKey(ino)); err != nil {
-			return err
-		}
-		return x.deleteInode(ino, n)
+	err := e.update(ctx, func(x *tx) (err error) {
+		a, err = x.freeOrphan(ino)
+		return err
 	})
 	return a, err
+}
+
+func (e *kvEngine) FreeOrphans(ctx context.Context, inos []Ino) error {
+	err := e.update(ctx, func(x *tx) error {
+		for _, ino := range inos {
+			if _, err := x.freeOrphan(ino); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if errors.Is(err, ErrTxnTooLarge) && len(inos) > 1 {
+		// Too many for one etcd transaction: halves, each atomic.
+		if err := e.FreeOrphans(ctx, inos[:len(inos)/2]); err != nil {
+			return err
+		}
+		return e.FreeOrphans(ctx, inos[len(inos)/2:])
+	}
+	return err
+}
+
+// freeOrphan is FreeOrphan in x.
+func (x *tx) freeOrphan(ino Ino) (Attr, error) {
+	n, err := x.inode(ino)
+	if errors.Is(err, ErrStale) {
+		// Freed already; drop a mark that might have outlived it.
+		return Attr{}, x.t.Delete(orphanKey(ino))
+	}
+	if err != nil {
+		return Attr{}, err
+	}
+	if n.Nlink != 0 {
+		return Attr{}, fmt.Errorf("free orphan %d: has %d links: %w", ino, n.Nlink, ErrInval)
+	}
+	if err := x.t.Delete(orphanKey(ino)); err != nil {
+		return Attr{}, err
+	}
+	return n.Attr, x.deleteInode(ino, n)
 }
 
 func clientKey(key []byte) []byte { return append([]byte{pClient}, key...) }

@@ -222,6 +222,11 @@ type Engine interface {
 	// Attr (Type 0) and no error. An inode that has links refuses with
 	// ErrInval and is left alone.
 	FreeOrphan(ctx context.Context, ino Ino) (Attr, error)
+	// FreeOrphans is FreeOrphan of each of inos in one transaction, or
+	// in several where one is too large for the store (etcd). If one of
+	// them has links it fails with ErrInval, and that transaction frees
+	// nothing.
+	FreeOrphans(ctx context.Context, inos []Ino) error
 	Readlink(ctx context.Context, ino Ino) (string, error)
 	// ReadDir returns up to max entries of dir whose cookie is greater than
 	// cookie, in cookie order; eof reports that no entries follow. max

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,9 +25,8 @@ import (
 //   - if nobody holds it open at the REMOVE or RENAME (and there is no
 //     grace period), the orphan is doomed: the operation answers after
 //     its one engine commit, and a background freer removes the data
-//     from the data servers and then the inode (a second commit; the
-//     freer runs several at a time, so these commits share the engine's
-//     group commits);
+//     from the data servers and then the inode, the inodes of up to
+//     freerBatch orphans in one engine commit;
 //   - else at the CLOSE of the last open (OPEN_DOWNGRADE keeps an open);
 //   - else when the last holder's state is purged (lease expiry,
 //     DESTROY_CLIENTID, a new incarnation of the client);
@@ -61,10 +61,9 @@ import (
 // wait for each other.
 const orphanStripes = 64
 
-// orphanFreers is how many doomed orphans the freer frees at a time:
-// enough for their FreeOrphan commits to share group commits and for
-// their data removals to overlap, few enough that a burst of removes
-// does not flood the data servers.
+// orphanFreers is how many doomed orphans the freer removes the data of
+// at a time: enough for the removals to overlap, few enough that a burst
+// of removes does not flood the data servers.
 const orphanFreers = 8
 
 // A free that failed (data servers not registered yet after a restart, or
@@ -253,6 +252,14 @@ func (o *orphanSet) tryFree(ino meta.Ino) bool {
 // The caller makes sure nobody opens ino meanwhile: the stripe lock for
 // an orphan that is not doomed, the doom itself for one that is.
 func (o *orphanSet) free(ino meta.Ino) bool {
+	return o.removeData(ino) && o.freeInodes([]meta.Ino{ino}) == 1
+}
+
+// removeData is free's first step: it removes the data of the orphan
+// ino. Data goes first: if the inode's free then fails or the server
+// stops in between, the orphan is still recorded and freed again later,
+// rather than its data leaking.
+func (o *orphanSet) removeData(ino meta.Ino) bool {
 	log := o.s.log.With("ino", uint64(ino))
 	a, err := o.s.meta.GetAttr(o.ctx, ino)
 	switch {
@@ -269,75 +276,135 @@ func (o *orphanSet) free(ino meta.Ino) bool {
 		o.drop(ino)
 		return false
 	}
-	// Data first, then the inode: if the data removal fails or the
-	// server stops in between, the orphan is still recorded and freed
-	// again later, rather than its data leaking.
 	o.s.cache.forget(ino)
 	if err := o.s.data.Remove(uint64(ino)); err != nil {
 		log.Warn("free unlinked file: remove data", "err", err)
 		o.retryLater(ino)
 		return false
 	}
-	if _, err := o.s.meta.FreeOrphan(o.ctx, ino); err != nil {
-		log.Warn("free unlinked file: free inode", "err", err)
-		o.retryLater(ino)
-		return false
-	}
-	o.s.cache.forget(ino)
-	log.Debug("freed unlinked file")
 	return true
 }
 
-// freeDoomed frees the doomed orphan ino (the freer's work).
-func (o *orphanSet) freeDoomed(ino meta.Ino) {
-	if h := o.testHookBeforeFree.Load(); h != nil {
-		(*h)(ino)
+// freeInodes is free's second step for orphans whose data is gone: it
+// frees their inodes in one engine transaction (so a burst of removes
+// costs the freer one commit per batch, not one per file) and returns
+// how many it freed. If the batch fails, each is freed on its own, so
+// that one bad inode does not hold back the others.
+func (o *orphanSet) freeInodes(inos []meta.Ino) int {
+	if len(inos) == 0 {
+		return 0
 	}
-	if !o.free(ino) {
-		return
+	if len(inos) > 1 {
+		if err := o.s.meta.FreeOrphans(o.ctx, inos); err == nil {
+			for _, ino := range inos {
+				o.s.cache.forget(ino)
+			}
+			return len(inos)
+		}
 	}
-	// Under the stripe lock, as for any free: an OPEN that registered
-	// its open under it before sees the orphan doomed, one after sees
-	// gen changed.
+	freed := 0
+	for _, ino := range inos {
+		if _, err := o.s.meta.FreeOrphan(o.ctx, ino); err != nil {
+			o.s.log.Warn("free unlinked file: free inode", "ino", uint64(ino), "err", err)
+			o.retryLater(ino)
+			continue
+		}
+		o.s.cache.forget(ino)
+		freed++
+	}
+	return freed
+}
+
+// freedDoomed ends the free of the doomed orphan ino, under its stripe
+// lock as for any free: an OPEN that registered its open under it before
+// sees the orphan doomed, one after sees gen changed.
+func (o *orphanSet) freedDoomed(ino meta.Ino) {
 	l := o.stripe(ino)
 	l.Lock()
 	o.gen.Add(1)
 	o.drop(ino)
 	l.Unlock()
+	o.s.log.Debug("freed unlinked file", "ino", uint64(ino))
 }
 
+// freerBatch bounds the doomed orphans whose inodes the freer frees in
+// one engine transaction; freerGather is how long the freer lets them
+// gather after it was woken.
+const (
+	freerBatch  = 64
+	freerGather = 10 * time.Millisecond
+)
+
 // runFreer frees the doomed orphans queued by orphaned (and requeued by
-// sweep), up to orphanFreers at a time, until the state's context ends.
-// It returns once the frees it started are over. What is still queued
-// then stays recorded in the engine and is freed after the restart.
+// sweep) until the state's context ends: their data up to orphanFreers
+// at a time, then their inodes in batches of up to freerBatch. It
+// returns once the frees it started are over. What is still queued then
+// stays recorded in the engine and is freed after the restart.
 func (o *orphanSet) runFreer() {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	slots := make(chan struct{}, orphanFreers)
-	var batch []meta.Ino
 	for {
 		select {
 		case <-o.ctx.Done():
 			return
 		case <-o.wake:
 		}
-		o.mu.Lock()
-		batch, o.queue = o.queue, batch[:0]
-		o.mu.Unlock()
-		for _, ino := range batch {
-			select {
-			case slots <- struct{}{}:
-			case <-o.ctx.Done():
-				return
-			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-slots }()
-				o.freeDoomed(ino)
-			}()
+		// Let a burst of removes gather, so that one commit frees many.
+		select {
+		case <-o.ctx.Done():
+			return
+		case <-time.After(freerGather):
 		}
-		clear(batch)
+		for {
+			o.mu.Lock()
+			n := min(len(o.queue), freerBatch)
+			batch := slices.Clone(o.queue[:n])
+			o.queue = append(o.queue[:0], o.queue[n:]...)
+			more := len(o.queue) > 0
+			o.mu.Unlock()
+			if n == 0 || o.ctx.Err() != nil {
+				break
+			}
+			o.freeBatch(batch)
+			if !more {
+				break
+			}
+		}
+	}
+}
+
+// freeBatch frees the doomed orphans of batch.
+func (o *orphanSet) freeBatch(batch []meta.Ino) {
+	gone := make([]bool, len(batch))
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, orphanFreers)
+	for i, ino := range batch {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			if h := o.testHookBeforeFree.Load(); h != nil {
+				(*h)(ino)
+			}
+			gone[i] = o.removeData(ino)
+		})
+	}
+	wg.Wait()
+	var inos []meta.Ino
+	for i, ino := range batch {
+		if gone[i] {
+			inos = append(inos, ino)
+		}
+	}
+	if o.freeInodes(inos) == len(inos) {
+		for _, ino := range inos {
+			o.freedDoomed(ino)
+		}
+		return
+	}
+	// Some failed alone (and were put back for a retry): finish the
+	// others, whose inodes are gone.
+	for _, ino := range inos {
+		if _, err := o.s.meta.GetAttr(o.ctx, ino); errors.Is(err, meta.ErrStale) {
+			o.freedDoomed(ino)
+		}
 	}
 }
 

@@ -24,6 +24,7 @@ func runOrphans(t *testing.T, open Opener) {
 		{"Persistence", testOrphanPersistence},
 		{"ConcurrentFree", testOrphanConcurrentFree},
 		{"ManyOrphans", testOrphanMany},
+		{"FreeMany", testOrphanFreeMany},
 	}
 	for _, tc := range tests {
 		t.Run("Orphans/"+tc.name, func(t *testing.T) {
@@ -374,4 +375,44 @@ func testOrphanMany(t *testing.T, v *env) {
 		want = append(want, f.Ino)
 	}
 	v.wantOrphans(want...)
+}
+
+// testOrphanFreeMany frees orphans in batches: all of a batch go, an
+// inode already freed is no error, and a batch holding a file with links
+// frees nothing. The batch is larger than one etcd transaction of the
+// suite allows, so the engine has to split it.
+func testOrphanFreeMany(t *testing.T, v *env) {
+	const n = 40
+	var inos []meta.Ino
+	for i := range n {
+		name := fmt.Sprintf("f%02d", i)
+		f := v.create(meta.RootIno, name, meta.TypeRegular)
+		if _, _, err := v.e.Remove(v.ctx, meta.RootIno, name, v.tick()); err != nil {
+			t.Fatal(err)
+		}
+		inos = append(inos, f.Ino)
+	}
+	linked := v.create(meta.RootIno, "linked", meta.TypeRegular)
+	err := v.e.FreeOrphans(v.ctx, []meta.Ino{inos[0], linked.Ino, inos[1]})
+	wantErr(t, "FreeOrphans with a linked file", err, meta.ErrInval)
+	v.wantOrphans(inos...)
+
+	if _, err := v.e.FreeOrphan(v.ctx, inos[3]); err != nil {
+		t.Fatal(err)
+	}
+	if err := v.e.FreeOrphans(v.ctx, inos); err != nil {
+		t.Fatal(err)
+	}
+	v.wantOrphans()
+	for _, ino := range inos {
+		if _, err := v.e.GetAttr(v.ctx, ino); !errors.Is(err, meta.ErrStale) {
+			t.Fatalf("GetAttr of freed orphan %d: %v", ino, err)
+		}
+	}
+	if got := v.files(); got != 2 { // the root and linked
+		t.Fatalf("files %d, want 2", got)
+	}
+	if err := v.e.FreeOrphans(v.ctx, nil); err != nil {
+		t.Fatalf("FreeOrphans of nothing: %v", err)
+	}
 }
