@@ -502,7 +502,7 @@ func FuzzDecodeSizeChange(f *testing.F) {
 }
 
 // TestDelegMetrics: the collector exports delegation events and the
-// number outstanding.
+// number outstanding (and the time spent per operation).
 func TestDelegMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	ts := startServer(t, Config{Metrics: reg})
@@ -538,6 +538,14 @@ func TestDelegMetrics(t *testing.T) {
 		if v, ok := got[key]; !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", key, v, ok, want)
 		}
+	}
+	// Every operation that ran has its time counted, and OPEN's (a
+	// durable create) took some.
+	if v := got["shoal_nfs_op_seconds_total/OPEN"]; v <= 0 {
+		t.Errorf("shoal_nfs_op_seconds_total/OPEN = %v, want > 0", v)
+	}
+	if _, ok := got["shoal_nfs_op_seconds_total/SEQUENCE"]; !ok {
+		t.Error("no shoal_nfs_op_seconds_total/SEQUENCE")
 	}
 }
 
