@@ -363,18 +363,23 @@ func testOrphanConcurrentFree(t *testing.T, v *env) {
 
 // testOrphanMany lists more orphans than one engine transaction reads.
 func testOrphanMany(t *testing.T, v *env) {
-	const n = 1100
 	d := v.create(meta.RootIno, "d", meta.TypeDirectory)
-	want := make([]meta.Ino, 0, n)
+	v.wantOrphans(v.makeOrphans(d.Ino, 1100)...)
+}
+
+// makeOrphans creates n regular files in dir and removes them.
+func (v *env) makeOrphans(dir meta.Ino, n int) []meta.Ino {
+	v.t.Helper()
+	inos := make([]meta.Ino, 0, n)
 	for i := range n {
 		name := fmt.Sprintf("f%04d", i)
-		f := v.create(d.Ino, name, meta.TypeRegular)
-		if _, _, err := v.e.Remove(v.ctx, d.Ino, name, v.tick()); err != nil {
-			t.Fatal(err)
+		f := v.create(dir, name, meta.TypeRegular)
+		if _, _, err := v.e.Remove(v.ctx, dir, name, v.tick()); err != nil {
+			v.t.Fatal(err)
 		}
-		want = append(want, f.Ino)
+		inos = append(inos, f.Ino)
 	}
-	v.wantOrphans(want...)
+	return inos
 }
 
 // testOrphanFreeMany frees orphans in batches: all of a batch go, an
@@ -382,16 +387,7 @@ func testOrphanMany(t *testing.T, v *env) {
 // frees nothing. The batch is larger than one etcd transaction of the
 // suite allows, so the engine has to split it.
 func testOrphanFreeMany(t *testing.T, v *env) {
-	const n = 40
-	var inos []meta.Ino
-	for i := range n {
-		name := fmt.Sprintf("f%02d", i)
-		f := v.create(meta.RootIno, name, meta.TypeRegular)
-		if _, _, err := v.e.Remove(v.ctx, meta.RootIno, name, v.tick()); err != nil {
-			t.Fatal(err)
-		}
-		inos = append(inos, f.Ino)
-	}
+	inos := v.makeOrphans(meta.RootIno, 40)
 	linked := v.create(meta.RootIno, "linked", meta.TypeRegular)
 	err := v.e.FreeOrphans(v.ctx, []meta.Ino{inos[0], linked.Ino, inos[1]})
 	wantErr(t, "FreeOrphans with a linked file", err, meta.ErrInval)
