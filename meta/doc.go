@@ -131,6 +131,18 @@
 // embedding an LSM store such as Pebble would replace bbolt rather than
 // make its commits cheaper.
 //
+// # The read cache
+//
+// The bbolt engines keep the attributes of recently read inodes and the
+// targets of recently looked-up names (negative answers included) in
+// memory, so that GetAttr and Lookup of hot entries need no read
+// transaction: a stat-heavy workload spends most of the server's engine
+// time there otherwise. Every update drops what it touched before it
+// commits and again after, and nothing is cached while an update is in
+// flight, so no read ever goes back in time (readCache; the conformance
+// suite's ReadCoherence case). etcd's engine has no such cache, since
+// another metadata server may write the same keys.
+//
 // # The etcd engine
 //
 // OpenBolt is the default: one local file, fast, and as available as the

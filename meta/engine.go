@@ -18,6 +18,9 @@ const maxReadDir = 4096
 type kvEngine struct {
 	kv     kvStore
 	closed atomic.Bool
+	// cache serves hot GetAttr and Lookup calls; nil for stores that
+	// others write too (readCache).
+	cache *readCache
 }
 
 var _ Engine = (*kvEngine)(nil)
@@ -31,9 +34,14 @@ type tx struct {
 	t     kvTxn
 	nodes map[Ino]*inode
 	dirty map[Ino]bool
+	// names are the directory entries the transaction linked or
+	// unlinked (for readCache.invalidate).
+	names map[nameKey]struct{}
 }
 
-func newTx(t kvTxn) *tx { return &tx{t: t, nodes: map[Ino]*inode{}, dirty: map[Ino]bool{}} }
+func newTx(t kvTxn) *tx {
+	return &tx{t: t, nodes: map[Ino]*inode{}, dirty: map[Ino]bool{}, names: map[nameKey]struct{}{}}
+}
 
 func (x *tx) inode(ino Ino) (*inode, error) {
 	if n, ok := x.nodes[ino]; ok {
@@ -213,6 +221,7 @@ func (x *tx) addEntry(dirIno Ino, dir *inode, name string, ino Ino, typ FileType
 	seq := dir.nextSeq
 	dir.nextSeq++
 	x.dirty[dirIno] = true
+	x.names[nameKey{dirIno, name}] = struct{}{}
 	if err := x.t.Put(dentryKey(dirIno, name), dentry{ino: ino, typ: typ, seq: seq}.encode()); err != nil {
 		return err
 	}
@@ -220,6 +229,7 @@ func (x *tx) addEntry(dirIno Ino, dir *inode, name string, ino Ino, typ FileType
 }
 
 func (x *tx) delEntry(dirIno Ino, name string, d dentry) error {
+	x.names[nameKey{dirIno, name}] = struct{}{}
 	if err := x.t.Delete(dentryKey(dirIno, name)); err != nil {
 		return err
 	}
@@ -266,11 +276,27 @@ func (e *kvEngine) update(ctx context.Context, fn func(x *tx) error) error {
 	if err := e.check(ctx); err != nil {
 		return err
 	}
+	// The read cache forgets what the transaction touched before it
+	// commits and again after (readCache). Stores may run fn more than
+	// once (bbolt's group commit replays it); the cache counts the
+	// update once.
+	var last *tx
+	begun := false
+	defer func() {
+		if begun {
+			e.cache.end(last)
+		}
+	}()
 	return e.kv.Update(func(t kvTxn) error {
 		x := newTx(t)
 		if err := fn(x); err != nil {
 			return err
 		}
+		if last != nil {
+			e.cache.end(last)
+		}
+		last, begun = x, true
+		e.cache.begin(x)
 		return x.flush()
 	})
 }
@@ -304,6 +330,13 @@ func (e *kvEngine) Init(ctx context.Context) error {
 }
 
 func (e *kvEngine) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
+	if a, ok := e.cache.attr(ino); ok {
+		if err := e.check(ctx); err != nil {
+			return Attr{}, err
+		}
+		return a, nil
+	}
+	gen := e.cache.generation()
 	var a Attr
 	err := e.view(ctx, func(x *tx) error {
 		n, err := x.inode(ino)
@@ -313,6 +346,9 @@ func (e *kvEngine) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 		a = n.Attr
 		return nil
 	})
+	if err == nil {
+		e.cache.put(gen, []Ino{ino}, []Attr{a}, 0, "", 0)
+	}
 	return a, err
 }
 
@@ -405,16 +441,32 @@ func (e *kvEngine) Wrote(ctx context.Context, ino Ino, end uint64, now time.Time
 }
 
 func (e *kvEngine) Lookup(ctx context.Context, parent Ino, name string) (Node, error) {
-	var nd Node
+	if nd, found, ok := e.cachedLookup(parent, name); ok {
+		if err := e.check(ctx); err != nil {
+			return Node{}, err
+		}
+		if !found {
+			return Node{}, fmt.Errorf("lookup %q in %d: %w", name, parent, ErrNotFound)
+		}
+		return nd, nil
+	}
+	gen := e.cache.generation()
+	var (
+		nd    Node
+		pa    Attr
+		found bool
+	)
 	err := e.view(ctx, func(x *tx) error {
-		if _, err := x.dir(parent); err != nil {
+		dir, err := x.dir(parent)
+		if err != nil {
 			return err
 		}
+		pa = dir.Attr
 		d, ok, err := x.lookup(parent, name)
 		if err != nil {
 			return err
 		}
-		if !ok {
+		if found = ok; !ok {
 			return fmt.Errorf("lookup %q in %d: %w", name, parent, ErrNotFound)
 		}
 		n, err := x.inode(d.ino)
@@ -424,7 +476,28 @@ func (e *kvEngine) Lookup(ctx context.Context, parent Ino, name string) (Node, e
 		nd = Node{d.ino, n.Attr}
 		return nil
 	})
+	if err == nil || !found && errors.Is(err, ErrNotFound) {
+		e.cache.put(gen, []Ino{parent, nd.Ino}, []Attr{pa, nd.Attr}, parent, name, nd.Ino)
+	}
 	return nd, err
+}
+
+// cachedLookup answers Lookup from the cache if it knows the parent (a
+// directory), the name and, if the name exists, its inode: ok reports
+// whether it did, found whether the name exists.
+func (e *kvEngine) cachedLookup(parent Ino, name string) (nd Node, found, ok bool) {
+	if pa, ok := e.cache.attr(parent); !ok || pa.Type != TypeDirectory {
+		return Node{}, false, false
+	}
+	ino, ok := e.cache.name(parent, name)
+	if !ok {
+		return Node{}, false, false
+	}
+	if ino == 0 {
+		return Node{}, false, true
+	}
+	a, ok := e.cache.attr(ino)
+	return Node{ino, a}, true, ok
 }
 
 func (e *kvEngine) Create(ctx context.Context, parent Ino, name string, args CreateArgs, now time.Time) (Node, ChangeInfo, error) {

@@ -219,6 +219,8 @@ func OpenBolt(path string, opts BoltOptions) (Engine, error) {
 		return nil, err
 	}
 	e := newKVEngine(kv)
+	// Only this process writes the database (bbolt locks the file).
+	e.cache = newReadCache()
 	if err := e.Init(context.Background()); err != nil {
 		kv.Close()
 		return nil, err

@@ -136,6 +136,7 @@ func Run(t *testing.T, open Opener) {
 		{"StripeMapPlaceRace", testStripeMapPlaceRace},
 		{"StripeMapsReplicas", testStripeMapsReplicas},
 		{"Inline", testInline},
+		{"ReadCoherence", testReadCoherence},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
