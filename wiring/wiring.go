@@ -364,6 +364,13 @@ func StartDS(ctx context.Context, cfg DSConfig) (*DS, error) {
 	if d.Store, err = store.NewLocal(cfg.Dir, store.LocalOptions{Checksums: true}); err != nil {
 		return nil, err
 	}
+	// The identity exists before the port accepts anything, so whoever
+	// sees the port open finds the data server's ID in its directory.
+	ident, err := loadIdentity(cfg.Dir)
+	if err != nil {
+		d.Store.Close()
+		return nil, err
+	}
 	if d.ln, err = listenStable(cfg.Listen, cfg.Dir); err != nil {
 		d.Store.Close()
 		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
@@ -382,12 +389,6 @@ func StartDS(ctx context.Context, cfg DSConfig) (*DS, error) {
 	var peerAddrs []string
 	if peer != "" && peer != adv {
 		peerAddrs = []string{peer}
-	}
-	ident, err := loadIdentity(cfg.Dir)
-	if err != nil {
-		d.ln.Close()
-		d.Store.Close()
-		return nil, err
 	}
 	d.Agent, err = cluster.StartAgent(ctx, cluster.AgentConfig{
 		MDS: cfg.MDS, ID: ident.ID, ClusterID: ident.cluster(), Addrs: []string{adv}, PeerAddrs: peerAddrs, Store: d.Store,
