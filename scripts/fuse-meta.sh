@@ -165,7 +165,8 @@ for run in range(runs):
             "commits": diff.get("COMMIT", 0) / n,
             "by_op": {k: round(v / n, 3) for k, v in sorted(diff.items()) if v},
             # Mean time the MDS spent running each operation, in µs.
-            "us_per_op": {k: round(1e6 * secs.get(k, 0) / v, 1) for k, v in sorted(diff.items()) if v},
+            # (empty from a server without shoal_nfs_op_seconds_total)
+            "us_per_op": {k: round(1e6 * secs[k] / v, 1) for k, v in sorted(diff.items()) if v and k in secs},
         }
         before = after
     for w in ws:
@@ -187,7 +188,8 @@ out["total_per_file"] = tot
 print(f"{'total':8} {'':10} {'':>24} {tot['compounds']:15.2f} {tot['ops']:9.2f} {tot['lookups']:12.2f} {tot['commits']:12.2f}")
 for phase in PHASES:
     print(f"  {phase} ops per file: " + " ".join(f"{k}={v}" for k, v in per_file[phase]["by_op"].items()))
-    print(f"  {phase} MDS µs per op:  " + " ".join(f"{k}={v}" for k, v in per_file[phase]["us_per_op"].items()))
+    if per_file[phase]["us_per_op"]:
+        print(f"  {phase} MDS µs per op:  " + " ".join(f"{k}={v}" for k, v in per_file[phase]["us_per_op"].items()))
 print(json.dumps(out))
 EOF
 timeout "$TIMEOUT" python3 "$work/meta.py" "$mnt" "$metrics" "$PROCS" "$FILES" "$SIZE" "$RUNS" | tee "$work/out.txt"
