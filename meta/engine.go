@@ -280,10 +280,9 @@ func (e *kvEngine) update(ctx context.Context, fn func(x *tx) error) error {
 	// commits and again after (readCache). Stores may run fn more than
 	// once (bbolt's group commit replays it); the cache counts the
 	// update once.
-	var last *tx
-	begun := false
+	var last *tx // the transaction the cache counts as begun, if any
 	defer func() {
-		if begun {
+		if last != nil {
 			e.cache.end(last)
 		}
 	}()
@@ -295,7 +294,7 @@ func (e *kvEngine) update(ctx context.Context, fn func(x *tx) error) error {
 		if last != nil {
 			e.cache.end(last)
 		}
-		last, begun = x, true
+		last = x
 		e.cache.begin(x)
 		return x.flush()
 	})
