@@ -116,20 +116,20 @@ func (c *compound) write(a *nfs4.WRITE4args) opReply {
 		return failErr(err)
 	}
 	defer f.Close()
+	inline := false
 	if inf, isInline := f.(*inlineFile); isInline {
-		inline, err := inf.writeAt(a.Data, int64(a.Offset))
-		if err != nil {
-			return failErr(err)
-		}
-		if inline {
-			// Data, size and mtime were committed together.
-			c.s.counters.writeBytes.Add(uint64(len(a.Data)))
-			return ok(&nfs4.WRITE4resok{Count: uint32(len(a.Data)), Committed: nfs4.FILE_SYNC4, Writeverf: c.s.verifier()})
-		}
-	} else if _, err := f.WriteAt(a.Data, int64(a.Offset)); err != nil {
+		inline, err = inf.writeAt(a.Data, int64(a.Offset))
+	} else {
+		_, err = f.WriteAt(a.Data, int64(a.Offset))
+	}
+	if err != nil {
 		return failErr(err)
 	}
 	c.s.counters.writeBytes.Add(uint64(len(a.Data)))
+	if inline {
+		// Data, size and mtime were committed together.
+		return ok(&nfs4.WRITE4resok{Count: uint32(len(a.Data)), Committed: nfs4.FILE_SYNC4, Writeverf: c.s.verifier()})
+	}
 	if c.s.ds == nil {
 		c.s.cache.wrote(o.fh.ino, o.attr, end, time.Now())
 	}
