@@ -31,7 +31,7 @@ var supportedAttrs = []uint32{
 	nfs4.FATTR4_TIME_DELTA, nfs4.FATTR4_TIME_METADATA, nfs4.FATTR4_TIME_MODIFY,
 	nfs4.FATTR4_TIME_MODIFY_SET, nfs4.FATTR4_MOUNTED_ON_FILEID,
 	nfs4.FATTR4_FS_LAYOUT_TYPES, nfs4.FATTR4_SUPPATTR_EXCLCREAT,
-	nfs4.FATTR4_CHANGE_ATTR_TYPE, nfs4.FATTR4_LAYOUT_BLKSIZE,
+	nfs4.FATTR4_CHANGE_ATTR_TYPE, nfs4.FATTR4_LAYOUT_BLKSIZE, nfs4.FATTR4_MDSTHRESHOLD,
 }
 
 // writableAttrs lists the attributes SETATTR and create attributes accept.
@@ -266,6 +266,8 @@ func (c *compound) attrValues(e *xdr.Encoder, o *object, bm nfs4.Bitmap4, rdErr 
 			} else {
 				e.Uint32(0)
 			}
+		case nfs4.FATTR4_MDSTHRESHOLD:
+			s.mdsThreshold().EncodeXDR(e)
 		case nfs4.FATTR4_LAYOUT_BLKSIZE:
 			blk := s.cfg.MaxWrite
 			if s.pnfs != nil {

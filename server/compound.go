@@ -59,6 +59,9 @@ type compound struct {
 	// grants no delegation of a file another client's conflicting
 	// operation touched since (state.DelegArgs.Since).
 	delegSince uint64
+	// opened: an OPEN of this COMPOUND succeeded, so a LAYOUTGET after
+	// it is the client's guess made before any I/O (layoutGet).
+	opened bool
 }
 
 // compoundRequest evaluates a COMPOUND procedure.
@@ -177,6 +180,9 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 		}
 		s.counters.op(op, r.status)
 		done++
+		if op == nfs4.OP_OPEN && r.status == nfs4.NFS4_OK {
+			c.opened = true
+		}
 		if r.status != nfs4.NFS4_OK {
 			st = r.status
 			if c.log.Enabled(ctx, slog.LevelDebug) {

@@ -460,6 +460,10 @@ func decodeAttrs(f *nfs4.Fattr4) (attrMap, error) {
 			var oa nfs4.OpenArguments4
 			oa.DecodeXDR(d)
 			m[n] = oa
+		case nfs4.FATTR4_MDSTHRESHOLD:
+			var th nfs4.Mdsthreshold4
+			th.DecodeXDR(d)
+			m[n] = th
 		case nfs4.FATTR4_FS_LAYOUT_TYPES, nfs4.FATTR4_LAYOUT_TYPES:
 			k := d.ArrayLen(64, 4)
 			lt := make([]uint32, k)

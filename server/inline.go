@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/store"
 )
@@ -138,6 +140,43 @@ func (s *inlineStore) materializeLocked(ino uint64) error {
 	ctx, cancel := bg()
 	defer cancel()
 	return s.m.DropInline(ctx, meta.Ino(ino))
+}
+
+// Hints of threshold_item4 (RFC 8881 §5.12.4): the file sizes below which
+// a client should read or write through the MDS.
+const (
+	threshold4ReadSize  = 0
+	threshold4WriteSize = 1
+)
+
+// mdsThreshold is the mdsthreshold attribute: with inline data on, files
+// up to the inline limit do their reads and writes through the MDS, where
+// their bytes live, instead of asking for a layout that would first move
+// them to the data servers. (Linux honours it: below the thresholds it
+// sends no LAYOUTGET and does its I/O through the MDS.) Without inline
+// data there are no hints.
+func (s *Server) mdsThreshold() *nfs4.Mdsthreshold4 {
+	if s.pnfs == nil || s.inline == nil {
+		return &nfs4.Mdsthreshold4{}
+	}
+	// The client goes through the MDS when the file is smaller than the
+	// hint, so limit+1 keeps a file of exactly the limit there too.
+	hint := xdr.Marshal(marshalFunc(func(e *xdr.Encoder) {
+		e.Uint64(uint64(s.inline.limit) + 1) // threshold4_read_size
+		e.Uint64(uint64(s.inline.limit) + 1) // threshold4_write_size
+	}))
+	return &nfs4.Mdsthreshold4{MthHints: []nfs4.ThresholdItem4{{
+		ThiLayoutType: nfs4.LAYOUT4_NFSV4_1_FILES,
+		ThiHintset:    makeBitmap([]uint32{threshold4ReadSize, threshold4WriteSize}),
+		ThiHintlist:   hint,
+	}}}
+}
+
+// onMDS reports whether ino's data lives at the MDS: inline, or empty
+// and never placed on data servers.
+func (s *inlineStore) onMDS(ino uint64) (bool, error) {
+	placed, err := s.placed(ino)
+	return !placed, err
 }
 
 // striped runs fn, which uses ino's data on the data servers directly

@@ -129,7 +129,7 @@ func (c *compound) setattr(a *nfs4.SETATTR4args) opReply {
 		}
 		// Layouts must be recalled before the data servers' objects are
 		// truncated under the clients' feet.
-		if !c.s.recallFile(uint64(o.fh.ino), c.s.fh.encode(o.fh)) {
+		if !c.recallAndWait(o.fh.ino, c.s.fh.encode(o.fh)) {
 			return fail(nfs4.NFS4ERR_DELAY).withBody(empty)
 		}
 	}

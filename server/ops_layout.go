@@ -57,6 +57,22 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 			return fail(st)
 		}
 	}
+	if c.opened && s.inline != nil {
+		// Linux asks for a layout in every OPEN, before it knows how
+		// much it will read or write. For a file whose data is at the
+		// MDS (inline, or none yet) a layout would move it to the data
+		// servers before the first byte: the guess is declined, and
+		// the mdsthreshold attribute sends the client's I/O of small
+		// files through the MDS. I/O past the threshold asks for a
+		// layout on its own, which is granted.
+		onMDS, err := s.inline.onMDS(uint64(o.fh.ino))
+		if err != nil {
+			return failErr(err)
+		}
+		if onMDS {
+			return fail(nfs4.NFS4ERR_LAYOUTUNAVAILABLE)
+		}
+	}
 	if s.pnfs.layoutHeld(state.FileID(o.fh.ino)) {
 		// The file's data is moving between data servers (HoldLayouts):
 		// I/O goes through the MDS until the move is done.

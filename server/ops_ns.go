@@ -404,8 +404,9 @@ func (c *compound) breakDelegationsOf(dir *object, name string) nfs4.Nfsstat4 {
 // recallLastLink recalls the layouts of name in dir when the operation
 // would drop the file's last link (REMOVE, or RENAME over it) and so free
 // it: the data servers' objects go away with it (RFC 8881 §12.5.5.1). It
-// reports whether the caller may go ahead; otherwise the client is told to
-// retry (NFS4ERR_DELAY) while holders return their layouts. A file that
+// reports whether the caller may go ahead, after waiting up to recallWait
+// for the holders; otherwise the client is told to retry (NFS4ERR_DELAY)
+// while they return their layouts. A file that
 // somebody holds open is not freed but kept as an orphan, data included
 // (orphans.go), so its layouts stay valid and nothing is recalled: in
 // particular an rm does not wait for the lease of a dead client that held
@@ -425,5 +426,5 @@ func (c *compound) recallLastLink(dir *object, name string) bool {
 		return true
 	}
 	h := fhandle{kind: fhObject, export: dir.fh.export, ino: nd.Ino}
-	return c.s.recallFile(uint64(nd.Ino), c.s.fh.encode(h))
+	return c.recallAndWait(nd.Ino, c.s.fh.encode(h))
 }

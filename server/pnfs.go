@@ -291,6 +291,33 @@ func (s *Server) recallFile(ino uint64, fh []byte) bool {
 	return false
 }
 
+// recallWait bounds how long an operation that needs a file's layouts
+// gone (a REMOVE of its last link, a truncate) waits after recalling them
+// before it answers NFS4ERR_DELAY. A client gives back a layout it is not
+// using within a callback round trip or two, while Linux waits 100 ms or
+// more before it retries an operation answered NFS4ERR_DELAY: an `rm -r`
+// of files the client had just read took 100 ms per file.
+const recallWait = 100 * time.Millisecond
+
+// recallAndWait is recallFile for an operation of c: it waits up to
+// recallWait for the holders to give the layouts back and reports
+// whether they did.
+func (c *compound) recallAndWait(ino meta.Ino, fh []byte) bool {
+	s := c.s
+	if s.recallFile(uint64(ino), fh) {
+		return true
+	}
+	t := time.NewTimer(recallWait)
+	defer t.Stop()
+	select {
+	case <-s.st.m.LayoutsGone(state.FileID(ino)):
+		return true
+	case <-t.C:
+	case <-c.ctx.Done():
+	}
+	return false
+}
+
 func (s *Server) sendLayoutRecall(h state.LayoutHolder, file state.FileID, fh []byte) {
 	status := s.sendRecall(h, nfs4.Layoutrecall4{
 		LorRecalltype: nfs4.LAYOUTRECALL4_FILE,

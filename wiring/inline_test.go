@@ -12,6 +12,7 @@ import (
 
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/wiretest"
+	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/server"
 )
@@ -238,5 +239,118 @@ func TestInlineDataOff(t *testing.T) {
 	}
 	if got := onDataServers(t, c, ino, len(data)); !bytes.Equal(got, data) {
 		t.Fatal("data servers do not hold the file's bytes")
+	}
+}
+
+// mdsThresholdOf reads the mdsthreshold attribute of fh at the MDS.
+func mdsThresholdOf(t *testing.T, cl *wiretest.Client, fh []byte) nfs4.Mdsthreshold4 {
+	t.Helper()
+	mask := nfs4.Bitmap4{0, 0, 1 << (nfs4.FATTR4_MDSTHRESHOLD - 64)}
+	res, err := cl.Compound(putFH(fh), op(nfs4.NfsArgop4{Argop: nfs4.OP_GETATTR, Opgetattr: &nfs4.GETATTR4args{AttrRequest: mask}}))
+	if status(t, res, err) != nfs4.NFS4_OK {
+		t.Fatalf("GETATTR mdsthreshold: %v", wiretest.Check(res))
+	}
+	var th nfs4.Mdsthreshold4
+	if err := xdr.Unmarshal(res.Resarray[2].Opgetattr.Resok4.ObjAttributes.AttrVals, &th); err != nil {
+		t.Fatal(err)
+	}
+	return th
+}
+
+// openLayout sends OPEN (existing file, by name from the root) and
+// LAYOUTGET in one COMPOUND, as Linux does, and returns the LAYOUTGET's
+// status; the OPEN must succeed.
+func openLayout(t *testing.T, cl *wiretest.Client, name string, mode nfs4.Layoutiomode4) nfs4.Nfsstat4 {
+	t.Helper()
+	access := uint32(nfs4.OPEN4_SHARE_ACCESS_READ)
+	if mode == nfs4.LAYOUTIOMODE4_RW {
+		access = nfs4.OPEN4_SHARE_ACCESS_BOTH
+	}
+	res, err := cl.Compound(op(nfs4.NfsArgop4{Argop: nfs4.OP_PUTROOTFH}),
+		openOp(cl.ClientID, access|nfs4.OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+			nfs4.OpenClaim4{Claim: nfs4.CLAIM_NULL, File: ptr(nfs4.Component4(name))}, false),
+		layoutGet(currentStateid, mode))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Resarray) < 4 || res.Resarray[2].Opopen == nil || res.Resarray[2].Opopen.Status != nfs4.NFS4_OK {
+		t.Fatalf("OPEN %s: %v", name, wiretest.Check(res))
+	}
+	return res.Status
+}
+
+// TestMDSThreshold: with inline data, the MDS tells clients (the
+// mdsthreshold attribute) to read and write files up to the inline limit
+// through it, and declines the layout a client asks for in the COMPOUND
+// of its OPEN while the file's data is at the MDS: a layout would move the
+// data to the data servers before the first byte. A file on the data
+// servers gets its layout in the OPEN as before. Without inline data
+// there is no threshold and nothing is declined.
+func TestMDSThreshold(t *testing.T) {
+	f := false
+	for _, tc := range []struct {
+		name      string
+		inlineMax int
+		hints     bool
+	}{
+		{"inline", 0, true},
+		{"inline-off", -1, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctxT(t)
+			c, err := Start(ctx, Config{
+				Dir: t.TempDir(), DataServers: 2, Listen: "127.0.0.1:0", InlineMax: tc.inlineMax,
+				Exports: []*server.Export{{Path: "/", RootSquash: &f}},
+				Lease:   10 * time.Second, Logger: slog.New(slog.DiscardHandler),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			cl, err := wiretest.Setup(ctx, c.MDS.Addr.String(), []byte("threshold-"+tc.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			sid, fh, ino := openOnMDS(t, cl, "small")
+			writeMDS(t, cl, sid, fh, 0, randomBytes(t, 4096))
+
+			th := mdsThresholdOf(t, cl, fh)
+			if !tc.hints {
+				if len(th.MthHints) != 0 {
+					t.Fatalf("mdsthreshold without inline data: %+v, want no hints", th)
+				}
+			} else {
+				want := make([]byte, 16)
+				binary.BigEndian.PutUint64(want, server.DefaultInlineMax+1)
+				binary.BigEndian.PutUint64(want[8:], server.DefaultInlineMax+1)
+				if len(th.MthHints) != 1 || th.MthHints[0].ThiLayoutType != nfs4.LAYOUT4_NFSV4_1_FILES ||
+					len(th.MthHints[0].ThiHintset) != 1 || th.MthHints[0].ThiHintset[0] != 0b11 ||
+					!bytes.Equal(th.MthHints[0].ThiHintlist, want) {
+					t.Fatalf("mdsthreshold: %+v, want read and write size %d for the files layout", th, server.DefaultInlineMax+1)
+				}
+			}
+
+			wantSmall := nfs4.NFS4_OK
+			if tc.hints {
+				wantSmall = nfs4.NFS4ERR_LAYOUTUNAVAILABLE
+			}
+			for _, mode := range []nfs4.Layoutiomode4{nfs4.LAYOUTIOMODE4_READ, nfs4.LAYOUTIOMODE4_RW} {
+				if st := openLayout(t, cl, "small", mode); st != wantSmall {
+					t.Fatalf("OPEN+LAYOUTGET(%v) of a 4 KiB file: %v, want %v", mode, st, wantSmall)
+				}
+			}
+			if st := stateOf(t, c, ino); tc.hints && (st.inline == nil || st.placed) {
+				t.Fatalf("after OPEN+LAYOUTGET: inline %d bytes, placed %v; want it left inline", len(st.inline), st.placed)
+			}
+
+			// A file past the limit is on the data servers: its layout
+			// comes with the OPEN.
+			sid, fh, _ = openOnMDS(t, cl, "large")
+			writeMDS(t, cl, sid, fh, 0, randomBytes(t, server.DefaultInlineMax+4096))
+			if st := openLayout(t, cl, "large", nfs4.LAYOUTIOMODE4_READ); st != nfs4.NFS4_OK {
+				t.Fatalf("OPEN+LAYOUTGET of a file on the data servers: %v", st)
+			}
+		})
 	}
 }

@@ -93,8 +93,11 @@ func TestPNFSProtocol(t *testing.T) {
 	defer cl.Close()
 	cl.KeepLayouts = true
 
-	// OPEN (create) + GETFH + GETATTR fileid + LAYOUTGET in one compound,
-	// as the Linux client does.
+	// OPEN (create) + GETFH + LAYOUTGET in one compound, as the Linux
+	// client does: the OPEN succeeds, the layout of a file whose data is
+	// at the MDS (here: none yet) is declined, and the client's small I/O
+	// goes through the MDS (mdsthreshold). A LAYOUTGET of its own, as
+	// I/O past the threshold sends, is granted.
 	res, err := cl.Compound(
 		op(nfs4.NfsArgop4{Argop: nfs4.OP_PUTROOTFH}),
 		op(nfs4.NfsArgop4{Argop: nfs4.OP_OPEN, Opopen: &nfs4.OPEN4args{
@@ -110,12 +113,16 @@ func TestPNFSProtocol(t *testing.T) {
 		op(nfs4.NfsArgop4{Argop: nfs4.OP_GETFH}),
 		layoutGet(currentStateid, nfs4.LAYOUTIOMODE4_RW),
 	)
-	if status(t, res, err) != nfs4.NFS4_OK {
-		t.Fatalf("OPEN+LAYOUTGET: %v", wiretest.Check(res))
+	if st := status(t, res, err); st != nfs4.NFS4ERR_LAYOUTUNAVAILABLE || len(res.Resarray) != 5 {
+		t.Fatalf("OPEN+LAYOUTGET of a new file: %v, want the OPEN done and the layout declined", wiretest.Check(res))
 	}
 	openSid := res.Resarray[2].Opopen.Resok4.Stateid
 	fh := res.Resarray[3].Opgetfh.Resok4.Object
-	lg := res.Resarray[4].Oplayoutget.LogrResok4
+	res, err = cl.Compound(putFH(fh), layoutGet(openSid, nfs4.LAYOUTIOMODE4_RW))
+	if status(t, res, err) != nfs4.NFS4_OK {
+		t.Fatalf("LAYOUTGET: %v", wiretest.Check(res))
+	}
+	lg := res.Resarray[2].Oplayoutget.LogrResok4
 	if len(lg.LogrLayout) != 1 || lg.LogrLayout[0].LoContent.LocType != nfs4.LAYOUT4_NFSV4_1_FILES {
 		t.Fatalf("layout: %+v", lg.LogrLayout)
 	}
@@ -386,5 +393,66 @@ func checkStatusClient(t *testing.T, c *Cluster, id uint64, owner string) {
 	if cl := s.Clients[i]; cl.Owner != owner || !cl.Confirmed || len(cl.Sessions) != 1 || len(cl.Addrs) != 1 || cl.Layouts != 1 || cl.Fenced ||
 		!cl.LeaseExpires.After(s.Time) {
 		t.Errorf("client %+v", cl)
+	}
+}
+
+// TestRemoveWaitsForRecall: removing the last link of a closed file whose
+// layout a client still holds recalls the layout and waits a little for
+// it, instead of answering NFS4ERR_DELAY at once: Linux keeps layouts
+// after close, answers the recall within a round trip, but retries a
+// delayed REMOVE only after 100 ms or more, so an `rm -r` of files it had
+// read took 100 ms per file. A holder that keeps its layout still gets
+// the remover NFS4ERR_DELAY.
+func TestRemoveWaitsForRecall(t *testing.T) {
+	c := startCluster(t, 2, 2*time.Second)
+	ctx := ctxT(t)
+	for _, tc := range []struct {
+		name string
+		keep bool // the holder answers the recall but never returns
+		want nfs4.Nfsstat4
+	}{
+		{"holder-gives-back", false, nfs4.NFS4_OK},
+		{"holder-keeps", true, nfs4.NFS4ERR_DELAY},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl, err := wiretest.Setup(ctx, c.MDS.Addr.String(), []byte("rm-"+tc.name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			cl.KeepLayouts = tc.keep
+			res, err := cl.Compound(
+				op(nfs4.NfsArgop4{Argop: nfs4.OP_PUTROOTFH}),
+				op(nfs4.NfsArgop4{Argop: nfs4.OP_OPEN, Opopen: &nfs4.OPEN4args{
+					ShareAccess: nfs4.OPEN4_SHARE_ACCESS_BOTH | nfs4.OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+					Owner:       nfs4.OpenOwner4{Clientid: cl.ClientID, Owner: []byte("o")},
+					Openhow: nfs4.Openflag4{Opentype: nfs4.OPEN4_CREATE, How: &nfs4.Createhow4{
+						Mode: nfs4.UNCHECKED4, Createattrs: &nfs4.Fattr4{}}},
+					Claim: nfs4.OpenClaim4{Claim: nfs4.CLAIM_NULL, File: ptr(nfs4.Component4(tc.name))},
+				}}),
+				op(nfs4.NfsArgop4{Argop: nfs4.OP_GETFH}),
+			)
+			if status(t, res, err) != nfs4.NFS4_OK {
+				t.Fatalf("OPEN: %v", wiretest.Check(res))
+			}
+			sid := res.Resarray[2].Opopen.Resok4.Stateid
+			fh := res.Resarray[3].Opgetfh.Resok4.Object
+			res, err = cl.Compound(putFH(fh), layoutGet(sid, nfs4.LAYOUTIOMODE4_RW))
+			if status(t, res, err) != nfs4.NFS4_OK {
+				t.Fatalf("LAYOUTGET: %v", wiretest.Check(res))
+			}
+			res, err = cl.Compound(putFH(fh), op(nfs4.NfsArgop4{Argop: nfs4.OP_CLOSE, Opclose: &nfs4.CLOSE4args{OpenStateid: sid}}))
+			if status(t, res, err) != nfs4.NFS4_OK {
+				t.Fatalf("CLOSE: %v", wiretest.Check(res))
+			}
+			res, err = cl.Compound(op(nfs4.NfsArgop4{Argop: nfs4.OP_PUTROOTFH}),
+				op(nfs4.NfsArgop4{Argop: nfs4.OP_REMOVE, Opremove: &nfs4.REMOVE4args{Target: nfs4.Component4(tc.name)}}))
+			if st := status(t, res, err); st != tc.want {
+				t.Fatalf("first REMOVE: %v, want %v", st, tc.want)
+			}
+			if !hasLayoutRecall(cl, fh) {
+				t.Fatal("no CB_LAYOUTRECALL before the file was freed")
+			}
+		})
 	}
 }

@@ -76,6 +76,10 @@ func (m *Manager) dropLayout(l *layoutState) {
 		delete(s, l)
 		if len(s) == 0 {
 			delete(m.layouts, l.file)
+			if ch := m.layoutsGone[l.file]; ch != nil {
+				close(ch)
+				delete(m.layoutsGone, l.file)
+			}
 		}
 	}
 	delete(l.client.layouts, l.file)
@@ -367,6 +371,30 @@ func (m *Manager) Recalled(file FileID) bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return len(m.layouts[file]) == 0
+}
+
+// closedChan is what LayoutsGone returns when nothing is outstanding.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// LayoutsGone returns a channel that is closed once no client holds a
+// layout of file (at once if none does now): returned, answered with
+// NFS4ERR_NOMATCHING_LAYOUT, revoked or purged. An operation that
+// recalled them waits on it instead of polling.
+func (m *Manager) LayoutsGone(file FileID) <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.layouts[file]) == 0 {
+		return closedChan
+	}
+	ch := m.layoutsGone[file]
+	if ch == nil {
+		if m.layoutsGone == nil {
+			m.layoutsGone = make(map[FileID]chan struct{})
+		}
+		ch = make(chan struct{})
+		m.layoutsGone[file] = ch
+	}
+	return ch
 }
 
 // HasLayouts reports whether any client holds a layout of file.

@@ -334,3 +334,62 @@ func TestRecallAllKeepsSeqid(t *testing.T) {
 		t.Fatal("layout outstanding after its return")
 	}
 }
+
+// TestLayoutsGone: the channel is closed at once when no layout of the
+// file is out, and otherwise when the last one goes, however it goes.
+func TestLayoutsGone(t *testing.T) {
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	for _, tc := range []struct {
+		name string
+		drop func(m *Manager, c ClientID, ls Stateid)
+	}{
+		{"returned", func(m *Manager, c ClientID, ls Stateid) {
+			if _, _, err := m.LayoutReturnFile(c, ls, 7); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"no-matching-layout", func(m *Manager, c ClientID, _ Stateid) { m.RecallNoMatch(c, 7) }},
+		{"return-all", func(m *Manager, c ClientID, _ Stateid) {
+			if err := m.LayoutReturnAll(c); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			m := h.m
+			if !closed(m.LayoutsGone(7)) {
+				t.Fatal("open channel for a file without layouts")
+			}
+			c1, _ := h.client("c1")
+			c2, _ := h.client("c2")
+			ls1, err := m.LayoutGet(c1, h.open(c1, "o1", 7, AccessRead, DenyNone), 7, IOModeRead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ls2, err := m.LayoutGet(c2, h.open(c2, "o2", 7, AccessRead, DenyNone), 7, IOModeRead)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gone := m.LayoutsGone(7)
+			if closed(gone) {
+				t.Fatal("closed with two layouts out")
+			}
+			tc.drop(m, c1, ls1)
+			if closed(gone) {
+				t.Fatal("closed with one layout still out")
+			}
+			tc.drop(m, c2, ls2)
+			if !closed(gone) {
+				t.Fatal("not closed after the last layout went")
+			}
+		})
+	}
+}

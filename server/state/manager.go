@@ -141,9 +141,12 @@ type Manager struct {
 	expired    expiredSet
 	layouts    map[FileID]map[*layoutState]struct{}
 	layoutIDs  map[[12]byte]*layoutState
-	delegs     map[FileID]map[*delegState]struct{} // live delegations by file
-	delegIDs   map[[12]byte]*delegState            // live and revoked ones
-	recent     map[recentKey]time.Time             // last recall per client and file
+	// layoutsGone are closed when the last layout of their file goes
+	// (LayoutsGone).
+	layoutsGone map[FileID]chan struct{}
+	delegs      map[FileID]map[*delegState]struct{} // live delegations by file
+	delegIDs    map[[12]byte]*delegState            // live and revoked ones
+	recent      map[recentKey]time.Time             // last recall per client and file
 	// breakSeq numbers the starts of conflicting operations
 	// (BreakDelegations); lastBreak is the last one per file, kept for
 	// breakMemory. See DelegArgs.Since.

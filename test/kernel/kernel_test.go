@@ -425,6 +425,24 @@ func checkPNFS(t *testing.T, snaps *snapshots, capture string, ports []int) {
 			t.Error(p)
 		}
 	})
+	// Small files (tar x, read back, rm -r): the MDS keeps files up to
+	// its inline limit and tells the client with the mdsthreshold
+	// attribute to do their I/O through it, so no data server sees
+	// their bytes.
+	t.Run("pnfs/small-files", func(t *testing.T) {
+		files := float64(smallFiles)
+		for _, part := range smallParts {
+			before, after, err := snaps.window("small-" + part)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := opDelta(before, after)
+			t.Logf("%-4s per file: MDS%s\n     data servers%s", part, formatOps(c["mds"], files), formatOps(c["ds"], files))
+			if n := c.sum("ds", dataOps...); part != "rm" && n > 0 {
+				t.Errorf("%s of %d small files: the data servers evaluated %.0f READ/WRITE/COMMIT operations, want 0", part, smallFiles, n)
+			}
+		}
+	})
 	var events []wireEvent
 	var wireErr error
 	if tsharkAvailable() {

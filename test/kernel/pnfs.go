@@ -401,3 +401,60 @@ func recallsBetween(evs []wireEvent, tag string) (byStatus map[int]int, ok bool)
 	}
 	return byStatus, false
 }
+
+// smallParts are the parts of the small-file steps (workload.sh
+// step_small_*), each bracketed by "SYNC small-PART-before/after".
+var smallParts = []string{"tar", "read", "rm"}
+
+// smallFiles is how many files the small-file steps unpack
+// (SMALL_DIRS x SMALL_PER in workload.sh).
+const smallFiles = 200
+
+// opCounts is a window's operations by role ("mds" or "ds") and name.
+type opCounts map[string]map[string]float64
+
+// opDelta counts the NFSv4 operations each role evaluated between two
+// snapshots (SEQUENCE, PUTFH and the like included).
+func opDelta(before, after snapshot) opCounts {
+	d := opCounts{"mds": {}, "ds": {}}
+	for _, smp := range after {
+		if smp.name != "shoal_nfs_ops_total" || d[smp.labels["role"]] == nil {
+			continue
+		}
+		role, op := smp.labels["role"], smp.labels["op"]
+		n := smp.value - before.get("shoal_nfs_ops_total", "role", role, "instance", smp.labels["instance"], "op", op)
+		if n > 0 {
+			d[role][op] += n
+		}
+	}
+	return d
+}
+
+// dataOps are the operations that move file data (or make it durable) on
+// a server.
+var dataOps = []string{"READ", "READ_PLUS", "WRITE", "COMMIT"}
+
+func (c opCounts) sum(role string, ops ...string) float64 {
+	var n float64
+	for _, op := range ops {
+		n += c[role][op]
+	}
+	return n
+}
+
+// formatOps renders per-file counts, sorted by operation name.
+func formatOps(m map[string]float64, files float64) string {
+	ops := make([]string, 0, len(m))
+	for op := range m {
+		ops = append(ops, op)
+	}
+	slices.Sort(ops)
+	var b strings.Builder
+	for _, op := range ops {
+		fmt.Fprintf(&b, " %s=%.2f", op, m[op]/files)
+	}
+	if b.Len() == 0 {
+		return " none"
+	}
+	return b.String()
+}

@@ -399,6 +399,64 @@ step_rm() {
 	rmdir "$W/tree" || die "rmdir failed"
 }
 
+# ---- small files: tar x, read back, rm -r ----------------------------------
+#
+# SMALL_DIRS directories of SMALL_PER files each, 1 B to 24 KiB, packed into
+# a tarball in tmpfs, unpacked onto the export (`tar x` sets every file's
+# mtime, as an untar does), read back after a cache drop against their
+# sha256 sums, and removed with `rm -r`. Each part prints the mount's calls
+# per operation (mountstats, the MDS's share; data-server I/O has RPC
+# clients of its own); with t_pnfs=1 the driver brackets each part with
+# SYNC lines and counts the data servers' operations from their metrics.
+SMALL_DIRS=10
+SMALL_PER=20
+SMALL_OPS="OPEN LAYOUTGET WRITE COMMIT LAYOUTCOMMIT LAYOUTRETURN SETATTR CLOSE GETATTR LOOKUP ACCESS READ REMOVE"
+
+step_small_tar() {
+	rm -rf /tmp/small "$W/small"
+	d=0
+	while [ $d -lt $SMALL_DIRS ]; do
+		mkdir -p /tmp/small/d$d
+		i=0
+		while [ $i -lt $SMALL_PER ]; do
+			head -c $(((d * SMALL_PER + i) * 2459 % 24576 + 1)) /dev/urandom >/tmp/small/d$d/f$i
+			i=$((i + 1))
+		done
+		d=$((d + 1))
+	done
+	(cd /tmp && find small -type f | sort | xargs sha256sum >/tmp/small.sums && tar cf /tmp/small.tar small) ||
+		die "building the tarball failed"
+	n=$(wc -l </tmp/small.sums)
+	ops_snap /tmp/small.0
+	t0=$(uptime_cs)
+	tar xf /tmp/small.tar -C "$W" || die "tar x failed"
+	sync
+	t1=$(uptime_cs)
+	ops_snap /tmp/small.1
+	echo "$n files $((t1 - t0))0ms | $(ops_delta /tmp/small.0 /tmp/small.1 "$SMALL_OPS")"
+}
+
+step_small_read() {
+	drop_caches
+	ops_snap /tmp/small.2
+	t0=$(uptime_cs)
+	(cd "$W" && sha256sum -c /tmp/small.sums >/tmp/small.check 2>&1) ||
+		die "sha256 mismatch after tar x: $(grep -v ': OK$' /tmp/small.check | head -n 5)"
+	t1=$(uptime_cs)
+	ops_snap /tmp/small.3
+	echo "$(wc -l </tmp/small.check) files $((t1 - t0))0ms | $(ops_delta /tmp/small.2 /tmp/small.3 "$SMALL_OPS")"
+}
+
+step_small_rm() {
+	ops_snap /tmp/small.4
+	t0=$(uptime_cs)
+	rm -r "$W/small" || die "rm -r failed"
+	t1=$(uptime_cs)
+	ops_snap /tmp/small.5
+	[ ! -e "$W/small" ] || die "$W/small still exists after rm -r"
+	echo "$(wc -l </tmp/small.sums) files $((t1 - t0))0ms | $(ops_delta /tmp/small.4 /tmp/small.5 "$SMALL_OPS")"
+}
+
 step_append() { # two writers, O_APPEND via >>, N lines each
 	n=${1:-200}
 	f=$W/append
@@ -1067,6 +1125,11 @@ main)
 		[ "$t_vers" = 4.2 ] && run sparse sparse
 		[ "$t_vers" = 4.2 ] && run copy copy
 		run rm rm
+		for x in tar read rm; do
+			host_sync small-$x-before
+			run small/$x small_$x
+			host_sync small-$x-after
+		done
 		[ "${t_deleg_passes:-0}" = 1 ] && run deleg/passes deleg_passes
 		if [ "${t_pnfs:-0}" = 1 ]; then
 			for x in truncate rm; do
