@@ -443,6 +443,24 @@ func checkPNFS(t *testing.T, snaps *snapshots, capture string, ports []int) {
 			}
 		}
 	})
+	// rm -r of files the client had read (and whose layouts it keeps):
+	// every REMOVE recalls a layout and is answered once the client gave
+	// it back, not with NFS4ERR_DELAY and a retry.
+	t.Run("pnfs/mid-rm-counts", func(t *testing.T) {
+		before, after, err := snaps.window("mid-rm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := opDelta(before, after)
+		d := recallSplit(before, after)
+		t.Logf("rm -r of %d files read before: %v; MDS ops:%s", midFiles, d, formatOps(c["mds"], 1))
+		if d.recalls < 1 {
+			t.Errorf("no CB_LAYOUTRECALL: the client held no layouts, so the step tests nothing")
+		}
+		if n := c["mds"]["REMOVE"]; n != midFiles+1 {
+			t.Errorf("%.0f REMOVEs for %d files and their directory: retried after NFS4ERR_DELAY", n, midFiles)
+		}
+	})
 	var events []wireEvent
 	var wireErr error
 	if tsharkAvailable() {

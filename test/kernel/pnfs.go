@@ -410,6 +410,10 @@ var smallParts = []string{"tar", "read", "rm"}
 // (SMALL_DIRS x SMALL_PER in workload.sh).
 const smallFiles = 200
 
+// midFiles is how many files past the inline limit step_mid_rm removes
+// (MID_FILES in workload.sh).
+const midFiles = 20
+
 // opCounts is a window's operations by role ("mds" or "ds") and name.
 type opCounts map[string]map[string]float64
 

@@ -457,6 +457,40 @@ step_small_rm() {
 	echo "$(wc -l </tmp/small.sums) files $((t1 - t0))0ms | $(ops_delta /tmp/small.4 /tmp/small.5 "$SMALL_OPS")"
 }
 
+# step_mid_prep / step_mid_rm (t_pnfs=1): MID_FILES files past the MDS's
+# inline limit are written, read back after a cache drop (the client takes
+# read layouts and, as Linux does, keeps them after close), then removed
+# with rm -r. Each REMOVE recalls the file's layout; the client gives it
+# back within a callback round trip, and the MDS waits for that instead of
+# answering NFS4ERR_DELAY, which Linux retries only after 100 ms or more.
+# The driver counts the REMOVEs (no retries) and the recalls.
+MID_FILES=20
+
+step_mid_prep() {
+	D=$W/mid
+	rm -rf "$D"
+	mkdir -p "$D" || die "mkdir $D"
+	i=0
+	while [ $i -lt $MID_FILES ]; do
+		head -c $((65536 + i * 4099)) /dev/urandom >"$D/f$i" || die "write $D/f$i"
+		i=$((i + 1))
+	done
+	sync
+	drop_caches
+	cat "$D"/* >/dev/null || die "read back"
+	echo "$MID_FILES files written and read"
+}
+
+step_mid_rm() {
+	ops_snap /tmp/mid.0
+	t0=$(uptime_cs)
+	rm -r "$W/mid" || die "rm -r failed"
+	t1=$(uptime_cs)
+	ops_snap /tmp/mid.1
+	[ ! -e "$W/mid" ] || die "$W/mid still exists after rm -r"
+	echo "$MID_FILES files $((t1 - t0))0ms | $(ops_delta /tmp/mid.0 /tmp/mid.1 "REMOVE LAYOUTRETURN DELEGRETURN")"
+}
+
 step_append() { # two writers, O_APPEND via >>, N lines each
 	n=${1:-200}
 	f=$W/append
@@ -1137,6 +1171,11 @@ main)
 				run pnfs/$x pnfs_$x
 				host_sync recall-$x-after
 			done
+			if run pnfs/mid-prep mid_prep; then
+				host_sync mid-rm-before
+				run pnfs/mid-rm mid_rm
+				host_sync mid-rm-after
+			fi
 		fi
 		run append append 200
 		run lock lock
