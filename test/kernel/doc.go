@@ -36,6 +36,11 @@
 // truncate and remove steps. Whether the client gave a recalled layout
 // back is read from the capture, because Linux answers a recall of an idle
 // layout with NFS4ERR_NOMATCHING_LAYOUT and sends no LAYOUTRETURN.
+// The small-file steps (tar x, read back, rm -r of 200 files up to
+// 24 KiB) must leave the data servers without a READ, WRITE or COMMIT:
+// the MDS keeps such files inline and its mdsthreshold attribute sends
+// their I/O to it; an rm -r of larger files the guest had read must send
+// each REMOVE once (the MDS waits for the layout recall it starts).
 // The pNFS workload also reads files that end on or inside a 1 MiB stripe
 // unit back with O_DIRECT after a cache drop (c/odirect.c). The last
 // request then goes past the end of the file on a data server, which must
