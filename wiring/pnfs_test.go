@@ -423,13 +423,8 @@ func TestRemoveWaitsForRecall(t *testing.T) {
 			cl.KeepLayouts = tc.keep
 			res, err := cl.Compound(
 				op(nfs4.NfsArgop4{Argop: nfs4.OP_PUTROOTFH}),
-				op(nfs4.NfsArgop4{Argop: nfs4.OP_OPEN, Opopen: &nfs4.OPEN4args{
-					ShareAccess: nfs4.OPEN4_SHARE_ACCESS_BOTH | nfs4.OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
-					Owner:       nfs4.OpenOwner4{Clientid: cl.ClientID, Owner: []byte("o")},
-					Openhow: nfs4.Openflag4{Opentype: nfs4.OPEN4_CREATE, How: &nfs4.Createhow4{
-						Mode: nfs4.UNCHECKED4, Createattrs: &nfs4.Fattr4{}}},
-					Claim: nfs4.OpenClaim4{Claim: nfs4.CLAIM_NULL, File: ptr(nfs4.Component4(tc.name))},
-				}}),
+				openOp(cl.ClientID, nfs4.OPEN4_SHARE_ACCESS_BOTH|nfs4.OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+					nfs4.OpenClaim4{Claim: nfs4.CLAIM_NULL, File: ptr(nfs4.Component4(tc.name))}, true),
 				op(nfs4.NfsArgop4{Argop: nfs4.OP_GETFH}),
 			)
 			if status(t, res, err) != nfs4.NFS4_OK {

@@ -447,15 +447,19 @@ step_small_read() {
 	echo "$(wc -l </tmp/small.check) files $((t1 - t0))0ms | $(ops_delta /tmp/small.2 /tmp/small.3 "$SMALL_OPS")"
 }
 
-step_small_rm() {
-	ops_snap /tmp/small.4
+# rm_counted DIR FILES OPS: rm -r DIR, timed, with the mount's calls of
+# OPS (and any other operation called) while it ran.
+rm_counted() {
+	ops_snap /tmp/rm.0
 	t0=$(uptime_cs)
-	rm -r "$W/small" || die "rm -r failed"
+	rm -r "$1" || die "rm -r failed"
 	t1=$(uptime_cs)
-	ops_snap /tmp/small.5
-	[ ! -e "$W/small" ] || die "$W/small still exists after rm -r"
-	echo "$(wc -l </tmp/small.sums) files $((t1 - t0))0ms | $(ops_delta /tmp/small.4 /tmp/small.5 "$SMALL_OPS")"
+	ops_snap /tmp/rm.1
+	[ ! -e "$1" ] || die "$1 still exists after rm -r"
+	echo "$2 files $((t1 - t0))0ms | $(ops_delta /tmp/rm.0 /tmp/rm.1 "$3")"
 }
+
+step_small_rm() { rm_counted "$W/small" "$(wc -l </tmp/small.sums)" "$SMALL_OPS"; }
 
 # step_mid_prep / step_mid_rm (t_pnfs=1): MID_FILES files past the MDS's
 # inline limit are written, read back after a cache drop (the client takes
@@ -481,15 +485,7 @@ step_mid_prep() {
 	echo "$MID_FILES files written and read"
 }
 
-step_mid_rm() {
-	ops_snap /tmp/mid.0
-	t0=$(uptime_cs)
-	rm -r "$W/mid" || die "rm -r failed"
-	t1=$(uptime_cs)
-	ops_snap /tmp/mid.1
-	[ ! -e "$W/mid" ] || die "$W/mid still exists after rm -r"
-	echo "$MID_FILES files $((t1 - t0))0ms | $(ops_delta /tmp/mid.0 /tmp/mid.1 "REMOVE LAYOUTRETURN DELEGRETURN")"
-}
+step_mid_rm() { rm_counted "$W/mid" $MID_FILES "REMOVE LAYOUTRETURN DELEGRETURN"; }
 
 step_append() { # two writers, O_APPEND via >>, N lines each
 	n=${1:-200}
