@@ -157,3 +157,40 @@ func benchPNFS(b *testing.B, write bool) {
 		}
 	}
 }
+
+// BenchmarkStat: one client stats files by path, one request at a time
+// (what `shoal bench`'s stat phase does), against each server. The files
+// are created first; the loop cycles over them.
+func BenchmarkStat(b *testing.B) {
+	const files = 1000
+	for _, name := range []string{"ganesha", "shoal"} {
+		connect := benchTargets(b)[name]
+		b.Run(name, func(b *testing.B) {
+			c := connect(b)
+			ctx := b.Context()
+			dir := fmt.Sprintf("/bench-stat-%d", time.Now().UnixNano())
+			if err := c.Mkdir(ctx, dir, 0o755); err != nil {
+				b.Fatal(err)
+			}
+			defer c.RemoveAll(context.Background(), dir)
+			names := make([]string, files)
+			for i := range names {
+				names[i] = fmt.Sprintf("%s/f%04d", dir, i)
+				f, err := c.Open(ctx, names[i], os.O_CREATE|os.O_WRONLY, 0o644)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := f.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; b.Loop(); i++ {
+				if _, err := c.Stat(ctx, names[i%files]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

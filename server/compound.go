@@ -111,6 +111,11 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 			call.ReleaseArgsAfterReply()
 		}
 	}()
+	// One union for all the operations: it escapes (handlers take its
+	// address), and it is large (a pointer per operation), so a fresh one
+	// per operation was most of a small COMPOUND's garbage. Handlers keep
+	// only the operation's own arguments, which each decode allocates anew.
+	var args nfs4.NfsArgop4
 	for c.idx = 0; c.idx < n; c.idx++ {
 		peek := xdr.NewDecoder(d.Rest())
 		op := nfs4.NfsOpnum4(peek.Uint32())
@@ -130,7 +135,7 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 			break
 		}
 		var r opReply
-		var args nfs4.NfsArgop4
+		args = nfs4.NfsArgop4{}
 		release = release && def.releaseArgs
 		args.DecodeXDR(d)
 		switch {
