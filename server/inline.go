@@ -142,32 +142,43 @@ func (s *inlineStore) materializeLocked(ino uint64) error {
 	return s.m.DropInline(ctx, meta.Ino(ino))
 }
 
-// Hints of threshold_item4 (RFC 8881 §5.12.4): the file sizes below which
-// a client should read or write through the MDS.
+// Hints of threshold_item4 (RFC 8881 §5.12.4): the file sizes, and the
+// amounts of I/O, below which a client should go through the MDS.
 const (
-	threshold4ReadSize  = 0
-	threshold4WriteSize = 1
+	threshold4ReadSize    = 0
+	threshold4WriteSize   = 1
+	threshold4WriteIOSize = 3
 )
 
 // mdsThreshold is the mdsthreshold attribute: with inline data on, files
 // up to the inline limit do their reads and writes through the MDS, where
 // their bytes live, instead of asking for a layout that would first move
-// them to the data servers. (Linux honours it: below the thresholds it
-// sends no LAYOUTGET and does its I/O through the MDS.) Without inline
-// data there are no hints.
+// them to the data servers. Without inline data there are no hints.
+//
+// Linux honours it (pnfs_within_mdsthreshold): below the thresholds it
+// sends no LAYOUTGET and does the I/O through the MDS. A write goes there
+// only if both the file and the data written to it so far (the inode's
+// write_io, which counts the request about to be sent for O_DIRECT) are
+// below the hints: with the size alone, the first O_DIRECT write of a new
+// file, however large, would go through the MDS because the file is still
+// empty. There is no read I/O hint: Linux counts every read of the inode
+// in it, so a small file read a few times would be moved out.
 func (s *Server) mdsThreshold() *nfs4.Mdsthreshold4 {
 	if s.pnfs == nil || s.inline == nil {
 		return &nfs4.Mdsthreshold4{}
 	}
-	// The client goes through the MDS when the file is smaller than the
-	// hint, so limit+1 keeps a file of exactly the limit there too.
+	// The client goes through the MDS below the hint, so limit+1 keeps
+	// a file of exactly the limit there too. The values are in the order
+	// of their bits.
+	limit := uint64(s.inline.limit) + 1
 	hint := xdr.Marshal(marshalFunc(func(e *xdr.Encoder) {
-		e.Uint64(uint64(s.inline.limit) + 1) // threshold4_read_size
-		e.Uint64(uint64(s.inline.limit) + 1) // threshold4_write_size
+		e.Uint64(limit) // threshold4_read_size
+		e.Uint64(limit) // threshold4_write_size
+		e.Uint64(limit) // threshold4_write_iosize
 	}))
 	return &nfs4.Mdsthreshold4{MthHints: []nfs4.ThresholdItem4{{
 		ThiLayoutType: nfs4.LAYOUT4_NFSV4_1_FILES,
-		ThiHintset:    makeBitmap([]uint32{threshold4ReadSize, threshold4WriteSize}),
+		ThiHintset:    makeBitmap([]uint32{threshold4ReadSize, threshold4WriteSize, threshold4WriteIOSize}),
 		ThiHintlist:   hint,
 	}}}
 }

@@ -321,13 +321,15 @@ func TestMDSThreshold(t *testing.T) {
 					t.Fatalf("mdsthreshold without inline data: %+v, want no hints", th)
 				}
 			} else {
-				want := make([]byte, 16)
-				binary.BigEndian.PutUint64(want, server.DefaultInlineMax+1)
-				binary.BigEndian.PutUint64(want[8:], server.DefaultInlineMax+1)
+				// read size, write size, write I/O size (bits 0, 1, 3)
+				want := make([]byte, 24)
+				for i := 0; i < len(want); i += 8 {
+					binary.BigEndian.PutUint64(want[i:], server.DefaultInlineMax+1)
+				}
 				if len(th.MthHints) != 1 || th.MthHints[0].ThiLayoutType != nfs4.LAYOUT4_NFSV4_1_FILES ||
-					len(th.MthHints[0].ThiHintset) != 1 || th.MthHints[0].ThiHintset[0] != 0b11 ||
+					len(th.MthHints[0].ThiHintset) != 1 || th.MthHints[0].ThiHintset[0] != 0b1011 ||
 					!bytes.Equal(th.MthHints[0].ThiHintlist, want) {
-					t.Fatalf("mdsthreshold: %+v, want read and write size %d for the files layout", th, server.DefaultInlineMax+1)
+					t.Fatalf("mdsthreshold: %+v, want read size, write size and write I/O size %d for the files layout", th, server.DefaultInlineMax+1)
 				}
 			}
 

@@ -425,6 +425,23 @@ func checkPNFS(t *testing.T, snaps *snapshots, capture string, ports []int) {
 			t.Error(p)
 		}
 	})
+	// The direct steps' new files of 1–32 MiB, most written with
+	// O_DIRECT: every byte goes to the data servers. With only a size
+	// hint in mdsthreshold, Linux sent the first O_DIRECT write of each
+	// new (still empty) file through the MDS.
+	t.Run("pnfs/direct-split", func(t *testing.T) {
+		before, after, err := snaps.window("direct")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := ioSplit(before, after)
+		t.Logf("pnfs/direct/* (files of 1–32 MiB written, read back twice):\n%s", formatSplit(rows))
+		for _, r := range rows {
+			if r.instance == "mds" && (r.readBytes > 64<<10 || r.writeBytes > 64<<10) {
+				t.Errorf("MDS carried read %.0f / write %.0f bytes of large files, want at most 64 KiB each", r.readBytes, r.writeBytes)
+			}
+		}
+	})
 	// Small files (tar x, read back, rm -r): the MDS keeps files up to
 	// its inline limit and tells the client with the mdsthreshold
 	// attribute to do their I/O through it, so no data server sees

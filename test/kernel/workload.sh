@@ -1135,9 +1135,11 @@ main)
 			[ "$n" = 67108864 ] && host_sync io64-after
 		done
 		if [ "${t_pnfs:-0}" = 1 ]; then
+			host_sync direct-before
 			for n in $DIRECT_SIZES; do
 				run "pnfs/direct/$(size_name $n)" direct "$n"
 			done
+			host_sync direct-after
 		fi
 		run tree tree
 		run rename rename
