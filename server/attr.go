@@ -267,7 +267,7 @@ func (c *compound) attrValues(e *xdr.Encoder, o *object, bm nfs4.Bitmap4, rdErr 
 				e.Uint32(0)
 			}
 		case nfs4.FATTR4_MDSTHRESHOLD:
-			s.mdsThreshold().EncodeXDR(e)
+			e.Append(s.mdsThreshold)
 		case nfs4.FATTR4_LAYOUT_BLKSIZE:
 			blk := s.cfg.MaxWrite
 			if s.pnfs != nil {

@@ -150,10 +150,11 @@ const (
 	threshold4WriteIOSize = 3
 )
 
-// mdsThreshold is the mdsthreshold attribute: with inline data on, files
-// up to the inline limit do their reads and writes through the MDS, where
-// their bytes live, instead of asking for a layout that would first move
-// them to the data servers. Without inline data there are no hints.
+// mdsThreshold encodes the mdsthreshold attribute, the same for every
+// file of the server: with inline data on (s not nil), files up to the
+// inline limit do their reads and writes through the MDS, where their
+// bytes live, instead of asking for a layout that would first move them to
+// the data servers. Without inline data there are no hints.
 //
 // Linux honours it (pnfs_within_mdsthreshold): below the thresholds it
 // sends no LAYOUTGET and does the I/O through the MDS. A write goes there
@@ -163,31 +164,24 @@ const (
 // file, however large, would go through the MDS because the file is still
 // empty. There is no read I/O hint: Linux counts every read of the inode
 // in it, so a small file read a few times would be moved out.
-func (s *Server) mdsThreshold() *nfs4.Mdsthreshold4 {
-	if s.pnfs == nil || s.inline == nil {
-		return &nfs4.Mdsthreshold4{}
+func mdsThreshold(s *inlineStore) []byte {
+	if s == nil {
+		return xdr.Marshal(&nfs4.Mdsthreshold4{})
 	}
 	// The client goes through the MDS below the hint, so limit+1 keeps
 	// a file of exactly the limit there too. The values are in the order
 	// of their bits.
-	limit := uint64(s.inline.limit) + 1
+	limit := uint64(s.limit) + 1
 	hint := xdr.Marshal(marshalFunc(func(e *xdr.Encoder) {
 		e.Uint64(limit) // threshold4_read_size
 		e.Uint64(limit) // threshold4_write_size
 		e.Uint64(limit) // threshold4_write_iosize
 	}))
-	return &nfs4.Mdsthreshold4{MthHints: []nfs4.ThresholdItem4{{
+	return xdr.Marshal(&nfs4.Mdsthreshold4{MthHints: []nfs4.ThresholdItem4{{
 		ThiLayoutType: nfs4.LAYOUT4_NFSV4_1_FILES,
 		ThiHintset:    makeBitmap([]uint32{threshold4ReadSize, threshold4WriteSize, threshold4WriteIOSize}),
 		ThiHintlist:   hint,
-	}}}
-}
-
-// onMDS reports whether ino's data lives at the MDS: inline, or empty
-// and never placed on data servers.
-func (s *inlineStore) onMDS(ino uint64) (bool, error) {
-	placed, err := s.placed(ino)
-	return !placed, err
+	}}})
 }
 
 // striped runs fn, which uses ino's data on the data servers directly

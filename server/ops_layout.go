@@ -47,6 +47,23 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 		a.LogaLength != toEOF && a.LogaLength > toEOF-a.LogaOffset {
 		return fail(nfs4.NFS4ERR_INVAL)
 	}
+	if c.opened && s.inline != nil {
+		// Linux asks for a layout in every OPEN, before it knows how
+		// much it will read or write. For a file whose data is at the
+		// MDS (inline, or none yet: no stripe map) a layout would move
+		// it to the data servers before the first byte: the guess is
+		// declined, before it recalls anything, and the mdsthreshold
+		// attribute sends the client's I/O of small files through the
+		// MDS. I/O past the threshold asks for a layout on its own,
+		// which is granted.
+		placed, err := s.inline.placed(uint64(o.fh.ino))
+		if err != nil {
+			return failErr(err)
+		}
+		if !placed {
+			return fail(nfs4.NFS4ERR_LAYOUTUNAVAILABLE)
+		}
+	}
 	if a.LogaIomode == nfs4.LAYOUTIOMODE4_RW {
 		if st := c.writable(o); st != nfs4.NFS4_OK {
 			return fail(st)
@@ -55,22 +72,6 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 		// delegations of the file.
 		if st := c.breakDelegations(o.fh.ino, true); st != nfs4.NFS4_OK {
 			return fail(st)
-		}
-	}
-	if c.opened && s.inline != nil {
-		// Linux asks for a layout in every OPEN, before it knows how
-		// much it will read or write. For a file whose data is at the
-		// MDS (inline, or none yet) a layout would move it to the data
-		// servers before the first byte: the guess is declined, and
-		// the mdsthreshold attribute sends the client's I/O of small
-		// files through the MDS. I/O past the threshold asks for a
-		// layout on its own, which is granted.
-		onMDS, err := s.inline.onMDS(uint64(o.fh.ino))
-		if err != nil {
-			return failErr(err)
-		}
-		if onMDS {
-			return fail(nfs4.NFS4ERR_LAYOUTUNAVAILABLE)
 		}
 	}
 	if s.pnfs.layoutHeld(state.FileID(o.fh.ino)) {

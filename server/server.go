@@ -77,10 +77,12 @@ type Server struct {
 	// inline is s.data on a pNFS metadata server keeping small files in
 	// the engine; nil otherwise.
 	inline *inlineStore
-	ns     *namespace
-	fh     fhCodec
-	rpc    *rpc.Server
-	cache  *inodeCache
+	// mdsThreshold is the encoded mdsthreshold attribute (inline.go).
+	mdsThreshold []byte
+	ns           *namespace
+	fh           fhCodec
+	rpc          *rpc.Server
+	cache        *inodeCache
 
 	// life ends when Close starts: the only thing that cuts a COMPOUND
 	// short (see compoundRequest).
@@ -194,6 +196,7 @@ func New(cfg Config) (*Server, error) {
 	} else {
 		s.ownData = true
 	}
+	s.mdsThreshold = mdsThreshold(s.inline)
 	s.cache = newInodeCache(s)
 	if s.st, err = newStateGlue(s); err != nil {
 		m.Close()
