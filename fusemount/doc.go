@@ -41,6 +41,16 @@
 // and names that do not exist are not cached at all, so a file created
 // elsewhere is visible at once.
 //
+// The mount keeps the attributes the server last gave for each file, and
+// answers the kernel's GETATTR of a regular file nothing has open from
+// them, without a round trip, while they are younger than AttrTimeout
+// and no change made through the mount (a write, truncate, link, remove
+// or rename) has ended since they were asked for; the reply carries only
+// the rest of their timeout, so they are never older than the kernel's
+// own cache would allow. With the writeback cache the kernel asks again
+// after every close (it cannot keep the block count itself), and the
+// close has just brought the attributes it needs (see handle.Flush).
+//
 // The access method ([Access]) decides what the kernel does with file
 // data, and selects the client library's access method of the same name
 // for what happens below it:

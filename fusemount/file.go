@@ -149,6 +149,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	h.wrote.Store(true)
+	defer h.n.changed()
 	if h.empty.Swap(false) && off == 0 && h.fsys.cfg.Access == AccessCached && len(data) < h.c.Policy().SmallIOThreshold {
 		// The first WRITE of a file that was empty, small and from
 		// offset 0: with the writeback cache, that is almost always a
@@ -232,10 +233,20 @@ func (n *node) dirtyHandles(except *handle) []*handle {
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	ctx = mutating(ctx)
 	wrote := h.wrote.Swap(false) || len(h.n.dirtyHandles(h)) > 0
-	if errno := h.syncAll(ctx); errno != 0 {
+	errno := h.syncAll(ctx)
+	if wrote {
+		h.n.changed() // held-back writes may have reached the server just now
+	}
+	if errno != 0 {
 		return errno
 	}
+	gen := h.n.attrMark()
 	a, ok := h.sendTimes(ctx)
+	if ok {
+		// The server's attributes after the data and its mtime: what
+		// the kernel asks for after close (see node.freshAttr).
+		h.n.noteChange(&a, gen)
+	}
 	if !wrote || h.fsys.cfg.Access != AccessCached {
 		return 0
 	}
@@ -263,6 +274,13 @@ func (h *handle) deferTimes(mtime *time.Time) {
 	h.tmu.Lock()
 	h.mtime = &t
 	h.tmu.Unlock()
+}
+
+// hasTimes reports whether a deferred mtime waits for sendTimes.
+func (h *handle) hasTimes() bool {
+	h.tmu.Lock()
+	defer h.tmu.Unlock()
+	return h.mtime != nil
 }
 
 // sendTimes sets a deferred mtime and returns the attributes afterwards.
@@ -327,6 +345,7 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	if errno == 0 {
 		h.sendTimes(ctx)
 	}
+	h.n.changed()
 	return errno
 }
 
@@ -335,6 +354,11 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	ctx = mutating(ctx)
 	defer h.n.released(ctx, h)
+	if h.wrote.Load() || h.hasTimes() {
+		// Writes after the last Flush, or their mtime, reach the
+		// server now.
+		defer h.n.changed()
+	}
 	h.sendTimes(ctx)
 	if err := h.f.Close(); err != nil {
 		h.fsys.log.Warn("closing nfs file", "path", h.f.Name(), "err", err)

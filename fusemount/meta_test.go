@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/server"
 	"github.com/shoalfs/shoal/wiring"
 )
@@ -314,5 +315,115 @@ func TestDirectUnaligned(t *testing.T) {
 	t.Logf("MDS operations for %d unaligned 1 MiB writes and reads: %v", n, d)
 	if d["WRITE"] != 0 || d["READ"] != 0 {
 		t.Errorf("%d WRITEs and %d READs went through the MDS; want the whole requests at the data servers", d["WRITE"], d["READ"])
+	}
+}
+
+// TestAttrAfterClose: the kernel asks for a file's attributes again after
+// every close (with the writeback cache it drops the block count), and
+// the cached mount answers from what the close brought from the server,
+// without a COMPOUND, while the attribute timeout lasts. Every change made
+// through the mount shows at once all the same (without the writeback
+// cache the kernel asks after each), and another client's change within
+// the timeout, as with the kernel's own cache.
+func TestAttrAfterClose(t *testing.T) {
+	requireFUSE(t)
+	cl := startClusterN(t, 2)
+	mds := cl.MDS.Server
+	addr := cl.MDS.Addr.String()
+	lib := dialLib(t, addr, 0, 0)
+	ctx := context.Background()
+	const ttl = 2 * time.Second
+	for _, access := range []Access{AccessCached, AccessODirect, AccessDirect} {
+		t.Run(access.String(), func(t *testing.T) {
+			mnt := mountCfg(t, Config{Addr: addr, Access: access, AttrTimeout: ttl})
+			name := "f-" + access.String()
+			p := filepath.Join(mnt, name)
+			stat := func(path string) *syscall.Stat_t {
+				t.Helper()
+				fi, err := os.Stat(path)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return fi.Sys().(*syscall.Stat_t)
+			}
+
+			before := mds.Stats().Ops
+			if err := os.WriteFile(p, bytes.Repeat([]byte("a"), 5000), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			settle(t, mds, before, 1)
+			before = mds.Stats().Ops
+			st := stat(p)
+			if d := opsDelta(mds, before); d["SEQUENCE"] != 0 && access == AccessCached {
+				t.Errorf("stat after close sent %d COMPOUNDs (%v); want the attributes the close brought", d["SEQUENCE"], d)
+			}
+			srv, err := lib.Stat(ctx, "/"+name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Size != 5000 || st.Mtim.Nano() != srv.Mtime.UnixNano() || st.Blocks == 0 {
+				t.Errorf("after close: size %d, mtime %d, blocks %d; server: size %d, mtime %d", st.Size, st.Mtim.Nano(), st.Blocks, srv.Size, srv.Mtime.UnixNano())
+			}
+
+			// Changes through the mount, each checked at once.
+			steps := []struct {
+				name  string
+				do    func() error
+				check func(st *syscall.Stat_t) bool
+			}{
+				{"truncate", func() error { return os.Truncate(p, 100) }, func(st *syscall.Stat_t) bool { return st.Size == 100 }},
+				{"chmod", func() error { return os.Chmod(p, 0o600) }, func(st *syscall.Stat_t) bool { return st.Mode&0o777 == 0o600 }},
+				{"append", func() error {
+					f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+					if err != nil {
+						return err
+					}
+					_, err = f.Write(bytes.Repeat([]byte("b"), 300))
+					return errors.Join(err, f.Close())
+				}, func(st *syscall.Stat_t) bool { return st.Size == 400 }},
+				{"link", func() error { return os.Link(p, p+".2") }, func(st *syscall.Stat_t) bool { return st.Nlink == 2 }},
+				{"unlink other name", func() error { return os.Remove(p + ".2") }, func(st *syscall.Stat_t) bool { return st.Nlink == 1 }},
+				{"rename away and back", func() error {
+					return errors.Join(os.Rename(p, p+".3"), os.Rename(p+".3", p))
+				}, func(st *syscall.Stat_t) bool { return st.Nlink == 1 }},
+				{"utimes", func() error {
+					return os.Chtimes(p, time.Unix(1_000_000, 0), time.Unix(2_000_000, 0))
+				}, func(st *syscall.Stat_t) bool { return st.Mtim.Sec == 2_000_000 }},
+				{"truncate by open", func() error {
+					f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+					if err != nil {
+						return err
+					}
+					return f.Close()
+				}, func(st *syscall.Stat_t) bool { return st.Size == 0 }},
+			}
+			for _, s := range steps {
+				if err := s.do(); err != nil {
+					t.Fatalf("%s: %v", s.name, err)
+				}
+				st := stat(p)
+				srv, err := lib.Stat(ctx, "/"+name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !s.check(st) || st.Ctim.Nano() != srv.Ctime.UnixNano() && access == AccessDirect {
+					t.Errorf("after %s: size %d, mode %o, nlink %d, mtime %d, ctime %d (server's: %d)",
+						s.name, st.Size, st.Mode, st.Nlink, st.Mtim.Sec, st.Ctim.Nano(), srv.Ctime.UnixNano())
+				}
+			}
+
+			// Another client's change: seen once the timeout has passed.
+			// (Its mode: the writeback cache keeps the kernel's own size
+			// and times of a file it has cached until the next open, see
+			// evictChanged.)
+			mode := uint32(0o640)
+			if err := lib.SetAttr(ctx, "/"+name, client.SetAttr{Mode: &mode}); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(ttl + 200*time.Millisecond)
+			if st := stat(p); st.Mode&0o777 != 0o640 {
+				t.Errorf("%v after another client's chmod: mode %o", ttl, st.Mode&0o777)
+			}
+		})
 	}
 }

@@ -190,7 +190,7 @@ func New(ctx context.Context, dir string, cfg Config) (*Mount, error) {
 	}
 	root := &node{fsys: fsys}
 	root.setFH(fh)
-	root.noteAttr(&attr)
+	root.noteAttr(&attr, 0)
 
 	// Nodes set their own timeouts (node.child, Getattr); these are what
 	// go-fuse uses where they did not.

@@ -30,8 +30,13 @@ type node struct {
 	// withFH then walks the node's path again.
 	fh []byte
 	// attr is what the server last said about the object, at attrAt.
-	attr   client.Attr
-	attrAt time.Time
+	// attrGen counts changes made through this mount (see changed);
+	// stale is set by one and cleared by attributes from a request sent
+	// after it (see freshAttr).
+	attr    client.Attr
+	attrAt  time.Time
+	attrGen uint64
+	stale   bool
 	// change is the change attribute seen at the last open, for the
 	// close-to-open revalidation of the page cache (AccessCached).
 	change      uint64
@@ -82,11 +87,67 @@ func (n *node) handle() []byte {
 	return n.fh
 }
 
-// noteAttr records attributes the server returned for the node.
-func (n *node) noteAttr(a *client.Attr) {
+// attrMark returns the generation of the node's attributes, to pass to
+// noteAttr or noteChange with the reply to a request sent after it.
+func (n *node) attrMark() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.attrGen
+}
+
+// noteAttr records attributes the server returned for a request sent
+// after attrMark returned gen. If a change through this mount ended in
+// between, the reply may predate it: the attributes are kept (they are
+// still the server's latest answer for Access and the writeback mtime),
+// but stale stays set.
+func (n *node) noteAttr(a *client.Attr, gen uint64) {
 	n.mu.Lock()
 	n.attr, n.attrAt = *a, time.Now()
+	n.stale = n.attrGen != gen
 	n.mu.Unlock()
+}
+
+// noteChange is noteAttr for the reply to a request that changed the
+// object: requests in flight before it may answer with older attributes,
+// so it starts a new generation.
+func (n *node) noteChange(a *client.Attr, gen uint64) {
+	n.mu.Lock()
+	n.attr, n.attrAt = *a, time.Now()
+	n.stale = n.attrGen != gen
+	n.attrGen++
+	n.mu.Unlock()
+}
+
+// changed records that an operation through this mount has changed the
+// object without telling its attributes: what the node holds, and what
+// requests already in flight will answer, may be older than the change.
+// Writes, truncates, removals and renames call it once they are done.
+func (n *node) changed() {
+	n.mu.Lock()
+	n.attrGen++
+	n.stale = true
+	n.mu.Unlock()
+}
+
+// freshAttr returns the node's attributes and how much of the kernel's
+// attribute timeout they have left, if they came from the server after
+// every change made through this mount and nothing has the file open
+// (an open file's size may count data the library still holds, and
+// its writes change it). This answers the kernel's GETATTR after close:
+// with the writeback cache the kernel drops the block count it cannot
+// keep at every close (fuse_flush), and so asks for the attributes the
+// last close just brought from the server.
+func (n *node) freshAttr() (client.Attr, time.Duration, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.stale || n.opens > 0 || n.attrAt.IsZero() || n.attr.Type != client.TypeRegular {
+		return client.Attr{}, 0, false
+	}
+	left := n.fsys.attrTimeout(n.attr.Type) - time.Since(n.attrAt)
+	if left <= 0 {
+		return client.Attr{}, 0, false
+	}
+	return n.attr, left, true
 }
 
 // cachedAttr returns the node's attributes if they are younger than the
@@ -137,13 +198,14 @@ func (n *node) withFH(ctx context.Context, c *client.Client, do func(fh []byte) 
 	if errno != 0 {
 		return syscall.ESTALE
 	}
+	gen := n.attrMark()
 	fh, a, lerr := c.Lookup(ctx, p)
 	if lerr != nil || (a.Fileid != n.StableAttr().Ino && !n.IsRoot()) {
 		n.fsys.log.Debug("stale file handle", "path", p, "lookup", lerr)
 		return syscall.ESTALE
 	}
 	n.setFH(fh)
-	n.noteAttr(&a)
+	n.noteAttr(&a, gen)
 	err = do(fh)
 	if client.IsStale(err) {
 		return syscall.ESTALE
@@ -261,6 +323,14 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		h = n.anyHandle()
 		ok = h != nil
 	}
+	if !ok {
+		if a, left, fresh := n.freshAttr(); fresh {
+			fillAttr(&a, &out.Attr)
+			out.SetTimeout(left)
+			return 0
+		}
+	}
+	gen := n.attrMark()
 	if ok {
 		var err error
 		if a, err = h.f.Stat(ctx); err != nil {
@@ -278,7 +348,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 			return errno
 		}
 	}
-	n.noteAttr(&a)
+	n.noteAttr(&a, gen)
 	fillAttr(&a, &out.Attr)
 	out.SetTimeout(n.fsys.attrTimeout(a.Type))
 	return 0
@@ -309,7 +379,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		if h != nil {
 			// ftruncate: use the open's stateid, so a file opened for
 			// writing can be truncated whatever its mode says now.
-			if err := h.f.Truncate(ctx, size); err != nil {
+			err := h.f.Truncate(ctx, size)
+			n.changed()
+			if err != nil {
 				return toErrno(err)
 			}
 		} else {
@@ -332,6 +404,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		// commit at close (see handle.deferTimes), after the data.
 		if a, ok := n.cachedAttr(); ok {
 			h.deferTimes(sa.Mtime)
+			n.changed() // the kernel's mtime, not the server's yet
 			a.Mtime = *sa.Mtime
 			fillAttr(&a, &out.Attr)
 			out.SetTimeout(n.fsys.attrTimeout(a.Type))
@@ -343,21 +416,23 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		return errno
 	}
 	var a client.Attr
+	gen := n.attrMark()
 	errno = n.withFH(ctx, c, func(fh []byte) (err error) {
 		a, err = c.SetAttrHandle(ctx, fh, sa)
 		return err
 	})
 	if errno != 0 {
+		n.changed() // it may have been done
 		if writebackTimes(n.fsys, h, in, errno) {
 			return n.Getattr(ctx, f, out)
 		}
 		return errno
 	}
+	n.noteChange(&a, gen)
 	if h != nil || (n.fsys.cfg.Access != AccessDirect && n.anyHandle() != nil) {
 		// An open file: its size may count data the library holds.
 		return n.Getattr(ctx, f, out)
 	}
-	n.noteAttr(&a)
 	fillAttr(&a, &out.Attr)
 	out.SetTimeout(n.fsys.attrTimeout(a.Type))
 	return 0
@@ -470,17 +545,25 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	var f *client.File
 	var writeOnly bool
+	gen := n.attrMark()
 	if errno := n.withFH(ctx, c, func(fh []byte) (err error) {
 		f, writeOnly, err = n.fsys.openFile(ctx, flags, func(of int) (*client.File, error) {
 			return c.OpenHandle(ctx, fh, of)
 		})
 		return err
 	}); errno != 0 {
+		if flags&syscall.O_TRUNC != 0 {
+			n.changed()
+		}
 		return nil, 0, errno
 	}
 	// OPEN's COMPOUND returned the attributes (CLAIM_FH, then GETATTR).
 	a := f.OpenAttr()
-	n.noteAttr(&a)
+	if flags&syscall.O_TRUNC != 0 {
+		n.noteChange(&a, gen)
+	} else {
+		n.noteAttr(&a, gen)
+	}
 	if n.fsys.cfg.Access == AccessCached {
 		if n.evictChanged(&a) {
 			// The kernel retries the open with a fresh lookup.
@@ -510,7 +593,18 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if hidden, errno := n.sillyRename(ctx, c, name); hidden || errno != 0 {
 		return errno
 	}
+	defer n.childChanged(name) // one link fewer, if it has others
 	return n.remove(ctx, c, name)
+}
+
+// childChanged marks the node of name in directory n, if the kernel has
+// one, as changed (see node.changed).
+func (n *node) childChanged(name string) {
+	if ch := n.GetChild(name); ch != nil {
+		if cn, ok := ch.Operations().(*node); ok {
+			cn.changed()
+		}
+	}
 }
 
 // sillyRename hides the child name instead of removing it while the kernel
@@ -546,9 +640,12 @@ func (n *node) sillyRename(ctx context.Context, c *client.Client, name string) (
 		return false, 0
 	}
 	to := fmt.Sprintf(".shoal-silly.%x.%d", ch.StableAttr().Ino, n.fsys.sillySeq.Add(1))
-	if errno := n.withFH(ctx, c, func(dir []byte) error {
+	errno := n.withFH(ctx, c, func(dir []byte) error {
 		return c.RenameAt(ctx, dir, name, dir, to)
-	}); errno != 0 {
+	})
+	cn.attrGen++ // its ctime (cn.mu is held: not changed())
+	cn.stale = true
+	if errno != 0 {
 		return false, errno
 	}
 	cn.silly, cn.sillyDir, cn.sillyClient = to, n, c
@@ -646,6 +743,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return errno
 		}
 	}
+	// The moved object's ctime and a replaced one's link count change.
+	defer n.childChanged(name)
+	defer np.childChanged(newName)
 	return n.withFH(ctx, c, func(from []byte) error {
 		var err error
 		if errno := np.withFH(ctx, c, func(to []byte) error {
@@ -677,6 +777,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	var fh []byte
 	var a client.Attr
+	gen := t.attrMark()
 	if errno := t.withFH(ctx, c, func(tfh []byte) error {
 		fh = tfh
 		var err error
@@ -693,9 +794,10 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		}
 		return err
 	}); errno != 0 {
+		t.changed() // it may have been done
 		return nil, errno
 	}
-	t.noteAttr(&a)
+	t.noteChange(&a, gen)
 	return n.child(ctx, fh, &a, out), 0
 }
 
@@ -766,13 +868,14 @@ func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
 		if errno != 0 {
 			return errno
 		}
+		gen := n.attrMark()
 		if errno := n.withFH(ctx, c, func(fh []byte) (err error) {
 			a, err = c.StatHandle(ctx, fh)
 			return err
 		}); errno != 0 {
 			return errno
 		}
-		n.noteAttr(&a)
+		n.noteAttr(&a, gen)
 	}
 	id := n.fsys.identity(ctx)
 	if id.uid == 0 {

@@ -12,6 +12,15 @@
 #   scripts/fuse-meta.sh                       # 4 x 500 files of 4 KiB, 4 DS, cached, 3 runs
 #   RUNS=1 ACCESS=direct scripts/fuse-meta.sh
 #   OUT=/tmp/meta.json scripts/fuse-meta.sh    # also write the JSON there
+#   TARGET=moosefs scripts/fuse-meta.sh        # the same through MooseFS's mfsmount
+#   TARGET=moosefs MOOSEFS_CHANGELOG_SAVE_MODE=2 scripts/fuse-meta.sh
+#
+# TARGET=moosefs runs the same workload on a MooseFS 3.0 cluster of DS chunk
+# servers (scripts/moosefs.sh: Debian's packages, installed on first use,
+# in a network namespace of its own) through its own FUSE client, the peer
+# issue 13 measured. MOOSEFS_CHANGELOG_SAVE_MODE=2 makes its master fsync
+# every change before answering, as Shoal's MDS does; MooseFS's default (0)
+# does not sync its change log. There are no per-operation counts for it.
 #
 # Environment: SHOAL (binary; default: built from this checkout), DS, PROCS,
 # FILES, SIZE, ACCESS (cached, odirect, direct), RUNS (the table shows the
@@ -33,6 +42,7 @@ FILES=${FILES:-500}
 SIZE=${SIZE:-4096}
 ACCESS=${ACCESS:-cached}
 RUNS=${RUNS:-3}
+TARGET=${TARGET:-shoal}
 TIMEOUT=${TIMEOUT:-300}
 OUT=${OUT:-}
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -51,11 +61,12 @@ stop_pid() { # stop_pid PID: SIGTERM, up to 10 s, then SIGKILL
 cleanup() {
 	local rc=$?
 	set +e
-	if mountpoint -q "$mnt" 2>/dev/null; then
+	if [[ $TARGET == shoal ]] && mountpoint -q "$mnt" 2>/dev/null; then
 		"$SHOAL" umount "$mnt" 2>/dev/null || fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null
 	fi
 	stop_pid "$mount_pid"
 	stop_pid "$up_pid"
+	[[ $TARGET == moosefs ]] && "$repo/scripts/moosefs.sh" stop "$work/moosefs"
 	if [[ ${KEEP:-0} == 1 ]]; then echo "kept $work" >&2; else rm -rf "$work"; fi
 	exit $rc
 }
@@ -63,12 +74,23 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 command -v python3 >/dev/null || { echo "fuse-meta.sh needs python3" >&2; exit 1; }
-if [[ -z ${SHOAL:-} ]]; then
+case $TARGET in
+shoal) ;;
+moosefs)
+	mnt=$("$repo/scripts/moosefs.sh" start "$work/moosefs" 19419 "$DS" | tail -n 1)
+	metrics=
+	echo "MooseFS: $DS chunk servers, CHANGELOG_SAVE_MODE=${MOOSEFS_CHANGELOG_SAVE_MODE:-0}; mount: mfsmount defaults; load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+	;;
+*) echo "TARGET must be shoal or moosefs" >&2; exit 2 ;;
+esac
+if [[ $TARGET == moosefs ]]; then :
+elif [[ -z ${SHOAL:-} ]]; then
 	SHOAL=$work/shoal
 	(cd "$repo" && go build -o "$SHOAL" ./cmd/shoal)
 fi
 
 # 1. The cluster, with its metrics on a kernel-chosen port.
+if [[ $TARGET == shoal ]]; then
 "$SHOAL" up --dir "$work/cluster" --ds "$DS" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
 	--ready-file "$work/ready" --log-level warn >"$work/up.log" 2>&1 &
 up_pid=$!
@@ -94,6 +116,7 @@ for _ in $(seq 1 300); do
 done
 mountpoint -q "$mnt" || { echo "mount not up after 30s" >&2; exit 1; }
 echo "cluster: $addr, $DS data servers; mount: --access $ACCESS; load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+fi
 
 # 3. The workload.
 cat >"$work/meta.py" <<'EOF'
@@ -108,8 +131,10 @@ PHASES = ["create", "stat", "delete"]
 
 def mds_ops():
     """The MDS's operation counts, and the seconds spent in each as
-    "<op>_s"."""
+    "<op>_s" (none for a server without Shoal's metrics)."""
     ops = {}
+    if not metrics:
+        return ops
     with urllib.request.urlopen(metrics, timeout=10) as r:
         for line in r.read().decode().splitlines():
             for metric, suffix in (("shoal_nfs_ops_total{", ""), ("shoal_nfs_op_seconds_total{", "_s")):
