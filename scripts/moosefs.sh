@@ -33,7 +33,9 @@ set -euo pipefail
 # so the FUSE mount is visible on the host.
 HOST=10.251.0.1
 ns_name() { echo "shoal-mfs-$(basename "$1")"; }
-in_ns() { local ns=$1; shift; nsenter --net="/run/netns/$ns" "$@"; }
+# nsenter execs the command in place (no fork without --fork), so $! of
+# "nsenter ... &" is the daemon's own pid. (A shell function run with &
+# would be a subshell, and its pid not the daemon's.)
 
 usage() {
 	echo "usage: $0 start DIR PORT [CS] | stop DIR" >&2
@@ -93,7 +95,7 @@ start() {
 	ip -n "$ns" link set mfs1 up
 	ip -n "$ns" addr add "$HOST/24" dev mfs0
 	ip -n "$ns" link set mfs0 up
-	in_ns "$ns" mfsmaster -f -c "$dir/mfsmaster.cfg" start >"$dir/master.log" 2>&1 &
+	nsenter --net="/run/netns/$ns" mfsmaster -f -c "$dir/mfsmaster.cfg" start >"$dir/master.log" 2>&1 &
 	echo $! >"$dir/master.pid"
 	local i
 	for ((i = 0; i < cs; i++)); do
@@ -111,16 +113,16 @@ start() {
 			CSSERV_LISTEN_HOST = $HOST
 			CSSERV_LISTEN_PORT = $((port + 10 + i))
 		EOF
-		in_ns "$ns" mfschunkserver -f -c "$dir/cs$i/mfschunkserver.cfg" start >"$dir/cs$i.log" 2>&1 &
+		nsenter --net="/run/netns/$ns" mfschunkserver -f -c "$dir/cs$i/mfschunkserver.cfg" start >"$dir/cs$i.log" 2>&1 &
 		echo $! >"$dir/cs$i.pid"
 	done
 	# The master must be listening before the mount connects.
 	for _ in $(seq 1 300); do
-		in_ns "$ns" bash -c "exec 3<>/dev/tcp/$HOST/$((port + 2))" 2>/dev/null && break
+		nsenter --net="/run/netns/$ns" bash -c "exec 3<>/dev/tcp/$HOST/$((port + 2))" 2>/dev/null && break
 		alive "$(cat "$dir/master.pid")" || { cat "$dir/master.log" >&2; echo "mfsmaster died" >&2; exit 1; }
 		sleep 0.1
 	done
-	in_ns "$ns" mfsmount -f "$dir/mnt" -H "$HOST" -P $((port + 2)) >"$dir/mount.log" 2>&1 &
+	nsenter --net="/run/netns/$ns" mfsmount -f "$dir/mnt" -H "$HOST" -P $((port + 2)) >"$dir/mount.log" 2>&1 &
 	echo $! >"$dir/mount.pid"
 	for _ in $(seq 1 300); do
 		mountpoint -q "$dir/mnt" && break
