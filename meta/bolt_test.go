@@ -68,6 +68,7 @@ func BenchmarkCreate(b *testing.B) {
 		{"bolt-group", meta.BoltOptions{GroupCommit: true}},
 		{"bolt-wal", meta.BoltOptions{WAL: true}},
 		{"bolt-nosync", meta.BoltOptions{NoSync: true, GroupCommit: true}},
+		{"bolt-wal-nosync", meta.BoltOptions{WAL: true, NoSync: true}},
 	} {
 		for _, par := range []int{1, 4, 16} {
 			b.Run(fmt.Sprintf("%s/par%d", eng.name, par), func(b *testing.B) {

@@ -61,10 +61,15 @@ type ovEntry struct {
 	del      bool
 }
 
-type ovTree = btree.BTreeG[ovEntry]
+// ovTree holds pointers, not entries: a round's inserts copy the nodes
+// on their paths that the published clone shares (copy-on-write), and a
+// node of pointers is a seventh of the bytes to copy and to scan for the
+// garbage collector (BenchmarkCreate/bolt-wal-nosync: 59 KB and 29 µs
+// per create with entries in the nodes).
+type ovTree = btree.BTreeG[*ovEntry]
 
 func newOvTree() *ovTree {
-	return btree.NewG(32, func(a, b ovEntry) bool { return bytes.Compare(a.key, b.key) < 0 })
+	return btree.NewG(32, func(a, b *ovEntry) bool { return bytes.Compare(a.key, b.key) < 0 })
 }
 
 const (
@@ -287,7 +292,7 @@ func (s *walKV) commitRound(batch []*boltCall) {
 // commitWrites makes buf durable in the log and then visible.
 func (s *walKV) commitWrites(buf *ovTree) error {
 	ops := make([]walOp, 0, buf.Len())
-	buf.Ascend(func(e ovEntry) bool {
+	buf.Ascend(func(e *ovEntry) bool {
 		ops = append(ops, walOp{key: e.key, val: e.val, del: e.del})
 		return true
 	})
@@ -295,7 +300,7 @@ func (s *walKV) commitWrites(buf *ovTree) error {
 		return err
 	}
 	s.seq++
-	buf.Ascend(func(e ovEntry) bool {
+	buf.Ascend(func(e *ovEntry) bool {
 		s.master.ReplaceOrInsert(e)
 		return true
 	})
@@ -407,7 +412,7 @@ func (s *walKV) applyToBolt(t *ovTree) error {
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketName)
 		var err error
-		t.Ascend(func(e ovEntry) bool {
+		t.Ascend(func(e *ovEntry) bool {
 			err = applyOp(b, walOp{key: e.key, val: e.val, del: e.del})
 			return err == nil
 		})
@@ -461,25 +466,28 @@ func (s *walKV) Close() error {
 // walTxn is a transaction over a snapshot; Update transactions (buf set)
 // buffer their writes in buf, the round's own layer.
 type walTxn struct {
-	snap *walSnap
-	buf  *ovTree
+	snap  *walSnap
+	buf   *ovTree
+	probe ovEntry // the key Get looks for, kept here so it does not escape
 }
 
 func (t *walTxn) Get(key []byte) ([]byte, error) {
+	t.probe.key = key
+	defer func() { t.probe.key = nil }()
 	if t.buf != nil {
-		if e, ok := t.buf.Get(ovEntry{key: key}); ok {
+		if e, ok := t.buf.Get(&t.probe); ok {
 			return liveVal(e), nil
 		}
 	}
 	for _, l := range t.snap.layers {
-		if e, ok := l.Get(ovEntry{key: key}); ok {
+		if e, ok := l.Get(&t.probe); ok {
 			return liveVal(e), nil
 		}
 	}
 	return t.snap.b.Get(key), nil
 }
 
-func liveVal(e ovEntry) []byte {
+func liveVal(e *ovEntry) []byte {
 	if e.del {
 		return nil
 	}
@@ -496,7 +504,7 @@ func (t *walTxn) Put(key, val []byte) error {
 	if len(key) == 0 {
 		return bolt.ErrKeyRequired
 	}
-	t.buf.ReplaceOrInsert(ovEntry{key: bytes.Clone(key), val: append([]byte{}, val...)})
+	t.buf.ReplaceOrInsert(&ovEntry{key: bytes.Clone(key), val: append([]byte{}, val...)})
 	return nil
 }
 
@@ -504,7 +512,7 @@ func (t *walTxn) Delete(key []byte) error {
 	if t.buf == nil {
 		return bolt.ErrTxNotWritable
 	}
-	t.buf.ReplaceOrInsert(ovEntry{key: bytes.Clone(key), del: true})
+	t.buf.ReplaceOrInsert(&ovEntry{key: bytes.Clone(key), del: true})
 	return nil
 }
 
@@ -574,7 +582,7 @@ func (t *walTxn) Scan(prefix, start []byte, fn func(k, v []byte) bool) error {
 type ovIter struct {
 	t      *ovTree
 	prefix []byte
-	items  []ovEntry
+	items  []*ovEntry
 	i      int
 	more   bool
 }
@@ -589,7 +597,7 @@ func newOvIter(t *ovTree, prefix, from []byte) *ovIter {
 
 func (it *ovIter) load(from []byte, after bool) {
 	it.items, it.i, it.more = it.items[:0], 0, false
-	it.t.AscendGreaterOrEqual(ovEntry{key: from}, func(e ovEntry) bool {
+	it.t.AscendGreaterOrEqual(&ovEntry{key: from}, func(e *ovEntry) bool {
 		if after && bytes.Equal(e.key, from) {
 			return true
 		}
@@ -605,11 +613,11 @@ func (it *ovIter) load(from []byte, after bool) {
 	})
 }
 
-func (it *ovIter) cur() (ovEntry, bool) {
+func (it *ovIter) cur() (*ovEntry, bool) {
 	if it.i < len(it.items) {
 		return it.items[it.i], true
 	}
-	return ovEntry{}, false
+	return nil, false
 }
 
 func (it *ovIter) next() {

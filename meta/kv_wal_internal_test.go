@@ -400,7 +400,7 @@ func TestWALScanLayers(t *testing.T) {
 		trees[i-1] = newOvTree()
 		for _, kv := range strings.Fields(l) {
 			k, v, _ := strings.Cut(kv, "=")
-			trees[i-1].ReplaceOrInsert(ovEntry{key: []byte(k), val: []byte(v), del: v == "-"})
+			trees[i-1].ReplaceOrInsert(&ovEntry{key: []byte(k), val: []byte(v), del: v == "-"})
 		}
 	}
 	s.kv.stateMu.Lock()
