@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -43,7 +45,21 @@ func TestNamespace(t *testing.T) {
 }
 
 func runNamespace(t *testing.T, opener metatest.Opener) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, file string) {
+	// testdata/fuzz holds the fuzz targets' corpus, not scripts.
+	dirs, err := os.ReadDir("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range dirs {
+		if d.Name() == "fuzz" {
+			continue
+		}
+		t.Run(d.Name(), func(t *testing.T) { runScripts(t, filepath.Join("testdata", d.Name()), opener) })
+	}
+}
+
+func runScripts(t *testing.T, dir string, opener metatest.Opener) {
+	datadriven.Walk(t, dir, func(t *testing.T, file string) {
 		dir := t.TempDir()
 		open := func() meta.Engine { return opener(t, dir) }
 		e := open()
