@@ -102,9 +102,13 @@ func (n *node) attrMark() uint64 {
 // but stale stays set.
 func (n *node) noteAttr(a *client.Attr, gen uint64) {
 	n.mu.Lock()
+	n.noteLocked(a, gen)
+	n.mu.Unlock()
+}
+
+func (n *node) noteLocked(a *client.Attr, gen uint64) {
 	n.attr, n.attrAt = *a, time.Now()
 	n.stale = n.attrGen != gen
-	n.mu.Unlock()
 }
 
 // noteChange is noteAttr for the reply to a request that changed the
@@ -112,8 +116,7 @@ func (n *node) noteAttr(a *client.Attr, gen uint64) {
 // so it starts a new generation.
 func (n *node) noteChange(a *client.Attr, gen uint64) {
 	n.mu.Lock()
-	n.attr, n.attrAt = *a, time.Now()
-	n.stale = n.attrGen != gen
+	n.noteLocked(a, gen)
 	n.attrGen++
 	n.mu.Unlock()
 }
@@ -124,9 +127,13 @@ func (n *node) noteChange(a *client.Attr, gen uint64) {
 // Writes, truncates, removals and renames call it once they are done.
 func (n *node) changed() {
 	n.mu.Lock()
+	n.changedLocked()
+	n.mu.Unlock()
+}
+
+func (n *node) changedLocked() {
 	n.attrGen++
 	n.stale = true
-	n.mu.Unlock()
 }
 
 // freshAttr returns the node's attributes and how much of the kernel's
@@ -643,8 +650,7 @@ func (n *node) sillyRename(ctx context.Context, c *client.Client, name string) (
 	errno := n.withFH(ctx, c, func(dir []byte) error {
 		return c.RenameAt(ctx, dir, name, dir, to)
 	})
-	cn.attrGen++ // its ctime (cn.mu is held: not changed())
-	cn.stale = true
+	cn.changedLocked() // its ctime
 	if errno != 0 {
 		return false, errno
 	}
