@@ -43,7 +43,53 @@ type AdminConfig struct {
 	// also scans when data servers come and go): 0 is
 	// DefaultHealInterval, negative turns healing off.
 	HealInterval time.Duration
-	Logger       *slog.Logger
+	// HA, if set, is the metadata servers' election (an MDS on etcd):
+	// status lists the MDS nodes, and `shoal admin step-down` hands
+	// leadership over. Nil: one MDS, and step-down is refused.
+	HA     HA
+	Logger *slog.Logger
+}
+
+// HA is what the administration sees of the metadata servers' election.
+type HA interface {
+	// HAStatus lists the MDS nodes and the etcd members.
+	HAStatus(ctx context.Context) (*HAStatus, error)
+	// StepDown makes this leader stop serving and resign, so that a
+	// standby takes over at once; it returns before that happens (the
+	// reply must still reach the caller).
+	StepDown() error
+}
+
+// HAStatus is the MDS election section of Status.
+type HAStatus struct {
+	// Term is the leader's term (its election key's create revision).
+	Term  uint64    `json:"term"`
+	Nodes []MDSNode `json:"nodes"`
+	// Etcd lists the etcd cluster's members and their health as the
+	// leader sees them.
+	Etcd []EtcdMember `json:"etcd"`
+}
+
+// MDSNode is one metadata server in the election.
+type MDSNode struct {
+	Node   string `json:"node"`
+	Addr   string `json:"addr"`
+	Leader bool   `json:"leader"`
+	// Term is the create revision of the node's election key (the
+	// leader's is the current term; a standby's is its place in line).
+	Term uint64 `json:"term"`
+	// LeaseLeft is the time left on its lease, which it renews every
+	// third of the lease: how recently it was seen.
+	LeaseLeft time.Duration `json:"lease_left"`
+}
+
+// EtcdMember is one member of the etcd cluster holding the metadata.
+type EtcdMember struct {
+	Name      string   `json:"name"`
+	Endpoints []string `json:"endpoints"`
+	Healthy   bool     `json:"healthy"`
+	Leader    bool     `json:"leader"`
+	Error     string   `json:"error,omitempty"`
 }
 
 // PolicyStore keeps the replication policy of directories: how many copies
@@ -189,6 +235,11 @@ func (a *Admin) Admin(ctx context.Context, command string, request []byte) ([]by
 		out, err = a.Cancel()
 	case "remove":
 		out, err = a.Remove(ctx, req.DS, req.Force)
+	case "step-down":
+		if a.cfg.HA == nil {
+			return nil, fmt.Errorf("cluster: step-down: this MDS is not elected (its metadata is not on etcd): %w", errInval)
+		}
+		out, err = struct{}{}, a.cfg.HA.StepDown()
 	default:
 		return nil, fmt.Errorf("cluster: unknown admin command %q: %w", command, errInval)
 	}
@@ -609,6 +660,8 @@ type Status struct {
 	// Replication is the state of the files kept in several copies.
 	Replication ReplicationStatus `json:"replication"`
 	Job         *Job              `json:"job,omitempty"`
+	// HA is the metadata servers' election; nil for a single MDS.
+	HA *HAStatus `json:"ha,omitempty"`
 }
 
 // ReplicationStatus is the replication section of Status.
@@ -654,6 +707,13 @@ type FileStatus struct {
 func (a *Admin) Status(ctx context.Context) (*Status, error) {
 	r := a.cfg.Registry
 	st := &Status{ClusterID: fmt.Sprintf("%x", r.ClusterID())}
+	if a.cfg.HA != nil {
+		ha, err := a.cfg.HA.HAStatus(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("cluster: status of the MDS election: %w", err)
+		}
+		st.HA = ha
+	}
 	idx := map[string]int{}
 	for _, d := range r.DataServers() {
 		idx[d.ID] = len(st.DataServers)

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -146,4 +147,30 @@ func createJoinSecret(path string, secret []byte) (created bool, err error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// SaveJoinSecret makes path hold secret: it creates the file as
+// LoadOrCreateJoinSecret would, and accepts one that already holds the
+// same secret. A file holding another secret is an error: it would hand
+// data servers a secret the cluster does not accept. Metadata servers
+// that share their metadata (several on one etcd cluster) keep the
+// cluster's secret there and write it out with this.
+func SaveJoinSecret(path string, secret []byte) error {
+	old, err := readJoinSecret(path)
+	switch {
+	case err == nil && bytes.Equal(old, secret):
+		return nil
+	case err == nil:
+		return fmt.Errorf("cluster: join secret file %s holds another secret than the cluster's (kept in its metadata); remove the file to have it written again", path)
+	case !errors.Is(err, fs.ErrNotExist):
+		return err
+	}
+	created, err := createJoinSecret(path, secret)
+	if err != nil {
+		return fmt.Errorf("cluster: join secret file %s: %w", path, err)
+	}
+	if !created {
+		return SaveJoinSecret(path, secret)
+	}
+	return nil
 }

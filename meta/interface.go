@@ -340,9 +340,17 @@ var (
 	ErrNotSymlink   = errors.New("meta: not a symbolic link") // READLINK on non-link
 	ErrTooManyLinks = errors.New("meta: too many links")      // NFS4ERR_MLINK
 	ErrClosed       = errors.New("meta: engine closed")
-	ErrNoXattr      = errors.New("meta: no such extended attribute")                // NFS4ERR_NOXATTR
-	ErrXattrTooBig  = errors.New("meta: extended attribute name or value too long") // NFS4ERR_XATTR2BIG
-	ErrNoSpace      = errors.New("meta: no space for extended attributes")          // NFS4ERR_NOSPC
+	// ErrFenced: the engine's fence (EtcdOptions.Fence) no longer holds,
+	// so this metadata server is no longer the leader and must not change
+	// anything (NFS4ERR_DELAY, while it steps down).
+	ErrFenced = errors.New("meta: fenced: no longer the leader")
+	// ErrUnavailable: the metadata store could not be reached (an etcd
+	// cluster without quorum) within the engine's retries; the operation
+	// may be retried later (NFS4ERR_DELAY).
+	ErrUnavailable = errors.New("meta: metadata store unavailable")
+	ErrNoXattr     = errors.New("meta: no such extended attribute")                // NFS4ERR_NOXATTR
+	ErrXattrTooBig = errors.New("meta: extended attribute name or value too long") // NFS4ERR_XATTR2BIG
+	ErrNoSpace     = errors.New("meta: no space for extended attributes")          // NFS4ERR_NOSPC
 )
 
 // DirVerifier returns the NFS cookie verifier for a directory. Cookies are

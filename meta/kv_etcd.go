@@ -51,6 +51,27 @@ type EtcdOptions struct {
 	// ScanPage is the number of keys fetched per request by a scan
 	// (default 512).
 	ScanPage int
+	// Fence, if set, makes every commit conditional on a key still having
+	// the create revision it had when the engine was opened: a metadata
+	// server's election key and term (internal/leader). Once a commit is
+	// refused for it, that commit and every later one fail with
+	// ErrFenced, so a leader that was paused past its lease and woke up
+	// cannot change anything the next leader owns.
+	Fence *EtcdFence
+}
+
+// EtcdFence is the condition of EtcdOptions.Fence.
+type EtcdFence struct {
+	Key            string
+	CreateRevision int64
+	// OnFenced, if set, is called (from the committing goroutine) for
+	// every commit the fence refused.
+	OnFenced func()
+	// Valid, if set, is asked before every attempt of a transaction: an
+	// error (the leader's lease ran out locally) fails it with ErrFenced
+	// without asking etcd, so a leader cut off from etcd stops retrying
+	// as soon as it knows it may no longer lead.
+	Valid func() error
 }
 
 // ErrTxnTooLarge is returned when one metadata transaction would exceed
@@ -88,6 +109,9 @@ type etcdKV struct {
 	// resolved.
 	commitTimeout time.Duration
 	resolved      atomic.Int64
+	// fenced is set once the fence (opts.Fence) failed; it never holds
+	// again, since a create revision cannot come back.
+	fenced atomic.Bool
 }
 
 var _ kvStore = (*etcdKV)(nil)
@@ -123,22 +147,9 @@ func openEtcdKV(ctx context.Context, opts EtcdOptions) (*etcdKV, error) {
 	opts.fillDefaults()
 	s := &etcdKV{cli: opts.Client, data: opts.Prefix + "d/", gen: opts.Prefix + "gen", opts: opts, commitTimeout: opts.RequestTimeout}
 	if s.cli == nil {
-		if len(opts.Endpoints) == 0 {
-			return nil, errors.New("meta: etcd: no endpoints")
-		}
-		cli, err := clientv3.New(clientv3.Config{
-			Endpoints:   opts.Endpoints,
-			DialTimeout: opts.DialTimeout,
-			TLS:         opts.TLS,
-			Username:    opts.Username,
-			Password:    opts.Password,
-			Context:     context.WithoutCancel(ctx),
-			// Errors reach the caller; the client's own logging of
-			// reconnects would only be noise in Shoal's log.
-			Logger: zap.NewNop(),
-		})
+		cli, err := DialEtcd(ctx, opts)
 		if err != nil {
-			return nil, fmt.Errorf("meta: etcd %v: %w", opts.Endpoints, err)
+			return nil, err
 		}
 		s.cli, s.own = cli, true
 	}
@@ -151,6 +162,39 @@ func openEtcdKV(ctx context.Context, opts EtcdOptions) (*etcdKV, error) {
 		return nil, fmt.Errorf("meta: etcd %v: %w", opts.Endpoints, err)
 	}
 	return s, nil
+}
+
+// DialEtcd makes an etcd client as the engine makes its own (endpoints,
+// timeouts, credentials of opts), for callers that share one client
+// between the engine (EtcdOptions.Client) and other uses of the same etcd
+// cluster, such as the metadata servers' election.
+func DialEtcd(ctx context.Context, opts EtcdOptions) (*clientv3.Client, error) {
+	opts.fillDefaults()
+	if len(opts.Endpoints) == 0 {
+		return nil, errors.New("meta: etcd: no endpoints")
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   opts.Endpoints,
+		DialTimeout: opts.DialTimeout,
+		TLS:         opts.TLS,
+		Username:    opts.Username,
+		Password:    opts.Password,
+		Context:     context.WithoutCancel(ctx),
+		// Errors reach the caller; the client's own logging of
+		// reconnects would only be noise in Shoal's log.
+		Logger: zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("meta: etcd %v: %w", opts.Endpoints, err)
+	}
+	return cli, nil
+}
+
+// NormalizedPrefix is the prefix the engine keeps its keys under for
+// opts (the default, with a trailing "/").
+func (o EtcdOptions) NormalizedPrefix() string {
+	o.fillDefaults()
+	return o.Prefix
 }
 
 func (s *etcdKV) Close() error {
@@ -174,12 +218,17 @@ func (s *etcdKV) retry(what string, attempt func() error) error {
 		if s.closed.Load() {
 			return errKVClosed
 		}
+		if f := s.opts.Fence; f != nil && f.Valid != nil {
+			if f.Valid() != nil {
+				return s.refused()
+			}
+		}
 		err := attempt()
 		if err == nil || !retryable(err) {
 			return err
 		}
 		if i+1 >= s.opts.MaxRetries {
-			return fmt.Errorf("meta: etcd %s: gave up after %d attempts: %w", what, i+1, err)
+			return fmt.Errorf("%w: etcd %s: gave up after %d attempts: %w", ErrUnavailable, what, i+1, err)
 		}
 		time.Sleep(backoff/2 + rand.N(backoff))
 		backoff = min(2*backoff, time.Second)
@@ -240,6 +289,9 @@ func (s *etcdKV) Update(fn func(kvTxn) error) error {
 }
 
 func (s *etcdKV) tryUpdate(fn func(kvTxn) error) error {
+	if s.fenced.Load() {
+		return s.refused()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	rctx, rcancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
@@ -271,8 +323,9 @@ func (s *etcdKV) tryUpdate(fn func(kvTxn) error) error {
 	ops = append(ops, clientv3.OpPut(s.gen, string(nonce)))
 	rctx, rcancel = context.WithTimeout(ctx, s.commitTimeout)
 	tr, err := s.cli.Txn(rctx).
-		If(clientv3.Compare(clientv3.ModRevision(s.gen), "=", genRev)).
+		If(s.conds(genRev)...).
 		Then(ops...).
+		Else(s.fenceRead()...).
 		Commit()
 	rcancel()
 	if err != nil {
@@ -282,9 +335,50 @@ func (s *etcdKV) tryUpdate(fn func(kvTxn) error) error {
 		return s.resolve(ctx, genRev, nonce, err)
 	}
 	if !tr.Succeeded {
+		if s.fenceBroken(tr) {
+			return s.refused()
+		}
 		return errConflict
 	}
 	return nil
+}
+
+// conds are a commit's conditions: no other commit since genRev, and the
+// fence, if any.
+func (s *etcdKV) conds(genRev int64) []clientv3.Cmp {
+	c := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.gen), "=", genRev)}
+	if f := s.opts.Fence; f != nil {
+		c = append(c, clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.CreateRevision))
+	}
+	return c
+}
+
+// fenceRead is a failed commit's Else branch: it reads the fence key, so
+// that one round trip tells a lost fence from a conflict.
+func (s *etcdKV) fenceRead() []clientv3.Op {
+	if s.opts.Fence == nil {
+		return nil
+	}
+	return []clientv3.Op{clientv3.OpGet(s.opts.Fence.Key)}
+}
+
+// fenceBroken reports whether a failed commit failed for the fence.
+func (s *etcdKV) fenceBroken(tr *clientv3.TxnResponse) bool {
+	f := s.opts.Fence
+	if f == nil || len(tr.Responses) == 0 {
+		return false
+	}
+	kvs := tr.Responses[0].GetResponseRange().GetKvs()
+	return len(kvs) == 0 || kvs[0].CreateRevision != f.CreateRevision
+}
+
+// refused records a commit the fence refused.
+func (s *etcdKV) refused() error {
+	s.fenced.Store(true)
+	if f := s.opts.Fence; f != nil && f.OnFenced != nil {
+		f.OnFenced()
+	}
+	return ErrFenced
 }
 
 // commitOps turns buffered writes into etcd operations in key order,
@@ -333,14 +427,24 @@ func (s *etcdKV) resolve(ctx context.Context, genRev int64, nonce []byte, cause 
 			break
 		}
 		rctx, cancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
-		_, err := s.cli.Txn(rctx).
-			If(clientv3.Compare(clientv3.ModRevision(s.gen), "=", genRev)).
+		tr, err := s.cli.Txn(rctx).
+			If(s.conds(genRev)...).
 			Then(clientv3.OpPut(s.gen, string(newNonce()))).
+			Else(clientv3.OpGet(s.gen)).
 			Commit()
 		cancel()
 		if err != nil {
 			last = err
 			continue // the fence's own outcome is unknown: fence again
+		}
+		if !tr.Succeeded && s.opts.Fence != nil {
+			// Either gen moved (then its first change after genRev is
+			// final, as below) or the leadership fence broke with gen
+			// still at genRev: then our commit, conditional on the same
+			// fence, has not happened and never will.
+			if kvs := tr.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 && kvs[0].ModRevision == genRev {
+				return s.refused()
+			}
 		}
 		first, err := s.firstGenAfter(ctx, genRev)
 		if err != nil {
@@ -352,7 +456,7 @@ func (s *etcdKV) resolve(ctx context.Context, genRev int64, nonce []byte, cause 
 		}
 		return errConflict // not committed and never will be: run fn again
 	}
-	return fmt.Errorf("meta: etcd commit outcome unknown: %w", last)
+	return fmt.Errorf("%w: etcd commit outcome unknown: %w", ErrUnavailable, last)
 }
 
 // firstGenAfter returns the value gen was first given after revision rev.

@@ -141,6 +141,10 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 		switch {
 		case d.Err() != nil:
 			r = fail(nfs4.NFS4ERR_BADXDR)
+		case c.idx == 0 && s.notLeading():
+			// A deposed or paused leader answers nothing from what it
+			// holds: the client retries, by then at the new leader.
+			r = fail(nfs4.NFS4ERR_DELAY)
 		case def.v40only:
 			r = fail(nfs4.NFS4ERR_NOTSUPP)
 		case c.idx == 0 && def.session == sequenceOp:
@@ -202,6 +206,18 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 		c.seq.complete(e.Mark()-start, func() []byte { return e.BytesSince(start) })
 	}
 	return rpc.Success
+}
+
+// notLeading reports whether the server must not act now (Config.Leading).
+func (s *Server) notLeading() bool {
+	if s.cfg.Leading == nil {
+		return false
+	}
+	if err := s.cfg.Leading(); err != nil {
+		s.counters.notLeading.Add(1)
+		return true
+	}
+	return false
 }
 
 // opHook is a test's function run before each operation's handler, with

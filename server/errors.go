@@ -21,6 +21,10 @@ var errTable = []struct {
 	{meta.ErrNotSymlink, nfs4.NFS4ERR_INVAL},
 	{meta.ErrTooManyLinks, nfs4.NFS4ERR_MLINK},
 	{meta.ErrClosed, nfs4.NFS4ERR_DELAY},
+	// A deposed leader: the client retries, at the new leader.
+	{meta.ErrFenced, nfs4.NFS4ERR_DELAY},
+	// etcd without quorum: never a wrong answer, and it resumes by itself.
+	{meta.ErrUnavailable, nfs4.NFS4ERR_DELAY},
 	{meta.ErrExist, nfs4.NFS4ERR_EXIST},
 	{meta.ErrNotDir, nfs4.NFS4ERR_NOTDIR},
 	{meta.ErrIsDir, nfs4.NFS4ERR_ISDIR},

@@ -24,6 +24,9 @@ type counters struct {
 	writeBytes atomic.Uint64
 	recalls    atomic.Uint64 // CB_LAYOUTRECALL sent
 	fences     atomic.Uint64
+	// notLeading counts COMPOUNDs refused because the server was no
+	// longer sure it leads (Config.Leading).
+	notLeading atomic.Uint64
 
 	delegGranted  atomic.Uint64 // OPEN or WANT_DELEGATION replies with a delegation
 	delegRecalled atomic.Uint64 // CB_RECALL answered by the client
@@ -56,6 +59,9 @@ type Stats struct {
 	// LayoutRecalls counts CB_LAYOUTRECALLs sent; Fences counts clients
 	// fenced at the data servers after not returning recalled layouts.
 	LayoutRecalls, Fences uint64
+	// NotLeading counts COMPOUNDs answered NFS4ERR_DELAY because the
+	// server could not vouch that it still leads (Config.Leading).
+	NotLeading uint64
 	// Delegations granted, recalled (CB_RECALL delivered), returned and
 	// revoked, and outstanding now.
 	DelegGranted, DelegRecalled, DelegReturned, DelegRevoked uint64
@@ -74,6 +80,7 @@ func (s *Server) Stats() Stats {
 	st.WriteBytes = s.counters.writeBytes.Load()
 	st.LayoutRecalls = s.counters.recalls.Load()
 	st.Fences = s.counters.fences.Load()
+	st.NotLeading = s.counters.notLeading.Load()
 	st.DelegGranted = s.counters.delegGranted.Load()
 	st.DelegRecalled = s.counters.delegRecalled.Load()
 	st.DelegReturned = s.counters.delegReturned.Load()
@@ -134,6 +141,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(k.writeBytes.Load()), "write")
 	ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(k.recalls.Load()), "layout_recall")
 	ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(k.fences.Load()), "fence")
+	ch <- prometheus.MustNewConstMetric(c.events, prometheus.CounterValue, float64(k.notLeading.Load()), "not_leading")
 	for _, e := range []struct {
 		name string
 		n    *atomic.Uint64

@@ -34,6 +34,15 @@ type Config struct {
 	// for an etcd cluster, with all keys under prefix (see meta.OpenEtcd).
 	// Only one server may use an etcd prefix at a time.
 	MetaURL string
+	// Meta, if set, is the metadata engine to use instead of opening
+	// MetaURL: an engine the caller opened with options of its own (the
+	// elected MDS's fenced etcd engine). The server closes it.
+	Meta meta.Engine
+	// Leading, if set, is asked at the start of every COMPOUND whether
+	// this server may still act (an elected MDS's leadership, which a
+	// pause can outlive); while it returns an error, every COMPOUND is
+	// answered NFS4ERR_DELAY and nothing is read or changed.
+	Leading func() error
 	// Exports to serve. Empty means one read-write export of "/" with root
 	// squashing.
 	Exports []*Export
@@ -215,6 +224,9 @@ func New(cfg Config) (*Server, error) {
 
 // openMeta opens the metadata engine cfg.MetaURL names.
 func openMeta(cfg Config) (meta.Engine, error) {
+	if cfg.Meta != nil {
+		return cfg.Meta, nil
+	}
 	switch u := cfg.MetaURL; {
 	case u == "" || u == "bolt":
 		return meta.OpenBolt(filepath.Join(cfg.Dir, "meta.db"), meta.BoltOptions{GroupCommit: true, WAL: true})

@@ -101,6 +101,14 @@ type MDS struct {
 	ln             net.Listener
 	done           chan error
 	status         *statusSource
+	// elec is the term this MDS leads in; nil on bbolt.
+	elec *election
+	// ended is closed when the MDS stops serving: Close, a planned
+	// step-down, or (on etcd) a lost term.
+	ended     chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+	metrics   *termMetrics
 }
 
 // MDSConfig configures StartMDS.
@@ -134,6 +142,16 @@ type MDSConfig struct {
 	NoDelegations bool
 	// InlineMax is server.Config.InlineMax.
 	InlineMax int
+	// Node names this MDS in the election of MDS nodes sharing an etcd
+	// prefix (default: the host name); the service-address supervisor
+	// on the same host matches it.
+	Node string
+	// LeaderLease is the election lease (leader.DefaultTTL if zero): a
+	// leader that dies is replaced after at most this long.
+	LeaderLease time.Duration
+	// Events, if set, records the MDS's events (the status page's)
+	// across terms; RunMDS keeps one.
+	Events *statuspage.EventLog
 }
 
 // dataServers adapts the registry and striping to server.DataServers.
@@ -195,8 +213,17 @@ func (b lazyBackend) CopyRange(src, dst uint64, srcOff, dstOff, n int64) error {
 }
 
 // StartMDS starts a pNFS metadata server; data servers register with it on
-// the same address (the control protocol shares the NFS listener).
+// the same address (the control protocol shares the NFS listener). On
+// etcd it first wins the election of the MDS nodes sharing the prefix,
+// waiting as a standby for as long as another leads (StartMDSContext
+// bounds the wait).
 func StartMDS(cfg MDSConfig) (*MDS, error) {
+	return StartMDSContext(context.Background(), cfg)
+}
+
+// StartMDSContext is StartMDS with a context that bounds the wait for
+// leadership.
+func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 	if cfg.StripeUnit == 0 {
 		cfg.StripeUnit = DefaultStripeUnit
 	}
@@ -209,11 +236,38 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m := &MDS{done: make(chan error, 1)}
+	m := &MDS{done: make(chan error, 1), ended: make(chan struct{})}
 	// The status page's recent events: the server reports recalls,
 	// fencing and purged clients as they happen, the registry its data
 	// servers' comings and goings (newStatusSource).
-	events := statuspage.NewEventLog(statuspage.DefaultEvents)
+	events := cfg.Events
+	if events == nil {
+		events = statuspage.NewEventLog(statuspage.DefaultEvents)
+	}
+	// On etcd, only the elected leader goes on; a standby waits here.
+	var eng meta.Engine
+	var leading func() error
+	if isEtcd(cfg.MetaURL) {
+		var err error
+		m.elec, eng, err = campaign(ctx, &cfg, events)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", errCampaign, err)
+		}
+		leading = m.elec.term.Check
+	}
+	fail := func(err error) (*MDS, error) {
+		if m.metrics != nil {
+			m.metrics.unregisterAll()
+		}
+		if m.elec != nil {
+			m.elec.end(true)
+		}
+		return nil, err
+	}
+	if cfg.Metrics != nil {
+		m.metrics = &termMetrics{Registerer: cfg.Metrics}
+		cfg.Metrics = m.metrics
+	}
 	// The server owns the cluster secret (it lives in its metadata store),
 	// and the registry needs it; the server also needs the registry. So
 	// the server is built with an adapter whose fields are filled in
@@ -222,6 +276,8 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 	srv, err := server.New(server.Config{
 		Dir:     cfg.Dir,
 		MetaURL: cfg.MetaURL,
+		Meta:    eng,
+		Leading: leading,
 		Exports: cfg.Exports,
 		Lease:   cfg.Lease,
 		Logger:  cfg.Logger.With("role", "mds"),
@@ -236,21 +292,24 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 			})},
 	})
 	if err != nil {
-		return nil, err
+		if eng != nil {
+			eng.Close()
+		}
+		return fail(err)
 	}
 	secretFile := cfg.JoinSecretFile
 	if secretFile == "" {
 		secretFile = filepath.Join(cfg.Dir, JoinSecretName)
 	}
-	joinSecret, err := cluster.LoadOrCreateJoinSecret(secretFile)
+	joinSecret, err := joinSecret(srv.Meta(), secretFile)
 	if err != nil {
 		srv.Close()
-		return nil, err
+		return fail(err)
 	}
 	m.JoinSecretFile = secretFile
 	if err := checkMetaHasRegistry(srv.Meta()); err != nil {
 		srv.Close()
-		return nil, err
+		return fail(err)
 	}
 	m.Registry, err = cluster.NewRegistry(context.Background(), cluster.RegistryConfig{
 		DataKey:      srv.DataFHKey(),
@@ -263,7 +322,7 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 	})
 	if err != nil {
 		srv.Close()
-		return nil, err
+		return fail(err)
 	}
 	m.Striped = cluster.NewStriped(m.Registry, srv.Meta(), cfg.StripeUnit)
 	// Replicated stripes: a file gets its copies from its own policy
@@ -278,9 +337,13 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 	m.Striped.SetHold(srv.HoldLayouts)
 	m.Registry.SetMaps(m.Striped)
 	ds.reg, ds.striped = m.Registry, m.Striped
+	var ha cluster.HA
+	if m.elec != nil {
+		ha = m.elec
+	}
 	m.Admin = cluster.NewAdmin(cluster.AdminConfig{
 		Registry: m.Registry, Striped: m.Striped, Hold: srv.HoldLayouts, FileSize: srv.FileSize,
-		Policy: policies, HealRate: cfg.HealRate,
+		Policy: policies, HealRate: cfg.HealRate, HA: ha,
 		Logger: cfg.Logger.With("role", "admin"),
 	})
 	m.Registry.SetAdmin(m.Admin)
@@ -291,7 +354,7 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 			m.Admin.Close()
 			m.Registry.Close()
 			srv.Close()
-			return nil, fmt.Errorf("metrics: %w", err)
+			return fail(fmt.Errorf("metrics: %w", err))
 		}
 	}
 	m.Server = srv
@@ -299,20 +362,85 @@ func StartMDS(cfg MDSConfig) (*MDS, error) {
 	if err != nil {
 		srv.Close()
 		m.Registry.Close()
-		return nil, fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		return fail(fmt.Errorf("listen on %s: %w", cfg.Listen, err))
 	}
 	m.Addr = m.ln.Addr()
 	events.Add(statuspage.Event{Kind: "mds started", Subject: m.Addr.String(), Detail: fmt.Sprintf("%d data servers known", len(m.Registry.DataServers()))})
 	go func() { m.done <- srv.Serve(m.ln) }()
+	if e := m.elec; e != nil {
+		e.stepDown = func() {
+			haCounters.stepDowns.Add(1)
+			e.log.Info("stepping down: a standby takes over", "term", e.term.Number())
+			events.Add(statuspage.Event{Kind: "mds stepped down", Subject: m.Addr.String(), Detail: fmt.Sprintf("term %d, planned", e.term.Number())})
+			m.stop(true)
+		}
+		go func() {
+			select {
+			case <-e.term.Lost():
+				haCounters.lost.Add(1)
+				e.log.Error("leadership lost: stopping at once", "term", e.term.Number(), "err", e.term.Check())
+				events.Add(statuspage.Event{Kind: "mds lost leadership", Subject: m.Addr.String(), Detail: fmt.Sprintf("term %d: %v", e.term.Number(), e.term.Check())})
+				m.stop(false)
+			case <-m.ended:
+			}
+		}()
+	}
 	return m, nil
 }
 
-// Close stops the metadata server and its registry.
+// Done is closed when the MDS has stopped serving: Close, a planned
+// step-down, or a lost term.
+func (m *MDS) Done() <-chan struct{} { return m.ended }
+
+// Term is the election term this MDS leads in (0 on bbolt).
+func (m *MDS) Term() uint64 {
+	if m.elec == nil {
+		return 0
+	}
+	return m.elec.term.Number()
+}
+
+// FencedTransactions counts the metadata transactions this MDS's fence
+// refused (it had stopped leading).
+func (m *MDS) FencedTransactions() uint64 {
+	if m.elec == nil {
+		return 0
+	}
+	return m.elec.fenced.Load()
+}
+
+// StepDown stops serving and resigns, so that a standby takes over at
+// once (`shoal admin step-down`). It returns at once; Done tells when it
+// is over.
+func (m *MDS) StepDown() error {
+	if m.elec == nil {
+		return errors.New("this MDS is not elected (its metadata is not on etcd)")
+	}
+	return m.elec.StepDown()
+}
+
+// Close stops the metadata server and its registry; an elected one
+// resigns, so a standby takes over without waiting for the lease.
 func (m *MDS) Close() error {
-	m.Admin.Close()
-	err := m.Server.Close()
-	m.Registry.Close()
-	return err
+	m.stop(true)
+	return m.closeErr
+}
+
+// stop ends serving once: resign says whether the term is handed over
+// at once (a clean stop) or left to expire (it was lost).
+func (m *MDS) stop(resign bool) {
+	m.closeOnce.Do(func() {
+		m.Admin.Close()
+		m.closeErr = m.Server.Close()
+		m.Registry.Close()
+		if m.metrics != nil {
+			m.metrics.unregisterAll()
+		}
+		if m.elec != nil {
+			m.elec.end(resign)
+		}
+		close(m.ended)
+	})
 }
 
 // DS is a running data server.

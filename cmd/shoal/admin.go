@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,7 +25,7 @@ type adminFlags struct {
 }
 
 func (f *adminFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.mds, "mds", "127.0.0.1:2049", "metadata server address host:port")
+	cmd.Flags().StringVar(&f.mds, "mds", "127.0.0.1:2049", "metadata server address host:port, or several (host:port,host:port): the one that leads answers")
 	cmd.Flags().StringVar(&f.secretFile, "join-secret-file", "", "the cluster's join secret (the MDS's "+wiring.JoinSecretName+"; default for 'shoal up': DIR/mds/"+wiring.JoinSecretName+" with DIR $TMPDIR/shoal)")
 	cmd.Flags().BoolVar(&f.json, "json", false, "print the MDS's answer as JSON")
 }
@@ -40,7 +41,18 @@ func (f *adminFlags) call(ctx context.Context, command string, req cluster.Admin
 	}
 	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
-	return cluster.CallAdmin(cctx, f.mds, secret, command, req, out)
+	// Standby MDS nodes do not listen: try the addresses in turn and let
+	// the leader answer. A refusal from a reached MDS is its answer.
+	var errs []error
+	for _, addr := range strings.Split(f.mds, ",") {
+		err := cluster.CallAdmin(cctx, addr, secret, command, req, out)
+		var nerr *net.OpError
+		if err == nil || !errors.As(err, &nerr) {
+			return err
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 func newAdminCmd() *cobra.Command {
@@ -51,7 +63,7 @@ func newAdminCmd() *cobra.Command {
 command presents the cluster's join secret (--join-secret-file).`,
 	}
 	cmd.AddCommand(newAdminStatusCmd(), newAdminDrainCmd(), newAdminRemoveCmd(), newAdminRebalanceCmd(), newAdminCancelCmd(),
-		newAdminPolicyCmd(), newAdminScrubCmd())
+		newAdminPolicyCmd(), newAdminScrubCmd(), newAdminStepDownCmd())
 	return cmd
 }
 
@@ -70,6 +82,28 @@ func newAdminStatusCmd() *cobra.Command {
 				return printJSON(st)
 			}
 			printStatus(&st)
+			return nil
+		},
+	}
+	f.register(cmd)
+	return cmd
+}
+
+func newAdminStepDownCmd() *cobra.Command {
+	var f adminFlags
+	cmd := &cobra.Command{
+		Use:   "step-down",
+		Short: "Make the leading MDS hand over to a standby at once (MDS nodes on etcd)",
+		Long: `The leading metadata server stops serving and resigns its election, so a
+standby MDS on the same etcd prefix takes over without waiting for the
+leader's lease; the old leader stands by. Clients recover their state at the
+new leader as after a server restart.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := f.call(cmd.Context(), "step-down", cluster.AdminRequest{}, nil); err != nil {
+				return err
+			}
+			fmt.Println("the leader is stepping down; `shoal admin status` shows the new one")
 			return nil
 		},
 	}
@@ -115,10 +149,41 @@ func printStatus(st *cluster.Status) {
 		}
 	}
 	printReplication(&st.Replication)
+	if ha := st.HA; ha != nil {
+		printHA(ha)
+	}
 	if j := st.Job; j != nil {
 		fmt.Println()
 		printJob(j)
 	}
+}
+
+func printHA(ha *cluster.HAStatus) {
+	fmt.Printf("\nmetadata servers (term %d):\n", ha.Term)
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "  NODE\tADDRESS\tROLE\tTERM\tLEASE LEFT")
+	for _, n := range ha.Nodes {
+		role := "standby"
+		if n.Leader {
+			role = "leader"
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%d\t%s\n", n.Node, n.Addr, role, n.Term, n.LeaseLeft)
+	}
+	w.Flush()
+	fmt.Println("etcd members:")
+	w = tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "  NAME\tENDPOINTS\tHEALTH")
+	for _, m := range ha.Etcd {
+		h := "healthy"
+		switch {
+		case m.Error != "":
+			h = "UNHEALTHY: " + m.Error
+		case m.Leader:
+			h = "healthy, raft leader"
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\n", m.Name, strings.Join(m.Endpoints, ","), h)
+	}
+	w.Flush()
 }
 
 func printReplication(r *cluster.ReplicationStatus) {

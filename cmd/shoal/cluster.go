@@ -14,6 +14,7 @@ import (
 
 	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/internal/bytesize"
+	"github.com/shoalfs/shoal/internal/leader"
 	"github.com/shoalfs/shoal/server"
 	"github.com/shoalfs/shoal/wiring"
 )
@@ -42,6 +43,8 @@ func newMDSCmd() *cobra.Command {
 		inlineMax    string
 		config       string
 		delegations  bool
+		node         string
+		leaderLease  time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "mds",
@@ -80,24 +83,28 @@ func newMDSCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			m, err := wiring.StartMDS(wiring.MDSConfig{
+			cfg := wiring.MDSConfig{
 				Listen: listen, Dir: dir, MetaURL: metaURL, StripeUnit: unit, Lease: lease,
 				JoinSecretFile: secretFile, DownAfter: downAfter, Mirrors: mirrors, HealRate: rate,
 				Exports: squashExports(file.Exports, noRootSquash), Logger: slog.Default(), Metrics: web.registerer(),
-				NoDelegations: !delegations, InlineMax: inline,
-			})
-			if err != nil {
-				return err
+				NoDelegations: !delegations, InlineMax: inline, Node: node, LeaderLease: leaderLease,
 			}
-			web.serveStatus(m.StatusSource())
-			claim.ready()
-			slog.Info("shoal mds ready", "listen", m.Addr.String(), statusAttr(web), "dir", dir, "meta", metaURL,
-				"cluster_id", fmt.Sprintf("%x", m.Registry.ClusterID()), "join_secret_file", m.JoinSecretFile,
-				"ds", fmt.Sprintf("%s ds --mds %s --join-secret-file %s --listen HOST:PORT --dir DIR", selfCommand(), m.Addr, m.JoinSecretFile),
-				"admin", fmt.Sprintf("%s admin status --mds %s --join-secret-file %s", selfCommand(), m.Addr, m.JoinSecretFile))
-			<-cmd.Context().Done()
+			// On etcd the MDS stands for election and serves only while it
+			// leads; RunMDS stands it again whenever a term ends.
+			readied := false
+			err = wiring.RunMDS(cmd.Context(), cfg, func(m *wiring.MDS) {
+				web.serveStatus(m.StatusSource())
+				if !readied {
+					claim.ready()
+					readied = true
+				}
+				slog.Info("shoal mds ready", "listen", m.Addr.String(), statusAttr(web), "dir", dir, "meta", metaURL, "term", m.Term(),
+					"cluster_id", fmt.Sprintf("%x", m.Registry.ClusterID()), "join_secret_file", m.JoinSecretFile,
+					"ds", fmt.Sprintf("%s ds --mds %s --join-secret-file %s --listen HOST:PORT --dir DIR", selfCommand(), m.Addr, m.JoinSecretFile),
+					"admin", fmt.Sprintf("%s admin status --mds %s --join-secret-file %s", selfCommand(), m.Addr, m.JoinSecretFile))
+			})
 			slog.Info("shutting down")
-			return m.Close()
+			return err
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:2049", "address for NFS clients and data servers")
@@ -114,6 +121,8 @@ func newMDSCmd() *cobra.Command {
 	cmd.Flags().StringVar(&healRate, "heal-rate", "64MiB", "bandwidth healing may use to copy stripes, per second (0 = unlimited)")
 	cmd.Flags().BoolVar(&delegations, "delegations", true, delegationsHelp)
 	cmd.Flags().StringVar(&inlineMax, "inline-max", inlineMaxDefault, inlineMaxHelp)
+	cmd.Flags().StringVar(&node, "node", "", "this MDS's name among the MDS nodes sharing an etcd prefix (default: the host name); `shoal vip --node` on the same host matches it")
+	cmd.Flags().DurationVar(&leaderLease, "leader-lease", leader.DefaultTTL, "with --meta etcd://...: the election lease; a standby takes over this long after the leader stops renewing it (whole seconds)")
 	return cmd
 }
 

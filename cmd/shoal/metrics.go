@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -22,6 +24,15 @@ type webServer struct {
 	reg *prometheus.Registry
 	mux *http.ServeMux
 	url string // http://HOST:PORT/
+	// src is the status page's source: an elected MDS serves a new one
+	// each term it leads, behind the one handler.
+	src atomic.Pointer[statuspage.Source]
+}
+
+// Snapshot makes the web server the status page's source, passing on to
+// the current term's.
+func (w *webServer) Snapshot(ctx context.Context) (*statuspage.Snapshot, error) {
+	return (*w.src.Load()).Snapshot(ctx)
 }
 
 // startWeb serves metrics on addr and returns the server, whose registry
@@ -64,7 +75,10 @@ func (w *webServer) serveStatus(src statuspage.Source) {
 	if w == nil {
 		return
 	}
-	h := statuspage.Handler(src, slog.Default())
+	if w.src.Swap(&src) != nil {
+		return // the handler is in place
+	}
+	h := statuspage.Handler(w, slog.Default())
 	w.mux.Handle("GET /{$}", h)
 	w.mux.Handle("GET /status.json", h)
 	w.mux.Handle("GET /static/", h)
