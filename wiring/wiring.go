@@ -105,7 +105,9 @@ type MDS struct {
 	elec *election
 	// ended is closed when the MDS stops serving: Close, a planned
 	// step-down, or (on etcd) a lost term.
-	ended     chan struct{}
+	ended chan struct{}
+	// stopping is closed when stop begins (before the term is given up).
+	stopping  chan struct{}
 	closeOnce sync.Once
 	closeErr  error
 	metrics   *termMetrics
@@ -236,7 +238,7 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	m := &MDS{done: make(chan error, 1), ended: make(chan struct{})}
+	m := &MDS{done: make(chan error, 1), ended: make(chan struct{}), stopping: make(chan struct{})}
 	// The status page's recent events: the server reports recalls,
 	// fencing and purged clients as they happen, the registry its data
 	// servers' comings and goings (newStatusSource).
@@ -377,11 +379,16 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 		go func() {
 			select {
 			case <-e.term.Lost():
+				select {
+				case <-m.stopping:
+					return // a resignation, not a loss
+				default:
+				}
 				haCounters.lost.Add(1)
 				e.log.Error("leadership lost: stopping at once", "term", e.term.Number(), "err", e.term.Check())
 				events.Add(statuspage.Event{Kind: "mds lost leadership", Subject: m.Addr.String(), Detail: fmt.Sprintf("term %d: %v", e.term.Number(), e.term.Check())})
 				m.stop(false)
-			case <-m.ended:
+			case <-m.stopping:
 			}
 		}()
 	}
@@ -430,6 +437,7 @@ func (m *MDS) Close() error {
 // at once (a clean stop) or left to expire (it was lost).
 func (m *MDS) stop(resign bool) {
 	m.closeOnce.Do(func() {
+		close(m.stopping)
 		m.Admin.Close()
 		m.closeErr = m.Server.Close()
 		m.Registry.Close()

@@ -187,7 +187,8 @@ func Campaign(ctx context.Context, cfg Config) (*Term, error) {
 		t.stop()
 		return nil, fmt.Errorf("leader: session: %w", err)
 	}
-	t.elec = concurrency.NewElection(t.session, Prefix(cfg.Prefix))
+	// NewElection adds the "/" that ends Prefix.
+	t.elec = concurrency.NewElection(t.session, strings.TrimSuffix(Prefix(cfg.Prefix), "/"))
 	val, _ := json.Marshal(cfg.Info)
 	if cfg.OnStandby != nil {
 		go t.announceStandby(ctx, cfg)
