@@ -57,7 +57,7 @@ func startClusterNoFallback(t *testing.T, n int) (*wiring.MDS, []*wiring.DS) {
 	for i := range n {
 		d, err := wiring.StartDS(ctx, wiring.DSConfig{
 			Listen: "127.0.0.1:0", Dir: filepath.Join(dir, fmt.Sprintf("ds%d", i)),
-			MDS: mds.Addr.String(), JoinSecret: secret, Lease: 10 * time.Second, Logger: quietLogger(),
+			MDS: []string{mds.Addr.String()}, JoinSecret: secret, Lease: 10 * time.Second, Logger: quietLogger(),
 		})
 		if err != nil {
 			t.Fatal(err)

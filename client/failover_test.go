@@ -211,7 +211,7 @@ func startProxiedCluster(t *testing.T, n int) (*wiring.MDS, []*wiring.DS, []*cut
 		p := newCutProxy(t)
 		d, err := wiring.StartDS(ctx, wiring.DSConfig{
 			Listen: "127.0.0.1:0", Dir: filepath.Join(dir, fmt.Sprintf("ds%d", i)),
-			MDS: mds.Addr.String(), JoinSecret: secret, Advertise: p.ln.Addr().String(),
+			MDS: []string{mds.Addr.String()}, JoinSecret: secret, Advertise: p.ln.Addr().String(),
 			Lease: 10 * time.Second, Logger: quietLogger(),
 		})
 		if err != nil {

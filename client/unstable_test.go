@@ -73,7 +73,7 @@ func (c *mirroredCluster) start(t *testing.T, i int) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	d, err := wiring.StartDS(ctx, wiring.DSConfig{
-		Listen: "127.0.0.1:0", Dir: c.dirs[i], MDS: c.mds.Addr.String(), JoinSecret: c.secret,
+		Listen: "127.0.0.1:0", Dir: c.dirs[i], MDS: []string{c.mds.Addr.String()}, JoinSecret: c.secret,
 		Lease: 10 * time.Second, Logger: quietLogger(),
 	})
 	if err != nil {

@@ -23,7 +23,10 @@ import (
 
 // AgentConfig configures the DS side of the control protocol.
 type AgentConfig struct {
-	MDS   string   // host:port of the MDS control listener
+	// MDS lists the host:port of the MDS control listeners: the one MDS,
+	// or every MDS of a cluster with failover, in any order. The agent
+	// registers with the one that leads (Agent.connect).
+	MDS   []string
 	ID    string   // persistent identity of this DS; stripe maps name it
 	Addrs []string // advertised host:port of this DS's NFS listener
 	// PeerAddrs is where the other data servers reach this one, if not
@@ -51,7 +54,13 @@ type AgentConfig struct {
 	// override below the MDS's makes the agent drop connections the MDS
 	// still counts as live.
 	MissedBeats int
-	Logger      *slog.Logger
+	// Lease is how long a stateid the MDS accepted stays good while the
+	// MDS cannot be asked (Agent.CheckStateid), for an MDS that does not
+	// tell its own lease at REGISTER. Zero: defaultLease.
+	Lease  time.Duration
+	Logger *slog.Logger
+	// registerTimeout replaces registerTimeout, for tests.
+	registerTimeout time.Duration
 }
 
 // AgentStats counts the MDS-through object operations a DS served.
@@ -63,9 +72,11 @@ type AgentStats struct {
 	RemoveOps            uint64
 	GetSizeOps           uint64
 	// StateidChecks counts Agent.CheckStateid calls; StateidCacheHits those
-	// answered from the cache without asking the MDS.
-	StateidChecks, StateidCacheHits uint64
-	Registrations                   uint64
+	// answered from the cache without asking the MDS; StateidStaleHits
+	// those answered from an answer older than the cache's TTL, within
+	// the lease, because the MDS could not be asked.
+	StateidChecks, StateidCacheHits, StateidStaleHits uint64
+	Registrations                                     uint64
 	// MapFetches counts MAP calls to the MDS (Agent.Map cache misses).
 	MapFetches uint64
 	// ReplicaWriteOps and ReplicaWriteBytes count the REPLICA_WRITEs this
@@ -92,8 +103,20 @@ func (s AgentStats) IO() (read, written uint64) {
 	return s.ReadBytes + s.ClientReadBytes, s.WriteBytes + s.ReplicaWriteBytes + s.ClientWriteBytes
 }
 
-// stateidTTL is how long a positive CHECK_STATEID answer is reused.
+// stateidTTL is how long a positive CHECK_STATEID answer is reused while
+// the MDS can be asked.
 const stateidTTL = 2 * time.Second
+
+// defaultLease is how long a positive CHECK_STATEID answer is reused while
+// the MDS cannot be asked, if neither the MDS nor AgentConfig.Lease says:
+// the NFS server's default lease (server.Config.Lease).
+const defaultLease = 90 * time.Second
+
+// registerTimeout bounds one attempt to register at one MDS address, dial
+// and REGISTER together: a paused MDS (a deposed leader in a stopped VM)
+// may accept the connection and never answer, while the next address
+// leads.
+const registerTimeout = 5 * time.Second
 
 // maxCache bounds the stateid cache.
 const maxCache = 1 << 16
@@ -120,9 +143,13 @@ type cacheKey struct {
 }
 
 type cacheEntry struct {
-	client  uint64
-	expires time.Time
+	client uint64
+	at     time.Time // when the MDS gave the answer
 }
+
+// connTerm is the rpc.Conn value under which the agent keeps the term a
+// connection registered in.
+type connTerm struct{}
 
 // Agent is the DS side of the control protocol: it keeps the DS registered
 // with the MDS, serves the MDS's object calls from the local store, and
@@ -137,8 +164,19 @@ type Agent struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 
-	mu        sync.Mutex
-	conn      *rpc.Conn // registered connection, nil while reconnecting
+	mu   sync.Mutex
+	conn *rpc.Conn // registered connection, nil while reconnecting
+	// mds is the address conn goes to; next the index in cfg.MDS of
+	// the address that last accepted the DS, tried first next time.
+	mds  string
+	next int
+	// term is the highest nonzero term the DS registered in: a REGISTER
+	// reply of a lower one, and the MDS's calls on a connection
+	// registered in a lower one, come from a deposed leader.
+	term uint64
+	// lease is the MDS's lease from the last REGISTER, zero if it gave
+	// none (staleLimit).
+	lease     time.Duration
 	dataKey   []byte
 	clusterID []byte
 	interval  time.Duration
@@ -146,6 +184,9 @@ type Agent struct {
 	reg       uint64
 	err       error // terminal error (removed, version, auth, wrong cluster)
 	fenced    map[uint64]struct{}
+	// cache holds the MDS's positive CHECK_STATEID answers. It is
+	// cleared when the DS registers, with whichever MDS, and survives the
+	// time in between: see CheckStateid.
 	cache     map[cacheKey]cacheEntry
 	removed   bool
 	removedCh chan struct{}
@@ -163,6 +204,7 @@ type Agent struct {
 		readOps, readBytes, writeOps, writeBytes       atomic.Uint64
 		commitOps, truncateOps, removeOps, getSizeOps  atomic.Uint64
 		stateidChecks, stateidCacheHits, registrations atomic.Uint64
+		stateidStaleHits                               atomic.Uint64
 		mapFetches, sumOps                             atomic.Uint64
 		copyOps, copyBytes                             atomic.Uint64
 		replicaWriteOps, replicaWriteBytes             atomic.Uint64
@@ -177,8 +219,8 @@ type Agent struct {
 // serves the MDS's calls, and reconnects and re-registers whenever the
 // connection drops, until Close.
 func StartAgent(ctx context.Context, cfg AgentConfig) (*Agent, error) {
-	if cfg.MDS == "" || cfg.ID == "" || cfg.Store == nil {
-		return nil, errors.New("cluster: AgentConfig needs MDS, ID and Store")
+	if len(cfg.MDS) == 0 || slices.Contains(cfg.MDS, "") || cfg.ID == "" || cfg.Store == nil {
+		return nil, errors.New("cluster: AgentConfig needs MDS addresses, ID and Store")
 	}
 	if len(cfg.ID) > ctlproto.CTL_MAX_ID || len(cfg.Addrs) > ctlproto.CTL_MAX_ADDRS || len(cfg.PeerAddrs) > ctlproto.CTL_MAX_ADDRS {
 		return nil, errors.New("cluster: AgentConfig ID or Addrs too long")
@@ -273,7 +315,8 @@ func (a *Agent) Stats() AgentStats {
 		CommitOps: s.commitOps.Load(), TruncateOps: s.truncateOps.Load(),
 		RemoveOps: s.removeOps.Load(), GetSizeOps: s.getSizeOps.Load(),
 		StateidChecks: s.stateidChecks.Load(), StateidCacheHits: s.stateidCacheHits.Load(),
-		Registrations: s.registrations.Load(), MapFetches: s.mapFetches.Load(),
+		StateidStaleHits: s.stateidStaleHits.Load(),
+		Registrations:    s.registrations.Load(), MapFetches: s.mapFetches.Load(),
 		ReplicaWriteOps: s.replicaWriteOps.Load(), ReplicaWriteBytes: s.replicaWriteBytes.Load(),
 		ReplicaCommitOps: s.replicaCommitOps.Load(), ReplicaFailed: s.replicaFailed.Load(),
 		SumOps: s.sumOps.Load(), ClientReadBytes: s.clientReadBytes.Load(), ClientWriteBytes: s.clientWriteBytes.Load(),
@@ -291,35 +334,86 @@ func (a *Agent) Close() error {
 }
 
 // CheckStateid reports whether stateid allows I/O (write or read) on ino.
-// Positive answers from the MDS are cached for two seconds per
-// (stateid.other, ino, write); fenced clients get ErrFenced; the MDS's
-// refusals come back as ErrBadStateid, ErrOldStateid, ErrStaleStateid,
-// ErrExpired, ErrOpenMode; ErrUnavailable means the MDS could not answer.
+// Fenced clients get ErrFenced; the MDS's refusals come back as
+// ErrBadStateid, ErrOldStateid, ErrStaleStateid, ErrExpired, ErrOpenMode.
+//
+// Positive answers are cached per (stateid.other, ino, write). While the
+// MDS can be asked, an answer is reused for two seconds (stateidTTL).
+// While it cannot (the DS is not registered, or the question gets no
+// answer: the connection broke, the MDS no longer leads), an answer from
+// within the last lease (staleLimit) is still good: the client's layout
+// stays valid until the MDS recalls it or the client's lease runs out, and
+// neither happens without an MDS, so clients keep doing I/O through an MDS
+// restart or failover. A FENCE always wins: it drops the fenced client's
+// answers. Registering, with the same MDS or another, drops every answer;
+// from then on the leader's own state decides (a new leader refuses the
+// stateids of its predecessor as stale, and clients recover).
+//
+// A stateid with no usable answer while the MDS cannot be asked is
+// ErrMDSUnreachable, which sends the client to the MDS; ErrUnavailable
+// means the MDS answered and asked for a retry.
 func (a *Agent) CheckStateid(ctx context.Context, ino uint64, stateid [16]byte, write bool) error {
 	a.stats.stateidChecks.Add(1)
 	key := cacheKey{ino: ino, write: write}
 	copy(key.other[:], stateid[4:])
 	now := time.Now()
 	a.mu.Lock()
-	if e, ok := a.cache[key]; ok {
-		if now.Before(e.expires) {
+	conn, stale := a.conn, a.staleLimitLocked()
+	e, cached := a.cache[key]
+	if cached {
+		age := now.Sub(e.at)
+		switch {
+		case age < a.ttl:
 			a.mu.Unlock()
 			a.stats.stateidCacheHits.Add(1)
 			return nil
+		case conn == nil && age < stale:
+			a.mu.Unlock()
+			a.stats.stateidStaleHits.Add(1)
+			return nil
+		case age >= stale:
+			delete(a.cache, key)
+			cached = false
 		}
-		delete(a.cache, key)
 	}
-	conn := a.conn
 	a.mu.Unlock()
 	if conn == nil {
-		return fmt.Errorf("%w: not connected to the MDS", ErrUnavailable)
+		return fmt.Errorf("%w: not registered with an MDS", ErrMDSUnreachable)
 	}
 	var res ctlproto.CtlCheckStateidRes
-	if err := call(ctx, conn, ctlproto.CTLPROC_CHECK_STATEID,
-		&ctlproto.CtlCheckStateidArgs{Ino: ino, Stateid: stateid, Write: write}, &res); err != nil {
-		return err
+	err := call(ctx, conn, ctlproto.CTLPROC_CHECK_STATEID,
+		&ctlproto.CtlCheckStateidArgs{Ino: ino, Stateid: stateid, Write: write}, &res)
+	unreachable := err != nil
+	if err == nil {
+		err = errOf(res.Status)
+		switch res.Status {
+		case ctlproto.CTL_ERR_NOTREG, ctlproto.CTL_ERR_STALE_GEN, ctlproto.CTL_ERR_NOT_LEADER:
+			// The registration is over; the heartbeat loop finds out
+			// and registers again, maybe elsewhere.
+			unreachable = true
+		}
 	}
-	if err := errOf(res.Status); err != nil {
+	switch {
+	case err == nil:
+	case ctx.Err() != nil:
+		return err // the client's request is gone
+	case unreachable || errors.Is(err, ErrUnavailable):
+		if cached && a.staleAnswer(key, now) {
+			a.stats.stateidStaleHits.Add(1)
+			return nil
+		}
+		if unreachable {
+			// %v: this is not ErrUnavailable, whose callers answer
+			// "retry".
+			return fmt.Errorf("%w: %v", ErrMDSUnreachable, err)
+		}
+		return err
+	default:
+		if cached {
+			a.mu.Lock()
+			delete(a.cache, key)
+			a.mu.Unlock()
+		}
 		return err
 	}
 	a.mu.Lock()
@@ -330,7 +424,7 @@ func (a *Agent) CheckStateid(ctx context.Context, ino uint64, stateid [16]byte, 
 	}
 	if len(a.cache) >= maxCache {
 		for k, e := range a.cache {
-			if !now.Before(e.expires) {
+			if now.Sub(e.at) >= stale {
 				delete(a.cache, k)
 			}
 		}
@@ -338,8 +432,43 @@ func (a *Agent) CheckStateid(ctx context.Context, ino uint64, stateid [16]byte, 
 			clear(a.cache)
 		}
 	}
-	a.cache[key] = cacheEntry{client: res.Clientid, expires: now.Add(a.ttl)}
+	a.cache[key] = cacheEntry{client: res.Clientid, at: now}
 	return nil
+}
+
+// staleAnswer reports whether the cache still holds an answer for key
+// from within the lease at now, for a question the MDS did not answer. A
+// registration or FENCE meanwhile has dropped it.
+func (a *Agent) staleAnswer(key cacheKey, now time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.cache[key]
+	if !ok || now.Sub(e.at) >= a.staleLimitLocked() {
+		return false
+	}
+	_, fenced := a.fenced[e.client]
+	return !fenced
+}
+
+// staleLimitLocked is how old a positive stateid answer may be and still
+// be used while the MDS cannot be asked: the MDS's lease from REGISTER,
+// else AgentConfig.Lease, else defaultLease; never less than the TTL.
+func (a *Agent) staleLimitLocked() time.Duration {
+	lease := a.lease
+	if lease <= 0 {
+		lease = a.cfg.Lease
+	}
+	if lease <= 0 {
+		lease = defaultLease
+	}
+	return max(lease, a.ttl)
+}
+
+// refusedForGood reports whether a REGISTER failure is final: retrying,
+// here or at another MDS of the cluster, cannot help.
+func refusedForGood(err error) bool {
+	return errors.Is(err, ErrRemoved) || errors.Is(err, ErrVersion) || errors.Is(err, ErrAuth) ||
+		errors.Is(err, ErrClusterFull) || errors.Is(err, ErrWrongCluster)
 }
 
 // connectRetry registers, retrying transient failures with backoff.
@@ -350,8 +479,7 @@ func (a *Agent) connectRetry(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
-		if errors.Is(err, ErrRemoved) || errors.Is(err, ErrVersion) || errors.Is(err, ErrAuth) ||
-			errors.Is(err, ErrClusterFull) || errors.Is(err, ErrWrongCluster) {
+		if refusedForGood(err) {
 			a.mu.Lock()
 			a.err = err
 			a.mu.Unlock()
@@ -362,7 +490,7 @@ func (a *Agent) connectRetry(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("cluster: registering with %s: %w (last error: %w)", a.cfg.MDS, ctx.Err(), err)
+			return fmt.Errorf("cluster: registering with %v: %w (last error: %w)", a.cfg.MDS, ctx.Err(), err)
 		case <-a.ctx.Done():
 			t.Stop()
 			return fmt.Errorf("cluster: agent closed: %w", ErrUnavailable)
@@ -372,13 +500,47 @@ func (a *Agent) connectRetry(ctx context.Context) error {
 	}
 }
 
-// connect dials the MDS and registers once.
+// connect registers once with the leading MDS: it tries the MDS addresses
+// in turn, from the last one that accepted the DS, each for at most
+// registerTimeout. An MDS that does not lead is not listening (a standby),
+// refuses REGISTER with ErrNotLeader, or is a deposed leader whose reply
+// carries an older term than the DS has seen (refused here); each sends
+// the DS on to the next address. A final refusal (refusedForGood) ends the
+// round.
 func (a *Agent) connect(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	a.mu.Lock()
+	first := a.next
+	a.mu.Unlock()
+	n := len(a.cfg.MDS)
+	var errs []error
+	for i := range n {
+		idx := (first + i) % n
+		err := a.connectTo(ctx, a.cfg.MDS[idx])
+		if err == nil {
+			a.mu.Lock()
+			a.next = idx
+			a.mu.Unlock()
+			return nil
+		}
+		if refusedForGood(err) || ctx.Err() != nil {
+			return err
+		}
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// connectTo dials the MDS at addr and registers once.
+func (a *Agent) connectTo(ctx context.Context, addr string) error {
+	timeout := registerTimeout
+	if a.cfg.registerTimeout > 0 {
+		timeout = a.cfg.registerTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	conn, err := rpc.Dial(ctx, "tcp", a.cfg.MDS, rpc.HandlerFunc(a.serveRPC), rpc.WithLogger(a.log))
+	conn, err := rpc.Dial(ctx, "tcp", addr, rpc.HandlerFunc(a.serveRPC), rpc.WithLogger(a.log))
 	if err != nil {
-		return fmt.Errorf("cluster: dial %s: %w", a.cfg.MDS, err)
+		return fmt.Errorf("cluster: dial %s: %w", addr, err)
 	}
 	total, free := a.space()
 	a.mu.Lock()
@@ -397,27 +559,41 @@ func (a *Agent) connect(ctx context.Context) error {
 	var res ctlproto.CtlRegisterRes
 	if err := call(ctx, conn, ctlproto.CTLPROC_REGISTER, args, &res); err != nil {
 		conn.Close()
-		return fmt.Errorf("cluster: REGISTER: %w", err)
+		return fmt.Errorf("cluster: REGISTER with %s: %w", addr, err)
 	}
 	if err := errOf(res.Status); err != nil {
 		conn.Close()
 		if v := res.Versions; v != nil {
-			return fmt.Errorf("cluster: REGISTER: %w (MDS speaks %d..%d, we speak %d)", err, v.Low, v.High, ctlproto.CTL_VERSION)
+			return fmt.Errorf("cluster: REGISTER with %s: %w (MDS speaks %d..%d, we speak %d)", addr, err, v.Low, v.High, ctlproto.CTL_VERSION)
 		}
-		return fmt.Errorf("cluster: REGISTER: %w", err)
+		return fmt.Errorf("cluster: REGISTER with %s: %w", addr, err)
 	}
 	ok := res.Ok
 	a.mu.Lock()
+	if ok.Term != 0 && ok.Term < a.term {
+		highest := a.term
+		a.mu.Unlock()
+		conn.Close()
+		a.log.Warn("cluster: refusing the registration of an MDS of an older term: a deposed leader",
+			"mds", addr, "term", ok.Term, "highest_term", highest)
+		return fmt.Errorf("cluster: REGISTER with %s: term %d is older than term %d: %w", addr, ok.Term, highest, ErrNotLeader)
+	}
+	a.term = max(a.term, ok.Term)
+	conn.SetValue(connTerm{}, ok.Term)
+	old := a.conn
 	a.conn = conn
+	a.mds = addr
 	a.dataKey = slices.Clone(ok.DataKey)
 	a.clusterID = slices.Clone(ok.ClusterId)
 	a.reg = ok.Registration
+	a.lease = time.Duration(ok.LeaseMs) * time.Millisecond
 	a.interval = time.Duration(ok.HeartbeatMs) * time.Millisecond
 	if a.interval <= 0 {
 		a.interval = time.Second
 	}
 	a.missed = missedBeats(a.cfg.MissedBeats, ok.MissedBeats)
-	// The MDS's fence list is authoritative; cached answers predate it.
+	// The MDS's fence list is authoritative; cached answers predate it,
+	// and from now on this MDS's state decides.
 	clear(a.fenced)
 	for _, id := range ok.Fenced {
 		a.fenced[id] = struct{}{}
@@ -426,10 +602,33 @@ func (a *Agent) connect(ctx context.Context) error {
 	// MAP_CHANGEs sent while the DS was away were missed.
 	a.dropMapsLocked()
 	a.mu.Unlock()
+	if old != nil && old != conn {
+		// Whatever arrives on it now comes from a registration that is
+		// over.
+		old.Close()
+	}
 	a.stats.registrations.Add(1)
-	a.log.Info("cluster: registered with the MDS", "mds", a.cfg.MDS, "cluster_id", fmt.Sprintf("%x", ok.ClusterId),
+	a.log.Info("cluster: registered with the MDS", "mds", addr, "term", ok.Term, "cluster_id", fmt.Sprintf("%x", ok.ClusterId),
 		"heartbeat", time.Duration(ok.HeartbeatMs)*time.Millisecond, "missed_beats", ok.MissedBeats)
 	return nil
+}
+
+// staleTerm reports whether conn registered in an older term than the
+// highest the DS has seen: calls arriving on it come from a deposed
+// leader. Connections of term 0 (an MDS that is not elected) and those not
+// registered yet (the MDS may call as soon as it has answered REGISTER)
+// are never stale.
+func (a *Agent) staleTerm(conn *rpc.Conn) bool {
+	if conn == nil {
+		return false
+	}
+	t, _ := conn.Value(connTerm{}).(uint64)
+	if t == 0 {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return t < a.term
 }
 
 // missedBeats returns the agent's liveness window in heartbeat intervals:
@@ -486,14 +685,16 @@ func (a *Agent) run() {
 		if a.conn == conn {
 			a.conn = nil
 		}
-		clear(a.cache)
+		mds := a.mds
+		// The stateid cache stays: its answers keep clients' I/O going
+		// until the DS registers again (CheckStateid).
 		// No MAP_CHANGED can arrive until the DS registers again.
 		a.dropMapsLocked()
 		a.mu.Unlock()
 		if a.ctx.Err() != nil {
 			return
 		}
-		a.log.Info("cluster: connection to the MDS lost; reconnecting", "mds", a.cfg.MDS)
+		a.log.Info("cluster: connection to the MDS lost; reconnecting", "mds", mds, "addresses", a.cfg.MDS)
 		if err := a.connectRetry(a.ctx); err != nil {
 			if a.ctx.Err() == nil {
 				a.log.Error("cluster: giving up registering with the MDS", "err", err)
@@ -562,6 +763,13 @@ func (a *Agent) heartbeatLoop(conn *rpc.Conn, interval time.Duration, missed int
 func (a *Agent) serveRPC(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
 	if st, ok := checkProgram(c, res); !ok {
 		return st
+	}
+	if mdsProcs[c.Proc] && a.staleTerm(c.Conn) {
+		// Every result of these procedures is a union or struct led by
+		// its status, with nothing else for an error status.
+		a.log.Warn("cluster: refusing a call from an MDS of an older term", "proc", c.Proc, "peer", c.Conn.RemoteAddr())
+		(&ctlproto.CtlStatusRes{Status: ctlproto.CTL_ERR_NOT_LEADER}).EncodeXDR(res)
+		return rpc.Success
 	}
 	switch c.Proc {
 	case ctlproto.CTLPROC_NULL:
@@ -694,6 +902,17 @@ func (a *Agent) serveRPC(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc
 		return rpc.ProcUnavail
 	}
 	return rpc.Success
+}
+
+// mdsProcs are the procedures the MDS calls on a DS; serveRPC refuses them
+// on a connection of an older term (staleTerm).
+var mdsProcs = map[uint32]bool{
+	ctlproto.CTLPROC_OBJ_READ: true, ctlproto.CTLPROC_OBJ_WRITE: true, ctlproto.CTLPROC_OBJ_COMMIT: true,
+	ctlproto.CTLPROC_OBJ_TRUNCATE: true, ctlproto.CTLPROC_OBJ_REMOVE: true, ctlproto.CTLPROC_OBJ_PUNCH: true,
+	ctlproto.CTLPROC_OBJ_ALLOCATE: true, ctlproto.CTLPROC_OBJ_SEEK: true, ctlproto.CTLPROC_OBJ_COPY: true,
+	ctlproto.CTLPROC_OBJ_GETSIZE: true, ctlproto.CTLPROC_OBJ_SUM: true,
+	ctlproto.CTLPROC_FENCE: true, ctlproto.CTLPROC_UNFENCE: true, ctlproto.CTLPROC_MAP_CHANGED: true,
+	ctlproto.CTLPROC_RETIRE: true,
 }
 
 func (a *Agent) setFenced(client uint64, fenced bool) {

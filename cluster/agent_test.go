@@ -136,19 +136,6 @@ func TestCheckStateid(t *testing.T) {
 	}
 }
 
-func TestCheckStateidUnavailable(t *testing.T) {
-	tc := newCluster(t, 1)
-	a := tc.agents[0]
-	tc.checker.set(sid(1, 1), 1, nil)
-	tc.reg.Close()
-	eventually(t, "agent to notice the MDS is gone", func() bool { return agentConn(a) == nil })
-	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
-	defer cancel()
-	if err := a.CheckStateid(ctx, 1, sid(1, 1), false); !errors.Is(err, ErrUnavailable) {
-		t.Errorf("CheckStateid without an MDS = %v", err)
-	}
-}
-
 // TestFileSize: a data server asks the MDS for a file's size (FILE_SIZE),
 // and gets the MDS's errors back as the same kinds.
 func TestFileSize(t *testing.T) {

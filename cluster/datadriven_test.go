@@ -188,7 +188,7 @@ func (w *ddWorld) join(name string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	a, err := StartAgent(ctx, AgentConfig{MDS: w.addr, ID: w.ids[name], Addrs: []string{name + ":2049"},
+	a, err := StartAgent(ctx, AgentConfig{MDS: []string{w.addr}, ID: w.ids[name], Addrs: []string{name + ":2049"},
 		Store: st, JoinSecret: w.secret, Capacity: func() (uint64, uint64) { return 1 << 40, 1 << 39 }})
 	if err != nil {
 		return err

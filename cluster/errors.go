@@ -27,6 +27,19 @@ var (
 	// ErrUnavailable: the peer (MDS, or a data server) cannot be reached
 	// or asked the caller to retry; callers map it to NFS4ERR_DELAY.
 	ErrUnavailable = errors.New("cluster: unavailable")
+	// ErrMDSUnreachable: Agent.CheckStateid could not ask the MDS (the
+	// data server is not registered with a leading MDS, or the question
+	// got no answer) and has no recent answer about the stateid to go
+	// by. It is not ErrUnavailable: the data server sends the client
+	// to the MDS at once (NFS4ERR_PNFS_NO_LAYOUT) instead of asking it to
+	// retry (NFS4ERR_DELAY), which the Linux client answers by pausing
+	// its I/O for 15 s.
+	ErrMDSUnreachable = errors.New("cluster: MDS unreachable, stateid unknown")
+	// ErrNotLeader: the MDS is not the elected leader, or no longer, or
+	// (on a data server) the call came over a connection registered
+	// under an older term than the data server has seen since. A data
+	// server moves on to the next MDS address.
+	ErrNotLeader = errors.New("cluster: not the leading MDS")
 )
 
 // Errors about cluster membership.
@@ -80,6 +93,8 @@ func statusOf(err error) ctlproto.CtlStatus {
 		return ctlproto.CTL_ERR_FENCED
 	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return ctlproto.CTL_ERR_DELAY
+	case errors.Is(err, ErrNotLeader):
+		return ctlproto.CTL_ERR_NOT_LEADER
 	case errors.Is(err, ErrBusy):
 		return ctlproto.CTL_ERR_BUSY
 	case errors.Is(err, ErrNotMember):
@@ -147,6 +162,8 @@ func errOf(st ctlproto.CtlStatus) error {
 		return store.ErrNotSupported
 	case ctlproto.CTL_ERR_NOTMEMBER:
 		return ErrNotMember
+	case ctlproto.CTL_ERR_NOT_LEADER:
+		return ErrNotLeader
 	}
 	return fmt.Errorf("cluster: %v: %w", st, syscall.EIO)
 }

@@ -109,7 +109,7 @@ func startGatedRegistry(t *testing.T, interval time.Duration, mdsMissed, agentMi
 	ctx, cancel := context.WithTimeout(context.Background(), waitBound)
 	defer cancel()
 	a, err := StartAgent(ctx, AgentConfig{
-		MDS: ln.Addr().String(), ID: "ds0", Addrs: []string{"127.0.0.1:2049"},
+		MDS: []string{ln.Addr().String()}, ID: "ds0", Addrs: []string{"127.0.0.1:2049"},
 		Store: st, JoinSecret: testSecret, MissedBeats: agentMissed,
 		Capacity: func() (uint64, uint64) { return 1 << 40, 1 << 39 },
 	})

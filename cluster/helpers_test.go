@@ -252,7 +252,7 @@ func (tc *testCluster) addAgent(id string) *Agent {
 // agentConfig is the configuration of a test agent named id on st.
 func (tc *testCluster) agentConfig(id string, st store.Backend) AgentConfig {
 	return AgentConfig{
-		MDS:        tc.addr,
+		MDS:        []string{tc.addr},
 		ID:         id,
 		Addrs:      []string{"127.0.0.1:2049"},
 		Store:      st,
@@ -370,7 +370,7 @@ func newBareAgent(cfg AgentConfig) *Agent {
 func registerBareAgent(t *testing.T, mds, id string) (a *Agent, stop func()) {
 	t.Helper()
 	tc := &testCluster{t: t}
-	a = newBareAgent(AgentConfig{MDS: mds, ID: id, Store: tc.newStore(), JoinSecret: testSecret})
+	a = newBareAgent(AgentConfig{MDS: []string{mds}, ID: id, Store: tc.newStore(), JoinSecret: testSecret})
 	if err := a.connect(context.Background()); err != nil {
 		a.cancel()
 		t.Fatal(err)

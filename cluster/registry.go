@@ -159,7 +159,23 @@ type RegistryConfig struct {
 	// FileSize answers FILE_SIZE: the size of file ino as the MDS knows
 	// it. Nil: answered "retry later".
 	FileSize func(ctx context.Context, ino uint64) (uint64, error)
-	Logger   *slog.Logger
+	// Leader reports whether this MDS is the elected leader, and of
+	// which term (growing with every election), when several MDSes share
+	// one metadata store. It is asked at every REGISTER and HEARTBEAT
+	// and at the data servers' other calls: an MDS that is not leading
+	// answers CTL_ERR_NOT_LEADER, and the data server goes on to its next
+	// MDS address. A registration made under one term ends with it: the
+	// data server's next HEARTBEAT is refused and it registers again,
+	// learning the new term. Leader must be cheap and must not block.
+	// Nil: always leading, in term 0 (an MDS that is not elected, such as
+	// one with a local metadata store).
+	Leader func() (term uint64, leading bool)
+	// Lease is the MDS's NFSv4 lease, sent to data servers at REGISTER:
+	// a data server that cannot reach the MDS keeps accepting a stateid
+	// the MDS accepted within the last lease. Zero: the data server uses
+	// its own (AgentConfig.Lease).
+	Lease  time.Duration
+	Logger *slog.Logger
 	// now is the clock of DownAfter and DataServer.Since, for tests;
 	// heartbeat liveness always uses the wall clock.
 	now func() time.Time
@@ -205,6 +221,7 @@ type member struct {
 	ds   DataServer
 	conn *rpc.Conn // registered connection; nil while disconnected
 	reg  uint64    // registration number of conn
+	term uint64    // the leader's term conn registered in
 	// ioAt is when the I/O counters in ds were reported, the base of the
 	// next rate; zero until the first HEARTBEAT of a registration.
 	ioAt time.Time
@@ -821,6 +838,13 @@ func (r *Registry) register(ctx context.Context, c *rpc.Conn, a *ctlproto.CtlReg
 	if a.DsId == "" {
 		return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_ERR_INVAL}
 	}
+	// Before anything that reads the registry's record: a registry that
+	// does not lead may hold an outdated one.
+	term, leading := r.leader()
+	if !leading {
+		r.log.Info("cluster: REGISTER refused: not the leading MDS", "id", a.DsId, "peer", c.RemoteAddr())
+		return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_ERR_NOT_LEADER}
+	}
 	if len(a.ClusterId) != 0 && subtle.ConstantTimeCompare(a.ClusterId, r.clusterID) != 1 {
 		r.log.Warn("cluster: REGISTER refused: the data server's directory belongs to another cluster",
 			"id", a.DsId, "its_cluster", fmt.Sprintf("%x", a.ClusterId), "peer", c.RemoteAddr())
@@ -885,6 +909,7 @@ func (r *Registry) register(ctx context.Context, c *rpc.Conn, a *ctlproto.CtlReg
 	m.conn = c
 	r.nextReg++
 	m.reg = r.nextReg
+	m.term = term
 	m.ioAt = time.Time{}       // a new registration may be a new process: new counters
 	m.ds.LastBeat = time.Now() // liveness is wall-clock, never the injected clock
 	m.ds.Capacity, m.ds.Free = a.Capacity, a.Free
@@ -901,6 +926,8 @@ func (r *Registry) register(ctx context.Context, c *rpc.Conn, a *ctlproto.CtlReg
 		HeartbeatMs:  uint32(r.interval / time.Millisecond),
 		MissedBeats:  uint32(min(int64(r.missed), math.MaxUint32)),
 		Registration: m.reg,
+		Term:         term,
+		LeaseMs:      uint32(min(r.cfg.Lease.Milliseconds(), math.MaxUint32)),
 	}
 	for id := range r.fenced {
 		ok.Fenced = append(ok.Fenced, id)
@@ -910,6 +937,32 @@ func (r *Registry) register(ctx context.Context, c *rpc.Conn, a *ctlproto.CtlReg
 		old.Close()
 	}
 	return ctlproto.CtlRegisterRes{Status: ctlproto.CTL_OK, Ok: ok}
+}
+
+// leader reports this MDS's term and whether it leads (RegistryConfig.Leader).
+func (r *Registry) leader() (term uint64, leading bool) {
+	if r.cfg.Leader == nil {
+		return 0, true
+	}
+	return r.cfg.Leader()
+}
+
+// registeredLeading refuses the data servers' questions (CHECK_STATEID,
+// FILE_SIZE) on connections with no registration, and, while this MDS
+// does not lead or on a registration of an earlier term, on every
+// connection: its answers could be out of date.
+func (r *Registry) registeredLeading(c *rpc.Conn) ctlproto.CtlStatus {
+	term, leading := r.leader()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := r.registered(c)
+	switch {
+	case m == nil:
+		return ctlproto.CTL_ERR_NOTREG
+	case !leading || m.term != term:
+		return ctlproto.CTL_ERR_NOT_LEADER
+	}
+	return ctlproto.CTL_OK
 }
 
 // maxDataServers bounds the cluster's size so a stream of bogus REGISTERs
@@ -926,11 +979,20 @@ func (r *Registry) registered(c *rpc.Conn) *member {
 }
 
 func (r *Registry) heartbeat(c *rpc.Conn, a *ctlproto.CtlHeartbeatArgs) ctlproto.CtlStatus {
+	term, leading := r.leader()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	m := r.registered(c)
-	if m == nil || m.reg != a.Registration {
+	switch {
+	case !leading:
+		return ctlproto.CTL_ERR_NOT_LEADER
+	case m == nil || m.reg != a.Registration:
 		return ctlproto.CTL_ERR_STALE_GEN
+	case m.term != term:
+		// Registered under a term that ended (this MDS lost the
+		// election and won it again): what the DS learnt then, the
+		// fences above all, may be out of date. It registers again.
+		return ctlproto.CTL_ERR_NOT_LEADER
 	}
 	now := time.Now()
 	m.ds.LastBeat = now
@@ -959,11 +1021,8 @@ func (r *Registry) noteIOLocked(m *member, now time.Time, read, written uint64) 
 }
 
 func (r *Registry) checkStateid(ctx context.Context, c *rpc.Conn, a *ctlproto.CtlCheckStateidArgs) ctlproto.CtlCheckStateidRes {
-	r.mu.Lock()
-	m := r.registered(c)
-	r.mu.Unlock()
-	if m == nil {
-		return ctlproto.CtlCheckStateidRes{Status: ctlproto.CTL_ERR_NOTREG}
+	if st := r.registeredLeading(c); st != ctlproto.CTL_OK {
+		return ctlproto.CtlCheckStateidRes{Status: st}
 	}
 	if r.cfg.CheckStateid == nil {
 		return ctlproto.CtlCheckStateidRes{Status: ctlproto.CTL_ERR_DELAY}
@@ -976,11 +1035,8 @@ func (r *Registry) checkStateid(ctx context.Context, c *rpc.Conn, a *ctlproto.Ct
 }
 
 func (r *Registry) fileSize(ctx context.Context, c *rpc.Conn, ino uint64) ctlproto.CtlGetsizeRes {
-	r.mu.Lock()
-	m := r.registered(c)
-	r.mu.Unlock()
-	if m == nil {
-		return ctlproto.CtlGetsizeRes{Status: ctlproto.CTL_ERR_NOTREG}
+	if st := r.registeredLeading(c); st != ctlproto.CTL_OK {
+		return ctlproto.CtlGetsizeRes{Status: st}
 	}
 	if r.cfg.FileSize == nil {
 		return ctlproto.CtlGetsizeRes{Status: ctlproto.CTL_ERR_DELAY}
@@ -1006,6 +1062,9 @@ func (r *Registry) serveMap(ctx context.Context, c *rpc.Conn, fn func(h MapHandl
 	r.mu.Unlock()
 	if m == nil {
 		return ctlproto.CtlMapRes{Status: ctlproto.CTL_ERR_NOTREG}
+	}
+	if st := r.registeredLeading(c); st != ctlproto.CTL_OK {
+		return ctlproto.CtlMapRes{Status: st}
 	}
 	if h == nil {
 		return ctlproto.CtlMapRes{Status: ctlproto.CTL_ERR_DELAY}

@@ -120,7 +120,7 @@ func TestRegisterRefusals(t *testing.T) {
 			}
 		})
 	}
-	if _, err := StartAgent(ctx, AgentConfig{MDS: tc.addr, ID: "x", JoinSecret: testSecret}); err == nil {
+	if _, err := StartAgent(ctx, AgentConfig{MDS: []string{tc.addr}, ID: "x", JoinSecret: testSecret}); err == nil {
 		t.Error("StartAgent without a store succeeded")
 	}
 	var ids []string
@@ -148,7 +148,7 @@ func TestRegisterRefusals(t *testing.T) {
 	}
 	go open.Serve(ln)
 	for _, secret := range [][]byte{nil, testSecret} {
-		_, err := StartAgent(ctx, AgentConfig{MDS: ln.Addr().String(), ID: "y", Store: tc.newStore(), JoinSecret: secret})
+		_, err := StartAgent(ctx, AgentConfig{MDS: []string{ln.Addr().String()}, ID: "y", Store: tc.newStore(), JoinSecret: secret})
 		if !errors.Is(err, ErrAuth) {
 			t.Errorf("registry without a secret, agent secret %q: %v, want ErrAuth", secret, err)
 		}

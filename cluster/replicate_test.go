@@ -917,8 +917,8 @@ func encodeMapRes(w *ctlproto.CtlMap) []byte {
 	return xdr.Marshal(&ctlproto.CtlMapRes{Status: ctlproto.CTL_OK, Map: w})
 }
 
-// TestWireErrors: the statuses of replicated stripes map to their errors
-// and back.
+// TestWireErrors: the statuses of replicated stripes and of failover map
+// to their errors and back.
 func TestWireErrors(t *testing.T) {
 	for _, tt := range []struct {
 		st   ctlproto.CtlStatus
@@ -926,6 +926,7 @@ func TestWireErrors(t *testing.T) {
 	}{
 		{ctlproto.CTL_ERR_CORRUPT, []error{ErrCorrupt, store.ErrCorrupt}},
 		{ctlproto.CTL_ERR_NOTMEMBER, []error{ErrNotMember}},
+		{ctlproto.CTL_ERR_NOT_LEADER, []error{ErrNotLeader}},
 	} {
 		err := errOf(tt.st)
 		for _, w := range tt.want {

@@ -152,6 +152,19 @@ func (c *compound) dsCheckIO(s *nfs4.Stateid4, o *object, write bool) nfs4.Nfsst
 		// The client's layout was revoked: RFC 8881 §12.5.5 — it must get
 		// a new layout (or go through the MDS) before doing I/O here.
 		return nfs4.NFS4ERR_PNFS_NO_LAYOUT
+	case errors.Is(err, cluster.ErrMDSUnreachable):
+		// No MDS to vouch for the stateid (it is restarting or failing
+		// over) and no recent answer about it: send the client to the
+		// MDS, never DELAY. The Linux files layout driver
+		// (fs/nfs/filelayout/filelayout.c, filelayout_async_handle_error)
+		// answers NFS4ERR_DELAY from a data server with
+		// rpc_delay(task, FILELAYOUT_POLL_RETRY_MAX), 15 s, while
+		// NFS4ERR_PNFS_NO_LAYOUT is among its "Invalidate Layout errors":
+		// pnfs_destroy_layout, then NFS4ERR_RESET_TO_MDS, which resends
+		// the I/O through the MDS at once and makes the next I/O ask for
+		// a new layout. Shoal's client (client/pnfs.go, doPiece and
+		// failover) likewise redoes the piece through the MDS.
+		return nfs4.NFS4ERR_PNFS_NO_LAYOUT
 	}
 	for _, v := range []error{cluster.ErrBadStateid, cluster.ErrOldStateid, cluster.ErrStaleStateid,
 		cluster.ErrExpired, cluster.ErrOpenMode} {

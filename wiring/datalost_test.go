@@ -66,7 +66,7 @@ func TestDataServerRestartChangesVerifier(t *testing.T) {
 			t.Fatalf("closing data server %d: %v", i, err)
 		}
 		d, err := StartDS(ctx, DSConfig{Listen: "127.0.0.1:0", Dir: filepath.Join(dir, fmt.Sprintf("ds%d", i)),
-			MDS: c.MDS.Addr.String(), JoinSecret: secret, Lease: lease, Logger: slog.New(slog.DiscardHandler)})
+			MDS: []string{c.MDS.Addr.String()}, JoinSecret: secret, Lease: lease, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			t.Fatalf("restarting data server %d: %v", i, err)
 		}

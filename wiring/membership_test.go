@@ -114,7 +114,7 @@ func addDS(t *testing.T, c *Cluster, dir string) *DS {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := StartDS(ctxT(t), DSConfig{Listen: "127.0.0.1:0", Dir: dir, MDS: c.MDS.Addr.String(),
+	d, err := StartDS(ctxT(t), DSConfig{Listen: "127.0.0.1:0", Dir: dir, MDS: []string{c.MDS.Addr.String()},
 		JoinSecret: secret, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -298,7 +298,7 @@ func TestJoinNeedsTheSecret(t *testing.T) {
 	}
 	// A directory that already belongs to the other cluster.
 	foreign := t.TempDir()
-	d, err := StartDS(ctxT(t), DSConfig{Listen: "127.0.0.1:0", Dir: foreign, MDS: other.MDS.Addr.String(),
+	d, err := StartDS(ctxT(t), DSConfig{Listen: "127.0.0.1:0", Dir: foreign, MDS: []string{other.MDS.Addr.String()},
 		JoinSecret: otherSecret, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
@@ -316,7 +316,7 @@ func TestJoinNeedsTheSecret(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(c.MDS.Registry.DataServers())
-			d, err := StartDS(ctxT(t), DSConfig{Listen: "127.0.0.1:0", Dir: tc.dir, MDS: c.MDS.Addr.String(),
+			d, err := StartDS(ctxT(t), DSConfig{Listen: "127.0.0.1:0", Dir: tc.dir, MDS: []string{c.MDS.Addr.String()},
 				JoinSecret: tc.secret, Logger: slog.New(slog.DiscardHandler)})
 			if err == nil {
 				d.Close()

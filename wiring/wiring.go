@@ -320,6 +320,7 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 		DownAfter:    cfg.DownAfter,
 		CheckStateid: srv.CheckDataIO,
 		FileSize:     srv.FileSize,
+		Lease:        cfg.Lease,
 		Logger:       cfg.Logger.With("role", "registry"),
 	})
 	if err != nil {
@@ -464,7 +465,9 @@ type DS struct {
 type DSConfig struct {
 	Listen string
 	Dir    string
-	MDS    string
+	// MDS lists the metadata servers' addresses: one, or all of those
+	// that take turns leading (cluster.AgentConfig.MDS).
+	MDS []string
 	// JoinSecret is the cluster's join secret (the MDS's join-secret
 	// file).
 	JoinSecret []byte
@@ -528,20 +531,21 @@ func StartDS(ctx context.Context, cfg DSConfig) (*DS, error) {
 	}
 	d.Agent, err = cluster.StartAgent(ctx, cluster.AgentConfig{
 		MDS: cfg.MDS, ID: ident.ID, ClusterID: ident.cluster(), Addrs: []string{adv}, PeerAddrs: peerAddrs, Store: d.Store,
-		JoinSecret: cfg.JoinSecret,
-		Logger:     cfg.Logger.With("role", "ds-agent"),
+		JoinSecret: cfg.JoinSecret, Lease: cfg.Lease,
+		Logger: cfg.Logger.With("role", "ds-agent"),
 	})
 	if err != nil {
 		d.ln.Close()
 		d.Store.Close()
+		mds := strings.Join(cfg.MDS, ",")
 		if errors.Is(err, cluster.ErrWrongCluster) {
 			return nil, fmt.Errorf("data directory %s belongs to cluster %s, not to the cluster of MDS %s: use an empty directory: %w",
-				cfg.Dir, ident.ClusterID, cfg.MDS, err)
+				cfg.Dir, ident.ClusterID, mds, err)
 		}
 		if errors.Is(err, cluster.ErrAuth) {
-			return nil, fmt.Errorf("MDS %s refused the join secret (--join-secret-file must be the MDS's %s): %w", cfg.MDS, JoinSecretName, err)
+			return nil, fmt.Errorf("MDS %s refused the join secret (--join-secret-file must be the MDS's %s): %w", mds, JoinSecretName, err)
 		}
-		return nil, fmt.Errorf("register with MDS %s: %w", cfg.MDS, err)
+		return nil, fmt.Errorf("register with MDS %s: %w", mds, err)
 	}
 	ident.ClusterID = fmt.Sprintf("%x", d.Agent.ClusterID())
 	if err := saveIdentity(cfg.Dir, ident); err != nil {
@@ -719,7 +723,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		d, err := StartDS(ctx, DSConfig{
 			Listen:     net.JoinHostPort(host, "0"),
 			Dir:        filepath.Join(cfg.Dir, fmt.Sprintf("ds%d", i)),
-			MDS:        mds.Addr.String(),
+			MDS:        []string{mds.Addr.String()},
 			JoinSecret: joinSecret,
 			Advertise:  net.JoinHostPort(adv, "0"),
 			Lease:      cfg.Lease,

@@ -131,18 +131,20 @@ func newMDSCmd() *cobra.Command {
 const exitRemoved = 3
 
 func newDSCmd() *cobra.Command {
-	var listen, dir, mds, advertise, peerAdvertise, metrics, secretFile, config string
+	var listen, dir, advertise, peerAdvertise, metrics, secretFile, config string
+	var mds []string
 	cmd := &cobra.Command{
 		Use:   "ds",
 		Args:  cobra.NoArgs,
 		Short: "Run a pNFS data server for a Shoal metadata server",
 		Example: `  shoal ds --mds 10.0.0.1:2049 --join-secret-file /etc/shoal/join-secret --listen 10.0.0.2:2050 --dir /var/lib/shoal/ds
+  shoal ds --mds 10.0.0.1:2049,10.0.0.5:2049 --join-secret-file /etc/shoal/join-secret --listen 10.0.0.2:2050 --dir /var/lib/shoal/ds
   shoal ds --config /etc/shoal/ds.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if _, err := loadConfig[struct{}](cmd, config); err != nil {
 				return err
 			}
-			if dir == "" || mds == "" || secretFile == "" {
+			if dir == "" || len(mds) == 0 || secretFile == "" {
 				return fmt.Errorf("--dir, --mds and --join-secret-file are required")
 			}
 			secret, err := cluster.ReadJoinSecret(secretFile)
@@ -152,8 +154,13 @@ func newDSCmd() *cobra.Command {
 			if err := checkAddr("--listen", listen, true); err != nil {
 				return err
 			}
-			if err := checkAddr("--mds", mds, false); err != nil {
-				return err
+			for _, addr := range mds {
+				if addr == "" {
+					return fmt.Errorf("--mds %s: an empty address", strings.Join(mds, ","))
+				}
+				if err := checkAddr("--mds", addr, false); err != nil {
+					return err
+				}
 			}
 			claim, err := claimDir(dir)
 			if err != nil {
@@ -185,7 +192,7 @@ func newDSCmd() *cobra.Command {
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address for NFS clients")
 	cmd.Flags().StringVar(&dir, "dir", "", "data directory")
 	cmd.Flags().StringVar(&config, "config", "", "YAML configuration file: the flags as keys (join_secret_file for --join-secret-file); flags given override it")
-	cmd.Flags().StringVar(&mds, "mds", "", "metadata server address host:port")
+	cmd.Flags().StringSliceVar(&mds, "mds", nil, "metadata server address host:port; with failover, every metadata server's, comma-separated (the data server registers with the leader)")
 	cmd.Flags().StringVar(&secretFile, "join-secret-file", "", "the cluster's join secret: a copy of the MDS's "+wiring.JoinSecretName+" file")
 	cmd.Flags().StringVar(&advertise, "advertise", "", "address clients use to reach this data server (default: --listen)")
 	cmd.Flags().StringVar(&peerAdvertise, "peer-advertise", "", "address the other data servers use to reach this one for replicated writes (default: --listen if it names a host, else --advertise)")

@@ -157,7 +157,7 @@ func TestGetDataServerDown(t *testing.T) {
 	for i := range 2 {
 		d, err := wiring.StartDS(t.Context(), wiring.DSConfig{
 			Listen: "127.0.0.1:0", Dir: filepath.Join(dir, fmt.Sprintf("ds%d", i)),
-			MDS: mds.Addr.String(), JoinSecret: secret, Lease: 10 * time.Second, Logger: slog.New(slog.DiscardHandler),
+			MDS: []string{mds.Addr.String()}, JoinSecret: secret, Lease: 10 * time.Second, Logger: slog.New(slog.DiscardHandler),
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 	"github.com/shoalfs/shoal/internal/xdr"
 )
 
-const CTL_VERSION = 6
+const CTL_VERSION = 7
 
 const CTL_MAX_ID = 255
 
@@ -62,6 +62,7 @@ const (
 	CTL_ERR_CORRUPT       CtlStatus = 21
 	CTL_ERR_NOTMEMBER     CtlStatus = 22
 	CTL_ERR_NOTSUPP       CtlStatus = 23
+	CTL_ERR_NOT_LEADER    CtlStatus = 24
 )
 
 // String returns the XDR name of v.
@@ -115,6 +116,8 @@ func (v CtlStatus) String() string {
 		return "CTL_ERR_NOTMEMBER"
 	case CTL_ERR_NOTSUPP:
 		return "CTL_ERR_NOTSUPP"
+	case CTL_ERR_NOT_LEADER:
+		return "CTL_ERR_NOT_LEADER"
 	}
 	return "CtlStatus(" + strconv.FormatInt(int64(v), 10) + ")"
 }
@@ -206,6 +209,8 @@ type CtlRegisterOk struct {
 	MissedBeats  uint32
 	Registration uint64
 	Fenced       []uint64
+	Term         uint64
+	LeaseMs      uint32
 }
 
 // EncodeXDR implements xdr.Marshaler.
@@ -219,6 +224,8 @@ func (v *CtlRegisterOk) EncodeXDR(e *xdr.Encoder) {
 	for i0 := range v.Fenced {
 		e.Uint64(v.Fenced[i0])
 	}
+	e.Uint64(v.Term)
+	e.Uint32(v.LeaseMs)
 }
 
 // DecodeXDR implements xdr.Unmarshaler.
@@ -239,6 +246,8 @@ func (v *CtlRegisterOk) DecodeXDR(d *xdr.Decoder) {
 	} else {
 		v.Fenced = nil
 	}
+	v.Term = d.Uint64()
+	v.LeaseMs = d.Uint32()
 }
 
 // CtlVersionRange is the XDR struct ctl_version_range.
