@@ -133,8 +133,14 @@ func campaign(ctx context.Context, cfg *MDSConfig, events *statuspage.EventLog) 
 	return e, eng, nil
 }
 
-// leading is the registry's view of the election (RegistryConfig.Leader).
-func (e *election) leading() (uint64, bool) { return e.term.Number(), e.term.Valid() }
+// leaderOf is the registry's view of the election (RegistryConfig.Leader):
+// nil (always leading, term 0) for an MDS that is not elected.
+func leaderOf(e *election) func() (uint64, bool) {
+	if e == nil {
+		return nil
+	}
+	return func() (uint64, bool) { return e.term.Number(), e.term.Valid() }
+}
 
 // end gives the term up: resigned at once when the MDS stopped cleanly (a
 // standby need not wait for the lease), else left to expire.

@@ -321,6 +321,7 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 		CheckStateid: srv.CheckDataIO,
 		FileSize:     srv.FileSize,
 		Lease:        cfg.Lease,
+		Leader:       leaderOf(m.elec),
 		Logger:       cfg.Logger.With("role", "registry"),
 	})
 	if err != nil {
