@@ -155,8 +155,9 @@
 // bounds requests per data server; LayoutFetch asks for layouts at open or
 // at the first I/O; KeepLayouts keeps a layout after Close for the next
 // open of the same file (it can still be recalled); SmallIOThreshold sends
-// smaller requests through the metadata server. A Policy can come from a
-// YAML file ([LoadPolicy]) and command-line flags ([RegisterFlags]).
+// smaller requests through the metadata server. The shoal command reads a
+// Policy from flags and a YAML file (--policy); the library itself reads
+// no configuration.
 // docs/client-policy.md has the measurements behind the defaults.
 //
 // # Consistency and durability
