@@ -7,11 +7,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/spf13/pflag"
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/client/clienttest"
@@ -411,54 +408,10 @@ func TestCacheEvictionConcurrent(t *testing.T) {
 	}
 }
 
-// TestPolicyConfig covers the YAML file, the flags and the server's block
-// size suggestion.
+// TestPolicyConfig covers the server's block size suggestion and the
+// validation of an explicit policy (cmd/shoal tests the YAML file and the
+// flags).
 func TestPolicyConfig(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "policy.yaml")
-	yml := "access: odirect\nblock_size: 2M\nmax_per_ds: 4\nlayout_fetch: open\nkeep_layouts: true\nsmall_io_threshold: 8K\nreadahead: -1\ncache_size: 32M\n"
-	if err := os.WriteFile(path, []byte(yml), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	p, err := client.LoadPolicy(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := client.Policy{Access: client.AccessODirect, BlockSize: 2 << 20, MaxPerDS: 4, LayoutFetch: client.LayoutOnOpen,
-		KeepLayouts: true, SmallIOThreshold: 8 << 10, Readahead: -1, CacheSize: 32 << 20}
-	if p != want {
-		t.Fatalf("LoadPolicy = %+v\nwant %+v", p, want)
-	}
-	for _, bad := range []string{"access: fast\n", "block_size: -4\n", "nonsense: 1\n", "cache_size: 3X\n"} {
-		if _, err := client.ParsePolicy([]byte(bad)); err == nil {
-			t.Errorf("ParsePolicy(%q) succeeded", bad)
-		}
-	}
-	if p, err := client.ParsePolicy(nil); err != nil || p != (client.Policy{}) {
-		t.Errorf("empty policy: %+v, %v", p, err)
-	}
-
-	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-	p = want
-	client.RegisterFlags(fs, "", &p)
-	if err := fs.Parse([]string{"--access=cached", "--block-size=64K", "--cache-size", "1G", "--keep-layouts=false", "--layout-fetch=first-io"}); err != nil {
-		t.Fatal(err)
-	}
-	want.Access, want.BlockSize, want.CacheSize, want.KeepLayouts, want.LayoutFetch = client.AccessCached, 64<<10, 1<<30, false, client.LayoutOnFirstIO
-	if p != want {
-		t.Fatalf("flags: %+v\nwant %+v", p, want)
-	}
-	// A file loaded after parsing, overridden by the flags given.
-	var flagged client.Policy
-	fs = pflag.NewFlagSet("t", pflag.ContinueOnError)
-	client.RegisterFlags(fs, "nfs-", &flagged)
-	if err := fs.Parse([]string{"--nfs-readahead=2M"}); err != nil {
-		t.Fatal(err)
-	}
-	file := client.Policy{Access: client.AccessODirect, Readahead: 4 << 20}
-	if got := client.MergeFlags(fs, "nfs-", file, flagged); got != (client.Policy{Access: client.AccessODirect, Readahead: 2 << 20}) {
-		t.Fatalf("MergeFlags = %+v", got)
-	}
-
 	cl := startCluster(t, 2)
 	c := dialT(t, cl.MDS.Addr.String(), client.Options{})
 	if got := c.Policy(); got.BlockSize != 1<<20 || got.Access != client.AccessDirect || got.MaxPerDS != 8 {

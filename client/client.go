@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -69,7 +71,11 @@ type Options struct {
 // connection carrying both the fore channel and the backchannel. It is safe
 // for concurrent use.
 type Client struct {
-	addr  string
+	// addrs are the server's addresses (Dial's list), tried in turn from
+	// the last one that answered (good) when the connection must be
+	// replaced.
+	addrs []string
+	good  atomic.Int32
 	opts  Options
 	log   *slog.Logger
 	cred  rpc.OpaqueAuth
@@ -209,9 +215,28 @@ const (
 	defaultMaxPerDS = 8
 )
 
-// Dial connects to the NFSv4.1+ server at addr ("host:port"), sets up a
-// client ID and a session and reads the file system limits.
+// Dial connects to the NFSv4.1+ server at addr, sets up a client ID and a
+// session and reads the file system limits.
+//
+// addr is "host:port", or a comma-separated list of them naming the
+// addresses one server may answer on, such as the metadata servers of a
+// Shoal cluster with automatic failover, of which one (the elected leader)
+// listens at a time: "mds1:2049,mds2:2049". An address without a port
+// takes the port of the next one that has one, so "mds1,mds2:2049" is the
+// same list (see [SplitAddrs]). Dial uses the first address, in order,
+// that accepts a connection and answers the NULL procedure; each address
+// gets at most 5 s for the connection (or DialTimeout if shorter) and 3 s
+// for the answer, so a dead or paused one costs a bounded delay, and
+// DialTimeout bounds the whole. When the connection is lost later, the
+// Client reconnects the same way, starting with the address that answered
+// last, and if what answers is another server instance (it lost the
+// session: a failover or a restart) it recovers its state there (see
+// "Failures and recovery" in the package documentation).
 func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
+	addrs, err := SplitAddrs(addr)
+	if err != nil {
+		return nil, err
+	}
 	if opts.MaxInFlight <= 0 {
 		opts.MaxInFlight = defaultMaxInFlight
 	}
@@ -247,9 +272,9 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 		opts.OwnerID = host + "/shoal-client/" + hex.EncodeToString(rnd[:])
 	}
 	c := &Client{
-		addr: addr,
-		opts: opts,
-		log:  opts.Logger.With("server", addr),
+		addrs: addrs,
+		opts:  opts,
+		log:   opts.Logger.With("server", addr),
 		cred: rpc.AuthSysCred(rpc.AuthSysParams{
 			Stamp: uint32(time.Now().Unix()), Machine: opts.MachineName,
 			UID: opts.UID, GID: opts.GID, GIDs: opts.GIDs,
@@ -265,17 +290,12 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 
 	dctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
 	defer cancel()
-	conn, err := c.dial(dctx)
+	conn, err := c.dialAny(dctx, true)
 	if err != nil {
 		c.cancel()
 		return nil, err
 	}
 	c.conn = conn
-	if err := c.ping(ctx, conn); err != nil {
-		conn.Close()
-		c.cancel()
-		return nil, err
-	}
 	if err := c.newSession(dctx, nil); err != nil {
 		conn.Close()
 		c.cancel()
@@ -298,7 +318,7 @@ func (c *Client) dialDS(ctx context.Context, addr string) (*Client, error) {
 	opts.MaxInFlight = opts.MaxPerDS
 	opts.MinorVersion = c.minor.Load()
 	ds := &Client{
-		addr: addr, opts: opts, log: c.log.With("ds", addr), cred: c.cred,
+		addrs: []string{addr}, opts: opts, log: c.log.With("ds", addr), cred: c.cred,
 		owner: c.owner, root: c.root, files: make(map[*File]struct{}), dsRole: true,
 		lease: c.lease,
 	}
@@ -307,7 +327,7 @@ func (c *Client) dialDS(ctx context.Context, addr string) (*Client, error) {
 	ds.ctx, ds.cancel = context.WithCancel(c.ctx)
 	dctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
 	defer cancel()
-	conn, err := ds.dial(dctx)
+	conn, err := ds.dialAddr(dctx, addr)
 	if err != nil {
 		ds.cancel()
 		return nil, err
@@ -329,12 +349,63 @@ func (c *Client) dialDS(ctx context.Context, addr string) (*Client, error) {
 // server answers it at once, without touching its disks.
 const answerTimeout = 3 * time.Second
 
-// ping calls the NULL procedure on a new connection to tell an address
-// where something else listens (a web server, a port that accepts and says
-// nothing) from an NFS server, in at most answerTimeout (or DialTimeout,
-// if shorter) rather than the DialTimeout the session calls would wait.
-// ctx is the caller's. The error wraps ErrNotNFS.
-func (c *Client) ping(ctx context.Context, conn *rpc.Conn) error {
+// failoverDialTimeout bounds the connection to each address of a list of
+// several (or DialTimeout, if shorter): an address that does not even
+// refuse the connection must not hold up the next one for long.
+const failoverDialTimeout = 5 * time.Second
+
+// dialAny connects to one of the server's addresses: the first, in turn
+// from the one that answered last, that accepts a connection and, with
+// ping, answers the NULL procedure (see ping). With several addresses the
+// answer matters: a metadata server that was paused, and has lost its
+// leadership meanwhile, may still accept connections and not answer. ctx
+// bounds the whole; each address gets DialTimeout for the connection
+// (failoverDialTimeout with several) and answerTimeout for the NULL call.
+// The error of a list names every address's failure.
+func (c *Client) dialAny(ctx context.Context, ping bool) (*rpc.Conn, error) {
+	n := len(c.addrs)
+	perAddr := c.opts.DialTimeout
+	if n > 1 {
+		perAddr = min(perAddr, failoverDialTimeout)
+	}
+	start := int(c.good.Load())
+	errs := make([]error, 0, n)
+	for i := range n {
+		k := (start + i) % n
+		addr := c.addrs[k]
+		actx, cancel := context.WithTimeout(ctx, perAddr)
+		conn, err := c.dialAddr(actx, addr)
+		cancel()
+		if err == nil && ping {
+			if err = c.ping(ctx, conn, addr); err != nil {
+				conn.Close()
+			}
+		}
+		if err == nil {
+			if k != start {
+				c.log.Info("connected to another address of the server", "addr", addr)
+			}
+			c.good.Store(int32(k))
+			return conn, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+		c.log.Debug("address did not answer", "addr", addr, "err", err)
+	}
+	if n == 1 {
+		return nil, errs[0]
+	}
+	return nil, fmt.Errorf("nfs: no address of %s answered: %w", strings.Join(c.addrs, ","), errors.Join(errs...))
+}
+
+// ping calls the NULL procedure on a new connection to addr to tell an
+// address where something else listens (a web server, a port that accepts
+// and says nothing) from an NFS server, in at most answerTimeout (or
+// DialTimeout, if shorter) rather than the DialTimeout the session calls
+// would wait. ctx is the caller's. The error wraps ErrNotNFS.
+func (c *Client) ping(ctx context.Context, conn *rpc.Conn, addr string) error {
 	limit := min(answerTimeout, c.opts.DialTimeout)
 	pctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
@@ -347,7 +418,7 @@ func (c *Client) ping(ctx context.Context, conn *rpc.Conn) error {
 		return nil
 	case ctx.Err() != nil:
 		// The caller's deadline or cancellation, not the server's fault.
-		return fmt.Errorf("nfs: %s: %w", c.addr, err)
+		return fmt.Errorf("nfs: %s: %w", addr, err)
 	case errors.As(err, &ae) && (ae.Stat == rpc.ProgUnavail || ae.Stat == rpc.ProgMismatch):
 		why = fmt.Sprintf("an RPC server without NFSv4: %s", ae.Stat)
 	case errors.As(err, &ae), errors.As(err, &re):
@@ -363,13 +434,16 @@ func (c *Client) ping(ctx context.Context, conn *rpc.Conn) error {
 	default:
 		why = err.Error()
 	}
-	return fmt.Errorf("nfs: %s %w (%s)", c.addr, ErrNotNFS, why)
+	return fmt.Errorf("nfs: %s %w (%s)", addr, ErrNotNFS, why)
 }
 
-func (c *Client) dial(ctx context.Context) (*rpc.Conn, error) {
-	return rpc.Dial(ctx, "tcp", c.addr, rpc.HandlerFunc(c.serveCallback),
+func (c *Client) dialAddr(ctx context.Context, addr string) (*rpc.Conn, error) {
+	return rpc.Dial(ctx, "tcp", addr, rpc.HandlerFunc(c.serveCallback),
 		rpc.WithConfig(rpc.ConnConfig{MaxRecord: maxRecord, Logger: c.log}))
 }
+
+// addr is the address that answered last, for messages.
+func (c *Client) addr() string { return c.addrs[c.good.Load()] }
 
 // MaxRead is the largest READ the server accepts; larger reads are split.
 func (c *Client) MaxRead() uint32 { return c.maxRead }
@@ -517,7 +591,7 @@ func (c *Client) newSession(ctx context.Context, old *session) error {
 		if len(eir.EirServerImplId) > 0 && string(eir.EirServerImplId[0].NiiName) == "shoal" {
 			what = "a Shoal data server"
 		}
-		return fmt.Errorf("nfs: %s is %s: %w", c.addr, what, ErrDataServer)
+		return fmt.Errorf("nfs: %s is %s: %w", c.addr(), what, ErrDataServer)
 	}
 
 	fore := nfs4.ChannelAttrs4{
@@ -997,49 +1071,76 @@ func (c *Client) reconnect(broken *rpc.Conn) error {
 	sess := c.sess
 	c.mu.Unlock()
 
-	ctx, cancel := context.WithTimeout(c.ctx, 3*time.Minute)
+	ctx, cancel := context.WithTimeout(c.ctx, reconnectBudget)
 	defer cancel()
+	// With several addresses, each gets bounded time (dialAny) and must
+	// answer: the address that answered last may be a metadata server
+	// that was paused and lost its leadership, accepting connections
+	// without answering, or answering NULL and nothing else.
+	failover := len(c.addrs) > 1
 	delay := 50 * time.Millisecond
-	var conn *rpc.Conn
 	for {
-		var err error
-		dctx, dcancel := context.WithTimeout(ctx, c.opts.DialTimeout)
-		conn, err = c.dial(dctx)
-		dcancel()
+		conn, err := c.dialAny(ctx, failover)
 		if err == nil {
-			break
+			c.stats.reconnects.Add(1)
+			c.log.Info("reconnected", "addr", c.addr(), "local", conn.LocalAddr().String())
+			var lost bool
+			if lost, err = c.bind(ctx, conn, sess, failover); err == nil {
+				c.mu.Lock()
+				if c.closed {
+					conn.Close() // Close ran meanwhile and will not see this one
+				} else {
+					c.conn = conn
+				}
+				c.mu.Unlock()
+				if lost {
+					// Another server instance (a restart, or a
+					// failover to another metadata server).
+					return c.recoverLocked(ctx, sess)
+				}
+				return nil
+			}
+			conn.Close()
+			if !failover {
+				return err
+			}
+			// Answered, then not: the next attempt starts with the next
+			// address.
+			c.good.Store(int32((int(c.good.Load()) + 1) % len(c.addrs)))
 		}
 		c.log.Debug("redial failed", "err", err)
 		if werr := sleep(ctx, delay); werr != nil {
-			return fmt.Errorf("nfs: reconnecting to %s: %w", c.addr, err)
+			return fmt.Errorf("nfs: reconnecting to %s: %w", strings.Join(c.addrs, ","), err)
 		}
 		delay = min(2*delay, 2*time.Second)
 	}
-	c.stats.reconnects.Add(1)
-	c.log.Info("reconnected", "local", conn.LocalAddr().String())
-	publish := func() {
-		c.mu.Lock()
-		if c.closed {
-			conn.Close() // Close ran meanwhile and will not see this one
-		} else {
-			c.conn = conn
-		}
-		c.mu.Unlock()
+}
+
+// reconnectBudget bounds one reconnect, dials and recovery together.
+const reconnectBudget = 3 * time.Minute
+
+// bind binds a new connection to sess with BIND_CONN_TO_SESSION. lost
+// reports that the server does not know the session (it is another server
+// instance), which the caller recovers from on conn. With bounded set (the
+// Client has several addresses) the call gets DialTimeout, so a server
+// that stopped answering is left for another address.
+func (c *Client) bind(ctx context.Context, conn *rpc.Conn, sess *session, bounded bool) (lost bool, _ error) {
+	if bounded {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.DialTimeout)
+		defer cancel()
 	}
 	_, err := c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_BIND_CONN_TO_SESSION,
 		OpbindConnToSession: &nfs4.BINDCONNTOSESSION4args{BctsaSessid: sess.id, BctsaDir: nfs4.CDFC4_FORE_OR_BOTH}}})
 	var se *StatusError
 	if errors.As(err, &se) && (se.NFSStatus == nfs4.NFS4ERR_BADSESSION || se.NFSStatus == nfs4.NFS4ERR_DEADSESSION ||
 		se.NFSStatus == nfs4.NFS4ERR_STALE_CLIENTID) {
-		publish()
-		return c.recoverLocked(ctx, sess)
+		return true, nil
 	}
 	if err != nil {
-		conn.Close()
-		return fmt.Errorf("nfs: BIND_CONN_TO_SESSION: %w", err)
+		return false, fmt.Errorf("nfs: BIND_CONN_TO_SESSION: %w", err)
 	}
-	publish()
-	return nil
+	return false, nil
 }
 
 // recover replaces a session the server has lost (it restarted or expired
@@ -1157,4 +1258,43 @@ func (c *Client) serveCallback(ctx context.Context, call *rpc.Call, res *xdr.Enc
 
 func (c *Client) newOwner(kind string) []byte {
 	return fmt.Appendf(nil, "%s-%s-%d", c.opts.OwnerID, kind, c.ownerSeq.Add(1))
+}
+
+// SplitAddrs splits a server address list, as [Dial] takes it, into
+// "host:port" addresses: elements are separated by commas, and one
+// without a port takes the port of the next element that has one, so
+// "a,b:2049,c:2050" is a:2049, b:2049 and c:2050. An IPv6 address is
+// written in brackets, with or without a port ("[::1],[fe80::1]:2049").
+// Every address must end up with a port from 1 to 65535.
+func SplitAddrs(list string) ([]string, error) {
+	parts := strings.Split(list, ",")
+	out := make([]string, len(parts))
+	port := ""
+	for i := len(parts) - 1; i >= 0; i-- {
+		p := strings.TrimSpace(parts[i])
+		if p == "" {
+			return nil, fmt.Errorf("nfs: server address list %q has an empty element", list)
+		}
+		host, pt, err := net.SplitHostPort(p)
+		if err != nil {
+			// No port (or not a host:port at all): a host name, an
+			// IPv4 address or a bracketed IPv6 one.
+			host = p
+			if strings.HasPrefix(p, "[") && strings.HasSuffix(p, "]") {
+				host = p[1 : len(p)-1]
+			}
+			if host == "" || strings.ContainsAny(host, "[]") || (strings.Contains(host, ":") && net.ParseIP(host) == nil) {
+				return nil, fmt.Errorf("nfs: %q in server address list %q is not host[:port]", p, list)
+			}
+			if port == "" {
+				return nil, fmt.Errorf("nfs: %q in server address list %q has no port, and no address after it has one", p, list)
+			}
+			pt = port
+		} else if n, err := strconv.Atoi(pt); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("nfs: port %q of %q is not a number from 1 to 65535", pt, p)
+		}
+		port = pt
+		out[i] = net.JoinHostPort(host, pt)
+	}
+	return out, nil
 }

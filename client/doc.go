@@ -69,6 +69,18 @@
 // is answered from its reply cache, so non-idempotent operations (RENAME,
 // REMOVE, exclusive OPEN) are not executed twice.
 //
+// A server may have several addresses, of which one answers at a time:
+// a Shoal cluster with automatic metadata-server failover runs several
+// metadata servers on one etcd cluster, and only the elected leader
+// listens. [Dial] takes them as a list ("mds1:2049,mds2:2049"); a redial
+// tries them in turn, starting with the one that answered last, each for
+// a bounded time (5 s to connect, 3 s to answer the NULL procedure, the
+// DialTimeout for BIND_CONN_TO_SESSION), so an address where nothing
+// listens is passed at once, and one that accepts connections but does not
+// answer (a leader that was paused and deposed) after a few seconds. The
+// new leader is a new server instance: it does not know the session, and
+// the Client recovers as from a restart, described next.
+//
 // When the server has lost the session (NFS4ERR_BADSESSION,
 // NFS4ERR_DEADSESSION, NFS4ERR_STALE_CLIENTID: it restarted), the client
 // creates a new client ID and session under the same client owner, then
@@ -143,8 +155,9 @@
 // bounds requests per data server; LayoutFetch asks for layouts at open or
 // at the first I/O; KeepLayouts keeps a layout after Close for the next
 // open of the same file (it can still be recalled); SmallIOThreshold sends
-// smaller requests through the metadata server. A Policy can come from a
-// YAML file ([LoadPolicy]) and command-line flags ([RegisterFlags]).
+// smaller requests through the metadata server. The shoal command reads a
+// Policy from flags and a YAML file (--policy); the library itself reads
+// no configuration.
 // docs/client-policy.md has the measurements behind the defaults.
 //
 // # Consistency and durability

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
@@ -371,34 +369,9 @@ func TestPNFSDataServerDown(t *testing.T) {
 	})
 }
 
-// TestIORetryTimeoutPolicy covers the policy setting's file, flag and
-// validation.
-func TestIORetryTimeoutPolicy(t *testing.T) {
-	for in, want := range map[string]time.Duration{
-		"io_retry_timeout: 45s\n": 45 * time.Second,
-		"io_retry_timeout: 2m\n":  2 * time.Minute,
-		"io_retry_timeout: 12\n":  12 * time.Second,
-		"io_retry_timeout: 0\n":   0,
-	} {
-		p, err := client.ParsePolicy([]byte(in))
-		if err != nil || p.IORetryTimeout != want {
-			t.Errorf("ParsePolicy(%q) = %v, %v; want %v", in, p.IORetryTimeout, err, want)
-		}
-	}
-	for _, bad := range []string{"io_retry_timeout: -1s\n", "io_retry_timeout: soon\n"} {
-		if _, err := client.ParsePolicy([]byte(bad)); err == nil {
-			t.Errorf("ParsePolicy(%q) succeeded", bad)
-		}
-	}
-	var p client.Policy
-	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-	client.RegisterFlags(fs, "", &p)
-	if err := fs.Parse([]string{"--io-retry-timeout=5s"}); err != nil || p.IORetryTimeout != 5*time.Second {
-		t.Errorf("--io-retry-timeout=5s: %v, %v", p.IORetryTimeout, err)
-	}
-	if got := client.MergeFlags(fs, "", client.Policy{IORetryTimeout: time.Minute}, p); got.IORetryTimeout != 5*time.Second {
-		t.Errorf("MergeFlags: %v", got.IORetryTimeout)
-	}
+// TestIORetryTimeoutDefault: the default outlasts the MDS's bound on a
+// dead data server (cmd/shoal tests the setting's file and flag).
+func TestIORetryTimeoutDefault(t *testing.T) {
 	if d := client.DefaultPolicy().IORetryTimeout; d != client.DefaultIORetryTimeout || d < 2*cluster.DefaultDownAfter {
 		t.Errorf("default IORetryTimeout %v: want DefaultIORetryTimeout, at least twice the MDS's default bound %v", d, cluster.DefaultDownAfter)
 	}

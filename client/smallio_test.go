@@ -6,8 +6,6 @@ import (
 	"os"
 	"testing"
 
-	"github.com/spf13/pflag"
-
 	"github.com/shoalfs/shoal/client"
 )
 
@@ -94,43 +92,6 @@ func TestSmallIOThresholdDefault(t *testing.T) {
 				t.Fatalf("other path: read %d of %d bytes (%v), equal %v", n, tt.size, err, bytes.Equal(got, want))
 			}
 		})
-	}
-}
-
-// TestSmallIOThresholdSettings: 0 is the default and negative means
-// never, from YAML and from flags alike.
-func TestSmallIOThresholdSettings(t *testing.T) {
-	for _, tt := range []struct {
-		yaml string
-		want int
-	}{
-		{"", 0},
-		{"small_io_threshold: -1\n", -1},
-		{"small_io_threshold: 4097\n", 4097},
-		{"small_io_threshold: 1M\n", 1 << 20},
-	} {
-		p, err := client.ParsePolicy([]byte(tt.yaml))
-		if err != nil || p.SmallIOThreshold != tt.want {
-			t.Errorf("ParsePolicy(%q) = %d, %v; want %d", tt.yaml, p.SmallIOThreshold, err, tt.want)
-		}
-	}
-	for _, tt := range []struct {
-		arg  string
-		want int
-	}{
-		{"--small-io-threshold=-1", -1},
-		{"--small-io-threshold=0", 0},
-		{"--small-io-threshold=64K", 64 << 10},
-	} {
-		var p client.Policy
-		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-		client.RegisterFlags(fs, "", &p)
-		if err := fs.Parse([]string{tt.arg}); err != nil || p.SmallIOThreshold != tt.want {
-			t.Errorf("%s: %d, %v; want %d", tt.arg, p.SmallIOThreshold, err, tt.want)
-		}
-		if err := p.Validate(); err != nil {
-			t.Errorf("%s: %v", tt.arg, err)
-		}
 	}
 }
 

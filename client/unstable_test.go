@@ -16,8 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/server"
@@ -622,30 +620,9 @@ func TestUnstableLimit(t *testing.T) {
 	}
 }
 
-// TestUnstableLimitPolicy covers the setting's file, flag and validation.
-func TestUnstableLimitPolicy(t *testing.T) {
-	for in, want := range map[string]int64{
-		"unstable_limit: 16M\n":     16 << 20,
-		"unstable_limit: 1048576\n": 1 << 20,
-		"unstable_limit: 0\n":       0,
-	} {
-		p, err := client.ParsePolicy([]byte(in))
-		if err != nil || p.UnstableLimit != want {
-			t.Errorf("ParsePolicy(%q) = %v, %v; want %v", in, p.UnstableLimit, err, want)
-		}
-	}
-	if _, err := client.ParsePolicy([]byte("unstable_limit: -1\n")); err == nil {
-		t.Error("a negative unstable_limit was accepted")
-	}
-	var p client.Policy
-	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-	client.RegisterFlags(fs, "", &p)
-	if err := fs.Parse([]string{"--unstable-limit=8M"}); err != nil || p.UnstableLimit != 8<<20 {
-		t.Errorf("--unstable-limit=8M: %v, %v", p.UnstableLimit, err)
-	}
-	if got := client.MergeFlags(fs, "", client.Policy{UnstableLimit: 1 << 20}, p).UnstableLimit; got != 8<<20 {
-		t.Errorf("MergeFlags: unstable limit %d, want the flag's", got)
-	}
+// TestUnstableLimitDefault: the default (cmd/shoal tests the setting's
+// file and flag).
+func TestUnstableLimitDefault(t *testing.T) {
 	if d := client.DefaultPolicy().UnstableLimit; d != client.DefaultUnstableLimit {
 		t.Errorf("DefaultPolicy().UnstableLimit = %d", d)
 	}

@@ -30,7 +30,8 @@ func newCpCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cp [-r] SRC DST",
 		Short: "Copy files and trees in parallel between Shoal clusters and local disk",
-		Long: `Copy SRC to DST, each an nfs://host[:port]/path URL or a local path, reading
+		Long: `Copy SRC to DST, each an nfs://host[:port]/path URL (several hosts, comma-
+separated, for a cluster with metadata-server failover) or a local path, reading
 from all source data servers and writing to all destination data servers at
 once: --jobs chunks (of --chunk bytes) are in flight across several files and
 within large ones, and with pNFS each chunk is itself striped.

@@ -23,7 +23,8 @@ import (
 	"github.com/shoalfs/shoal/internal/nfs4"
 )
 
-// File commands work on nfs://host[:port]/path URLs. Each opens its own
+// File commands work on nfs://host[:port]/path URLs, where host[:port]
+// may be a comma-separated list (parseNFSURL). Each opens its own
 // client session, so they suit scripts and smoke tests rather than bulk
 // transfers of many small files.
 
@@ -67,30 +68,62 @@ func (ff *fileFlags) options() (client.Options, error) {
 	return opts, nil
 }
 
-// nfsURL is a parsed nfs://host:port/path.
+// nfsURL is a parsed nfs://host[:port][,host[:port]...]/path.
 type nfsURL struct {
-	addr string // host:port
+	// addr is the server's address list for client.Dial: host:port, or
+	// several separated by commas (the metadata servers of a cluster
+	// with failover), each with its port.
+	addr string
 	path string // absolute, slash-separated
 	raw  string
 }
 
+// parseNFSURL parses nfs://host[:port]/path, where the host part may be a
+// comma-separated list of the addresses one server answers on (a cluster
+// with metadata-server failover): nfs://mds1,mds2,mds3:2049/data gives all
+// three port 2049, nfs://mds1:2049,mds2:2050/data a port each. A host
+// without a port takes the port of the next one that has one, and the
+// last one defaults to 2049. IPv6 addresses go in brackets.
 func parseNFSURL(s string) (nfsURL, error) {
-	u, err := url.Parse(s)
-	if err != nil || u.Scheme != "nfs" || u.Host == "" {
-		return nfsURL{}, fmt.Errorf("%q is not an nfs://host[:port]/path URL", s)
+	bad := fmt.Errorf("%q is not an nfs://host[:port]/path URL", s)
+	const scheme = "nfs://"
+	if len(s) < len(scheme) || !strings.EqualFold(s[:len(scheme)], scheme) {
+		return nfsURL{}, bad
 	}
-	host, port := u.Hostname(), u.Port()
-	if port == "" {
-		port = defaultNFSPort
+	// The host part is split by hand: net/url takes one host, and
+	// refuses a list of bracketed IPv6 addresses.
+	hosts, rest := s[len(scheme):], ""
+	if i := strings.IndexAny(hosts, "/?#"); i >= 0 {
+		hosts, rest = hosts[:i], hosts[i:]
 	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return nfsURL{}, fmt.Errorf("%s: port %s is not a number from 1 to 65535", s, port)
+	if hosts == "" || strings.Contains(hosts, "@") {
+		return nfsURL{}, bad
+	}
+	u, err := url.Parse("nfs://host" + rest)
+	if err != nil {
+		return nfsURL{}, fmt.Errorf("%q is not an nfs://host[:port]/path URL: %w", s, err)
+	}
+	parts := strings.Split(hosts, ",")
+	last := parts[len(parts)-1]
+	if _, port, err := net.SplitHostPort(last); err == nil {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nfsURL{}, fmt.Errorf("%s: port %s is not a number from 1 to 65535", s, port)
+		}
+	} else {
+		parts[len(parts)-1] = last + ":" + defaultNFSPort
+		if strings.Count(last, ":") > 1 && !strings.HasPrefix(last, "[") {
+			return nfsURL{}, fmt.Errorf("%s: IPv6 address %s must be in brackets", s, last)
+		}
+	}
+	addrs, err := client.SplitAddrs(strings.Join(parts, ","))
+	if err != nil {
+		return nfsURL{}, fmt.Errorf("%s: %w", s, err)
 	}
 	p := u.Path
 	if p == "" {
 		p = "/"
 	}
-	return nfsURL{addr: net.JoinHostPort(host, port), path: p, raw: s}, nil
+	return nfsURL{addr: strings.Join(addrs, ","), path: p, raw: s}, nil
 }
 
 // connect dials the server of u.

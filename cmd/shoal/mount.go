@@ -73,8 +73,14 @@ The client library's policy flags (--block-size, --max-per-ds,
 library below the mount. --readahead also sets the kernel's readahead window
 for the mount (root only; default 1M): with a window of 512K or more, the
 kernel prefetches for cached reads and the library's cache stays out of
-their way.`,
+their way.
+
+A cluster with metadata-server failover is named by all its metadata servers'
+addresses, comma-separated (nfs://mds1,mds2,mds3:2049/data, or with a port
+each): the mount uses whichever answers, and moves to another when the
+connection is lost, recovering its open files and locks there.`,
 		Example: `  shoal mount nfs://127.0.0.1:2049/ /mnt/shoal
+  shoal mount nfs://mds1,mds2,mds3:2049/data /mnt/data
   shoal mount --access direct --foreground=false nfs://mds:2049/data /mnt/data
   sudo shoal mount --allow-other nfs://127.0.0.1:2049/ /mnt/shared`,
 		Args: cobra.ExactArgs(2),
