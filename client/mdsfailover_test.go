@@ -172,7 +172,7 @@ func TestMDSFailover(t *testing.T) {
 		for i := range nDS {
 			d, err := wiring.StartDS(ctx, wiring.DSConfig{
 				Listen: "127.0.0.1:0", Dir: filepath.Join(dir, fmt.Sprintf("ds%d", i)),
-				MDS: m.Addr.String(), JoinSecret: secret, Lease: lease, Logger: quietLogger(),
+				MDS: []string{m.Addr.String()}, JoinSecret: secret, Lease: lease, Logger: quietLogger(),
 			})
 			if err != nil {
 				t.Fatalf("start data server %d: %v", i, err)
