@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -92,7 +93,7 @@ var (
 const maxIOInFlight = 16
 
 // Open opens path with os.O_* flags. O_CREATE creates the file with
-// permission bits perm (GUARDED4 with O_EXCL, so an existing file fails
+// permission bits perm (EXCLUSIVE4_1 with O_EXCL, so an existing file fails
 // with fs.ErrExist; UNCHECKED4 otherwise). O_TRUNC truncates it, O_APPEND
 // makes Write append (the size is read before each Write, so appends from
 // several clients may overlap). O_SYNC makes every WRITE FILE_SYNC instead
@@ -117,11 +118,17 @@ func (c *Client) openIn(ctx context.Context, path string, start []nfs4.NfsArgop4
 	how := nfs4.Openflag4{Opentype: nfs4.OPEN4_NOCREATE}
 	if flag&os.O_CREATE != 0 {
 		attrs := modeAttr(perm)
-		mode := nfs4.UNCHECKED4
+		how = nfs4.Openflag4{Opentype: nfs4.OPEN4_CREATE, How: &nfs4.Createhow4{Mode: nfs4.UNCHECKED4, Createattrs: &attrs}}
 		if flag&os.O_EXCL != 0 {
-			mode = nfs4.GUARDED4
+			// EXCLUSIVE4_1, not GUARDED4: the server keeps the verifier
+			// with the file, so this OPEN sent again (its reply lost to
+			// a broken connection, or to a failover to another MDS,
+			// which has no reply cache of the first) finds its own file
+			// instead of failing with EEXIST (RFC 8881 §18.16.3).
+			var verf nfs4.Verifier4
+			_, _ = crand.Read(verf[:])
+			how.How = &nfs4.Createhow4{Mode: nfs4.EXCLUSIVE4_1, ChCreateboth: &nfs4.Creatverfattr{CvaVerf: verf, CvaAttrs: attrs}}
 		}
-		how = nfs4.Openflag4{Opentype: nfs4.OPEN4_CREATE, How: &nfs4.Createhow4{Mode: mode, Createattrs: &attrs}}
 	}
 	file := []byte(name)
 	snap := c.beginOpen()

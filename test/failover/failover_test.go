@@ -1,0 +1,90 @@
+package failover
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// newCluster starts 3 etcd members, 2 MDS nodes and 3 data servers with
+// two copies of every stripe unit.
+func newCluster(t testing.TB) *World {
+	w := NewWorld(t, shoalBin)
+	w.StartEtcd(3)
+	w.AddMDS()
+	w.WaitLeader(nil, 30*time.Second)
+	w.WaitSecret(10 * time.Second)
+	w.AddMDS()
+	for range 3 {
+		w.AddDS()
+	}
+	w.WaitDataServers(3, 60*time.Second)
+	return w
+}
+
+// runTrial runs the workload, takes the leader away by f once it is under
+// way, lets it go on after the takeover, and checks every byte and
+// metadata change it was told succeeded.
+func runTrial(t testing.TB, w *World, f Fault, bigSize int) Trial {
+	wl := &Workload{Addrs: w.MDSAddrs(), BigSize: bigSize, Dir: "/" + string(f)}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { defer close(done); wl.Run(ctx, stop) }()
+	// Under way: some small files and some of the big file done.
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		all, meta := wl.Progress()
+		if len(meta) >= 5 && len(all)-len(meta) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) || len(wl.Errors()) > 0 {
+			close(stop)
+			<-done
+			t.Fatalf("workload not under way within 60 s: %v", wl.Errors())
+		}
+	}
+	_, next, at, detect := w.Inject(f)
+	// Going on at the new leader: more metadata changes after it leads.
+	for deadline := time.Now().Add(90 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		_, meta := wl.Progress()
+		n := 0
+		for _, p := range meta {
+			if p.Sub(at) >= detect {
+				n++
+			}
+		}
+		if n >= 5 || len(wl.Errors()) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("no metadata progress at the new leader %s within 90 s", next.Node)
+			break
+		}
+	}
+	close(stop)
+	<-done
+	for _, err := range wl.Errors() {
+		t.Error(err)
+	}
+	if err := wl.Check(ctx); err != nil {
+		t.Error(err)
+	}
+	all, meta := wl.Progress()
+	return Measure(f, at, detect, all, meta)
+}
+
+// TestShoalClientRidesThrough: Shoal's client, given every MDS address,
+// rides through a kill -9 of the leader, a SIGSTOP of it and a planned
+// step-down: the application sees no error, and every byte and metadata
+// change it was told succeeded is there, and the lock it holds is never
+// granted to another client.
+func TestShoalClientRidesThrough(t *testing.T) {
+	for _, f := range []Fault{Kill, Stop, StepDown} {
+		t.Run(string(f), func(t *testing.T) {
+			w := newCluster(t)
+			tr := runTrial(t, w, f, 32<<20)
+			t.Log(tr)
+		})
+	}
+}
