@@ -255,7 +255,9 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", errCampaign, err)
 		}
-		leading = m.elec.term.Check
+		if !unsafeNoFencing() {
+			leading = m.elec.term.Check
+		}
 	}
 	fail := func(err error) (*MDS, error) {
 		if m.metrics != nil {
@@ -381,6 +383,10 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 		go func() {
 			select {
 			case <-e.term.Lost():
+				if unsafeNoFencing() {
+					e.log.Error("leadership lost, and going on serving: fencing is off (" + UnsafeNoFencingEnv + ")")
+					return
+				}
 				select {
 				case <-m.stopping:
 					return // a resignation, not a loss
