@@ -208,7 +208,32 @@ func (s *inlineStore) Open(ino uint64, create bool) (store.File, error) {
 	return &inlineFile{s: s, ino: ino, next: f}, nil
 }
 
-func (s *inlineStore) Remove(ino uint64) error { return s.next.Remove(ino) }
+// Remove drops ino's inline data, if it has any, and its data on the data
+// servers. The record would go with the inode anyway (FreeOrphan), but
+// until then a later Open of ino must not find the old bytes.
+func (s *inlineStore) Remove(ino uint64) error {
+	l := s.lock(ino)
+	l.Lock()
+	defer l.Unlock()
+	_, ok, err := s.data(ino)
+	if err != nil {
+		return err
+	}
+	if ok {
+		ctx, cancel := bg()
+		defer cancel()
+		// DropInline refuses to drop bytes that have nowhere else to
+		// be: cut them first.
+		err := s.m.TruncateInline(ctx, meta.Ino(ino), 0)
+		if err == nil {
+			err = s.m.DropInline(ctx, meta.Ino(ino))
+		}
+		if err != nil && !errors.Is(err, meta.ErrStale) {
+			return fmt.Errorf("server: remove inline data of %d: %w", ino, err)
+		}
+	}
+	return s.next.Remove(ino)
+}
 
 func (s *inlineStore) Truncate(ino uint64, size uint64) error {
 	l := s.lock(ino)
