@@ -1,7 +1,9 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -84,4 +86,32 @@ func TestReplicaStoreConformance(t *testing.T) {
 			},
 		}
 	})
+}
+
+// TestReplicaClosedHandleWritesNothing: a write through a closed handle
+// fails with store.ErrClosed on every copy, not just on the data server
+// it was sent to. The suite sees only the data server under test; this
+// looks at its peer too.
+func TestReplicaClosedHandleWritesNothing(t *testing.T) {
+	rc := newReplicaCluster(t, 2, 2)
+	ino, _ := rc.place()
+	node, peer := rc.nodes["ds0"], rc.nodes["ds1"]
+	if err := writeThrough(t, node, ino, pattern(4096, 1), 0, true); err != nil {
+		t.Fatal(err)
+	}
+	f, err := node.rs.Open(ino, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(pattern(4096, 2), 0); !errors.Is(err, store.ErrClosed) {
+		t.Fatalf("write through a closed handle: %v, want store.ErrClosed", err)
+	}
+	for _, n := range []*replicaNode{node, peer} {
+		if got := localBytes(t, n, ino, 0, 4096); !bytes.Equal(got, pattern(4096, 1)) {
+			t.Errorf("%s: the write through a closed handle changed its copy", n.id)
+		}
+	}
 }
