@@ -326,6 +326,9 @@ func testConcurrentWriters(t *testing.T, v *env) {
 		rounds  int
 	}{
 		{"small", 8, 700, 4},
+		// Small writes and larger ones at once: a backend keeping small
+		// files elsewhere (inline data) moves the file while others write.
+		{"small and large", 8, 5000, 2},
 		{"across blocks", 4, block + 300, 3},
 	}
 	for _, c := range cases {

@@ -21,58 +21,80 @@ func skipUnsupported(t *testing.T, what string, err error) {
 	}
 }
 
-// testSeek: SEEK_DATA and SEEK_HOLE on data, a hole of 1 MiB less 4 KiB
-// and data again (all 4 KiB aligned, so every file system sees the hole).
-// SeekData past the last data is io.EOF; SeekHole finds the hole at the
-// end of the data.
-func testSeek(t *testing.T, v *env) {
-	ino := v.file()
-	f := v.open(ino, true)
-	v.write(f, pattern(4096, 1), 0)
-	v.write(f, pattern(4096, 2), mib)
-	const size = mib + 4096
-	_, err := f.Seek(0, store.SeekData)
-	skipUnsupported(t, "SeekData", err)
+// seekCase is one seek and what it must find: an offset in [lo, hi], or
+// io.EOF.
+type seekCase struct {
+	name   string
+	off    int64
+	whence int
+	lo, hi int64
+	eof    bool
+}
 
-	cases := []struct {
+// testSeek: SEEK_DATA and SEEK_HOLE on files of data, holes (1 MiB less
+// 4 KiB, 4 KiB aligned, so every file system sees them) and data again,
+// and on a small file. SeekData past the last data is io.EOF; SeekHole
+// finds the hole at the end of the data.
+func testSeek(t *testing.T, v *env) {
+	const gapSize = mib + 4096
+	files := []struct {
 		name   string
-		off    int64
-		whence int
-		lo, hi int64 // the answer is in [lo, hi]
-		eof    bool
+		writes [][2]int64 // offset, length
+		size   int64
+		cases  []seekCase
 	}{
-		{"data at the start", 0, store.SeekData, 0, 0, false},
-		{"data inside data", 100, store.SeekData, 100, 100, false},
-		{"hole after the first data", 0, store.SeekHole, 4096, 4096, false},
-		{"hole inside the hole", 8192, store.SeekHole, 8192, 8192, false},
-		{"data after the hole", 4096, store.SeekData, mib, mib, false},
-		{"data inside the second data", mib + 100, store.SeekData, mib + 100, mib + 100, false},
-		{"hole at the end", mib, store.SeekHole, size, size, false},
-		{"data at the end", size, store.SeekData, 0, 0, true},
-		{"data past the end", size + 3*block, store.SeekData, 0, 0, true},
+		{"gap", [][2]int64{{0, 4096}, {mib, 4096}}, gapSize, []seekCase{
+			{"data at the start", 0, store.SeekData, 0, 0, false},
+			{"data inside data", 100, store.SeekData, 100, 100, false},
+			{"hole after the first data", 0, store.SeekHole, 4096, 4096, false},
+			{"hole inside the hole", 8192, store.SeekHole, 8192, 8192, false},
+			{"data after the hole", 4096, store.SeekData, mib, mib, false},
+			{"data inside the second data", mib + 100, store.SeekData, mib + 100, mib + 100, false},
+			{"hole at the end", mib, store.SeekHole, gapSize, gapSize, false},
+			{"data at the end", gapSize, store.SeekData, 0, 0, true},
+			{"data past the end", gapSize + 3*block, store.SeekData, 0, 0, true},
+		}},
+		{"small", [][2]int64{{0, 100}}, 100, []seekCase{
+			{"data at the start", 0, store.SeekData, 0, 0, false},
+			{"data inside", 50, store.SeekData, 50, 50, false},
+			{"hole at the end", 0, store.SeekHole, 100, 100, false},
+			{"data at the end", 100, store.SeekData, 0, 0, true},
+		}},
 	}
-	for _, c := range cases {
-		got, err := f.Seek(c.off, c.whence)
-		if c.eof {
-			if !errors.Is(err, io.EOF) {
-				t.Errorf("%s: seek(%d, %d) = %d, %v; want io.EOF", c.name, c.off, c.whence, got, err)
+	for _, fl := range files {
+		t.Run(fl.name, func(t *testing.T) {
+			ino := v.file()
+			f := v.open(ino, true)
+			for j, w := range fl.writes {
+				v.write(f, pattern(int(w[1]), byte(j+1)), w[0])
 			}
-			continue
-		}
-		if err != nil || got < c.lo || got > c.hi {
-			t.Errorf("%s: seek(%d, %d) = %d, %v; want %d to %d", c.name, c.off, c.whence, got, err, c.lo, c.hi)
-		}
-	}
-	// A hole sought from the end of the data is there or nowhere: a
-	// backend may say io.EOF (lseek's ENXIO) or the end itself.
-	if got, err := f.Seek(size, store.SeekHole); !errors.Is(err, io.EOF) && (err != nil || got != size) {
-		t.Errorf("seek hole at the end: %d, %v; want io.EOF or %d", got, err, size)
-	}
-	if _, err := f.Seek(-1, store.SeekData); err == nil {
-		t.Errorf("seek to -1 succeeded")
-	}
-	if _, err := f.Seek(0, io.SeekStart); err == nil {
-		t.Errorf("seek with whence SeekStart succeeded")
+			_, err := f.Seek(0, store.SeekData)
+			skipUnsupported(t, "SeekData", err)
+			for _, c := range fl.cases {
+				got, err := f.Seek(c.off, c.whence)
+				if c.eof {
+					if !errors.Is(err, io.EOF) {
+						t.Errorf("%s: seek(%d, %d) = %d, %v; want io.EOF", c.name, c.off, c.whence, got, err)
+					}
+					continue
+				}
+				if err != nil || got < c.lo || got > c.hi {
+					t.Errorf("%s: seek(%d, %d) = %d, %v; want %d to %d", c.name, c.off, c.whence, got, err, c.lo, c.hi)
+				}
+			}
+			// A hole sought from the end of the data is there or
+			// nowhere: a backend may say io.EOF (lseek's ENXIO) or the
+			// end itself.
+			if got, err := f.Seek(fl.size, store.SeekHole); !errors.Is(err, io.EOF) && (err != nil || got != fl.size) {
+				t.Errorf("seek hole at the end: %d, %v; want io.EOF or %d", got, err, fl.size)
+			}
+			if _, err := f.Seek(-1, store.SeekData); err == nil {
+				t.Errorf("seek to -1 succeeded")
+			}
+			if _, err := f.Seek(0, io.SeekStart); err == nil {
+				t.Errorf("seek with whence SeekStart succeeded")
+			}
+		})
 	}
 }
 
