@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"sync"
 	"testing"
 
@@ -254,6 +255,7 @@ func testDurability(t *testing.T, v *env) {
 // testRemove: removing data is safe while a handle is open, removing
 // missing data is no error, and data created again starts empty.
 func testRemove(t *testing.T, v *env) {
+	v.learn(v.file())
 	ino := v.file()
 	f := v.open(ino, true)
 	v.write(f, pattern(3*block, 1), 0)
@@ -269,6 +271,15 @@ func testRemove(t *testing.T, v *env) {
 		t.Fatalf("close of a handle on removed data: %v", err)
 	}
 	v.check("after remove", ino, nil)
+	if v.tracked {
+		// A backend that tells missing data from empty data has none.
+		if f, err := v.b.Open(ino, false); !errors.Is(err, fs.ErrNotExist) {
+			if err == nil {
+				f.Close()
+			}
+			t.Fatalf("open of removed data without create: %v, want fs.ErrNotExist", err)
+		}
+	}
 	if err := v.b.Remove(ino); err != nil {
 		t.Fatalf("second remove: %v", err)
 	}

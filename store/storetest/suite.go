@@ -61,9 +61,8 @@ type env struct {
 	next uint64
 
 	// tracked is whether the backend tells data never written from empty
-	// data (Open without create fails with fs.ErrNotExist); learnt on
-	// the first fresh file.
-	tracked, learnt bool
+	// data (Open without create fails with fs.ErrNotExist); see learn.
+	tracked bool
 }
 
 func newEnv(t *testing.T, newTarget func(t *testing.T) Target) *env {
@@ -214,7 +213,6 @@ func (v *env) learn(ino uint64) {
 			v.t.Fatalf("read of %d, never written: %d, %v; want 0, io.EOF", ino, n, err)
 		}
 	}
-	v.learnt = true
 }
 
 // pattern returns n bytes that differ with position and seed and contain
