@@ -38,8 +38,9 @@ import (
 
 // Target is one backend under test.
 type Target struct {
-	// Backend is the backend under test, over storage of its own (no
-	// other Target's files are visible in it). The suite closes it.
+	// Backend is the backend under test. Targets may share storage (a
+	// cluster started once for the whole suite) as long as every file
+	// the suite gets is new to it. The suite closes Backend.
 	Backend store.Backend
 	// NewFile returns the inode number of a new regular file whose data
 	// Backend may hold: backends that keep data only for files their
@@ -47,9 +48,9 @@ type Target struct {
 	// means any number will do, and the suite numbers files itself.
 	NewFile func(t *testing.T) uint64
 	// Reopen, if not nil, closes Backend and returns a backend over the
-	// same storage, as after a restart of the processes holding it;
-	// handles of the old backend are closed first. What was synced must
-	// be there. Nil skips the parts of the suite that reopen.
+	// same storage, as after a restart of the processes holding it. The
+	// suite closes its handles first, and what it synced must be there
+	// afterwards. Nil skips the parts of the suite that reopen.
 	Reopen func(t *testing.T) store.Backend
 }
 
