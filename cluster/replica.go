@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/shoalfs/shoal/internal/ctlproto"
 	"github.com/shoalfs/shoal/meta"
@@ -375,11 +376,26 @@ func (s *ReplicaStore) StatFS() (total, free, avail uint64, err error) { return 
 // Close does nothing: the local store belongs to the caller.
 func (s *ReplicaStore) Close() error { return nil }
 
-// replicaFile is an open local object whose writes are replicated.
+// replicaFile is an open local object whose writes are replicated. Once
+// closed it fails before it reaches any peer, as the local object would.
 type replicaFile struct {
 	store.File
-	s   *ReplicaStore
-	ino uint64
+	s      *ReplicaStore
+	ino    uint64
+	closed atomic.Bool
+}
+
+func (f *replicaFile) check() error {
+	if f.closed.Load() {
+		return fmt.Errorf("cluster: ino %d: %w", f.ino, store.ErrClosed)
+	}
+	return nil
+}
+
+// Close closes the handle on the local object; it is idempotent.
+func (f *replicaFile) Close() error {
+	f.closed.Store(true)
+	return f.File.Close()
 }
 
 // context bounds one operation: store.File has no context of its own.
@@ -393,6 +409,9 @@ func (s *ReplicaStore) context() (context.Context, context.CancelFunc) {
 // this copy is not current, and the client reads through the MDS, which
 // reads another.
 func (f *replicaFile) ReadAt(p []byte, off int64) (int, error) {
+	if err := f.check(); err != nil {
+		return 0, err
+	}
 	if off < 0 {
 		return 0, fmt.Errorf("cluster: read at %d: %w", off, fs.ErrInvalid)
 	}
@@ -423,6 +442,9 @@ func (f *replicaFile) ReadAt(p []byte, off int64) (int, error) {
 // fails with ErrNotMember if this data server is not a good member of
 // every unit it touches.
 func (f *replicaFile) WriteAt(p []byte, off int64) (int, error) {
+	if err := f.check(); err != nil {
+		return 0, err
+	}
 	if off < 0 || uint64(off)+uint64(len(p)) > 1<<63-1 {
 		return 0, fmt.Errorf("cluster: write at %d+%d: %w", off, len(p), fs.ErrInvalid)
 	}
@@ -444,6 +466,9 @@ func (f *replicaFile) WriteAt(p []byte, off int64) (int, error) {
 // ErrDataLost once everything else is committed, and the server changes
 // its write verifier so that clients resend.
 func (f *replicaFile) Sync() error {
+	if err := f.check(); err != nil {
+		return err
+	}
 	return f.s.sync(f.ino, f.File.Sync)
 }
 

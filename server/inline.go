@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
@@ -208,7 +209,32 @@ func (s *inlineStore) Open(ino uint64, create bool) (store.File, error) {
 	return &inlineFile{s: s, ino: ino, next: f}, nil
 }
 
-func (s *inlineStore) Remove(ino uint64) error { return s.next.Remove(ino) }
+// Remove drops ino's inline data, if it has any, and its data on the data
+// servers. The record would go with the inode anyway (FreeOrphan), but
+// until then a later Open of ino must not find the old bytes.
+func (s *inlineStore) Remove(ino uint64) error {
+	l := s.lock(ino)
+	l.Lock()
+	defer l.Unlock()
+	_, ok, err := s.data(ino)
+	if err != nil {
+		return err
+	}
+	if ok {
+		ctx, cancel := bg()
+		defer cancel()
+		// DropInline refuses to drop bytes that have nowhere else to
+		// be: cut them first.
+		err := s.m.TruncateInline(ctx, meta.Ino(ino), 0)
+		if err == nil {
+			err = s.m.DropInline(ctx, meta.Ino(ino))
+		}
+		if err != nil && !errors.Is(err, meta.ErrStale) {
+			return fmt.Errorf("server: remove inline data of %d: %w", ino, err)
+		}
+	}
+	return s.next.Remove(ino)
+}
 
 func (s *inlineStore) Truncate(ino uint64, size uint64) error {
 	l := s.lock(ino)
@@ -269,14 +295,26 @@ func (s *inlineStore) CopyRange(src, dst uint64, srcOff, dstOff, n int64) error 
 	return cp.CopyRange(src, dst, srcOff, dstOff, n)
 }
 
-// inlineFile is an open file of an inlineStore.
+// inlineFile is an open file of an inlineStore. Like every store.File it
+// fails once closed, also for data that is inline and never reaches next.
 type inlineFile struct {
-	s    *inlineStore
-	ino  uint64
-	next store.File
+	s      *inlineStore
+	ino    uint64
+	next   store.File
+	closed atomic.Bool
+}
+
+func (f *inlineFile) check() error {
+	if f.closed.Load() {
+		return fmt.Errorf("server: inline data of %d: %w", f.ino, store.ErrClosed)
+	}
+	return nil
 }
 
 func (f *inlineFile) ReadAt(p []byte, off int64) (int, error) {
+	if err := f.check(); err != nil {
+		return 0, err
+	}
 	d, ok, err := f.s.data(f.ino)
 	if err != nil {
 		return 0, err
@@ -336,15 +374,26 @@ func (f *inlineFile) writeAt(p []byte, off int64) (inline bool, err error) {
 }
 
 func (f *inlineFile) WriteAt(p []byte, off int64) (int, error) {
+	if err := f.check(); err != nil {
+		return 0, err
+	}
 	if _, err := f.writeAt(p, off); err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
 
-func (f *inlineFile) Sync() error { return f.next.Sync() }
+func (f *inlineFile) Sync() error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	return f.next.Sync()
+}
 
 func (f *inlineFile) Size() (int64, error) {
+	if err := f.check(); err != nil {
+		return 0, err
+	}
 	d, ok, err := f.s.data(f.ino)
 	if err != nil {
 		return 0, err
@@ -356,14 +405,23 @@ func (f *inlineFile) Size() (int64, error) {
 }
 
 func (f *inlineFile) Allocate(off, length int64) error {
+	if err := f.check(); err != nil {
+		return err
+	}
 	return f.s.striped(f.ino, func() error { return f.next.Allocate(off, length) })
 }
 
 func (f *inlineFile) PunchHole(off, length int64) error {
+	if err := f.check(); err != nil {
+		return err
+	}
 	return f.s.striped(f.ino, func() error { return f.next.PunchHole(off, length) })
 }
 
 func (f *inlineFile) Seek(off int64, whence int) (int64, error) {
+	if err := f.check(); err != nil {
+		return 0, err
+	}
 	d, ok, err := f.s.data(f.ino)
 	if err != nil {
 		return 0, err
@@ -383,4 +441,7 @@ func (f *inlineFile) Seek(off int64, whence int) (int64, error) {
 	return int64(len(d)), nil
 }
 
-func (f *inlineFile) Close() error { return f.next.Close() }
+func (f *inlineFile) Close() error {
+	f.closed.Store(true)
+	return f.next.Close()
+}

@@ -116,13 +116,18 @@ import (
 // Backend stores the data of regular files by inode number.
 type Backend interface {
 	// Open returns a handle on the data of ino. Without create, a missing
-	// file yields an error matching fs.ErrNotExist.
+	// file yields an error matching fs.ErrNotExist; a backend that does
+	// not tell data never written from empty data (cluster.Striped, which
+	// would have to ask its data servers) returns a handle on empty data
+	// instead. Callers treat both alike: no data, all zeros up to the
+	// size the metadata records.
 	Open(ino uint64, create bool) (File, error)
 	// Remove deletes the data of ino; it is safe while handles are open. A
 	// missing file is not an error.
 	Remove(ino uint64) error
 	// Truncate sets the data size of ino, creating the file if needed, and
-	// makes the change durable.
+	// makes the change durable. A backend whose Open returns empty data
+	// for data never written may leave such data empty.
 	Truncate(ino uint64, size uint64) error
 	// Sync makes all written data of ino durable (NFS COMMIT). A missing
 	// file is not an error.

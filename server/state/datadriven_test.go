@@ -33,6 +33,8 @@ var errNames = []struct {
 	{ErrNoGrace, "NFS4ERR_NO_GRACE"}, {ErrReclaimBad, "NFS4ERR_RECLAIM_BAD"},
 	{ErrCompleteAlready, "NFS4ERR_COMPLETE_ALREADY"}, {ErrServerFault, "NFS4ERR_SERVERFAULT"},
 	{ErrDelegRevoked, "NFS4ERR_DELEG_REVOKED"},
+	{ErrRecallConflict, "NFS4ERR_RECALLCONFLICT"}, {ErrLayoutTryLater, "NFS4ERR_LAYOUTTRYLATER"},
+	{ErrNoMatchingLayout, "NFS4ERR_NOMATCHING_LAYOUT"}, {ErrBadLayout, "NFS4ERR_BADLAYOUT"},
 }
 
 func errName(err error) string {
@@ -72,7 +74,9 @@ type ddState struct {
 	slots    map[string]*Slot // "session/slot"
 	sids     map[string]Stateid
 	nextSid  map[string]int
-	since    uint64 // the last break-seq
+	since    uint64            // the last break-seq
+	sizes    map[FileID]uint64 // file sizes grown by accepted LAYOUTCOMMITs
+	revoked  int               // how many of h.revoked were reported
 }
 
 func TestDataDriven(t *testing.T) {
@@ -85,6 +89,7 @@ func TestDataDriven(t *testing.T) {
 			slots:    map[string]*Slot{},
 			sids:     map[string]Stateid{},
 			nextSid:  map[string]int{},
+			sizes:    map[FileID]uint64{},
 		}
 		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
 			out, err := d.run(t, td)
@@ -277,6 +282,12 @@ func (d *ddState) run(t *testing.T, td *datadriven.TestData) (string, error) {
 		for _, p := range d.h.purged[before:] {
 			lines = append(lines, fmt.Sprintf("purged %s (%v) files=%v", d.clientName(p.ClientID), p.Reason, p.Files))
 		}
+		d.h.mu.Lock()
+		for _, id := range d.h.revoked[d.revoked:] {
+			lines = append(lines, fmt.Sprintf("revoked layouts of %s", d.clientName(id)))
+		}
+		d.revoked = len(d.h.revoked)
+		d.h.mu.Unlock()
 		return fmt.Sprintf("swept %d", n) + prefixLines(lines), nil
 	case "restart":
 		d.h.restart(uint32(num(t, arg(t, td, "epoch"))))
@@ -395,6 +406,10 @@ func (d *ddState) run(t *testing.T, td *datadriven.TestData) (string, error) {
 		return "ok", m.DelegReturn(d.client(t, td), d.stateid(t, td), FileID(num(t, arg(t, td, "file"))))
 	case "delegations":
 		return fmt.Sprintf("%d", m.Delegations()), nil
+	default:
+		if out, ok, err := d.runLayout(t, td); ok {
+			return out, err
+		}
 	}
 	t.Fatalf("%s: unknown command %q", td.Pos, td.Cmd)
 	return "", nil
@@ -430,4 +445,98 @@ func prefixLines(lines []string) string {
 		return ""
 	}
 	return "\n" + strings.Join(lines, "\n")
+}
+
+// layoutIOModes names the iomodes in testdata.
+var layoutIOModes = map[string]uint32{"read": IOModeRead, "rw": IOModeRW, "any": IOModeAny}
+
+func iomodeName(m uint32) string {
+	for n, v := range layoutIOModes {
+		if v == m {
+			return n
+		}
+	}
+	return fmt.Sprintf("iomode(%d)", m)
+}
+
+// holders prints the layouts a recall goes to, one per line, in a stable
+// order: the client's name, the stateid's name and the seqid it carries.
+func (d *ddState) holders(hs []LayoutHolder) string {
+	lines := make([]string, 0, len(hs))
+	for _, h := range hs {
+		lines = append(lines, fmt.Sprintf("recall %s %s seqid=%d", d.clientName(h.ClientID), d.name("layout", h.Stateid), h.Stateid.Seqid))
+	}
+	sort.Strings(lines)
+	return fmt.Sprintf("%d holders", len(hs)) + prefixLines(lines)
+}
+
+// runLayout runs the commands of layout state (RFC 8881 §12); ok is false
+// for a command it does not know.
+func (d *ddState) runLayout(t *testing.T, td *datadriven.TestData) (out string, ok bool, err error) {
+	m := d.h.m
+	file := func() FileID { return FileID(num(t, arg(t, td, "file"))) }
+	switch td.Cmd {
+	case "layoutget":
+		mode, known := layoutIOModes[arg(t, td, "iomode")]
+		if !known {
+			t.Fatalf("%s: bad iomode", td.Pos)
+		}
+		s, err := m.LayoutGet(d.client(t, td), d.stateid(t, td), file(), mode)
+		if err != nil {
+			return "", true, err
+		}
+		return fmt.Sprintf("%s seqid=%d iomode=%s", d.name("layout", s), s.Seqid, iomodeName(m.LayoutIOMode(s))), true, nil
+	case "layoutreturn":
+		// LAYOUTRETURN4_FILE: Shoal's layouts cover the whole file, so
+		// whatever range the client names returns the layout.
+		_, present, err := m.LayoutReturnFile(d.client(t, td), d.stateid(t, td), file())
+		if err != nil {
+			return "", true, err
+		}
+		return fmt.Sprintf("ok present=%v", present), true, nil
+	case "layoutreturn-all":
+		return "ok", true, m.LayoutReturnAll(d.client(t, td))
+	case "layoutcommit":
+		// The size a LAYOUTCOMMIT may grow the file to (RFC 8881
+		// §18.42.3): the last write offset plus one, never shrinking it,
+		// and only under a stateid CheckLayoutCommit accepts.
+		f := file()
+		if err := m.CheckLayoutCommit(d.client(t, td), d.stateid(t, td), f); err != nil {
+			return "", true, err
+		}
+		changed := false
+		if lw := optArg(td, "last-write", ""); lw != "" {
+			if end := num(t, lw) + 1; end > d.sizes[f] {
+				d.sizes[f], changed = end, true
+			}
+		}
+		return fmt.Sprintf("ok size=%d changed=%v", d.sizes[f], changed), true, nil
+	case "layout-check":
+		return "ok", true, m.CheckLayout(d.client(t, td), d.stateid(t, td), file())
+	case "recall":
+		return d.holders(m.BeginRecall(file())), true, nil
+	case "recall-all":
+		return d.holders(m.BeginRecallAll()), true, nil
+	case "recall-nomatch":
+		m.RecallNoMatch(d.client(t, td), file())
+		return "ok", true, nil
+	case "layouts":
+		gone := "open"
+		select {
+		case <-m.LayoutsGone(file()):
+			gone = "closed"
+		default:
+		}
+		return fmt.Sprintf("held=%v write=%v gone=%s", m.HasLayouts(file()), m.HasWriteLayouts(file()), gone), true, nil
+	case "layout-iomode":
+		return iomodeName(m.LayoutIOMode(d.stateid(t, td))), true, nil
+	case "ds-io":
+		// A data server asks whether a stateid allows I/O (CheckIOAny).
+		id, err := m.CheckIOAny(d.stateid(t, td), file(), arg(t, td, "op") == "write")
+		if err != nil {
+			return "", true, err
+		}
+		return "ok client=" + d.clientName(id), true, nil
+	}
+	return "", false, nil
 }

@@ -120,6 +120,11 @@ func (m *Manager) LayoutGet(id ClientID, sid Stateid, file FileID, iomode uint32
 		if seqidAfter(sid.Seqid, l.sid.Seqid) {
 			return Stateid{}, fmt.Errorf("%w: layout seqid %d not issued yet", ErrBadStateid, sid.Seqid)
 		}
+		if iomode == IOModeRW && l.iomode != IOModeRW && !mayWriteLocked(c, file) {
+			// As under a read-only open below: a reader's layout stays
+			// a read layout, or its LAYOUTCOMMIT could grow the file.
+			iomode = IOModeRead
+		}
 		cur = l
 	} else {
 		if sid.Type() == TypeDeleg && !sid.IsSpecial() {
@@ -177,6 +182,20 @@ func (m *Manager) LayoutGet(id ClientID, sid Stateid, file FileID, iomode uint32
 	return cur.sid, nil
 }
 
+// mayWriteLocked reports whether client c may write file: it holds an
+// open of it with write access or a write delegation of it.
+func mayWriteLocked(c *client, file FileID) bool {
+	if d := c.delegs[file]; d != nil && d.typ == DelegWrite {
+		return true
+	}
+	for _, o := range c.opens {
+		if o.file.id == file && o.access&AccessWrite != 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // CheckLayoutCommit validates the stateid of a LAYOUTCOMMIT on file: it
 // must be the client's layout stateid for that very file (RFC 8881
 // §18.42.3), and the layout must have been granted LAYOUTIOMODE4_RW, since
@@ -223,9 +242,9 @@ func (m *Manager) CheckLayoutCommit(id ClientID, sid Stateid, file FileID) error
 // CheckLayout checks that sid is client id's current layout stateid for
 // file, of either iomode: the stateid LAYOUTERROR and LAYOUTSTATS carry
 // (RFC 7862 §15.6.3, §15.7.3). It fails with ErrStaleStateid for a stateid
-// of an earlier boot, ErrBadStateid for anything but a layout stateid of
-// this client and file (or a seqid from the future) and ErrOldStateid for
-// an older seqid.
+// of an earlier boot and ErrBadStateid for anything but a layout stateid
+// of this client and file, or a seqid from the future; an older seqid
+// names the same layout (checkLayoutSeqid).
 func (m *Manager) CheckLayout(id ClientID, sid Stateid, file FileID) error {
 	if sid.IsSpecial() || sid.Type() != TypeLayout {
 		return fmt.Errorf("%w: %v is not a layout stateid", ErrBadStateid, sid)
