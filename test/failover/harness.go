@@ -302,7 +302,7 @@ func (w *World) StartMDS(m *MDS, extra ...string) {
 	w.T.Helper()
 	args := append([]string{"mds", "--listen", m.Addr, "--dir", m.Dir, "--meta", w.MetaURL(), "--node", m.Node,
 		"--http", m.HTTP, "--mirrors", strconv.Itoa(w.Mirrors), "--no-root-squash", "--lease", "10s",
-		"--leader-lease", "2s", "--ds-down-after", "60s"}, extra...)
+		"--leader-lease", "3s", "--ds-down-after", "60s"}, extra...)
 	m.P = w.start(m.Node, w.Bin, args...)
 }
 
