@@ -25,8 +25,8 @@ func newCluster(t testing.TB) *World {
 // runTrial runs the workload, takes the leader away by f once it is under
 // way, lets it go on after the takeover, and checks every byte and
 // metadata change it was told succeeded.
-func runTrial(t testing.TB, w *World, f Fault, bigSize int) Trial {
-	wl := &Workload{Addrs: w.MDSAddrs(), BigSize: bigSize, Dir: "/" + string(f)}
+func runTrial(t testing.TB, w *World, f Fault, bigSize int, dir string) Trial {
+	wl := &Workload{Addrs: w.MDSAddrs(), BigSize: bigSize, Dir: dir}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	stop := make(chan struct{})
@@ -83,7 +83,7 @@ func TestShoalClientRidesThrough(t *testing.T) {
 	for _, f := range []Fault{Kill, Stop, StepDown} {
 		t.Run(string(f), func(t *testing.T) {
 			w := newCluster(t)
-			tr := runTrial(t, w, f, 32<<20)
+			tr := runTrial(t, w, f, 32<<20, "/"+string(f))
 			t.Log(tr)
 		})
 	}
