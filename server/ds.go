@@ -129,12 +129,14 @@ func loadOrCreateID(path string) ([]byte, error) {
 	return []byte(fmt.Sprintf("%x", b)), nil
 }
 
-// dsLoad resolves a data filehandle on a data server.
+// dsLoad resolves a data filehandle on a data server: a regular file
+// whose size is that of this data server's object (the only attribute
+// its handlers use; the file's attributes are the MDS's).
 func (c *compound) dsLoad(h fhandle) (*object, nfs4.Nfsstat4) {
 	if h.kind != fhData {
 		return nil, nfs4.NFS4ERR_BADHANDLE
 	}
-	a := meta.Attr{Type: meta.TypeRegular, Mode: 0o644, Nlink: 1}
+	a := meta.Attr{Type: meta.TypeRegular}
 	f, err := c.s.openData(h.ino, false)
 	if err != nil {
 		return nil, statusOf(err)
@@ -145,13 +147,11 @@ func (c *compound) dsLoad(h fhandle) (*object, nfs4.Nfsstat4) {
 		}
 		f.Close()
 	}
-	a.Change = a.Size
 	return &object{fh: h, attr: a}, nfs4.NFS4_OK
 }
 
 // dsCurrent returns the object of the current filehandle on a data
-// server: always a regular file, whose size is that of this data server's
-// object.
+// server (dsLoad).
 func (c *compound) dsCurrent() (*object, nfs4.Nfsstat4) {
 	if !c.hasCFH {
 		return nil, nfs4.NFS4ERR_NOFILEHANDLE
