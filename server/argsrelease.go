@@ -21,15 +21,19 @@ package server
 //   - PUTROOTFH, GETFH, SAVEFH, RESTOREFH: no arguments.
 //   - GETATTR: the attribute request is a []uint32 bitmap (decoded into
 //     fresh memory), used while encoding the reply.
-//   - READ: stateid and integers. The data buffer it splices into the reply
-//     is the server's own (readPool), not the request's.
-//   - WRITE: the payload is passed to store.File.WriteAt, which as an
-//     io.WriterAt must not retain it: store.Local pwrites it, the striped
-//     cluster backend sends it with a synchronous OBJ_WRITE whose writev
-//     completes before WriteAt returns, on every data server, even on
-//     errors (parallel waits for all stripes). The inode cache records only
-//     sizes and times; the stateid is a value.
-//   - COMMIT: integers.
+//   - READ (read and dsRead, through readData): stateid and integers. The
+//     data buffer it splices into the reply is the server's own
+//     (readPool), not the request's.
+//   - WRITE (write and dsWrite): the payload is passed to
+//     store.File.WriteAt, which as an io.WriterAt must not retain it:
+//     store.Local pwrites it, the striped cluster backend sends it with a
+//     synchronous OBJ_WRITE whose writev completes before WriteAt returns,
+//     on every data server, even on errors (parallel waits for all
+//     stripes), and a data server's cluster.ReplicaStore waits for every
+//     peer's REPLICA_WRITE the same way. The inode cache records only
+//     sizes and times; the stateid is a value (dsCheckIO copies it into
+//     the control protocol's request).
+//   - COMMIT (commit and dsCommit): integers.
 //
 // Everything else — OPEN and LOCK (owners), EXCHANGE_ID (client names),
 // LAYOUT* (layout bodies), names in LOOKUP/CREATE/RENAME, SETATTR and

@@ -260,20 +260,15 @@ func (c *compound) attrValues(e *xdr.Encoder, o *object, bm nfs4.Bitmap4, rdErr 
 		case nfs4.FATTR4_TIME_MODIFY:
 			nfsTime(e, a.Mtime)
 		case nfs4.FATTR4_FS_LAYOUT_TYPES:
-			if s.pnfs != nil {
-				e.Uint32(1)
-				e.Uint32(uint32(nfs4.LAYOUT4_NFSV4_1_FILES))
-			} else {
-				e.Uint32(0)
+			types := s.pnfs.layoutTypes()
+			e.Uint32(uint32(len(types)))
+			for _, t := range types {
+				e.Uint32(uint32(t))
 			}
 		case nfs4.FATTR4_MDSTHRESHOLD:
 			e.Append(s.mdsThreshold)
 		case nfs4.FATTR4_LAYOUT_BLKSIZE:
-			blk := s.cfg.MaxWrite
-			if s.pnfs != nil {
-				blk = uint32(s.pnfs.ds.StripeUnit())
-			}
-			e.Uint32(blk)
+			e.Uint32(uint32(s.pnfs.stripeUnit(uint64(s.cfg.MaxWrite))))
 		case nfs4.FATTR4_SUPPATTR_EXCLCREAT:
 			encodeBitmap(e, writableMask)
 		case nfs4.FATTR4_CHANGE_ATTR_TYPE:
@@ -303,13 +298,7 @@ func (c *compound) attrValues(e *xdr.Encoder, o *object, bm nfs4.Bitmap4, rdErr 
 //   - with delegations off, WANT_ANY_DELEG: it can never be met. WANT_NO_DELEG
 //     and WANT_CANCEL stay, as OPEN still honours them (OPEN_DELEGATE_NONE_EXT
 //     with WND4_NOT_WANTED or WND4_CANCELLED).
-//
-// A data server answers no OPEN at all (NFS4ERR_NOTSUPP), so it supports
-// none of the arguments.
 func (s *Server) openArguments() *nfs4.OpenArguments4 {
-	if s.role() != roleMDS {
-		return &nfs4.OpenArguments4{}
-	}
 	want := []uint32{nfs4.OPEN_ARGS_SHARE_ACCESS_WANT_NO_DELEG, nfs4.OPEN_ARGS_SHARE_ACCESS_WANT_CANCEL}
 	if !s.cfg.NoDelegations {
 		want = append(want, nfs4.OPEN_ARGS_SHARE_ACCESS_WANT_ANY_DELEG)
@@ -458,9 +447,6 @@ func (s *Server) statFS(ctx context.Context) *fsStat {
 	}
 	fs.filesTotal = 1 << 40
 	fs.filesFree = fs.filesTotal
-	if s.meta == nil {
-		return &fs
-	}
 	if st, err := s.meta.StatFS(ctx); err == nil {
 		fs.filesFree = fs.filesTotal - st.Files
 	}

@@ -12,13 +12,9 @@ func (s *Server) DataFHKey() []byte {
 	return bytes.Clone(s.fh.dataKey)
 }
 
-// encodeFH encodes a filehandle for a client (GETFH, FATTR4_FILEHANDLE). A
-// data server has no codec of its own: it signs with the data key it got
-// from its metadata server, so it returns the handle the client gave it.
+// encodeFH encodes a filehandle for a client (GETFH, FATTR4_FILEHANDLE).
+// Only the MDS hands out filehandles: a data server answers neither GETFH
+// nor GETATTR (RFC 8881 §13.6).
 func (c *compound) encodeFH(h fhandle) []byte {
-	if c.s.ds != nil {
-		codec := newDataFHCodec(c.s.ds.Secret())
-		return codec.encode(h)
-	}
 	return c.s.fh.encode(h)
 }

@@ -123,7 +123,7 @@ func (c *compound) offerDelegation(file *object, want delegWant, access uint32) 
 	switch {
 	case file.attr.Type == meta.TypeDirectory:
 		return none(nfs4.WND4_IS_DIR)
-	case file.attr.Type != meta.TypeRegular || c.s.cfg.NoDelegations || c.s.ds != nil:
+	case file.attr.Type != meta.TypeRegular || c.s.cfg.NoDelegations:
 		if want == wantWrite {
 			return none(nfs4.WND4_WRITE_DELEG_NOT_SUPP_FTYPE)
 		}
@@ -179,7 +179,7 @@ func (c *compound) reclaimDelegation(file *object, typ nfs4.OpenDelegationType4)
 		return delegReply{why: noWant}
 	}
 	id, st := c.clientID()
-	if st != nfs4.NFS4_OK || c.s.ds != nil {
+	if st != nfs4.NFS4_OK {
 		return delegReply{why: noWant}
 	}
 	g, recall, err := c.s.st.m.ReclaimDelegation(state.DelegArgs{ClientID: id, File: state.FileID(file.fh.ino),
@@ -201,7 +201,7 @@ func (c *compound) reclaimDelegation(file *object, typ nfs4.OpenDelegationType4)
 // COMPOUND ends, so one granted between this check and the change the
 // operation makes cannot miss its recall.
 func (c *compound) breakDelegations(ino meta.Ino, write bool) nfs4.Nfsstat4 {
-	if c.s.ds != nil || c.s.cfg.NoDelegations {
+	if c.s.cfg.NoDelegations {
 		return nfs4.NFS4_OK
 	}
 	id, _ := c.clientID()
@@ -360,7 +360,7 @@ func (c *compound) wantDelegation(a *nfs4.WANTDELEGATION4args) opReply {
 // waits longer than cbGetattrTimeout; a holder that does not answer has
 // its delegation recalled and the GETATTR answers NFS4ERR_DELAY.
 func (c *compound) cbGetattr(o *object) (*object, nfs4.Nfsstat4) {
-	if c.s.ds != nil || o.attr.Type != meta.TypeRegular {
+	if o.attr.Type != meta.TypeRegular {
 		return o, nfs4.NFS4_OK
 	}
 	id, _ := c.clientID()

@@ -22,12 +22,27 @@
 // Each op family lives in its own file (ops_session.go, ops_fh.go,
 // ops_attr.go, ops_ns.go, ops_open.go, ops_io.go, ops_lock.go, ops_42.go,
 // ops_xattr.go).
-// Every operation number is declared once, in opTable (optable.go): its
-// handler (or none: NFS4ERR_NOTSUPP), the minor version that defines it,
-// the roles that serve it (plain server or metadata server, data server),
-// where it may stand relative to SEQUENCE, and whether its arguments may be
-// released early (argsrelease.go). The dispatcher reads nothing else, so
-// adding an operation is one entry there.
+//
+// # Roles
+//
+// A Server plays one role, and its role is its operation table
+// (optable.go): [New] makes a plain server (`shoal serve`, plainOps) or,
+// with Config.PNFS, a metadata server (mdsOps, which adds the layout
+// operations); [NewDataServer] makes a data server (dsOps), configured by
+// a DataServerConfig of its own. The tables share a core, coreOps: client
+// IDs and sessions, which compound.go and ops_session.go serve alike for
+// every role. Each other operation is declared once per role that serves
+// it: its handler (or none: NFS4ERR_NOTSUPP), where it may stand relative
+// to SEQUENCE, and whether its arguments may be released early
+// (argsrelease.go); an operation a role does not declare is
+// NFS4ERR_NOTSUPP there, and the minor version that defines an operation
+// number is the protocol's (opMinor). The dispatcher reads nothing else,
+// so adding an operation is one entry per role. A data server answers
+// only what RFC 8881 §13.6 allows it (PUTFH, READ, WRITE, COMMIT and the
+// session housekeeping), plus READ_PLUS and RECLAIM_COMPLETE, with
+// handlers of its own (ds.go) that share the data path with the MDS's
+// (readData, readPlusData, checkWriteRange) but none of its namespace,
+// attributes or delegations: the shared handlers have no role branches.
 //
 // # Session limits
 //
@@ -61,8 +76,7 @@
 // cluster.Striped, which asks the data servers holding each stripe unit
 // (OBJ_ALLOCATE, OBJ_PUNCH, OBJ_SEEK). READ_PLUS reports the holes Seek
 // finds as hole segments and reads only the data; data servers answer it
-// too, over their own objects. The handlers do not know which role they
-// run in.
+// too, over their own objects (dsReadPlus, which shares readPlusData).
 //
 // # Server-side copy
 //

@@ -98,14 +98,11 @@ func opLabelOf(op nfs4.NfsOpnum4) string {
 	return "other"
 }
 
-// checkLayoutReport is what LAYOUTERROR and LAYOUTSTATS check first: a
-// pNFS server, a session, a regular file, a range that does not wrap, and
+// checkLayoutReport is what LAYOUTERROR and LAYOUTSTATS check first (on
+// a pNFS server: plainOps has neither): a session, a regular file, a range that does not wrap, and
 // the client's layout stateid of the file.
 func (c *compound) checkLayoutReport(sid nfs4.Stateid4, off, length uint64) (state.ClientID, *object, nfs4.Nfsstat4) {
 	s := c.s
-	if s.pnfs == nil {
-		return 0, nil, nfs4.NFS4ERR_NOTSUPP
-	}
 	id, st := c.clientID()
 	if st != nfs4.NFS4_OK {
 		return 0, nil, st

@@ -8,7 +8,6 @@ import (
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/meta"
-	"github.com/shoalfs/shoal/server/state"
 )
 
 func splitPath(p string) []string {
@@ -34,9 +33,6 @@ func (s *Server) rootFH() fhandle {
 // export or pseudo node is bad.
 func (c *compound) load(h fhandle) (*object, nfs4.Nfsstat4) {
 	s := c.s
-	if s.ds != nil {
-		return c.dsLoad(h)
-	}
 	if h.kind == fhPseudo {
 		if int(h.export) >= len(s.ns.nodes) {
 			return nil, nfs4.NFS4ERR_STALE
@@ -74,7 +70,7 @@ func (s *Server) getattr(ctx context.Context, ino meta.Ino) (meta.Attr, error) {
 		return a, err
 	}
 	s.cache.overlay(ino, &a)
-	if s.pnfs != nil && a.Type == meta.TypeRegular && s.st.m.HasWriteLayouts(state.FileID(ino)) {
+	if a.Type == meta.TypeRegular && s.pnfs.writeLayouts(ino) {
 		// Clients writing through layouts report the new size only with
 		// LAYOUTCOMMIT; until then the data servers know better. Without
 		// this an O_APPEND writer that revalidates the size would write
@@ -138,9 +134,6 @@ func (c *compound) currentFile() (*object, nfs4.Nfsstat4) {
 
 // writable reports an error if o cannot be modified through its export.
 func (c *compound) writable(o *object) nfs4.Nfsstat4 {
-	if c.s.ds != nil {
-		return nfs4.NFS4_OK
-	}
 	if o.export == nil || o.export.ReadOnly {
 		return nfs4.NFS4ERR_ROFS
 	}

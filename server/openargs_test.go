@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
-	"github.com/shoalfs/shoal/internal/wiretest"
 )
 
 // TestOpenArguments: the open_arguments attribute (RFC 9754, attribute 86)
@@ -14,7 +13,7 @@ import (
 // exactly the OPEN arguments Shoal acts on: all share accesses and denies,
 // the claims but DELEGATE_PREV and DELEG_PREV_FH, all four createmodes,
 // and the wants ANY_DELEG (only with delegations on), NO_DELEG and CANCEL.
-// A data server answers no OPEN, so it names none. The expected bitmaps
+// (A data server answers no GETATTR at all: TestDSOpTable.) The expected bitmaps
 // are wire words written out here, not built by the server's code.
 func TestOpenArguments(t *testing.T) {
 	full := nfs4.OpenArguments4{
@@ -31,29 +30,18 @@ func TestOpenArguments(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		cfg   Config
-		ds    bool                 // ask a data server
 		minor uint32               // COMPOUND minor version
 		want  *nfs4.OpenArguments4 // nil: not supported in this minor version
 	}{
-		{"4.2", Config{}, false, 2, &full},
-		{"4.2 delegations off", Config{NoDelegations: true}, false, 2, &noDeleg},
-		{"4.1", Config{}, false, 1, nil},
-		{"4.1 delegations off", Config{NoDelegations: true}, false, 1, nil},
-		{"4.2 data server", Config{}, true, 2, &nfs4.OpenArguments4{}},
+		{"4.2", Config{}, 2, &full},
+		{"4.2 delegations off", Config{NoDelegations: true}, 2, &noDeleg},
+		{"4.1", Config{}, 1, nil},
+		{"4.1 delegations off", Config{NoDelegations: true}, 1, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ts := startServer(t, tc.cfg)
-			var (
-				c  *wiretest.Client
-				fh []byte
-			)
-			if tc.ds {
-				c = startDataServer(t, ts, "openargs-ds")
-				fh = ts.srv.fh.encode(fhandle{kind: fhData, ino: 1234}) // what LAYOUTGET hands out
-			} else {
-				c = ts.client()
-				fh = newFile(t, c, "f", 0o644)
-			}
+			c := ts.client()
+			fh := newFile(t, c, "f", 0o644)
 			c.Minor = tc.minor
 			for _, obj := range []struct {
 				what string
@@ -62,9 +50,6 @@ func TestOpenArguments(t *testing.T) {
 				{"file", []nfs4.NfsArgop4{opPutFH(fh)}},
 				{"root", []nfs4.NfsArgop4{opPutRoot()}},
 			} {
-				if tc.ds && obj.what == "root" {
-					continue // a data server has no namespace
-				}
 				res := must(t)(c.Compound(append(obj.ops,
 					opGetattr(nfs4.FATTR4_SUPPORTED_ATTRS, nfs4.FATTR4_TYPE, nfs4.FATTR4_OPEN_ARGUMENTS))...))
 				// The attrmask as sent, before decoding.

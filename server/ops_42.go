@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -149,19 +150,18 @@ func (c *compound) readPlus(a *nfs4.READPLUS4args) opReply {
 	if st := c.checkIO(&a.RpaStateid, o, false); st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	size := o.attr.Size
-	if c.s.ds != nil {
-		var st nfs4.Nfsstat4
-		if size, st = c.dsReadEnd(&nfs4.READ4args{Offset: a.RpaOffset, Count: a.RpaCount}, o); st != nfs4.NFS4_OK {
-			return fail(st)
-		}
-	}
+	return c.readPlusData(o.fh.ino, a, o.attr.Size)
+}
+
+// readPlusData answers a READ_PLUS of file ino, whose end is at size as
+// far as the server's role knows (readData), in both roles.
+func (c *compound) readPlusData(ino meta.Ino, a *nfs4.READPLUS4args, size uint64) opReply {
 	if a.RpaOffset >= size || a.RpaCount == 0 {
 		return ok(&nfs4.ReadPlusRes4{RprEof: a.RpaOffset >= size})
 	}
 	n := min(uint64(min(a.RpaCount, c.s.cfg.MaxRead)), size-a.RpaOffset)
 	end := a.RpaOffset + n
-	f, err := c.s.openData(o.fh.ino, false)
+	f, err := c.s.openData(ino, false)
 	if err != nil {
 		return failErr(err)
 	}

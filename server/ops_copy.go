@@ -124,10 +124,7 @@ func (c *compound) copy(a *nfs4.COPY4args) opReply {
 // local store, the stripe unit on a metadata server (so that a clone of
 // files whose stripe maps line up runs on the data servers).
 func (s *Server) cloneBlksize() uint64 {
-	if s.pnfs != nil {
-		return s.pnfs.ds.StripeUnit()
-	}
-	return store.ChecksumBlockSize
+	return s.pnfs.stripeUnit(store.ChecksumBlockSize)
 }
 
 func (c *compound) clone(a *nfs4.CLONE4args) opReply {

@@ -20,9 +20,6 @@ func (c *compound) putRootFH() opReply {
 }
 
 func (c *compound) putFH(a *nfs4.PUTFH4args) opReply {
-	if c.s.ds != nil {
-		return c.dsPutFH(a)
-	}
 	h, err := c.s.fh.decode(a.Object)
 	if err != nil {
 		return fail(nfs4.NFS4ERR_BADHANDLE)

@@ -31,13 +31,13 @@ func (c *compound) read(a *nfs4.READ4args) opReply {
 	if st := c.checkIO(&a.Stateid, o, false); st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	size := o.attr.Size
-	if c.s.ds != nil {
-		var st nfs4.Nfsstat4
-		if size, st = c.dsReadEnd(a, o); st != nfs4.NFS4_OK {
-			return fail(st)
-		}
-	}
+	return c.readData(o.fh.ino, a, o.attr.Size)
+}
+
+// readData answers a READ of file ino in both roles: size is where the
+// file ends as far as the role knows (the MDS from its attributes, a data
+// server from dsReadEnd), and the data comes from the server's store.
+func (c *compound) readData(ino meta.Ino, a *nfs4.READ4args, size uint64) opReply {
 	if a.Offset >= size || a.Count == 0 {
 		return ok(&nfs4.READ4resok{Eof: a.Offset >= size, Data: nil})
 	}
@@ -49,7 +49,7 @@ func (c *compound) read(a *nfs4.READ4args) opReply {
 	// The buffer is spliced into the reply without a copy; it goes back to
 	// the pool once the reply has been written.
 	c.call.AfterReply(func() { c.s.putReadBuf(buf) })
-	f, err := c.s.openData(o.fh.ino, false)
+	f, err := c.s.openData(ino, false)
 	if err != nil {
 		return failErr(err)
 	}
@@ -68,31 +68,6 @@ func (c *compound) read(a *nfs4.READ4args) opReply {
 	return ok(&nfs4.READ4resok{Eof: a.Offset+uint64(got) >= size, Data: buf[:got]})
 }
 
-// dsReadEnd returns where a data server's READ must stop: the end of the
-// file for this read. A data server holds only its stripe units (sparse
-// packing), so the end of its object is not the end of the file: within
-// the object every byte is the file's (holes read as zeros), and past it
-// the data server asks the MDS for the file's size (FILE_SIZE), so that a
-// hole in the file still reads as zeros while a read past the file's end
-// gets a short reply with eof (RFC 8881 §13.4; an O_DIRECT reader has
-// nothing else that tells it where the file ends). The result never
-// claims a byte the file does not have.
-func (c *compound) dsReadEnd(a *nfs4.READ4args, o *object) (uint64, nfs4.Nfsstat4) {
-	obj := o.attr.Size
-	want := a.Offset + uint64(min(a.Count, c.s.cfg.MaxRead))
-	if want <= obj {
-		// Entirely inside the object. Whether the file goes on past it
-		// is for the next READ to find out; eof stays false.
-		return want + 1, nfs4.NFS4_OK
-	}
-	size, err := c.s.ds.FileSize(c.ctx, uint64(o.fh.ino))
-	if err != nil {
-		c.log.Debug("data server READ: file size from the MDS", "ino", o.fh.ino, "err", err)
-		return 0, nfs4.NFS4ERR_DELAY
-	}
-	return max(obj, size), nfs4.NFS4_OK
-}
-
 func (c *compound) write(a *nfs4.WRITE4args) opReply {
 	o, st := c.currentFile()
 	if st != nfs4.NFS4_OK {
@@ -104,13 +79,10 @@ func (c *compound) write(a *nfs4.WRITE4args) opReply {
 	if st := c.checkIO(&a.Stateid, o, true); st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	if uint64(len(a.Data)) > uint64(c.s.cfg.MaxWrite) {
-		return fail(nfs4.NFS4ERR_INVAL)
+	if st := c.checkWriteRange(a); st != nfs4.NFS4_OK {
+		return fail(st)
 	}
 	end := a.Offset + uint64(len(a.Data))
-	if end < a.Offset || end > 1<<63-1 {
-		return fail(nfs4.NFS4ERR_FBIG)
-	}
 	f, err := c.s.data.Open(uint64(o.fh.ino), true)
 	if err != nil {
 		return failErr(err)
@@ -130,28 +102,30 @@ func (c *compound) write(a *nfs4.WRITE4args) opReply {
 		// Data, size and mtime were committed together.
 		return ok(&nfs4.WRITE4resok{Count: uint32(len(a.Data)), Committed: nfs4.FILE_SYNC4, Writeverf: c.s.verifier()})
 	}
-	if c.s.ds == nil {
-		c.s.cache.wrote(o.fh.ino, o.attr, end, time.Now())
-	}
+	c.s.cache.wrote(o.fh.ino, o.attr, end, time.Now())
 	committed := nfs4.UNSTABLE4
 	if a.Stable != nfs4.UNSTABLE4 {
 		if err := c.s.dataLost(f.Sync()); err != nil {
 			return failErr(err)
 		}
-		if c.s.ds == nil {
-			if err := c.s.cache.flush(c.ctx, o.fh.ino); err != nil {
-				return failErr(err)
-			}
+		if err := c.s.cache.flush(c.ctx, o.fh.ino); err != nil {
+			return failErr(err)
 		}
 		committed = nfs4.FILE_SYNC4
-		if c.s.ds != nil {
-			// Only the data is stable here; the file's size and mtime
-			// live on the MDS until the client's LAYOUTCOMMIT. FILE_SYNC4
-			// would tell the client no LAYOUTCOMMIT is needed.
-			committed = nfs4.DATA_SYNC4
-		}
 	}
 	return ok(&nfs4.WRITE4resok{Count: uint32(len(a.Data)), Committed: committed, Writeverf: c.s.verifier()})
+}
+
+// checkWriteRange checks a WRITE's size and range, in both roles.
+func (c *compound) checkWriteRange(a *nfs4.WRITE4args) nfs4.Nfsstat4 {
+	if uint64(len(a.Data)) > uint64(c.s.cfg.MaxWrite) {
+		return nfs4.NFS4ERR_INVAL
+	}
+	end := a.Offset + uint64(len(a.Data))
+	if end < a.Offset || end > 1<<63-1 {
+		return nfs4.NFS4ERR_FBIG
+	}
+	return nfs4.NFS4_OK
 }
 
 func (c *compound) commit(a *nfs4.COMMIT4args) opReply {
@@ -162,10 +136,8 @@ func (c *compound) commit(a *nfs4.COMMIT4args) opReply {
 	if err := c.s.dataLost(c.s.data.Sync(uint64(o.fh.ino))); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return failErr(err)
 	}
-	if c.s.ds == nil {
-		if err := c.s.cache.flush(c.ctx, o.fh.ino); err != nil {
-			return failErr(err)
-		}
+	if err := c.s.cache.flush(c.ctx, o.fh.ino); err != nil {
+		return failErr(err)
 	}
 	return ok(&nfs4.COMMIT4resok{Writeverf: c.s.verifier()})
 }

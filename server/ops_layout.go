@@ -18,9 +18,6 @@ import (
 
 func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 	s := c.s
-	if s.pnfs == nil {
-		return fail(nfs4.NFS4ERR_NOTSUPP)
-	}
 	id, st := c.clientID()
 	if st != nfs4.NFS4_OK {
 		return fail(st)
@@ -113,7 +110,7 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 		}
 		return r
 	}
-	s.unfence(id)
+	s.pnfs.unfence(id)
 	s.pnfs.noteLayoutFH(state.FileID(o.fh.ino), c.s.fh.encode(o.fh))
 	dataFH := s.fh.encode(fhandle{kind: fhData, ino: o.fh.ino})
 	body := xdr.Marshal(&nfs4.Nfsv41FileLayout4{
@@ -173,9 +170,6 @@ func deviceAddr(addrs [][]string) ([]byte, error) {
 
 func (c *compound) getDeviceInfo(a *nfs4.GETDEVICEINFO4args) opReply {
 	s := c.s
-	if s.pnfs == nil {
-		return fail(nfs4.NFS4ERR_NOTSUPP)
-	}
 	if a.GdiaLayoutType != nfs4.LAYOUT4_NFSV4_1_FILES {
 		return fail(nfs4.NFS4ERR_UNKNOWN_LAYOUTTYPE)
 	}
@@ -200,9 +194,6 @@ func (c *compound) getDeviceInfo(a *nfs4.GETDEVICEINFO4args) opReply {
 
 func (c *compound) getDeviceList(a *nfs4.GETDEVICELIST4args) opReply {
 	s := c.s
-	if s.pnfs == nil {
-		return fail(nfs4.NFS4ERR_NOTSUPP)
-	}
 	if a.GdlaLayoutType != nfs4.LAYOUT4_NFSV4_1_FILES {
 		return fail(nfs4.NFS4ERR_UNKNOWN_LAYOUTTYPE)
 	}
@@ -227,9 +218,6 @@ func (c *compound) getDeviceList(a *nfs4.GETDEVICELIST4args) opReply {
 
 func (c *compound) layoutCommit(a *nfs4.LAYOUTCOMMIT4args) opReply {
 	s := c.s
-	if s.pnfs == nil {
-		return fail(nfs4.NFS4ERR_NOTSUPP)
-	}
 	id, st := c.clientID()
 	if st != nfs4.NFS4_OK {
 		return fail(st)
@@ -326,9 +314,6 @@ func (c *compound) layoutCommit(a *nfs4.LAYOUTCOMMIT4args) opReply {
 
 func (c *compound) layoutReturn(a *nfs4.LAYOUTRETURN4args) opReply {
 	s := c.s
-	if s.pnfs == nil {
-		return fail(nfs4.NFS4ERR_NOTSUPP)
-	}
 	id, st := c.clientID()
 	if st != nfs4.NFS4_OK {
 		return fail(st)

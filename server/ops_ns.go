@@ -159,7 +159,7 @@ func (c *compound) remove(a *nfs4.REMOVE4args) opReply {
 	if st := c.breakDelegationsOf(dir, string(a.Target)); st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	if !c.recallLastLink(dir, string(a.Target)) {
+	if !c.s.pnfs.recallLastLink(c, dir, string(a.Target)) {
 		return fail(nfs4.NFS4ERR_DELAY)
 	}
 	nd, ci, err := c.s.meta.Remove(c.ctx, dir.fh.ino, string(a.Target), time.Time{})
@@ -207,7 +207,7 @@ func (c *compound) rename(a *nfs4.RENAME4args) opReply {
 			return fail(st)
 		}
 	}
-	if !c.recallLastLink(dst, string(a.Newname)) {
+	if !c.s.pnfs.recallLastLink(c, dst, string(a.Newname)) {
 		return fail(nfs4.NFS4ERR_DELAY)
 	}
 	rr, err := c.s.meta.Rename(c.ctx, src.fh.ino, string(a.Oldname), dst.fh.ino, string(a.Newname), time.Time{})
@@ -414,9 +414,9 @@ func (c *compound) breakDelegationsOf(dir *object, name string) nfs4.Nfsstat4 {
 // the last open goes before the remove, the file is freed with layouts
 // out, which can do no more I/O: data servers accept only the open and
 // lock stateids the metadata server still knows.
-func (c *compound) recallLastLink(dir *object, name string) bool {
-	if c.s.pnfs == nil {
-		return true
+func (p *pnfsState) recallLastLink(c *compound, dir *object, name string) bool {
+	if p == nil {
+		return true // no layouts
 	}
 	nd, err := c.s.meta.Lookup(c.ctx, dir.fh.ino, name)
 	if err != nil || nd.Attr.Type != meta.TypeRegular || nd.Attr.Nlink != 1 {

@@ -116,13 +116,7 @@ func (c *compound) exchangeID(a *nfs4.EXCHANGEID4args) opReply {
 	if err != nil {
 		return failErr(err)
 	}
-	flags := uint32(nfs4.EXCHGID4_FLAG_USE_NON_PNFS)
-	switch {
-	case c.s.pnfs != nil:
-		flags = nfs4.EXCHGID4_FLAG_USE_PNFS_MDS
-	case c.s.ds != nil:
-		flags = nfs4.EXCHGID4_FLAG_USE_PNFS_DS
-	}
+	flags := c.s.exchangeFlags
 	if res.Confirmed {
 		flags |= nfs4.EXCHGID4_FLAG_CONFIRMED_R
 	}

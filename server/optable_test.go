@@ -10,44 +10,56 @@ import (
 )
 
 // TestOpTableComplete checks that every operation number of NFSv4.1 and
-// NFSv4.2 is declared in opTable, supported or not, with the minor version
-// that defines it and at least one role; and that nothing else is.
+// NFSv4.2 is declared in mdsOps, supported or not, and that the
+// declarations of every role's table are consistent: minor versions,
+// session rules, NFSv4.0-only operations and releaseArgs marks.
 func TestOpTableComplete(t *testing.T) {
 	for op := nfs4.OP_ACCESS; op <= nfs4.OP_REMOVEXATTR; op++ {
-		d, ok := opTable[op]
-		if !ok {
-			t.Errorf("%v (%d) is not declared in opTable", op, uint32(op))
-			continue
+		if _, ok := mdsOps[op]; !ok {
+			t.Errorf("%v (%d) is not declared in mdsOps", op, uint32(op))
 		}
 		wantMinor := uint32(1)
 		if op > nfs4.OP_RECLAIM_COMPLETE {
 			wantMinor = 2
 		}
-		if d.minor != wantMinor {
-			t.Errorf("%v: minor %d, want %d", op, d.minor, wantMinor)
-		}
-		if d.roles == 0 {
-			t.Errorf("%v: served by no role", op)
-		}
-		if d.v40only && (d.run != nil || d.releaseArgs) {
-			t.Errorf("%v: NFSv4.0-only but has a handler or releases its arguments", op)
-		}
-		if (d.session == sequenceOp) != (op == nfs4.OP_SEQUENCE) {
-			t.Errorf("%v: session rule %d", op, d.session)
-		}
-		if d.run == nil && d.releaseArgs && op != nfs4.OP_SEQUENCE {
-			t.Errorf("%v: unsupported, yet marked releaseArgs", op)
+		if m, ok := opMinor(op); !ok || m != wantMinor {
+			t.Errorf("%v: minor %d (defined %v), want %d", op, m, ok, wantMinor)
 		}
 	}
-	for op := range opTable {
-		if op < nfs4.OP_ACCESS || op > nfs4.OP_REMOVEXATTR {
-			t.Errorf("opTable declares %v (%d), outside OP_ACCESS..OP_REMOVEXATTR", op, uint32(op))
+	for name, table := range map[string]opTable{"mdsOps": mdsOps, "plainOps": plainOps, "dsOps": dsOps} {
+		for op, d := range table {
+			if _, ok := opMinor(op); !ok {
+				t.Errorf("%s declares %v (%d), outside OP_ACCESS..OP_REMOVEXATTR", name, op, uint32(op))
+			}
+			if d.v40only && (d.run != nil || d.releaseArgs) {
+				t.Errorf("%s %v: NFSv4.0-only but has a handler or releases its arguments", name, op)
+			}
+			if (d.session == sequenceOp) != (op == nfs4.OP_SEQUENCE) {
+				t.Errorf("%s %v: session rule %d", name, op, d.session)
+			}
+			if d.run == nil && d.releaseArgs && op != nfs4.OP_SEQUENCE {
+				t.Errorf("%s %v: unsupported, yet marked releaseArgs", name, op)
+			}
+			if name == "plainOps" && d.run != nil && mdsOps[op].pnfs {
+				t.Errorf("plainOps serves %v, a pNFS operation", op)
+			}
+			if name == "dsOps" && d.pnfs {
+				t.Errorf("dsOps: %v marked pnfs", op)
+			}
 		}
 	}
-	if _, ok := lookupOp(nfs4.OP_ILLEGAL, 2); ok {
+	for op, d := range mdsOps {
+		if d.pnfs && d.run == nil {
+			t.Errorf("mdsOps %v: pNFS operation without a handler", op)
+		}
+		if p := plainOps[op]; !d.pnfs && (p.run == nil) != (d.run == nil) {
+			t.Errorf("plainOps %v differs from mdsOps but is no pNFS operation", op)
+		}
+	}
+	if _, ok := mdsOps.lookup(nfs4.OP_ILLEGAL, 2); ok {
 		t.Error("OP_ILLEGAL is declared: it must be answered as an illegal operation")
 	}
-	if _, ok := lookupOp(nfs4.OP_ALLOCATE, 1); ok {
+	if _, ok := mdsOps.lookup(nfs4.OP_ALLOCATE, 1); ok {
 		t.Error("an NFSv4.2 operation is defined in minor version 1")
 	}
 }
@@ -73,7 +85,7 @@ func TestOpTableOnTheWire(t *testing.T) {
 			}
 			c.AdvanceSlot()
 			resop, st := lastResult(t, raw)
-			d, declared := lookupOp(op, minor)
+			d, declared := ts.srv.ops.lookup(op, minor)
 			switch {
 			case !declared:
 				if resop != nfs4.OP_ILLEGAL || st != nfs4.NFS4ERR_OP_ILLEGAL {

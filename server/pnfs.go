@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"strconv"
 	"sync"
@@ -50,8 +51,13 @@ type PNFSConfig struct {
 	Backend store.Backend
 }
 
-// pnfsState is the metadata server's pNFS machinery.
+// pnfsState is the pNFS machinery of a metadata server with data servers.
+// A plain server (New without Config.PNFS) has none: its *pnfsState is
+// nil, its operation table has no layout operations (plainOps), and the
+// methods below that the MDS's shared code calls are the one place that
+// answers for a server without layouts, each on a nil receiver.
 type pnfsState struct {
+	s  *Server
 	ds DataServers
 
 	mu       sync.Mutex
@@ -63,8 +69,53 @@ type pnfsState struct {
 }
 
 func newPNFS(s *Server, cfg *PNFSConfig) *pnfsState {
-	return &pnfsState{ds: cfg.DataServers, fenced: map[state.ClientID]bool{}, recalls: map[state.FileID]time.Time{},
+	return &pnfsState{s: s, ds: cfg.DataServers, fenced: map[state.ClientID]bool{}, recalls: map[state.FileID]time.Time{},
 		held: map[state.FileID]int{}, layoutFH: map[state.FileID][]byte{}}
+}
+
+// start follows the data servers: those joining or leaving change the
+// device, so every layout is recalled for clients to fetch the new one.
+func (p *pnfsState) start() {
+	if p == nil {
+		return
+	}
+	p.cancelOn = p.ds.OnChange(func() { go p.s.recallAll() })
+}
+
+// layoutTypes is the fs_layout_types attribute: the files layout, or none
+// without data servers.
+func (p *pnfsState) layoutTypes() []nfs4.Layouttype4 {
+	if p == nil {
+		return nil
+	}
+	return []nfs4.Layouttype4{nfs4.LAYOUT4_NFSV4_1_FILES}
+}
+
+// stripeUnit is the stripe unit of new files, or def without data servers.
+func (p *pnfsState) stripeUnit(def uint64) uint64 {
+	if p == nil {
+		return def
+	}
+	return p.ds.StripeUnit()
+}
+
+// writeLayouts reports whether a client holds a read-write layout of file
+// ino, and so may have written past the size the MDS knows.
+func (p *pnfsState) writeLayouts(ino meta.Ino) bool {
+	if p == nil {
+		return false
+	}
+	return p.s.st.m.HasWriteLayouts(state.FileID(ino))
+}
+
+// fencedClients returns the clients the data servers refuse (a copy).
+func (p *pnfsState) fencedClients() map[state.ClientID]bool {
+	if p == nil {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.fenced)
 }
 
 // maxLayoutFHs bounds pnfsState.layoutFH.
@@ -95,10 +146,14 @@ func (p *pnfsState) layoutHeld(file state.FileID) bool {
 // (clients that do not return theirs within a lease are revoked and
 // fenced, as for any recall), or with ctx's error after releasing.
 func (s *Server) HoldLayouts(ctx context.Context, ino uint64) (release func(), err error) {
-	if s.pnfs == nil {
+	return s.pnfs.hold(ctx, ino)
+}
+
+func (p *pnfsState) hold(ctx context.Context, ino uint64) (release func(), err error) {
+	if p == nil {
 		return func() {}, nil
 	}
-	p, file := s.pnfs, state.FileID(ino)
+	s, file := p.s, state.FileID(ino)
 	p.mu.Lock()
 	p.held[file]++
 	fh := p.layoutFH[file]
@@ -118,7 +173,7 @@ func (s *Server) HoldLayouts(ctx context.Context, ino uint64) (release func(), e
 	}
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
-	for !s.recallFile(ino, fh) {
+	for !p.recallFile(ino, fh) {
 		select {
 		case <-ctx.Done():
 			release()
@@ -134,18 +189,20 @@ func (s *Server) HoldLayouts(ctx context.Context, ino uint64) (release func(), e
 // replaced a member), and clients must get layouts naming the current
 // members. Holders that do not return theirs within a lease are revoked
 // and fenced as for any recall.
-func (s *Server) RecallLayouts(ino uint64) {
-	if s.pnfs == nil {
+func (s *Server) RecallLayouts(ino uint64) { s.pnfs.recall(ino) }
+
+func (p *pnfsState) recall(ino uint64) {
+	if p == nil {
 		return
 	}
-	p, file := s.pnfs, state.FileID(ino)
+	file := state.FileID(ino)
 	p.mu.Lock()
 	fh := p.layoutFH[file]
 	p.mu.Unlock()
 	if fh == nil {
-		fh = s.fh.encode(fhandle{kind: fhObject, ino: meta.Ino(ino)})
+		fh = p.s.fh.encode(fhandle{kind: fhObject, ino: meta.Ino(ino)})
 	}
-	s.recallFile(ino, fh)
+	p.recallFile(ino, fh)
 }
 
 // uaddr formats host:port as an RFC 5665 universal address.
@@ -167,8 +224,11 @@ func uaddr(hostport string) (netid, addr string, err error) {
 }
 
 // fence makes the data servers refuse a client whose layouts were revoked.
-func (s *Server) fence(id state.ClientID) {
-	p := s.pnfs
+func (p *pnfsState) fence(id state.ClientID) {
+	if p == nil {
+		return // no layouts to revoke
+	}
+	s := p.s
 	p.mu.Lock()
 	already := p.fenced[id]
 	p.fenced[id] = true
@@ -187,8 +247,8 @@ func (s *Server) fence(id state.ClientID) {
 
 // unfence lets a fenced client use the data servers again, once it asks for
 // a new layout.
-func (s *Server) unfence(id state.ClientID) {
-	p := s.pnfs
+func (p *pnfsState) unfence(id state.ClientID) {
+	s := p.s
 	p.mu.Lock()
 	was := p.fenced[id]
 	delete(p.fenced, id)
@@ -265,15 +325,14 @@ func (s *Server) FileSize(ctx context.Context, ino uint64) (uint64, error) {
 // whether the layouts are gone. Callers of conflicting operations answer
 // NFS4ERR_DELAY while it returns false; clients that do not return their
 // layouts within a lease are revoked and fenced by the state manager.
-func (s *Server) recallFile(ino uint64, fh []byte) bool {
-	if s.pnfs == nil {
-		return true
+func (p *pnfsState) recallFile(ino uint64, fh []byte) bool {
+	if p == nil {
+		return true // no layouts
 	}
-	file := state.FileID(ino)
+	s, file := p.s, state.FileID(ino)
 	if s.st.m.Recalled(file) {
 		return true
 	}
-	p := s.pnfs
 	p.mu.Lock()
 	last, seen := p.recalls[file]
 	resend := !seen || time.Since(last) > time.Second
@@ -304,7 +363,7 @@ const recallWait = 100 * time.Millisecond
 // whether they did.
 func (c *compound) recallAndWait(ino meta.Ino, fh []byte) bool {
 	s := c.s
-	if s.recallFile(uint64(ino), fh) {
+	if s.pnfs.recallFile(uint64(ino), fh) {
 		return true
 	}
 	t := time.NewTimer(recallWait)

@@ -111,11 +111,21 @@ type Server struct {
 
 	st        *stateGlue
 	startOnce sync.Once
-	pnfs      *pnfsState        // nil unless a pNFS metadata server
-	ds        *DataServerConfig // nil unless a pNFS data server
-	counters  counters
-	copies    asyncCopies    // COPY in the background (copy_async.go)
-	reports   *layoutReports // LAYOUTERROR, LAYOUTSTATS (layoutstats.go)
+	// ops are the operations of the server's role (optable.go).
+	ops opTable
+	// exchangeFlags is the role EXCHANGE_ID tells clients
+	// (EXCHGID4_FLAG_USE_NON_PNFS, _USE_PNFS_MDS or _USE_PNFS_DS).
+	exchangeFlags uint32
+	// pnfs is the layout machinery of a metadata server with data
+	// servers; nil on a plain server, where its methods that the shared
+	// MDS code calls answer for a server without layouts (pnfs.go).
+	pnfs *pnfsState
+	// ds is a data server's configuration; nil on an MDS. Only the
+	// data server's handlers (ds.go) use it.
+	ds       *DataServerConfig
+	counters counters
+	copies   asyncCopies    // COPY in the background (copy_async.go)
+	reports  *layoutReports // LAYOUTERROR, LAYOUTSTATS (layoutstats.go)
 	// ownData is set when the server opened its data store itself (and so
 	// closes it); a store handed in by the caller stays open.
 	ownData bool
@@ -153,7 +163,8 @@ func New(cfg Config) (*Server, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, bootTime: time.Now(), reports: newLayoutReports()}
+	s := &Server{cfg: cfg, log: cfg.Logger, bootTime: time.Now(), reports: newLayoutReports(),
+		ops: plainOps, exchangeFlags: nfs4.EXCHGID4_FLAG_USE_NON_PNFS}
 	s.life, s.endLife = context.WithCancel(context.Background())
 	ns, err := newNamespace(cfg.Exports)
 	if err != nil {
@@ -207,12 +218,23 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.mdsThreshold = mdsThreshold(s.inline)
 	s.cache = newInodeCache(s)
-	if s.st, err = newStateGlue(s); err != nil {
+	epoch, err := nextEpoch(ctx, m)
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("server: boot epoch: %w", err)
+	}
+	if s.st, err = newStateGlue(s, epoch, metaClients{m}); err != nil {
+		m.Close()
+		return nil, err
+	}
+	if s.st.orphans, err = newOrphanSet(s.st.ctx, s); err != nil {
+		s.st.cancel()
 		m.Close()
 		return nil, err
 	}
 	if cfg.PNFS != nil {
 		s.pnfs = newPNFS(s, cfg.PNFS)
+		s.ops, s.exchangeFlags = mdsOps, nfs4.EXCHGID4_FLAG_USE_PNFS_MDS
 	}
 	if err := s.registerMetrics(); err != nil {
 		m.Close()
@@ -265,11 +287,7 @@ func (s *Server) resolveExports(ctx context.Context) error {
 // Serve accepts connections on ln until Close.
 func (s *Server) Serve(ln net.Listener) error {
 	s.startOnce.Do(func() {
-		if s.pnfs != nil {
-			// Data servers joining or leaving change the device: recall
-			// every layout so clients fetch the new one.
-			s.pnfs.cancelOn = s.pnfs.ds.OnChange(func() { go s.recallAll() })
-		}
+		s.pnfs.start()
 		go s.st.run()
 	})
 	return s.rpc.Serve(ln)

@@ -92,47 +92,29 @@ func nextEpoch(ctx context.Context, e meta.Engine) (uint32, error) {
 	return epoch, nil
 }
 
-func newStateGlue(s *Server) (*stateGlue, error) {
+// newStateGlue makes the state of s's client IDs and sessions, with boot
+// epoch epoch, persisted in store (nil: not persisted). The MDS adds its
+// orphans afterwards (New).
+func newStateGlue(s *Server, epoch uint32, store state.ClientStore) (*stateGlue, error) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var epoch uint32
-	var store state.ClientStore
-	if s.meta != nil {
-		var err error
-		if epoch, err = nextEpoch(ctx, s.meta); err != nil {
-			cancel()
-			return nil, fmt.Errorf("server: boot epoch: %w", err)
-		}
-		store = metaClients{s.meta}
-	}
 	g := &stateGlue{
 		s: s, ctx: ctx, cancel: cancel, done: make(chan struct{}),
 		cbCred:  map[state.SessionID]rpc.OpaqueAuth{},
 		cbMinor: map[state.SessionID]uint32{},
 		pins:    map[state.SessionID]map[*rpc.Conn]func(){},
 	}
-	if s.meta != nil {
-		var err error
-		if g.orphans, err = newOrphanSet(ctx, s); err != nil {
-			cancel()
-			return nil, err
-		}
-	}
 	fore := state.DefaultForeLimits
 	fore.MaxRequestSize = s.cfg.MaxWrite + 64<<10
 	fore.MaxResponseSize = s.cfg.MaxRead + 64<<10
 	var err error
 	g.m, err = state.NewManager(ctx, state.Config{
-		Epoch:         epoch,
-		LeaseTime:     s.cfg.Lease,
-		Store:         store,
-		ForeLimits:    fore,
-		Logger:        s.log,
-		OnRevokeDeleg: s.delegRevoked,
-		OnRevokeLayout: func(id state.ClientID) {
-			if s.pnfs != nil {
-				s.fence(id)
-			}
-		},
+		Epoch:          epoch,
+		LeaseTime:      s.cfg.Lease,
+		Store:          store,
+		ForeLimits:     fore,
+		Logger:         s.log,
+		OnRevokeDeleg:  s.delegRevoked,
+		OnRevokeLayout: func(id state.ClientID) { s.pnfs.fence(id) },
 		OnPurge: func(p state.PurgeInfo) {
 			s.log.Info("client state purged", "clientid", fmt.Sprintf("%#x", uint64(p.ClientID)), "reason", p.Reason.String(), "files", len(p.Files), "sessions", len(p.Sessions))
 			g.sessionsGone(p.Sessions...)
@@ -394,9 +376,6 @@ func (c *compound) checkIO(s *nfs4.Stateid4, o *object, write bool) nfs4.Nfsstat
 	sid, st := c.stateid(*s)
 	if st != nfs4.NFS4_OK {
 		return st
-	}
-	if c.s.ds != nil {
-		return c.dsCheckIO(s, o, write)
 	}
 	if err := c.s.st.m.CheckIO(id, sid, state.FileID(o.fh.ino), write); err != nil {
 		return statusOf(err)

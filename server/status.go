@@ -2,12 +2,9 @@ package server
 
 import (
 	"fmt"
-	"maps"
 	"net"
 	"slices"
 	"time"
-
-	"github.com/shoalfs/shoal/server/state"
 )
 
 // EventKind names something that happened to a client's state that an
@@ -82,12 +79,7 @@ type ClientInfo struct {
 // Clients returns the server's clients by ID.
 func (s *Server) Clients() []ClientInfo {
 	infos := s.st.m.Clients()
-	var fenced map[state.ClientID]bool
-	if s.pnfs != nil {
-		s.pnfs.mu.Lock()
-		fenced = maps.Clone(s.pnfs.fenced)
-		s.pnfs.mu.Unlock()
-	}
+	fenced := s.pnfs.fencedClients()
 	out := make([]ClientInfo, 0, len(infos))
 	for _, ci := range infos {
 		c := ClientInfo{

@@ -565,13 +565,12 @@ func StartDS(ctx context.Context, cfg DSConfig) (*DS, error) {
 	// the other copies of its stripe (REPLICA_WRITE to the peers, served
 	// on this same listener); the MDS's object calls reach d.Store
 	// directly through the agent.
-	d.Server, err = server.NewDataServer(server.Config{
+	d.Server, err = server.NewDataServer(server.DataServerConfig{
 		Dir:     cfg.Dir,
 		Lease:   cfg.Lease,
 		Logger:  cfg.Logger.With("role", "ds", "id", ident.ID),
 		Metrics: cfg.Metrics, MetricLabels: prometheus.Labels{"role": "ds", "instance": ident.ID},
-		Programs: map[uint32]rpc.Handler{ctlproto.SHOAL_CONTROL: d.Agent.PeerHandler()},
-	}, server.DataServerConfig{
+		Programs:     map[uint32]rpc.Handler{ctlproto.SHOAL_CONTROL: d.Agent.PeerHandler()},
 		Secret:       d.Agent.DataKey,
 		CheckStateid: d.Agent.CheckStateid,
 		FileSize:     d.Agent.FileSize,
