@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"time"
@@ -66,6 +67,10 @@ type compound struct {
 
 // compoundRequest evaluates a COMPOUND procedure.
 func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Encoder) rpc.AcceptStat {
+	// Counted until its reply is written, so that Quiesce can wait for
+	// every reply of a leader that steps down.
+	s.inflight.Add(1)
+	call.AfterReply(func() { s.inflight.Add(-1) })
 	// A COMPOUND runs to its end even if its connection closes under it:
 	// its reply goes into the session's slot, and the client's
 	// retransmission on a new connection must find the whole reply there.
@@ -210,6 +215,10 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 
 // notLeading reports whether the server must not act now (Config.Leading).
 func (s *Server) notLeading() bool {
+	if s.quiescing.Load() {
+		s.counters.notLeading.Add(1)
+		return true
+	}
 	if s.cfg.Leading == nil {
 		return false
 	}
@@ -245,4 +254,24 @@ func (c *compound) encodeResult(e *xdr.Encoder, op nfs4.NfsOpnum4, r opReply) {
 func (c *compound) setFH(h fhandle) {
 	c.cfh, c.hasCFH = h, true
 	c.hasCSID = false
+}
+
+// Quiesce prepares a planned hand-over (a leader stepping down): every
+// COMPOUND from now on is answered NFS4ERR_DELAY, and Quiesce returns once
+// the replies of those already running have been written, or when ctx
+// ends. A client then never resends to the next leader a request this one
+// carried out: without the reply cache of this server, the next one would
+// run it again (a RENAME would fail with NOENT, a REMOVE too).
+func (s *Server) Quiesce(ctx context.Context) error {
+	s.quiescing.Store(true)
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for s.inflight.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("server: %d COMPOUNDs still running: %w", s.inflight.Load(), ctx.Err())
+		case <-t.C:
+		}
+	}
+	return nil
 }

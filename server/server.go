@@ -100,6 +100,11 @@ type Server struct {
 
 	testHookBeforeOp atomic.Pointer[opHook] // set by tests only
 
+	// inflight counts COMPOUNDs between their start and their reply's
+	// write; quiescing refuses new ones (Quiesce).
+	inflight  atomic.Int64
+	quiescing atomic.Bool
+
 	// writeVerf changes on every start, so clients detect that uncommitted
 	// UNSTABLE writes may have been lost (RFC 8881 §18.32.3). verfGen
 	// changes it during a run too: see Server.verifier.

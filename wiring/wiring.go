@@ -378,6 +378,13 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 			haCounters.stepDowns.Add(1)
 			e.log.Info("stepping down: a standby takes over", "term", e.term.Number())
 			events.Add(statuspage.Event{Kind: "mds stepped down", Subject: m.Addr.String(), Detail: fmt.Sprintf("term %d, planned", e.term.Number())})
+			// The replies of what is running go out first: the next
+			// leader has no reply cache of this one's.
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			if err := m.Server.Quiesce(ctx); err != nil {
+				e.log.Warn("stepping down before every reply went out", "err", err)
+			}
+			cancel()
 			m.stop(true)
 		}
 		go func() {
@@ -437,6 +444,13 @@ func (m *MDS) StepDown() error {
 // Close stops the metadata server and its registry; an elected one
 // resigns, so a standby takes over without waiting for the lease.
 func (m *MDS) Close() error {
+	if m.elec != nil {
+		// A standby takes over at once: let the running requests'
+		// replies out first, as a step-down does.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = m.Server.Quiesce(ctx)
+		cancel()
+	}
 	m.stop(true)
 	return m.closeErr
 }
