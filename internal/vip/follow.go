@@ -18,11 +18,18 @@ import (
 // which a change between the read and the watch would be missed. A watch
 // that fails (etcd unreachable, the member lost its quorum, compaction) is
 // started over after a pause, with a fresh read.
-func follow(ctx context.Context, cli *clientv3.Client, log *slog.Logger, key string, prefix bool, read func(context.Context) (int64, error)) {
+func follow(ctx context.Context, cli *clientv3.Client, log *slog.Logger, key string, prefix bool, timeout time.Duration, read func(context.Context) (int64, error)) {
 	const minPause, maxPause = 100 * time.Millisecond, 2 * time.Second
 	pause := minPause
+	// Each read is bounded, so that an unreachable etcd shows in the log
+	// rather than as a read that waits for the connection forever.
+	bounded := func() (int64, error) {
+		rctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		return read(rctx)
+	}
 	for ctx.Err() == nil {
-		rev, err := read(ctx)
+		rev, err := bounded()
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Warn("vip: read etcd", "key", key, "err", err)
@@ -44,7 +51,7 @@ func follow(ctx context.Context, cli *clientv3.Client, log *slog.Logger, key str
 				break
 			}
 			pause = minPause
-			if _, err := read(ctx); err != nil && ctx.Err() == nil {
+			if _, err := bounded(); err != nil && ctx.Err() == nil {
 				log.Warn("vip: read etcd", "key", key, "err", err)
 				break
 			}

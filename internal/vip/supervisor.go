@@ -193,8 +193,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wctx, stopWorkers := context.WithCancel(ctx)
 	wg.Go(func() { s.keeper.run(wctx) })
-	wg.Go(func() { follow(wctx, s.cfg.Client, s.log, s.election, true, s.readLeader) })
-	wg.Go(func() { follow(wctx, s.cfg.Client, s.log, s.claimKey, false, s.readClaim) })
+	wg.Go(func() { follow(wctx, s.cfg.Client, s.log, s.election, true, s.cfg.Lease, s.readLeader) })
+	wg.Go(func() { follow(wctx, s.cfg.Client, s.log, s.claimKey, false, s.cfg.Lease, s.readClaim) })
 
 	timer := time.NewTimer(0)
 	defer timer.Stop()
