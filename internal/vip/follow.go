@@ -14,7 +14,8 @@ import (
 // follow keeps a reader of etcd state current: it calls read, which
 // fetches the state and returns the revision it read at, then watches key
 // (a prefix if prefix) from the next revision and calls read again after
-// every batch of events. Watching from the revision read closes the gap in
+// every batch of events, and every timeout in any case. Watching from the
+// revision read closes the gap in
 // which a change between the read and the watch would be missed. A watch
 // that fails (etcd unreachable, the member lost its quorum, compaction) is
 // started over after a pause, with a fresh read.
@@ -45,17 +46,30 @@ func follow(ctx context.Context, cli *clientv3.Client, log *slog.Logger, key str
 		// WithRequireLeader: a member cut off from its quorum ends the
 		// watch instead of keeping it open and silent.
 		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for wresp := range cli.Watch(wctx, key, opts...) {
-			if err := wresp.Err(); err != nil {
-				log.Warn("vip: watch etcd", "key", key, "err", err)
-				break
+		wch := cli.Watch(wctx, key, opts...)
+		// A read every timeout as well, in case the watch is stuck
+		// without failing: the state is then never older than that.
+		tick := time.NewTicker(timeout)
+	watch:
+		for {
+			select {
+			case wresp, ok := <-wch:
+				if !ok {
+					break watch
+				}
+				if err := wresp.Err(); err != nil {
+					log.Warn("vip: watch etcd", "key", key, "err", err)
+					break watch
+				}
+				pause = minPause
+			case <-tick.C:
 			}
-			pause = minPause
 			if _, err := bounded(); err != nil && ctx.Err() == nil {
 				log.Warn("vip: read etcd", "key", key, "err", err)
-				break
+				break watch
 			}
 		}
+		tick.Stop()
 		cancel()
 		sleep(ctx, pause)
 		pause = min(2*pause, maxPause)

@@ -69,7 +69,7 @@ func (k *keeper) run(ctx context.Context) {
 			}
 			k.log.Debug("vip: etcd lease granted", "lease", int64(resp.ID), "ttl", resp.TTL)
 			k.set(leaseState{id: resp.ID, deadline: sent.Add(time.Duration(resp.TTL) * time.Second)})
-			sleep(ctx, k.every)
+			sleep(ctx, time.Until(sent.Add(k.every)))
 			continue
 		}
 		sent := time.Now()
@@ -92,7 +92,10 @@ func (k *keeper) run(ctx context.Context) {
 			sleep(ctx, k.retry)
 		default:
 			k.set(leaseState{id: st.id, deadline: sent.Add(time.Duration(resp.TTL) * time.Second)})
-			sleep(ctx, k.every)
+			// Renewals are spaced from one send to the next, so that a
+			// slow answer does not push the next renewal closer to the
+			// deadline.
+			sleep(ctx, time.Until(sent.Add(k.every)))
 		}
 	}
 }

@@ -46,6 +46,14 @@ func (n *Netlink) link() (netlink.Link, error) {
 	return l, nil
 }
 
+// noLink reports whether err says the interface does not exist: then it
+// carries no address, which is what HasAddr and DelAddr want to know, and
+// the supervisor must not stay stuck retrying a removal.
+func noLink(err error) bool {
+	var nf netlink.LinkNotFoundError
+	return errors.As(err, &nf)
+}
+
 func family(p netip.Prefix) int {
 	if p.Addr().Is4() {
 		return netlink.FAMILY_V4
@@ -56,6 +64,9 @@ func family(p netip.Prefix) int {
 // HasAddr implements Net.
 func (n *Netlink) HasAddr(p netip.Prefix) (bool, error) {
 	l, err := n.link()
+	if noLink(err) {
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
@@ -96,6 +107,9 @@ func (n *Netlink) AddAddr(p netip.Prefix) error {
 // another mask is removed too.
 func (n *Netlink) DelAddr(p netip.Prefix) error {
 	l, err := n.link()
+	if noLink(err) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -423,4 +424,50 @@ func TestStaleAddress(t *testing.T) {
 			t.Error("A added the address while the crashed run's claim was alive")
 		}
 	})
+}
+
+// TestNetlink: the Net operations are idempotent, as the supervisor
+// relies on, remove the address whatever its prefix length, and treat a
+// missing interface as one without the address.
+func TestNetlink(t *testing.T) {
+	nw := newNetwork(t)
+	h := nw.a
+	other := netip.MustParsePrefix("10.9.0.100/32") // same IP, another mask
+	for _, step := range []struct {
+		name string
+		do   func() error
+		want bool // h carries the service address afterwards
+	}{
+		{"add", func() error { return h.net.AddAddr(serviceAddr) }, true},
+		{"add again", func() error { return h.net.AddAddr(serviceAddr) }, true},
+		{"delete", func() error { return h.net.DelAddr(serviceAddr) }, false},
+		{"delete again", func() error { return h.net.DelAddr(serviceAddr) }, false},
+		{"add with another mask", func() error { return h.net.AddAddr(other) }, true},
+		{"delete with the configured mask", func() error { return h.net.DelAddr(serviceAddr) }, false},
+	} {
+		if err := step.do(); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+		if got := h.holds(t); got != step.want {
+			t.Fatalf("after %s: holds = %v, want %v", step.name, got, step.want)
+		}
+	}
+
+	missing, err := NewNetlink(h.ns, "nosuch0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer missing.Close()
+	if has, err := missing.HasAddr(serviceAddr); has || err != nil {
+		t.Errorf("HasAddr on a missing interface = %v, %v; want false, nil", has, err)
+	}
+	if err := missing.DelAddr(serviceAddr); err != nil {
+		t.Errorf("DelAddr on a missing interface: %v", err)
+	}
+	if err := missing.AddAddr(serviceAddr); err == nil {
+		t.Error("AddAddr on a missing interface succeeded")
+	}
+	if err := missing.Announce(serviceAddr.Addr()); err == nil {
+		t.Error("Announce on a missing interface succeeded")
+	}
 }
