@@ -35,21 +35,31 @@ type rig struct {
 	cli    *clientv3.Client // the test's own client, for campaigns and checks
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t *testing.T) *rig { return newRigN(t, 1) }
+
+// newRigN is a rig with an etcd cluster of members members.
+func newRigN(t *testing.T, members int) *rig {
 	nw := newNetwork(t)
-	r := &rig{t: t, nw: nw, etcd: etcdtest.Start(t, 1, etcdtest.Options{NoFsync: true}), prefix: "/viptest", ledger: newLedger(t)}
-	r.cli = r.client(r.etcd.Endpoints[0])
+	r := &rig{t: t, nw: nw, etcd: etcdtest.Start(t, members, etcdtest.Options{NoFsync: true}), prefix: "/viptest", ledger: newLedger(t)}
+	r.cli = r.client(r.etcd.Endpoints...)
 	return r
 }
 
-func (r *rig) client(endpoint string) *clientv3.Client {
+func (r *rig) client(endpoints ...string) *clientv3.Client {
 	r.t.Helper()
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	r.t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+func (r *rig) clientAt(endpoint string) *clientv3.Client {
+	if endpoint == "" {
+		return r.client(r.etcd.Endpoints...)
+	}
+	return r.client(endpoint)
 }
 
 // supervisor is a Supervisor running in the test process for one host.
@@ -61,14 +71,15 @@ type supervisor struct {
 	done   chan error
 }
 
-// start runs a supervisor for h, named node, reaching etcd at endpoint.
-// It is stopped when the test ends if the test did not stop it.
+// start runs a supervisor for h, named node, reaching etcd at endpoint
+// (all the members if ""). It is stopped when the test ends if the test
+// did not stop it.
 func (r *rig) start(h *host, node, endpoint string, onAdd func()) *supervisor {
 	r.t.Helper()
 	ln := &ledgerNet{Net: h.net, host: node, l: r.ledger, onAdd: onAdd}
 	reg := prometheus.NewRegistry()
 	s, err := New(Config{
-		Client: r.client(endpoint), Prefix: r.prefix, Node: node, Address: serviceAddr, Net: ln,
+		Client: r.clientAt(endpoint), Prefix: r.prefix, Node: node, Address: serviceAddr, Net: ln,
 		Lease: testLease, AnnounceInterval: 300 * time.Millisecond,
 		Logger:     slog.New(slog.NewTextHandler(tWriter{r.t}, &slog.HandlerOptions{Level: slog.LevelDebug})).With("host", node),
 		Registerer: reg,
@@ -469,5 +480,33 @@ func TestNetlink(t *testing.T) {
 	}
 	if err := missing.Announce(serviceAddr.Addr()); err == nil {
 		t.Error("Announce on a missing interface succeeded")
+	}
+}
+
+// TestEtcdMemberLoss: with a three-member etcd, stopping the member that
+// leads etcd does not cost A the address for good: its client moves to
+// another member, and A holds the address at the end under a live claim,
+// while B, which follows the same election, never adds it.
+func TestEtcdMemberLoss(t *testing.T) {
+	r := newRigN(t, 3)
+	r.start(r.nw.a, "A", "", nil)
+	b := r.start(r.nw.b, "B", "", nil)
+	r.campaign("A")
+	await(t, "A holds the address", func() bool { return r.nw.a.holds(t) })
+
+	lead := r.etcd.Leader()
+	if lead < 0 {
+		t.Fatal("etcd has no leader")
+	}
+	r.etcd.Stop(lead)
+	// The test's own client may have used the stopped member too; a
+	// claim written under a lease etcd still has, with A's address on,
+	// is the end state.
+	await(t, "A holds the address under a live claim", func() bool {
+		id, owner := r.claimLease()
+		return owner == "A" && id != 0 && r.leaseAlive(id) && r.nw.a.holds(t)
+	})
+	if got := b.metric(t, "shoal_vip_claims_total", ""); got != 0 {
+		t.Errorf("B claimed the address %v times", got)
 	}
 }
