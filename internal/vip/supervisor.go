@@ -91,7 +91,7 @@ type observed struct {
 	leader     string // node name of the leader; "" for none or unreadable
 	claimRev   int64  // revision of the last read of the claim key
 	claimLease clientv3.LeaseID
-	claimOwner string // value of the claim key: the holder's node name
+	badLeader  string // the last unreadable election value logged, to log each once
 }
 
 // Supervisor holds the service address on this host exactly while this
@@ -220,20 +220,26 @@ func (s *Supervisor) readLeader(ctx context.Context) (int64, error) {
 	if err != nil && !errors.Is(err, errBadLeader) {
 		return 0, err
 	}
+	bad := ""
 	if err != nil {
-		s.log.Warn("vip: cannot tell who leads; not claiming the address", "err", err)
+		bad = err.Error()
 	}
 	s.mu.Lock()
 	changed := !s.obs.leaderRead || s.obs.leader != l.Node
+	newBad := bad != "" && bad != s.obs.badLeader
 	s.obs.leaderRead = true
 	s.obs.leader = l.Node
+	s.obs.badLeader = bad
 	s.mu.Unlock()
-	if changed {
-		if ok {
-			s.log.Info("vip: leader", "leader", l.Node, "leader_addr", l.Addr, "term", l.Term)
-		} else {
-			s.log.Info("vip: no leader")
-		}
+	if newBad {
+		s.log.Warn("vip: cannot tell who leads; not claiming the address", "err", err)
+	}
+	switch {
+	case !changed || bad != "": // an unreadable leader is logged above
+	case ok:
+		s.log.Info("vip: leader", "leader", l.Node, "leader_addr", l.Addr, "term", l.Term)
+	default:
+		s.log.Info("vip: no leader")
 	}
 	s.poke()
 	return rev, nil
@@ -246,10 +252,9 @@ func (s *Supervisor) readClaim(ctx context.Context) (int64, error) {
 	}
 	s.mu.Lock()
 	s.obs.claimRev = resp.Header.Revision
-	s.obs.claimLease, s.obs.claimOwner = 0, ""
+	s.obs.claimLease = 0
 	if len(resp.Kvs) > 0 {
 		s.obs.claimLease = clientv3.LeaseID(resp.Kvs[0].Lease)
-		s.obs.claimOwner = string(resp.Kvs[0].Value)
 	}
 	s.mu.Unlock()
 	s.poke()

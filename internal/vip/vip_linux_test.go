@@ -510,3 +510,43 @@ func TestEtcdMemberLoss(t *testing.T) {
 		t.Errorf("B claimed the address %v times", got)
 	}
 }
+
+// TestUnreadableLeader: while the election's leader has a value that is
+// not a Leader, nobody can tell whose MDS leads, and no supervisor adds the
+// address; once that leader resigns, A's MDS leads and A adds it.
+func TestUnreadableLeader(t *testing.T) {
+	r := newRig(t)
+	sess, err := concurrency.NewSession(r.cli)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	odd := concurrency.NewElection(sess, strings.TrimSuffix(ElectionPrefix(r.prefix), "/"))
+	if err := odd.Campaign(context.Background(), "A"); err != nil { // a bare name, not JSON
+		t.Fatal(err)
+	}
+	oddKey := odd.Key()
+	var addedUnderOdd atomic.Bool
+	r.start(r.nw.a, "A", r.etcd.Endpoints[0], func() {
+		resp, err := r.cli.Get(context.Background(), oddKey)
+		if err != nil || resp.Count != 0 {
+			t.Logf("A adds the address while the unreadable leader's key exists (err %v)", err)
+			addedUnderOdd.Store(true)
+		}
+	})
+	next := r.campaignAsync("A")
+	await(t, "A's campaign waits behind the unreadable leader", func() bool {
+		resp, err := r.cli.Get(context.Background(), ElectionPrefix(r.prefix), clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && resp.Count == 2
+	})
+	if err := odd.Resign(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if <-next == nil {
+		t.Fatal("A's campaign failed")
+	}
+	await(t, "A holds the address", func() bool { return r.nw.a.holds(t) })
+	if addedUnderOdd.Load() {
+		t.Error("A added the address while the leader's value was unreadable")
+	}
+}
