@@ -15,7 +15,10 @@
 // The MDSes campaign in an etcd election under PREFIX/election/; the
 // value of the leader's key is a JSON [Leader] naming its node. Each
 // supervisor follows the election and wants the address exactly while the
-// leader's node is its own --node.
+// leader's node is its own --node. The leader is the key under the prefix
+// with the lowest create revision (concurrency.Election's rule), so the
+// prefix must hold campaign keys only. When nobody campaigns, or the
+// leader's value is not a Leader, no supervisor wants the address.
 //
 // Wanting is not enough to take it: the address is guarded by one etcd
 // key, PREFIX/vip/IP (see [ClaimKey]), written under the supervisor's own
@@ -56,8 +59,11 @@
 // # Structure
 //
 // [Supervisor] runs one goroutine that owns the address and decides, and
-// three helpers that report to it: the lease keeper, and watchers of the
-// election and of the claim key. The host side is the small [Net]
+// three helpers that report to it: the lease keeper, and followers of the
+// election and of the claim key (a read, then a watch from the revision
+// read, and a read again after each event and once per lease). The
+// deciding goroutine makes no etcd request while the address is on the
+// interface, so nothing it waits for can delay a removal. The host side is the small [Net]
 // interface; [Netlink] implements it for one interface in one network
 // namespace, which is how the tests run two "hosts" in one process.
 //
