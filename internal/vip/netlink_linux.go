@@ -1,6 +1,7 @@
 package vip
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -157,7 +158,13 @@ func (n *Netlink) Announce(ip netip.Addr) error {
 	return nil
 }
 
-func htons(v uint16) uint16 { return v<<8 | v>>8 }
+// htons converts v to network byte order in a uint16, as sockaddr_ll's
+// protocol and socket(2)'s protocol argument want it.
+func htons(v uint16) uint16 {
+	var b [2]byte
+	binary.BigEndian.PutUint16(b[:], v)
+	return binary.NativeEndian.Uint16(b[:])
+}
 
 // packetSocketAt opens a raw AF_PACKET socket in namespace ns (the
 // process's own for netns.None()). A socket belongs to the namespace of the
