@@ -31,6 +31,7 @@ func newRootCmd() *cobra.Command {
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(newServeCmd())
 	root.AddCommand(newMDSCmd(), newDSCmd(), newUpCmd(), newAdminCmd())
+	root.AddCommand(newVIPCmd())
 	root.AddCommand(newBenchCmd())
 	root.AddCommand(newTestbedCmd())
 	root.AddCommand(newMountCmd(), newUmountCmd())
