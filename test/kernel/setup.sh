@@ -54,6 +54,12 @@ fi
 
 which=${1:-6.1}
 
+# One setup at a time per cache: runs from several checkouts on one machine
+# share it (the apt lists, the unpacked trees, the initramfs images).
+mkdir -p "$cache"
+exec 9>"$cache/.setup.lock"
+flock 9
+
 # sid_apt runs an apt command against Debian unstable only, through a
 # private configuration: its own sources.list, package lists and package
 # cache under $cache/apt-sid. The machine's sources and lists are not
@@ -102,7 +108,7 @@ newest)
 	kver=${SHOAL_KERNEL_NEWEST_VERSION:-}
 	if [ -z "$kver" ] || [ ! -f "$cache/$kver/tree/.done" ]; then
 		log "updating the private package lists of Debian unstable ($cache/apt-sid)"
-		sid_apt apt-get update -q >&2 || { log "apt-get update of Debian unstable failed"; exit 1; }
+		sid_apt apt-get update -q --error-on=any >&2 || { log "apt-get update of Debian unstable failed"; exit 1; }
 	fi
 	if [ -z "$kver" ]; then
 		kver=$(image_dep sid_apt)
