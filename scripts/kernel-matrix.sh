@@ -10,6 +10,7 @@
 #   VERS=4.1,4.2           (SHOAL_KERNEL_VERS)
 #   TIMEOUT=120m           go test -timeout
 #   JSON=FILE              also keep the test events (go test -json) here
+#   RUN=REGEX              go test -run, e.g. 'TestKernel/7.2/shoal-pnfs/'
 #
 # Subtests are TestKernel/KERNEL/KIND/vMINOR/..., KERNEL being the major.minor
 # of the kernel that booted (6.1, 7.2, ...). If the newest kernel cannot be
@@ -23,6 +24,7 @@ export SHOAL_KERNEL_SERVER=${KINDS:-shoal,shoal-pnfs,shoal-pnfs-grow,shoal-pnfs-
 export SHOAL_KERNELS=${KERNELS:-6.1,newest}
 export SHOAL_KERNEL_VERS=${VERS:-4.1,4.2}
 timeout=${TIMEOUT:-120m}
+run=${RUN:-.}
 
 # setup.sh resolves 6.1 from the machine's own package lists (the newest
 # kernel from lists of its own); an empty list has no candidate.
@@ -31,14 +33,48 @@ if [[ ,$SHOAL_KERNELS, == *,6.1,* ]] && ! apt-cache policy linux-image-amd64 2>/
 fi
 
 echo "kernel-matrix: kernels $SHOAL_KERNELS, kinds $SHOAL_KERNEL_SERVER, versions $SHOAL_KERNEL_VERS"
+json=${JSON:-}
+if [ -z "$json" ]; then
+	json=$(mktemp "${TMPDIR:-/tmp}/kernel-matrix.XXXXXX.json")
+	trap 'rm -f "$json"' EXIT
+fi
 start=$(date +%s)
 rc=0
 if command -v gotestsum >/dev/null; then
-	gotestsum --format standard-verbose ${JSON:+--jsonfile "$JSON"} -- -count=1 -timeout "$timeout" ./test/kernel/ || rc=$?
-elif [ -n "${JSON:-}" ]; then
-	go test -json -count=1 -timeout "$timeout" ./test/kernel/ | tee "$JSON" || rc=$?
+	gotestsum --format standard-verbose --jsonfile "$json" -- -count=1 -timeout "$timeout" -run "$run" ./test/kernel/ || rc=$?
 else
-	go test -v -count=1 -timeout "$timeout" ./test/kernel/ || rc=$?
+	# The test events go to $json; the terminal gets the usual -v output.
+	go test -json -count=1 -timeout "$timeout" -run "$run" ./test/kernel/ | tee "$json" | python3 -u -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        ev = json.loads(line)
+    except ValueError:
+        print(line, end="")
+        continue
+    if ev.get("Action") == "output":
+        print(ev["Output"], end="")
+' || rc=$?
 fi
+# One closing line, and the failed subtests by name (kernel, kind, version).
+python3 - "$json" <<'PY'
+import json, sys
+p = f = s = 0
+failed = []
+for line in open(sys.argv[1]):
+    try:
+        ev = json.loads(line)
+    except ValueError:
+        continue
+    if not ev.get("Test"):
+        continue
+    a = ev.get("Action")
+    p += a == "pass"; f += a == "fail"; s += a == "skip"
+    if a == "fail":
+        failed.append(ev["Test"])
+for t in failed:
+    print("FAILED", t)
+print(f"{p} passed, {f} failed, {s} skipped")
+PY
 echo "kernel-matrix: $(($(date +%s) - start)) s, exit $rc"
 exit "$rc"
