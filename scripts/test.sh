@@ -105,9 +105,9 @@ fi
 if [ "$SHOAL_KERNEL" = "1" ]; then
 	# Two kernels (test/kernel/README.md): Debian 12's 6.1 runs every
 	# kind; the newest kernel Debian ships (the unstable suite's, fetched
-	# through a private apt configuration) runs the pNFS kinds whose
-	# client code changed most since 6.1. scripts/kernel-matrix.sh runs
-	# every kind on both. Subtests are TestKernel/KERNEL/KIND/..., e.g.
+	# through a private apt configuration) runs two pNFS kinds: the files
+	# layout over four data servers, and mirrored stripes under data-server
+	# failures. scripts/kernel-matrix.sh runs every kind on both. Subtests are TestKernel/KERNEL/KIND/..., e.g.
 	# TestKernel/6.1/shoal-pnfs/v4.1/io/64M.
 	kernel_rc=0
 	step "Linux kernel client in qemu: Debian 12 (6.1)"
