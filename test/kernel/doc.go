@@ -4,12 +4,24 @@
 // # Why a VM
 //
 // The host kernel of the CI machines has no NFS client, and mounting needs
-// root in any case, so the client runs in a small qemu VM: Debian's 6.1
-// kernel (downloaded and unpacked by setup.sh, never installed) and a
-// busybox initramfs carrying the NFS modules, two static helpers (mountnfs,
+// root in any case, so the client runs in a small qemu VM: a Debian kernel
+// (downloaded and unpacked by setup.sh, never installed) and a busybox
+// initramfs carrying the NFS modules, two static helpers (mountnfs,
 // locktest) and the workload script. There is no usable KVM on these
 // machines, so qemu runs with TCG; a boot takes about 5 s and the whole
 // workload a few tens of seconds.
+//
+// # Kernels
+//
+// SHOAL_KERNELS selects the client kernels, a comma-separated list of
+// "6.1" (Debian 12's kernel, the default) and "newest" (the kernel Debian's
+// unstable suite ships, 7.2 in November 2026; its package lists come from
+// a private apt configuration in the cache directory, so the machine's apt
+// sources are never changed). Both use the same initramfs, workload and
+// driver. Each kernel is a level of the subtest names, its major.minor:
+// TestKernel/6.1/shoal-pnfs/v4.1/io/64M, TestKernel/7.2/shoal-pnfs/...,
+// so a failure names the kernel. A kernel that cannot be fetched fails
+// the test; the run never falls back to another kernel.
 //
 // # What runs
 //
@@ -79,5 +91,8 @@
 // The test is skipped unless SHOAL_KERNEL=1 or -kernel is given, so that
 // `go test ./...` stays fast. See README.md for the environment variables
 // that select the server
-// (SHOAL_KERNEL_SERVER=ganesha|shoal|shoal-pnfs|shoal-pnfs-grow|cmd).
+// (SHOAL_KERNEL_SERVER=ganesha|shoal|shoal-pnfs|shoal-pnfs-grow|shoal-pnfs-mirror|cmd)
+// and the kernels (SHOAL_KERNELS=6.1,newest). scripts/test.sh runs every
+// kind on 6.1 and the pNFS kinds on the newest kernel; scripts/kernel-matrix.sh
+// runs every kind on both.
 package kernel

@@ -43,9 +43,18 @@ func TestKernel(t *testing.T) {
 		t.Skip("kernel-client tests are opt-in: set SHOAL_KERNEL=1 or pass -kernel")
 	}
 	root := repoRoot(t)
-	img := setupImages(t)
-	// A list of kinds (e.g. "shoal,shoal-pnfs") runs each in turn as a
-	// subtest named after it; a single kind keeps the names short.
+	kernels, err := parseKernels(env("SHOAL_KERNELS", "6.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every kernel is fetched before the first VM boots: a kernel that
+	// cannot be had fails the run at once instead of after the others.
+	imgs := make([]images, len(kernels))
+	for i, k := range kernels {
+		imgs[i] = setupImages(t, k)
+	}
+	// Subtests are TestKernel/KERNEL/KIND/vMINOR/..., KERNEL being the
+	// kernel's major.minor (6.1, 7.2), so a failure names the kernel.
 	kinds := slices.Compact(strings.Split(env("SHOAL_KERNEL_SERVER", "ganesha"), ","))
 	vmTimeout, err := time.ParseDuration(env("SHOAL_KERNEL_VM_TIMEOUT", "5m"))
 	if err != nil {
@@ -55,13 +64,43 @@ func TestKernel(t *testing.T) {
 	if slices.ContainsFunc(kinds, func(k string) bool { return strings.HasPrefix(k, "shoal") }) {
 		shoalBin = buildShoal(t, root)
 	}
-	for _, kind := range kinds {
-		if len(kinds) == 1 {
-			testServer(t, kind, root, shoalBin, img, vmTimeout)
-			break
-		}
-		t.Run(kind, func(t *testing.T) { testServer(t, kind, root, shoalBin, img, vmTimeout) })
+	for _, img := range imgs {
+		t.Run(img.label(), func(t *testing.T) {
+			t.Logf("kernel %s", img.kver)
+			for _, kind := range kinds {
+				t.Run(kind, func(t *testing.T) { testServer(t, kind, root, shoalBin, img, vmTimeout) })
+			}
+		})
 	}
+}
+
+// The kernels SHOAL_KERNELS can name. Each is a setup.sh argument.
+const (
+	// kernelDebian12 is Debian 12's kernel (6.1), the default.
+	kernelDebian12 = "6.1"
+	// kernelNewest is the newest kernel Debian ships: what
+	// linux-image-amd64 depends on in the unstable suite.
+	kernelNewest = "newest"
+)
+
+// parseKernels reads SHOAL_KERNELS: a comma-separated list of 6.1 and
+// newest, each at most once.
+func parseKernels(s string) ([]string, error) {
+	var out []string
+	for _, k := range strings.Split(s, ",") {
+		k = strings.TrimSpace(k)
+		switch k {
+		case kernelDebian12, kernelNewest:
+		default:
+			return nil, fmt.Errorf("SHOAL_KERNELS=%q: %q is not a kernel; want a comma-separated list of %s and %s",
+				s, k, kernelDebian12, kernelNewest)
+		}
+		if slices.Contains(out, k) {
+			return nil, fmt.Errorf("SHOAL_KERNELS=%q names %s twice", s, k)
+		}
+		out = append(out, k)
+	}
+	return out, nil
 }
 
 // testServer runs the workload against one kind of server, once per minor
@@ -70,7 +109,7 @@ func TestKernel(t *testing.T) {
 func testServer(t *testing.T, kind, root, shoalBin string, img images, vmTimeout time.Duration) {
 	for _, vers := range strings.Split(env("SHOAL_KERNEL_VERS", "4.1,4.2"), ",") {
 		t.Run("v"+vers, func(t *testing.T) {
-			out := artifactDir(t, kind, vers)
+			out := artifactDir(t, img.label()+"-"+kind, vers)
 			switch kind {
 			case "shoal-pnfs-grow":
 				// A cluster of separate processes that grows under the
@@ -234,34 +273,35 @@ func testServer(t *testing.T, kind, root, shoalBin string, img images, vmTimeout
 	}
 }
 
-// setupImages runs setup.sh (idempotent) and returns the boot artifacts.
-func setupImages(t *testing.T) images {
+// setupImages runs setup.sh (idempotent) for one of the kernels
+// SHOAL_KERNELS names and returns the boot artifacts.
+func setupImages(t *testing.T, kernel string) images {
 	t.Helper()
 	start := time.Now()
-	cmd := exec.Command("bash", "setup.sh")
+	cmd := exec.Command("bash", "setup.sh", kernel)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("setup.sh: %v\n%s", err, out)
+		t.Fatalf("setup.sh %s: %v\n%s", kernel, err, out)
 	}
 	img, err := parseSetup(string(out))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("setup.sh %s: %v", kernel, err)
 	}
-	t.Logf("kernel %s, initramfs %s (setup %v)", img.kver, img.initrd, time.Since(start).Round(time.Millisecond))
+	t.Logf("kernel %s (%s), initramfs %s (setup %v)", img.kver, kernel, img.initrd, time.Since(start).Round(time.Millisecond))
 	return img
 }
 
 // artifactDir holds the server's directory, console logs and captures.
 // SHOAL_KERNEL_ARTIFACTS keeps them after the test; otherwise they live in
 // t.TempDir (the captures are a few hundred MB).
-func artifactDir(t *testing.T, kind, vers string) string {
+func artifactDir(t *testing.T, name, vers string) string {
 	t.Helper()
 	base := os.Getenv("SHOAL_KERNEL_ARTIFACTS")
 	if base == "" {
 		return t.TempDir()
 	}
-	dir := filepath.Join(base, time.Now().UTC().Format("20060102-150405")+"-"+kind+"-v"+vers)
+	dir := filepath.Join(base, time.Now().UTC().Format("20060102-150405")+"-"+name+"-v"+vers)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,24 @@
 #!/usr/bin/env bash
 # setup.sh — prepare everything the kernel-client harness boots in qemu:
-# Debian's 6.1 kernel (unpacked, never installed), a busybox initramfs with
+# a Debian kernel (unpacked, never installed), a busybox initramfs with
 # the virtio-net + NFS module closure, the static mountnfs/locktest/odirect
 # helpers, setfattr/getfattr (c/fattr.c), copy (c/copy.c), /init (init.sh) and the workload (workload.sh).
 #
-# Idempotent: the kernel is downloaded and unpacked once per version; the
-# initramfs is rebuilt only when one of its inputs in this directory changed.
-# Built artifacts live in the cache dir, never in the repository.
+#   setup.sh [6.1|newest]
+#
+# 6.1 (the default) is Debian 12's kernel: the linux-image-6.1.*-amd64
+# package that linux-image-amd64 depends on in the machine's own apt lists.
+# newest is the newest kernel Debian ships: what linux-image-amd64 depends
+# on in the unstable suite (sid). Its package lists come from a private apt
+# configuration under the cache dir (apt-sid/: its own sources.list, lists
+# and package cache); the machine's /etc/apt is only read, never changed.
+# If that fetch fails, setup fails: a run that asked for the newest kernel
+# must not quietly test another one.
+#
+# Idempotent: each kernel is downloaded and unpacked once per version, into
+# CACHE/VERSION; the initramfs is rebuilt only when one of its inputs in
+# this directory changed. Built artifacts live in the cache dir, never in
+# the repository.
 #
 # Output (stdout, one per line, for the Go driver):
 #   KVER=6.1.0-NN-amd64
@@ -14,8 +26,10 @@
 #   INITRD=/var/cache/shoal-kernel/6.1.0-NN-amd64/initramfs-<hash>.gz
 #
 # Environment: SHOAL_KERNEL_CACHE (default /var/cache/shoal-kernel),
-# SHOAL_KERNEL_VERSION (e.g. 6.1.0-56-amd64; default: what linux-image-amd64
-# depends on).
+# SHOAL_KERNEL_VERSION (6.1 only, e.g. 6.1.0-56-amd64; default: what
+# linux-image-amd64 depends on), SHOAL_KERNEL_NEWEST_VERSION (newest only,
+# e.g. 7.2.13+deb14-amd64: use this version, from the cache if it is
+# there, instead of asking the unstable suite).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -38,32 +52,112 @@ if [ ${#need[@]} -gt 0 ]; then
 		{ apt-get update -q >&2 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${need[@]}" >&2; }
 fi
 
-# Kernel version: the 6.1 image that linux-image-amd64 depends on.
-kver=${SHOAL_KERNEL_VERSION:-}
-if [ -z "$kver" ]; then
-	kver=$(apt-cache depends linux-image-amd64 2>/dev/null |
-		sed -n 's/^ *Depends: linux-image-\(6\.1\.[^ ]*-amd64\)$/\1/p' | head -1)
+which=${1:-6.1}
+
+# One setup at a time per cache: runs from several checkouts on one machine
+# share it (the apt lists, the unpacked trees, the initramfs images).
+mkdir -p "$cache"
+exec 9>"$cache/.setup.lock"
+flock 9
+
+# sid_apt runs an apt command against Debian unstable only, through a
+# private configuration: its own sources.list, package lists and package
+# cache under $cache/apt-sid. The machine's sources and lists are not
+# touched. The rest of the machine's apt configuration (apt.conf.d, for
+# example a proxy) still applies.
+sid_apt() {
+	local a=$cache/apt-sid
+	mkdir -p "$a/lists/partial" "$a/cache/archives/partial"
+	echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian sid main" >"$a/sources.list"
+	cat >"$a/apt.conf" <<-EOF
+		Dir::Etc::SourceList "$a/sources.list";
+		Dir::Etc::SourceParts "/dev/null";
+		Dir::State::Lists "$a/lists";
+		Dir::Cache "$a/cache";
+		Acquire::Languages "none";
+		APT::Sandbox::User "root";
+	EOF
+	APT_CONFIG=$a/apt.conf "$@"
+}
+
+# image_dep APT... prints the versioned kernel that linux-image-amd64
+# depends on (linux-image-VERSION-amd64 -> VERSION-amd64), as APT sees it.
+image_dep() {
+	"$@" apt-cache depends linux-image-amd64 2>/dev/null |
+		sed -n 's/^ *Depends: linux-image-\([0-9][^ ]*-amd64\)$/\1/p' | head -1
+}
+
+case "$which" in
+6.1)
+	# The 6.1 image that linux-image-amd64 depends on (Debian 12).
+	apt=()
+	kver=${SHOAL_KERNEL_VERSION:-}
 	if [ -z "$kver" ]; then
-		# Fall back to any cached version so offline reruns still work.
-		kver=$(ls -1 "$cache" 2>/dev/null | grep -E '^6\.1\..*-amd64$' | sort -V | tail -1 || true)
+		kver=$(image_dep | grep -E '^6\.1\.' || true)
+		if [ -z "$kver" ]; then
+			# Fall back to any cached version so offline reruns still work.
+			kver=$(ls -1 "$cache" 2>/dev/null | grep -E '^6\.1\..*-amd64$' | sort -V | tail -1 || true)
+		fi
+		[ -n "$kver" ] || { log "cannot resolve linux-image-6.1.*-amd64 (apt-get update?)"; exit 1; }
 	fi
-	[ -n "$kver" ] || { log "cannot resolve linux-image-6.1.*-amd64 (apt-get update?)"; exit 1; }
-fi
+	;;
+newest)
+	# The kernel of Debian's unstable suite. No fallback to a cached
+	# version: the run asked for the newest, so a failed look-up fails.
+	apt=(sid_apt)
+	kver=${SHOAL_KERNEL_NEWEST_VERSION:-}
+	if [ -z "$kver" ] || [ ! -f "$cache/$kver/tree/.done" ]; then
+		log "updating the private package lists of Debian unstable ($cache/apt-sid)"
+		sid_apt apt-get update -q --error-on=any >&2 || { log "apt-get update of Debian unstable failed"; exit 1; }
+	fi
+	if [ -z "$kver" ]; then
+		kver=$(image_dep sid_apt)
+		[ -n "$kver" ] || { log "cannot resolve the kernel linux-image-amd64 depends on in Debian unstable"; exit 1; }
+	fi
+	;;
+*)
+	log "unknown kernel '$which': want 6.1 or newest"
+	exit 2
+	;;
+esac
 work=$cache/$kver
 tree=$work/tree
 mkdir -p "$work"
 
 if [ ! -f "$tree/.done" ]; then
-	log "fetching linux-image-$kver"
 	rm -rf "$tree" "$work/deb"
 	mkdir -p "$work/deb"
-	(cd "$work/deb" && apt-get download "linux-image-$kver" >&2)
-	dpkg -x "$work"/deb/linux-image-*.deb "$tree"
+	# Debian 12 ships the kernel and its modules in linux-image-VERSION.
+	# Newer Debian makes that a meta package over linux-binary-VERSION
+	# (vmlinuz), linux-modules-VERSION and linux-base-VERSION
+	# (modules.order, modules.builtin*, System.map); fetch whichever of
+	# those exist.
+	pkgs=("linux-image-$kver")
+	for p in $("${apt[@]}" apt-cache depends "linux-image-$kver" 2>/dev/null |
+		sed -n "s/^ *Depends: \(linux-\(binary\|modules\|base\)-$kver\)\$/\1/p" | sort -u); do
+		pkgs+=("$p")
+	done
+	log "fetching ${pkgs[*]}"
+	(cd "$work/deb" && "${apt[@]}" apt-get download "${pkgs[@]}" >&2)
+	for deb in "$work"/deb/*.deb; do
+		dpkg -x "$deb" "$tree"
+	done
+	# Merged /usr: the packages put everything under usr/lib/modules.
+	# depmod -b and modprobe -d look in lib/modules.
+	if [ ! -e "$tree/lib" ] && [ -d "$tree/usr/lib/modules/$kver" ]; then
+		ln -s usr/lib "$tree/lib"
+	fi
 	depmod -b "$tree" "$kver"
 	rm -rf "$work/deb"
 	touch "$tree/.done"
 fi
-cp -f "$tree/boot/vmlinuz-$kver" "$work/vmlinuz"
+for v in "$tree/boot/vmlinuz-$kver" "$tree/usr/lib/modules/$kver/vmlinuz"; do
+	if [ -f "$v" ]; then
+		cp -f "$v" "$work/vmlinuz"
+		break
+	fi
+done
+[ -f "$work/vmlinuz" ] || { log "no vmlinuz in $tree"; exit 1; }
 
 # The initramfs is keyed by a hash of its inputs.
 hash=$( (cat "$here/setup.sh" "$here/init.sh" "$here/workload.sh" "$here"/c/*.c; echo "$kver") |
@@ -102,8 +196,11 @@ if [ ! -f "$initrd" ]; then
 		esac
 		echo "$rel" >>"$root/modules.order"
 	done
-	cp "$tree/lib/modules/$kver/modules.builtin" "$tree/lib/modules/$kver/modules.order" \
-		"$root/lib/modules/$kver/" 2>/dev/null || true
+	cp "$tree/lib/modules/$kver/modules.builtin" "$root/lib/modules/$kver/" 2>/dev/null || true
+	# The modules are decompressed above (busybox's insmod in the guest
+	# does not load .ko.xz), so modules.order must name the .ko files.
+	[ -f "$tree/lib/modules/$kver/modules.order" ] &&
+		sed -E 's/\.ko\.(xz|zst|gz)$/.ko/' "$tree/lib/modules/$kver/modules.order" >"$root/lib/modules/$kver/modules.order"
 	[ -f "$tree/lib/modules/$kver/modules.builtin.modinfo" ] &&
 		cp "$tree/lib/modules/$kver/modules.builtin.modinfo" "$root/lib/modules/$kver/"
 	# A trimmed modules.dep lets the kernel's on-demand modprobe (for

@@ -19,6 +19,19 @@ type images struct {
 	kver, kernel, initrd string
 }
 
+// kernelRelRE is the major.minor at the start of a kernel release
+// (6.1.0-56-amd64, 7.2.13+deb14-amd64).
+var kernelRelRE = regexp.MustCompile(`^[0-9]+\.[0-9]+`)
+
+// label names the kernel in subtest names: its major.minor ("6.1",
+// "7.2"), or the whole release if it does not start with one.
+func (img images) label() string {
+	if m := kernelRelRE.FindString(img.kver); m != "" {
+		return m
+	}
+	return img.kver
+}
+
 // parseSetup reads setup.sh's KEY=VALUE output.
 func parseSetup(out string) (images, error) {
 	var img images
@@ -36,8 +49,8 @@ func parseSetup(out string) (images, error) {
 			img.initrd = v
 		}
 	}
-	if img.kernel == "" || img.initrd == "" {
-		return img, fmt.Errorf("setup.sh printed no KERNEL=/INITRD= lines:\n%s", out)
+	if img.kver == "" || img.kernel == "" || img.initrd == "" {
+		return img, fmt.Errorf("setup.sh printed no KVER=/KERNEL=/INITRD= lines:\n%s", out)
 	}
 	return img, nil
 }

@@ -95,7 +95,13 @@ func TestParseSetup(t *testing.T) {
 			out:  "KVER=6.1.0-56-amd64\nKERNEL=/c/vmlinuz\nINITRD=/c/initramfs-1.gz\n",
 			want: images{kver: "6.1.0-56-amd64", kernel: "/c/vmlinuz", initrd: "/c/initramfs-1.gz"},
 		},
-		{name: "missing initrd", out: "KERNEL=/c/vmlinuz\n", wantErr: true},
+		{
+			name: "newest",
+			out:  "KVER=7.2.13+deb14-amd64\nKERNEL=/c/vmlinuz\nINITRD=/c/initramfs-2.gz\n",
+			want: images{kver: "7.2.13+deb14-amd64", kernel: "/c/vmlinuz", initrd: "/c/initramfs-2.gz"},
+		},
+		{name: "missing initrd", out: "KVER=6.1.0-56-amd64\nKERNEL=/c/vmlinuz\n", wantErr: true},
+		{name: "missing kver", out: "KERNEL=/c/vmlinuz\nINITRD=/c/initramfs-1.gz\n", wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -107,6 +113,48 @@ func TestParseSetup(t *testing.T) {
 				t.Errorf("got %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+}
+
+// The kernel level of the subtest names is the release's major.minor.
+func TestImagesLabel(t *testing.T) {
+	tests := []struct{ kver, want string }{
+		{"6.1.0-56-amd64", "6.1"},
+		{"7.2.13+deb14-amd64", "7.2"},
+		{"10.0-rc1-amd64", "10.0"},
+		{"custom", "custom"},
+	}
+	for _, tc := range tests {
+		if got := (images{kver: tc.kver}).label(); got != tc.want {
+			t.Errorf("label of %q = %q, want %q", tc.kver, got, tc.want)
+		}
+	}
+}
+
+func TestParseKernels(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []string
+		wantErr bool
+	}{
+		{in: "6.1", want: []string{"6.1"}},
+		{in: "newest", want: []string{"newest"}},
+		{in: "6.1,newest", want: []string{"6.1", "newest"}},
+		{in: "newest, 6.1", want: []string{"newest", "6.1"}},
+		{in: "6.1,6.1", wantErr: true},
+		{in: "7.2", wantErr: true},
+		{in: "sid", wantErr: true},
+		{in: "6.1,", wantErr: true},
+	}
+	for _, tc := range tests {
+		got, err := parseKernels(tc.in)
+		if (err != nil) != tc.wantErr {
+			t.Errorf("parseKernels(%q): err = %v, wantErr %v", tc.in, err, tc.wantErr)
+			continue
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("parseKernels(%q) = %v, want %v", tc.in, got, tc.want)
+		}
 	}
 }
 
