@@ -94,6 +94,5 @@
 // (SHOAL_KERNEL_SERVER=ganesha|shoal|shoal-pnfs|shoal-pnfs-grow|shoal-pnfs-mirror|cmd)
 // and the kernels (SHOAL_KERNELS=6.1,newest). scripts/test.sh runs every
 // kind on 6.1 and shoal-pnfs and shoal-pnfs-mirror on the newest kernel;
-// scripts/kernel-matrix.sh
-// runs every kind on both.
+// scripts/kernel-matrix.sh runs every kind on both.
 package kernel
