@@ -38,6 +38,13 @@ type File struct {
 	dirty       bool // UNSTABLE data written through the MDS not yet committed
 	closed      bool
 
+	// sgen is the generation of the session that stateid (and
+	// lockStateid) belong to, 0 if unknown (opened under a delegation);
+	// guarded by mu. A recovery that reclaims the File moves it on; a
+	// stateid of an earlier session is one the server instance found by
+	// the recovery does not know (see recoverOpen).
+	sgen uint64
+
 	// Data written UNSTABLE, kept until a COMMIT vouches for it
 	// (unstable.go). Writes hold resendMu shared while they are in
 	// flight, a resend holds it exclusively; mdsMu serializes commits
@@ -133,8 +140,10 @@ func (c *Client) openIn(ctx context.Context, path string, start []nfs4.NfsArgop4
 	file := []byte(name)
 	snap := c.beginOpen()
 	defer c.endOpen()
+	var used *session // the session of the last attempt, which answered
 	res, done, err := c.callCreating(ctx, len(start), func() []nfs4.NfsArgop4 {
 		_, s, _ := c.current()
+		used = s
 		var cid nfs4.Clientid4
 		if s != nil {
 			cid = s.clientID
@@ -153,7 +162,7 @@ func (c *Client) openIn(ctx context.Context, path string, start []nfs4.NfsArgop4
 		// OPEN succeeded, what followed it did not: ask for the handle
 		// and attributes instead of opening again.
 		ok := res[len(start)].Opopen.Resok4
-		f.stateid = ok.Stateid
+		f.stateid, f.sgen = ok.Stateid, used.gen
 		if f.fh, a, err = c.lookupIn(ctx, start, name); err != nil {
 			// Without the handle there is nothing to CLOSE: the open
 			// ends with the Client's lease.
@@ -167,7 +176,7 @@ func (c *Client) openIn(ctx context.Context, path string, start []nfs4.NfsArgop4
 		}
 		n := len(res)
 		ok := res[n-3].Opopen.Resok4
-		f.stateid = ok.Stateid
+		f.stateid, f.sgen = ok.Stateid, used.gen
 		f.fh = append([]byte(nil), res[n-2].Opgetfh.Resok4.Object...)
 		if a, err = lastAttr(res); err != nil {
 			c.dropDelegation(f.fh, &ok.Delegation)
@@ -192,7 +201,19 @@ func (c *Client) opened(ctx context.Context, f *File, a *Attr, access Access) (*
 	f.acc.Store(int32(access))
 	c.mu.Lock()
 	c.files[f] = struct{}{}
+	// A recovery that installs a session after this sees f among the
+	// files to reclaim; one that installed the current session may have
+	// looked before f was there, while the OPEN's answer from the
+	// server instance it replaced was still on its way.
+	stale := f.sgen != 0 && c.sess != nil && c.sess.gen != f.sgen
 	c.mu.Unlock()
+	if stale {
+		if _, err := f.recoverOpen(ctx, f.sgen); err != nil {
+			// The File's I/O tries again (recoverOpen) when the
+			// server refuses the stale stateid.
+			c.log.Warn("re-establishing an open answered by a replaced server instance failed", "path", f.path, "err", err)
+		}
+	}
 	c.cache.register(f, a)
 	if f.flag&os.O_TRUNC != 0 && f.writable() && (a == nil || a.Size != 0) {
 		if err := f.truncate(ctx, 0); err != nil {
@@ -296,8 +317,10 @@ func (c *Client) OpenHandle(ctx context.Context, fh []byte, flag int) (*File, er
 	}
 	snap := c.beginOpen()
 	defer c.endOpen()
+	var used *session // the session of the last attempt, which answered
 	res, err := c.call(ctx, func() []nfs4.NfsArgop4 {
 		_, s, _ := c.current()
+		used = s
 		var cid nfs4.Clientid4
 		if s != nil {
 			cid = s.clientID
@@ -314,7 +337,7 @@ func (c *Client) OpenHandle(ctx context.Context, fh []byte, flag int) (*File, er
 		return nil, pathErr("open", name, err)
 	}
 	ok := res[1].Opopen.Resok4
-	f.stateid = ok.Stateid
+	f.stateid, f.sgen = ok.Stateid, used.gen
 	var ap *Attr
 	if a, err := lastAttr(res); err == nil {
 		ap = &a
@@ -358,6 +381,96 @@ func (f *File) ioStateid() (nfs4.Stateid4, error) {
 	sid := f.stateid
 	sid.Seqid = 0 // "the current one": immune to seqid races with LOCK/OPEN
 	return sid, nil
+}
+
+// openGen returns the generation of the session f's open stateid belongs
+// to (0: unknown), for recoverOpen.
+func (f *File) openGen() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sgen
+}
+
+// maxReopens bounds how often one READ or WRITE re-establishes its open
+// (recoverOpen) and tries again.
+const maxReopens = 3
+
+// staleState reports whether err is the server's refusal of a stateid it
+// does not know: one of an earlier server instance (NFS4ERR_STALE_STATEID)
+// or of an earlier client ID of this Client (NFS4ERR_BAD_STATEID).
+func staleState(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && (se.NFSStatus == nfs4.NFS4ERR_STALE_STATEID || se.NFSStatus == nfs4.NFS4ERR_BAD_STATEID)
+}
+
+// recoverOpen re-establishes f's open on the current session if its
+// stateid is still from an earlier one, that is, if no recovery reclaimed
+// it: the OPEN was answered by the server instance a recovery replaced,
+// after that recovery had collected the Files to reclaim, or the
+// File's reclaim failed. gen is the generation of the stateid the server
+// refused (openGen before the call). It reports whether f's open has
+// moved on from gen since, so that the caller's operation is worth
+// another try with the File's new stateid; it does not when the refused
+// stateid was of the current session already, which no reopen mends.
+//
+// The Client sent RECLAIM_COMPLETE on the current session once its
+// reclaims were done (newSession), so CLAIM_PREVIOUS would be refused
+// (NFS4ERR_NO_GRACE, RFC 8881 §18.51.3): the file is opened again with
+// CLAIM_FH, which waits out a grace period other clients are still
+// reclaiming in (NFS4ERR_GRACE is retried).
+func (f *File) recoverOpen(ctx context.Context, gen uint64) (bool, error) {
+	// A recovery in progress (it holds recMu) may be about to reclaim f
+	// on the new session, during the grace period, and with its locks.
+	f.c.recMu.Lock()
+	f.c.recMu.Unlock()
+	_, cur, err := f.c.current()
+	if err != nil {
+		return false, err
+	}
+	f.mu.Lock()
+	closed, now, local := f.closed, f.sgen, f.local != nil
+	f.mu.Unlock()
+	switch {
+	case closed:
+		return false, ErrClosed
+	case gen == 0 || local:
+		return false, nil // not an open of this Client's on the server
+	case now != gen:
+		return true, nil // reclaimed or reopened meanwhile
+	case now == cur.gen:
+		return false, nil
+	}
+	var used *session
+	res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
+		_, s, _ := f.c.current()
+		used = s
+		var cid nfs4.Clientid4
+		if s != nil {
+			cid = s.clientID
+		}
+		return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_OPEN, Opopen: &nfs4.OPEN4args{
+			ShareAccess: f.access | nfs4.OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+			ShareDeny:   nfs4.OPEN4_SHARE_DENY_NONE,
+			Owner:       nfs4.OpenOwner4{Clientid: cid, Owner: f.openOwner},
+			Openhow:     nfs4.Openflag4{Opentype: nfs4.OPEN4_NOCREATE},
+			Claim:       nfs4.OpenClaim4{Claim: nfs4.CLAIM_FH},
+		}}}
+	})
+	if err != nil {
+		return false, fmt.Errorf("reopening after the server's state was lost: %w", err)
+	}
+	ok := res[1].Opopen.Resok4
+	f.mu.Lock()
+	if used.gen > f.sgen {
+		// Not reclaimed by a recovery meanwhile (the same open owner's
+		// open of the file: the same open, whichever answer wins).
+		f.stateid, f.sgen = ok.Stateid, used.gen
+		f.lockStateid = nil // of the lost session, like the locks
+	}
+	f.mu.Unlock()
+	f.c.dropDelegation(f.fh, &ok.Delegation)
+	f.c.log.Info("re-established an open the server had lost", "path", f.path)
+	return true, nil
 }
 
 // ReadAt implements io.ReaderAt. Reads larger than Client.MaxRead are split
@@ -423,11 +536,13 @@ func (f *File) readDirect(ctx context.Context, p []byte, off int64) (int, error)
 // reports EOF.
 func (f *File) readChunk(ctx context.Context, b []byte, off int64) (int, bool, error) {
 	n := 0
+	reopened := 0
 	for n < len(b) {
 		if _, err := f.ioStateid(); err != nil {
 			return n, false, err
 		}
 		want := uint32(len(b) - n)
+		gen := f.openGen()
 		res, release, err := f.c.callIORelease(ctx, f.c.ioBudget(), func() []nfs4.NfsArgop4 {
 			sid, _ := f.ioStateid()
 			return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_READ, Opread: &nfs4.READ4args{
@@ -435,6 +550,14 @@ func (f *File) readChunk(ctx context.Context, b []byte, off int64) (int, bool, e
 			}}}
 		})
 		if err != nil {
+			if reopened < maxReopens && staleState(err) {
+				if ok, rerr := f.recoverOpen(ctx, gen); ok {
+					reopened++
+					continue
+				} else if rerr != nil {
+					err = errors.Join(err, rerr)
+				}
+			}
 			return n, false, err
 		}
 		ok := res[1].Opread.Resok4
@@ -682,10 +805,12 @@ func (f *File) mdsWrite(ctx context.Context, b []byte, off int64, stable nfs4.St
 	n := 0
 	committed := nfs4.FILE_SYNC4
 	var verf nfs4.Verifier4
+	reopened := 0
 	for n < len(b) {
 		if _, err := f.ioStateid(); err != nil {
 			return n, committed, verf, err
 		}
+		gen := f.openGen()
 		res, err := f.c.callIO(ctx, func() []nfs4.NfsArgop4 {
 			sid, _ := f.ioStateid()
 			return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_WRITE, Opwrite: &nfs4.WRITE4args{
@@ -693,6 +818,14 @@ func (f *File) mdsWrite(ctx context.Context, b []byte, off int64, stable nfs4.St
 			}}}
 		})
 		if err != nil {
+			if reopened < maxReopens && staleState(err) {
+				if ok, rerr := f.recoverOpen(ctx, gen); ok {
+					reopened++
+					continue
+				} else if rerr != nil {
+					err = errors.Join(err, rerr)
+				}
+			}
 			return n, committed, verf, err
 		}
 		ok := res[1].Opwrite.Resok4
@@ -1021,6 +1154,13 @@ func (f *File) Close() error {
 		}
 		return append(ops, nfs4.NfsArgop4{Argop: nfs4.OP_CLOSE, Opclose: &nfs4.CLOSE4args{OpenStateid: sid}})
 	})
+	if staleState(err) {
+		if _, cur, cerr := f.c.current(); cerr == nil && f.openGen() != 0 && f.openGen() != cur.gen {
+			// Opened at a server instance that a recovery replaced, and
+			// not reopened since: the server has no open to close.
+			err = nil
+		}
+	}
 	if err == nil && noteChange && len(res) == 3 && res[1].Opgetattr != nil && res[1].Opgetattr.Resok4 != nil {
 		var a Attr
 		if decodeFattr(&res[1].Opgetattr.Resok4.ObjAttributes, &a, nil) == nil {
@@ -1242,7 +1382,8 @@ func (f *File) TestLock(ctx context.Context, off, length uint64, write bool) (*L
 // server restart.
 func (f *File) reclaim(ctx context.Context, s *session) error {
 	f.mu.Lock()
-	if f.closed {
+	if f.closed || f.sgen == s.gen {
+		// Closed, or reopened on s already (recoverOpen).
 		f.mu.Unlock()
 		return nil
 	}
@@ -1278,7 +1419,7 @@ func (f *File) reclaim(ctx context.Context, s *session) error {
 	}
 	ok := res[1].Opopen.Resok4
 	f.mu.Lock()
-	f.stateid = ok.Stateid
+	f.stateid, f.sgen = ok.Stateid, s.gen
 	f.mu.Unlock()
 	f.c.dropDelegation(f.fh, &ok.Delegation)
 	for _, l := range locks {
