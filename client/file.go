@@ -44,6 +44,10 @@ type File struct {
 	// stateid of an earlier session is one the server instance found by
 	// the recovery does not know (see recoverOpen).
 	sgen uint64
+	// lockLost wraps ErrLockLost once a recovery could not reclaim a
+	// lock of the File; guarded by mu. I/O reports it; Unlock and Close
+	// report it and clear it.
+	lockLost error
 
 	// Data written UNSTABLE, kept until a COMMIT vouches for it
 	// (unstable.go). Writes hold resendMu shared while they are in
@@ -380,7 +384,7 @@ func (f *File) ioStateid() (nfs4.Stateid4, error) {
 	}
 	sid := f.stateid
 	sid.Seqid = 0 // "the current one": immune to seqid races with LOCK/OPEN
-	return sid, nil
+	return sid, f.lockLost
 }
 
 // openGen returns the generation of the session f's open stateid belongs
@@ -460,14 +464,19 @@ func (f *File) recoverOpen(ctx context.Context, gen uint64) (bool, error) {
 		return false, fmt.Errorf("reopening after the server's state was lost: %w", err)
 	}
 	ok := res[1].Opopen.Resok4
+	var locks []lockRange
 	f.mu.Lock()
 	if used.gen > f.sgen {
 		// Not reclaimed by a recovery meanwhile (the same open owner's
 		// open of the file: the same open, whichever answer wins).
 		f.stateid, f.sgen = ok.Stateid, used.gen
 		f.lockStateid = nil // of the lost session, like the locks
+		locks = append(locks, f.locks...)
 	}
 	f.mu.Unlock()
+	if len(locks) > 0 {
+		f.loseLocks(locks, errors.New("the open was not reclaimed in the grace period"))
+	}
 	f.c.dropDelegation(f.fh, &ok.Delegation)
 	f.c.log.Info("re-established an open the server had lost", "path", f.path)
 	return true, nil
@@ -1103,8 +1112,11 @@ func (f *File) Close() error {
 		f.mu.Unlock()
 		return pathErr("close", f.path, ErrClosed)
 	}
+	// A lock lost in a recovery is reported here once (and no longer by
+	// the commit's I/O).
+	errs := []error{pathErr("close", f.path, f.lockLost)}
+	f.lockLost = nil
 	f.mu.Unlock()
-	var errs []error
 	if f.writable() {
 		errs = append(errs, f.SyncContext(ctx))
 	}
@@ -1313,16 +1325,22 @@ func (f *File) lockOp(cid nfs4.Clientid4, off, length uint64, write, wait, recla
 // Data the Client caches or gathers for the file is written back and
 // committed first, for the next holder of the lock to see.
 func (f *File) Unlock(ctx context.Context, off, length uint64) error {
+	// A lock lost in a recovery is reported here once (and no longer by
+	// the File's I/O).
+	f.mu.Lock()
+	lost := f.lockLost
+	f.lockLost = nil
+	f.mu.Unlock()
 	if f.ino != nil && f.c.cache.pending(f.ino) {
 		if err := f.SyncContext(ctx); err != nil {
-			return pathErr("unlock", f.path, err)
+			return pathErr("unlock", f.path, errors.Join(lost, err))
 		}
 	}
 	length = lockLen(length)
 	f.mu.Lock()
 	if f.lockStateid == nil {
 		f.mu.Unlock()
-		return nil
+		return pathErr("unlock", f.path, lost)
 	}
 	f.mu.Unlock()
 	res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
@@ -1337,7 +1355,7 @@ func (f *File) Unlock(ctx context.Context, off, length uint64) error {
 		}}}
 	})
 	if err != nil {
-		return pathErr("unlock", f.path, err)
+		return pathErr("unlock", f.path, errors.Join(lost, err))
 	}
 	f.mu.Lock()
 	if sid := res[1].Oplocku.LockStateid; sid != nil {
@@ -1345,7 +1363,7 @@ func (f *File) Unlock(ctx context.Context, off, length uint64) error {
 	}
 	f.locks = forgetCovered(f.locks, off, length)
 	f.mu.Unlock()
-	return nil
+	return pathErr("unlock", f.path, lost)
 }
 
 // TestLock reports the lock that would block Lock(off, length, write), or
@@ -1415,6 +1433,9 @@ func (f *File) reclaim(ctx context.Context, s *session) error {
 		res, err = open(nfs4.OpenClaim4{Claim: nfs4.CLAIM_FH})
 	}
 	if err != nil {
+		if len(locks) > 0 {
+			f.loseLocks(locks, err)
+		}
 		return err
 	}
 	ok := res[1].Opopen.Resok4
@@ -1422,19 +1443,55 @@ func (f *File) reclaim(ctx context.Context, s *session) error {
 	f.stateid, f.sgen = ok.Stateid, s.gen
 	f.mu.Unlock()
 	f.c.dropDelegation(f.fh, &ok.Delegation)
+	// Locks are reclaimed, never taken anew: outside the grace period
+	// another client may have held a lock meanwhile, and its holder must
+	// learn that it lost it (ErrLockLost) rather than carry on as if
+	// nothing happened.
+	var lost []lockRange
+	var errs []error
 	for _, l := range locks {
-		lres, err := f.c.exec(ctx, s, false, []nfs4.NfsArgop4{putfh(f.fh), f.lockOp(s.clientID, l.off, l.length, l.write, false, grace)})
-		if errors.As(err, &se) && grace && se.NFSStatus == nfs4.NFS4ERR_NO_GRACE {
-			grace = false
-			lres, err = f.c.exec(ctx, s, false, []nfs4.NfsArgop4{putfh(f.fh), f.lockOp(s.clientID, l.off, l.length, l.write, false, false)})
+		if !grace {
+			lost = append(lost, l)
+			continue
 		}
+		lres, err := f.c.exec(ctx, s, false, []nfs4.NfsArgop4{putfh(f.fh), f.lockOp(s.clientID, l.off, l.length, l.write, false, true)})
 		if err != nil {
-			return fmt.Errorf("reclaiming lock [%d,+%d): %w", l.off, l.length, err)
+			lost = append(lost, l)
+			errs = append(errs, fmt.Errorf("reclaiming lock [%d,+%d): %w", l.off, l.length, err))
+			continue
 		}
 		sid := lres[1].Oplock.Resok4.LockStateid
 		f.mu.Lock()
 		f.lockStateid = &sid
 		f.mu.Unlock()
 	}
+	if len(lost) > 0 {
+		if !grace {
+			errs = append(errs, errors.New("the server had no grace period for reclaims"))
+		}
+		err := errors.Join(errs...)
+		f.loseLocks(lost, err)
+		return err
+	}
 	return nil
+}
+
+// loseLocks drops the ranges of lost, which a recovery could not reclaim,
+// from the File's locks and keeps why for the File's I/O, Unlock and Close
+// to report, wrapping ErrLockLost.
+func (f *File) loseLocks(lost []lockRange, why error) {
+	f.mu.Lock()
+	for _, l := range lost {
+		for i, h := range f.locks {
+			if h == l {
+				f.locks = append(f.locks[:i:i], f.locks[i+1:]...)
+				break
+			}
+		}
+	}
+	if f.lockLost == nil {
+		f.lockLost = fmt.Errorf("%w: %d lock(s): %w", ErrLockLost, len(lost), why)
+	}
+	f.mu.Unlock()
+	f.c.log.Warn("byte-range lock lost: not reclaimed after the server lost its state", "path", f.path, "locks", len(lost), "err", why)
 }

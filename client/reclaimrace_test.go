@@ -2,9 +2,14 @@ package client_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -121,5 +126,117 @@ func TestOpenMissedByRecovery(t *testing.T) {
 			defer g.Close()
 			checkRead(t, g, []byte(tc.want))
 		})
+	}
+}
+
+// lateProxy returns a loopback address where nothing listens until
+// start is called; from then on it forwards connections to target. A
+// client given the address alone cannot reach target before start.
+func lateProxy(t *testing.T, target string) (addr string, start func()) {
+	t.Helper()
+	addr = freeAddr(t)
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+		wg    sync.WaitGroup
+	)
+	t.Cleanup(func() {
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return addr, func() {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("proxy on %s: %v", addr, err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				in, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				out, err := net.Dial("tcp", target)
+				if err != nil {
+					in.Close()
+					continue
+				}
+				mu.Lock()
+				conns = append(conns, in, out)
+				mu.Unlock()
+				wg.Add(2)
+				go func() { defer wg.Done(); io.Copy(out, in); out.Close() }()
+				go func() { defer wg.Done(); io.Copy(in, out); in.Close() }()
+			}
+		}()
+	}
+}
+
+// TestLockLostAfterGrace: a client that comes back to the new metadata
+// server only after its grace period (another client was served
+// meanwhile) cannot reclaim its lock, which another client may then
+// take. Its holder must be told: the File's I/O, Unlock and Close fail
+// with ErrLockLost, rather than the lock being taken again behind its
+// back, or the lock silently missing.
+func TestLockLostAfterGrace(t *testing.T) {
+	first, second, takeover := failoverPair(t)
+	late, reachable := lateProxy(t, second)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c := dialOpts(t, first+","+late, client.Options{DialTimeout: 10 * time.Second, Logger: quietLogger()})
+	f, err := c.Open(ctx, "/locked", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Lock(ctx, 0, 10, true, false); err != nil {
+		t.Fatal(err)
+	}
+	takeover()
+	// The grace period waits for c, which cannot reach the new server,
+	// for a lease; a non-reclaim LOCK is refused (NFS4ERR_GRACE, which
+	// the client retries) until it ends, and then granted.
+	o := dialOpts(t, second, client.Options{Logger: quietLogger()})
+	of, err := o.Open(ctx, "/locked", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer of.Close()
+	if err := of.Lock(ctx, 0, 10, true, false); err != nil {
+		t.Fatalf("another client's lock after the grace period: %v", err)
+	}
+	reachable()
+	// Any call finds the new server and recovers there, too late to
+	// reclaim.
+	if _, err := c.Stat(ctx, "/"); err != nil {
+		t.Fatalf("stat after the failover: %v", err)
+	}
+	if _, err := f.WriteAt([]byte("mine"), 0); !errors.Is(err, client.ErrLockLost) {
+		t.Errorf("write by the holder of a lock lost in the failover: %v, want ErrLockLost", err)
+	}
+	if err := f.Unlock(ctx, 0, 10); !errors.Is(err, client.ErrLockLost) {
+		t.Errorf("unlock of a lock lost in the failover: %v, want ErrLockLost", err)
+	}
+	// Reported once: the File is usable again, without the lock.
+	if _, err := f.WriteAt([]byte("mine"), 0); err != nil {
+		t.Errorf("write after the loss was reported: %v", err)
+	}
+	if err := f.Lock(ctx, 0, 10, true, false); !errors.Is(err, syscall.EAGAIN) {
+		t.Errorf("lock held by the other client: %v, want EAGAIN", err)
+	}
+	if err := of.Unlock(ctx, 0, 10); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Lock(ctx, 0, 10, true, false); err != nil {
+		t.Errorf("lock after the other client's unlock: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Errorf("close: %v", err)
 	}
 }
