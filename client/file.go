@@ -1283,25 +1283,47 @@ func (f *File) lockOnce(ctx context.Context, off, length uint64, write, wait, re
 			return err
 		}
 	}
-	res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
-		_, s, _ := f.c.current()
-		var cid nfs4.Clientid4
-		if s != nil {
-			cid = s.clientID
+	for attempt := 0; ; attempt++ {
+		gen := f.openGen()
+		var used *session // the session of the last attempt, which answered
+		res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
+			_, s, _ := f.c.current()
+			used = s
+			var cid nfs4.Clientid4
+			if s != nil {
+				cid = s.clientID
+			}
+			return []nfs4.NfsArgop4{putfh(f.fh), f.lockOp(cid, off, length, write, wait, reclaim)}
+		})
+		if err != nil {
+			if attempt < maxReopens && staleState(err) {
+				// The open (or lock) stateid is of a server instance a
+				// recovery replaced and did not reclaim it.
+				if ok, rerr := f.recoverOpen(ctx, gen); ok {
+					continue
+				} else if rerr != nil {
+					err = errors.Join(err, rerr)
+				}
+			}
+			return err
 		}
-		return []nfs4.NfsArgop4{putfh(f.fh), f.lockOp(cid, off, length, write, wait, reclaim)}
-	})
-	if err != nil {
-		return err
+		f.mu.Lock()
+		if _, cur, _ := f.c.current(); cur != used && attempt < maxReopens {
+			// Answered by the server instance a recovery has replaced
+			// since, and the recovery may have collected the File's
+			// locks before this one was recorded: the new instance
+			// does not hold it for us. Ask it.
+			f.mu.Unlock()
+			continue
+		}
+		sid := res[1].Oplock.Resok4.LockStateid
+		f.lockStateid = &sid
+		if !reclaim {
+			f.locks = append(f.locks, lockRange{off, length, write})
+		}
+		f.mu.Unlock()
+		return nil
 	}
-	f.mu.Lock()
-	sid := res[1].Oplock.Resok4.LockStateid
-	f.lockStateid = &sid
-	if !reclaim {
-		f.locks = append(f.locks, lockRange{off, length, write})
-	}
-	f.mu.Unlock()
-	return nil
 }
 
 func (f *File) lockOp(cid nfs4.Clientid4, off, length uint64, write, wait, reclaim bool) nfs4.NfsArgop4 {
