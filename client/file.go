@@ -173,7 +173,7 @@ func (c *Client) openIn(ctx context.Context, path string, start []nfs4.NfsArgop4
 			c.dropDelegation(nil, &ok.Delegation)
 			return nil, pathErr("open", path, err)
 		}
-		c.gotDelegation(f.fh, &ok.Delegation, &a, snap)
+		c.gotDelegation(f.fh, c.grantOf(&ok.Delegation, used), &a, snap)
 	} else {
 		if err != nil {
 			return nil, pathErr("open", path, err)
@@ -186,7 +186,7 @@ func (c *Client) openIn(ctx context.Context, path string, start []nfs4.NfsArgop4
 			c.dropDelegation(f.fh, &ok.Delegation)
 			return nil, pathErr("open", path, err)
 		}
-		c.gotDelegation(f.fh, &ok.Delegation, &a, snap)
+		c.gotDelegation(f.fh, c.grantOf(&ok.Delegation, used), &a, snap)
 	}
 	f.size, f.sizeKnown = a.Size, true
 	f.openAttr = a
@@ -234,6 +234,18 @@ func (c *Client) opened(ctx context.Context, f *File, a *Attr, access Access) (*
 		}
 	}
 	return f, nil
+}
+
+// grantOf returns the delegation d that an OPEN answered on session used
+// grants, or none if a recovery has replaced used since: d is of a server
+// instance that is gone, and the recovery has dropped the Client's
+// delegations already. Kept, it would let later opens of the file go
+// without OPEN and read with a stateid the new instance refuses.
+func (c *Client) grantOf(d *nfs4.OpenDelegation4, used *session) *nfs4.OpenDelegation4 {
+	if _, cur, _ := c.current(); cur != used {
+		return &nfs4.OpenDelegation4{DelegationType: nfs4.OPEN_DELEGATE_NONE}
+	}
+	return d
 }
 
 // OpenAccess is Open with the access method for this File (AccessDefault:
@@ -351,7 +363,7 @@ func (c *Client) OpenHandle(ctx context.Context, fh []byte, flag int) (*File, er
 			f.layOff = true
 		}
 	}
-	c.gotDelegation(f.fh, &ok.Delegation, ap, snap)
+	c.gotDelegation(f.fh, c.grantOf(&ok.Delegation, used), ap, snap)
 	return c.opened(ctx, f, ap, AccessDefault)
 }
 
