@@ -1,7 +1,6 @@
 package failover
 
 import (
-	"context"
 	"syscall"
 	"testing"
 	"time"
