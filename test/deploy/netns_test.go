@@ -124,7 +124,9 @@ func dialIn(ctx context.Context, m *machine, network, addr string) (net.Conn, er
 // httpGet returns the body at url, fetched from m's network namespace.
 func httpGet(m *machine, url string) (string, error) {
 	tr := &http.Transport{
-		DialContext:       func(ctx context.Context, network, addr string) (net.Conn, error) { return dialIn(ctx, m, network, addr) },
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return dialIn(ctx, m, network, addr)
+		},
 		DisableKeepAlives: true,
 	}
 	defer tr.CloseIdleConnections()
