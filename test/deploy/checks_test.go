@@ -57,7 +57,7 @@ func (w *world) checks() map[string]func() {
 			w.verifySample()
 		},
 		"7.": func() {
-			w.waitHA("mds2")
+			w.waitHA("mds1")
 			w.waitActive("ds1", "ds2")
 			body, err := httpGet(w.machines["client"], "http://"+w.machines["mds1"].docIP+":9101/metrics")
 			if err != nil {

@@ -509,11 +509,13 @@ func (w *world) runScript(m *machine, s step) error {
 
 // systemctl does what systemctl would to the units the page uses.
 func (w *world) systemctl(m *machine, args []string) error {
-	var verb string
+	var verb, signal string
 	var units []string
 	for _, a := range args {
 		switch {
 		case a == "--now":
+		case strings.HasPrefix(a, "--signal="):
+			signal = strings.TrimPrefix(a, "--signal=")
 		case verb == "":
 			verb = a
 		default:
@@ -534,6 +536,11 @@ func (w *world) systemctl(m *machine, args []string) error {
 			}
 		case "stop", "disable":
 			err = w.stop(m, name)
+		case "kill":
+			if signal != "SIGKILL" && signal != "KILL" && signal != "9" {
+				return fmt.Errorf("the test does systemctl kill with --signal=SIGKILL only")
+			}
+			err = w.crash(m, name)
 		default:
 			err = fmt.Errorf("the test does not do systemctl %s", verb)
 		}
@@ -652,6 +659,29 @@ func (w *world) stop(m *machine, name string) error {
 		return fmt.Errorf("%s on %s exited with %v on SIGTERM: %s", name, m.name, u.err, tail(b))
 	}
 	return nil
+}
+
+// restartRe is a unit's Restart= setting that restarts it after a crash.
+var restartRe = regexp.MustCompile(`(?m)^Restart=(on-failure|on-abnormal|always)$`)
+
+// crash kills a unit's process with SIGKILL and, as its Restart= says
+// systemd would, starts it again.
+func (w *world) crash(m *machine, name string) error {
+	u := w.unit(m.name + " " + name)
+	if !u.running() {
+		return fmt.Errorf("%s does not run on %s", name, m.name)
+	}
+	_ = u.cmd.Process.Kill()
+	<-u.done
+	w.t.Logf("%s: killed %s (%v)", m.name, name, u.err)
+	b, err := os.ReadFile(filepath.Join(repoRoot, "dist", "systemd", name+".service"))
+	if err != nil {
+		return err
+	}
+	if !restartRe.Match(b) {
+		return nil
+	}
+	return w.start(m, name)
 }
 
 // stopAll unmounts what the page mounted and kills what it started, each

@@ -55,8 +55,8 @@
 // After each section the test checks what the page says is true by then,
 // with `shoal admin status --json` and etcdctl run on the page's machines:
 // the three etcd members answering with one raft leader; exactly one MDS
-// leading (mds1 at first, mds2 after a step-down) and the other standing
-// by, with the service address on the leader's machine and no other; the
+// leading (mds1 at first, mds2 after a step-down, mds1 again once mds2's
+// is killed with SIGKILL) and the other standing by, with the service address on the leader's machine and no other; the
 // election metrics; data servers active; the sample file reading back with
 // its sha256 through the service address; the removed data server empty;
 // every etcd member running on the restored snapshot. Every block of the
