@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -9,8 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/vishvananda/netns"
@@ -32,6 +36,7 @@ const netnsDir = "/run/netns"
 // before them).
 func (w *world) network() {
 	w.t.Helper()
+	w.sweepNetns()
 	base := fmt.Sprintf("shoaldep%d", os.Getpid())
 	sw := base + "-sw"
 	w.addNetns(sw)
@@ -48,6 +53,30 @@ func (w *world) network() {
 		w.ip("-n", m.netns, "link", "set", "lo", "up")
 	}
 	w.t.Logf("machines: network namespaces %s-*, on a bridge in %s", base, sw)
+}
+
+// staleNetnsRe names the namespaces of a run of this test, with its PID.
+var staleNetnsRe = regexp.MustCompile(`^shoaldep(\d+)-`)
+
+// sweepNetns deletes the namespaces a run of this test left behind when it
+// was killed before its cleanup: those of a PID that no longer runs.
+func (w *world) sweepNetns() {
+	ents, _ := os.ReadDir(netnsDir)
+	for _, e := range ents {
+		m := staleNetnsRe.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		pid, err := strconv.Atoi(m[1])
+		if err != nil || pid == os.Getpid() || !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			continue
+		}
+		if out, err := exec.Command("ip", "netns", "del", e.Name()).CombinedOutput(); err != nil {
+			w.t.Logf("ip netns del %s (left by an earlier run): %v: %s", e.Name(), err, out)
+			continue
+		}
+		w.t.Logf("deleted network namespace %s, left by an earlier run (pid %d)", e.Name(), pid)
+	}
 }
 
 func (w *world) addNetns(name string) {
