@@ -64,7 +64,9 @@
 //
 // Every process it starts is its child, stopped by PID; the FUSE mount is
 // unmounted, the namespaces deleted and the directories removed when it
-// ends.
+// ends. The namespaces are named after the test's PID, and a run deletes
+// those of an earlier run whose process no longer exists (one killed
+// before its cleanup).
 //
 // It needs root (network namespaces, port 2049, FUSE), /dev/fuse, etcd and
 // etcdctl (Debian's etcd-server and etcd-client), jq, ip (iproute2) and
