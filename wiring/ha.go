@@ -135,14 +135,18 @@ func campaign(ctx context.Context, cfg *MDSConfig, events *statuspage.EventLog) 
 			}
 		}
 	}
-	e.log.Info("standing for election", "node", node, "addr", cfg.Listen, "lease", cfg.LeaderLease)
+	addr := cfg.Advertise
+	if addr == "" {
+		addr = cfg.Listen
+	}
+	e.log.Info("standing for election", "node", node, "addr", addr, "lease", cfg.LeaderLease)
 	e.term, err = leader.Campaign(ctx, leader.Config{
 		OnLease: func(id int64) {
 			if err := os.WriteFile(leaseFile, []byte(fmt.Sprintf("%x\n", id)), 0o600); err != nil {
 				e.log.Warn("recording the election lease", "err", err)
 			}
 		},
-		Client: cli, Prefix: e.prefix, Info: leader.Info{Node: node, Addr: cfg.Listen}, TTL: cfg.LeaderLease,
+		Client: cli, Prefix: e.prefix, Info: leader.Info{Node: node, Addr: addr}, TTL: cfg.LeaderLease,
 		Logger: e.log,
 		OnStandby: func(place uint64) {
 			e.log.Info("standing by: another MDS leads", "candidate", place)
