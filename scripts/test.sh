@@ -143,6 +143,8 @@ fi
 if [ "${SHOAL_SCRIPTS:-1}" = "1" ]; then
 	step "scale benchmark smoke (2000 files; the 1M-file run is scripts/scale-bench.sh)"
 	QUICK=1 OUT="$work/scale.json" ./scripts/scale-bench.sh
+	step "failover benchmark smoke (1 trial of each fault; the 20-trial run is scripts/failover-bench.sh)"
+	TRIALS=1 OUT="$work/failover.json" ./scripts/failover-bench.sh
 fi
 
 step "Debian package: build, dpkg -i, run as installed, dpkg -P"
