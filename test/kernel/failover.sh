@@ -5,9 +5,9 @@
 # kernel's default options and, once per fault in t_faults, runs an
 # application that must not notice the leading MDS going away:
 #
-#   - a 256 MiB file written by dd (conv=fsync) at a paced rate, its
-#     sha256 taken on the way (tee into a fifo), then read back after a
-#     cache drop and compared;
+#   - a 256 MiB file written by dd (oflag=direct conv=fsync), its sha256
+#     taken on the way (tee into a fifo), then read back after a cache
+#     drop and compared;
 #   - a loop that creates (dd conv=fsync), renames and removes small files
 #     and logs every change it was told succeeded, with its start and end
 #     times;
@@ -23,10 +23,10 @@
 # relative to the fault (FOTIME lines) and the RPC counters of the round
 # (FOSTATS lines, from /proc/self/mountstats).
 #
-# Settings (besides init.sh's): t_faults (default "kill stop stepdown"),
+# Settings (besides init.sh's): t_faults (default "kill,stop,stepdown"),
 # t_big_mb (default 256), t_step_timeout.
 
-: "${t_host:=10.201.0.100}" "${t_vers:=4.2}" "${t_faults:=kill stop stepdown}"
+: "${t_host:=10.201.0.100}" "${t_vers:=4.2}" "${t_faults:=kill,stop,stepdown}"
 : "${t_big_mb:=256}" "${t_step_timeout:=400}"
 M=/mnt/nfs
 PASSED=0
@@ -79,16 +79,14 @@ mstats_delta() {
 		END { sub("^xprt +", "", xa); sub("^xprt +", "", xb); print "FOSTATS " f " xprt-before " xa; print "FOSTATS " f " xprt-after " xb }' "$2" "$3"
 }
 
-# pacer: BIG_MB MiB of random data, 1 MiB at a time; past 32 MiB (when
-# /tmp/fo.quarter appears) it slows to about 10 MiB/s, so that the write
-# is certainly still going when the leader goes and for a while after.
+# pacer: t_big_mb MiB of random data, 4 MiB at a time; /tmp/fo.quarter
+# appears once 32 MiB have gone through, when the guest asks for the fault.
 pacer() {
 	i=0
 	while [ $i -lt "$t_big_mb" ]; do
-		dd if=/dev/urandom bs=1048576 count=1 2>/dev/null
-		i=$((i + 1))
+		dd if=/dev/urandom bs=1048576 count=4 2>/dev/null
+		i=$((i + 4))
 		[ $i -eq 32 ] && touch /tmp/fo.quarter
-		[ $i -gt 32 ] && sleep 0.1
 	done
 }
 
@@ -113,6 +111,8 @@ small_loop() {
 				{ echo "ERR remove $d/f$((i - 1)): $(cat /tmp/fo.small.dd)" >/tmp/fo.small; return 1; }
 			echo "$s $(now) rm f$((i - 1))" >>/tmp/fo.log
 		fi
+		# Leave the (one, emulated) CPU to the big file's writer too.
+		sleep 0.1
 	done
 	echo "OK $i" >/tmp/fo.small
 }
@@ -154,8 +154,11 @@ round() {
 	mkfifo /tmp/fo.fifo
 	sha256sum </tmp/fo.fifo | cut -d' ' -f1 >/tmp/fo.wsum &
 	(
+		# O_DIRECT: every MiB goes to the data servers as dd writes it, so
+		# their byte counters show when data I/O stops and resumes (buffered,
+		# the page cache holds a slow writer's data for up to 30 s).
 		pacer | tee /tmp/fo.fifo | timeout -s KILL "$t_step_timeout" \
-			dd of="$D/big" bs=1048576 iflag=fullblock conv=fsync 2>/tmp/fo.dd
+			dd of="$D/big" bs=1048576 iflag=fullblock oflag=direct conv=fsync 2>/tmp/fo.dd
 		echo $? >/tmp/fo.ddrc
 		now >/tmp/fo.ddend
 	) &
@@ -279,7 +282,7 @@ if ! do_mount; then
 	exit 1
 fi
 pass "mount $(grep " $M " /proc/mounts)"
-for f in $t_faults; do
+for f in $(echo "$t_faults" | tr , ' '); do
 	round "$f"
 done
 grep -q " $M " /proc/mounts && mountnfs -u $M

@@ -234,12 +234,17 @@ func testFailover(t *testing.T, shoalBin string, img images, vers, out string) {
 	t.Logf("cluster up: etcd %s, MDS %s (leads) and %s, data servers %s..%s, service address %s; logs in %s",
 		c.meta, c.mds["a"].addr(), c.mds["b"].addr(), foDSIP(0), foDSIP(2), foVIP, filepath.Join(out, "server"))
 
-	// The MDS traffic (and ARP) on the VM's tap, for the timeout analysis.
-	capture := filepath.Join(out, "capture-failover.pcap")
-	var dumpcap *nsProc
+	// The guest's traffic on its tap: with the service address (and ARP)
+	// whole, for the timeout analysis; with the data servers, the headers.
+	capture := filepath.Join(out, "capture-mds.pcap")
+	var dumpcaps []*nsProc
 	if _, err := exec.LookPath("dumpcap"); err == nil {
-		dumpcap = startIn(t, c.net.ns("lan"), out, "dumpcap", "dumpcap", "-q", "-i", "tap0",
-			"-f", "host "+foVIP+" or arp", "-w", capture)
+		dumpcaps = append(dumpcaps,
+			startIn(t, c.net.ns("lan"), out, "dumpcap-mds", "dumpcap", "-q", "-i", "tap0",
+				"-f", "host "+foVIP+" or arp", "-w", capture),
+			startIn(t, c.net.ns("lan"), out, "dumpcap-ds", "dumpcap", "-q", "-i", "tap0", "-s", "200",
+				"-f", fmt.Sprintf("host %s or host %s or host %s", foDSIP(0), foDSIP(1), foDSIP(2)),
+				"-w", filepath.Join(out, "capture-ds.pcap")))
 	}
 
 	rounds := map[string]*foRound{}
@@ -357,7 +362,7 @@ func testFailover(t *testing.T, shoalBin string, img images, vers, out string) {
 	}
 	params := map[string]string{
 		"t_host": foVIP, "t_path": "/", "t_vers": vers, "t_phase": "failover",
-		"t_ip": foGuest, "t_gw": foVIP, "t_faults": strings.Join(faults, " "),
+		"t_ip": foGuest, "t_gw": foVIP, "t_faults": strings.Join(faults, ","),
 	}
 	if v := os.Getenv("SHOAL_KERNEL_FAILOVER_MB"); v != "" {
 		params["t_big_mb"] = v
@@ -371,9 +376,9 @@ func testFailover(t *testing.T, shoalBin string, img images, vers, out string) {
 		console: filepath.Join(out, "console-failover.log"),
 		netns:   c.net.ns("lan"), tap: "tap0",
 	})
-	if dumpcap != nil {
-		dumpcap.signal(syscall.SIGTERM)
-		_ = dumpcap.wait(10 * time.Second)
+	for _, d := range dumpcaps {
+		d.signal(syscall.SIGTERM)
+		_ = d.wait(10 * time.Second)
 	}
 	report(t, "failover", res)
 	for _, err := range errs {
@@ -381,7 +386,7 @@ func testFailover(t *testing.T, shoalBin string, img images, vers, out string) {
 	}
 	var wire []rpcEvent
 	var wireErr error
-	if dumpcap != nil && tsharkAvailable() {
+	if len(dumpcaps) > 0 && tsharkAvailable() {
 		wire, wireErr = rpcEvents(ctx, capture)
 	} else {
 		wireErr = errors.New("dumpcap or tshark not installed")
@@ -396,6 +401,9 @@ func testFailover(t *testing.T, shoalBin string, img images, vers, out string) {
 				t.Error(r.injectErr)
 			}
 			t.Log(r.summary())
+			if err := r.writeIO(filepath.Join(out, "ds-io-"+f+".tsv")); err != nil {
+				t.Log(err)
+			}
 			for _, s := range r.stats {
 				t.Logf("mountstats %s", s)
 			}
@@ -529,6 +537,17 @@ func (r *foRound) ioPause(end time.Time) (pause, resumed time.Duration) {
 		}
 	}
 	return pause, resumed
+}
+
+// writeIO saves the data servers' byte counters of the round, seconds
+// after the fault, for a closer look.
+func (r *foRound) writeIO(path string) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# seconds after the fault\tdata-server bytes (read+write, all)\n")
+	for _, p := range r.io {
+		fmt.Fprintf(&b, "%.3f\t%.0f\n", p.t.Sub(r.at).Seconds(), p.bytes)
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 func cs(v int) time.Duration { return time.Duration(v) * 10 * time.Millisecond }
