@@ -62,7 +62,9 @@ type mapEntry struct {
 // Map returns file ino's stripe map as the MDS has it, from the agent's
 // cache or by asking the MDS (MAP); one fetch per file is in flight at a
 // time. A file whose data was never placed has no map: the error wraps
-// fs.ErrNotExist. ErrUnavailable means the MDS could not be asked.
+// fs.ErrNotExist. An error wrapping ErrMDSUnreachable (and ErrUnavailable)
+// means the MDS could not be asked: the data server has none (the map
+// cache is dropped when the connection goes) or the call failed.
 func (a *Agent) Map(ctx context.Context, ino uint64) (meta.StripeMap, error) {
 	a.mu.Lock()
 	e, ok := a.maps[ino]
@@ -123,12 +125,12 @@ func (a *Agent) fetchMap(ctx context.Context, ino uint64) (meta.StripeMap, error
 	conn := a.conn
 	a.mu.Unlock()
 	if conn == nil {
-		return meta.StripeMap{}, fmt.Errorf("%w: not connected to the MDS", ErrUnavailable)
+		return meta.StripeMap{}, fmt.Errorf("%w: %w: not connected to the MDS", ErrMDSUnreachable, ErrUnavailable)
 	}
 	a.stats.mapFetches.Add(1)
 	var res ctlproto.CtlMapRes
 	if err := call(ctx, conn, ctlproto.CTLPROC_MAP, &ctlproto.CtlInoArgs{Ino: ino}, &res); err != nil {
-		return meta.StripeMap{}, fmt.Errorf("cluster: MAP of ino %d: %w", ino, err)
+		return meta.StripeMap{}, fmt.Errorf("cluster: MAP of ino %d: %w: %w", ino, ErrMDSUnreachable, err)
 	}
 	return a.mapReply(ino, "MAP", &res)
 }
@@ -240,13 +242,13 @@ func (a *Agent) replicaFailed(ctx context.Context, ino, gen uint64, id string) (
 	conn := a.conn
 	a.mu.Unlock()
 	if conn == nil {
-		return meta.StripeMap{}, fmt.Errorf("%w: not connected to the MDS", ErrUnavailable)
+		return meta.StripeMap{}, fmt.Errorf("%w: %w: not connected to the MDS", ErrMDSUnreachable, ErrUnavailable)
 	}
 	a.stats.replicaFailed.Add(1)
 	var res ctlproto.CtlMapRes
 	if err := call(ctx, conn, ctlproto.CTLPROC_REPLICA_FAILED,
 		&ctlproto.CtlReplicaFailedArgs{Ino: ino, Gen: gen, DsId: id}, &res); err != nil {
-		return meta.StripeMap{}, fmt.Errorf("cluster: REPLICA_FAILED of %s for ino %d: %w", id, ino, err)
+		return meta.StripeMap{}, fmt.Errorf("cluster: REPLICA_FAILED of %s for ino %d: %w: %w", id, ino, ErrMDSUnreachable, err)
 	}
 	m, err := a.mapReply(ino, "REPLICA_FAILED", &res)
 	if err != nil {
