@@ -227,8 +227,13 @@ type foRound struct {
 }
 
 func testFailover(t *testing.T, shoalBin string, img images, vers, out string) {
+	// Network namespaces, a bridge and a tap need root (CAP_NET_ADMIN)
+	// and iproute2; the kind is opt-in, so a run without them fails.
+	if os.Geteuid() != 0 {
+		t.Fatal("shoal-failover creates network namespaces: run as root")
+	}
 	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("iproute2 not installed")
+		t.Fatal("shoal-failover needs iproute2 (ip)")
 	}
 	c := startFOCluster(t, shoalBin, filepath.Join(out, "server"))
 	t.Logf("cluster up: etcd %s, MDS %s (leads) and %s, data servers %s..%s, service address %s; logs in %s",
