@@ -27,13 +27,16 @@ var (
 	// ErrUnavailable: the peer (MDS, or a data server) cannot be reached
 	// or asked the caller to retry; callers map it to NFS4ERR_DELAY.
 	ErrUnavailable = errors.New("cluster: unavailable")
-	// ErrMDSUnreachable: Agent.CheckStateid could not ask the MDS (the
-	// data server is not registered with a leading MDS, or the question
-	// got no answer) and has no recent answer about the stateid to go
-	// by. It is not ErrUnavailable: the data server sends the client
-	// to the MDS at once (NFS4ERR_PNFS_NO_LAYOUT) instead of asking it to
-	// retry (NFS4ERR_DELAY), which the Linux client answers by pausing
-	// its I/O for 15 s.
+	// ErrMDSUnreachable: the data server could not ask the MDS what a
+	// client's I/O needs (the data server is not registered with a
+	// leading MDS, or the question got no answer). Agent.CheckStateid
+	// returns it, and not ErrUnavailable, when it has no recent answer
+	// about the stateid to go by; Agent.Map and the replicated write's
+	// REPLICA_FAILED wrap both (their callers among the data servers
+	// treat it as a peer that cannot answer). Either way the data server
+	// sends the client to the MDS at once (NFS4ERR_PNFS_NO_LAYOUT)
+	// instead of asking it to retry (NFS4ERR_DELAY), which the Linux
+	// client answers by pausing its I/O to the data server for 15 s.
 	ErrMDSUnreachable = errors.New("cluster: MDS unreachable, stateid unknown")
 	// ErrNotLeader: the MDS is not the elected leader, or no longer, or
 	// (on a data server) the call came over a connection registered

@@ -243,13 +243,13 @@ func (a *Agent) replicaFailed(ctx context.Context, ino, gen uint64, id string) (
 	conn := a.conn
 	a.mu.Unlock()
 	if conn == nil {
-		return meta.StripeMap{}, fmt.Errorf("%w: not connected to the MDS", ErrUnavailable)
+		return meta.StripeMap{}, fmt.Errorf("%w: %w: not connected to the MDS", ErrMDSUnreachable, ErrUnavailable)
 	}
 	a.stats.replicaFailed.Add(1)
 	var res ctlproto.CtlMapRes
 	if err := call(ctx, conn, ctlproto.CTLPROC_REPLICA_FAILED,
 		&ctlproto.CtlReplicaFailedArgs{Ino: ino, Gen: gen, DsId: id}, &res); err != nil {
-		return meta.StripeMap{}, fmt.Errorf("cluster: REPLICA_FAILED of %s for ino %d: %w", id, ino, err)
+		return meta.StripeMap{}, fmt.Errorf("cluster: REPLICA_FAILED of %s for ino %d: %w: %w", id, ino, ErrMDSUnreachable, err)
 	}
 	m, err := a.mapReply(ino, "REPLICA_FAILED", &res)
 	if err != nil {

@@ -3,12 +3,15 @@
 # both kernels: Debian 12's 6.1 and the newest kernel Debian ships (the
 # unstable suite's). CI (scripts/test.sh) runs every kind on 6.1 but only
 # the pNFS kinds on the newest kernel; this is the full matrix, about twice
-# CI's kernel step (one VM at a time, TCG).
+# CI's kernel step (one VM at a time, TCG), plus the MDS-failover kind
+# (shoal-failover: root, network namespaces, Debian's etcd; 7-10 minutes
+# per kernel, which keeps it out of CI's default list).
 #
-#   KINDS=shoal,shoal-pnfs,shoal-pnfs-grow,shoal-pnfs-mirror
+#   KINDS=shoal,shoal-pnfs,shoal-pnfs-grow,shoal-pnfs-mirror,shoal-failover
 #   KERNELS=6.1,newest     (SHOAL_KERNELS: 6.1 and/or newest)
-#   VERS=4.1,4.2           (SHOAL_KERNEL_VERS)
-#   TIMEOUT=120m           go test -timeout
+#   VERS=4.1,4.2           (SHOAL_KERNEL_VERS; shoal-failover runs
+#                          SHOAL_KERNEL_FAILOVER_VERS, default 4.2)
+#   TIMEOUT=150m           go test -timeout
 #   JSON=FILE              also keep the test events (go test -json) here
 #   RUN=REGEX              go test -run, e.g. 'TestKernel/7.2/shoal-pnfs/'
 #
@@ -20,10 +23,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export SHOAL_KERNEL=1
-export SHOAL_KERNEL_SERVER=${KINDS:-shoal,shoal-pnfs,shoal-pnfs-grow,shoal-pnfs-mirror}
+export SHOAL_KERNEL_SERVER=${KINDS:-shoal,shoal-pnfs,shoal-pnfs-grow,shoal-pnfs-mirror,shoal-failover}
 export SHOAL_KERNELS=${KERNELS:-6.1,newest}
 export SHOAL_KERNEL_VERS=${VERS:-4.1,4.2}
-timeout=${TIMEOUT:-120m}
+timeout=${TIMEOUT:-150m}
 run=${RUN:-.}
 
 # setup.sh resolves 6.1 from the machine's own package lists (the newest

@@ -117,7 +117,11 @@ if [ "$SHOAL_KERNEL" = "1" ]; then
 	# (shoal-pnfs-grow), and a cluster with two copies of every stripe that
 	# loses two of its three data servers under a running dd
 	# (shoal-pnfs-mirror). A list of kinds runs in one `go test`, so one
-	# JSON file.
+	# JSON file. The MDS-failover kind (shoal-failover: kill -9, SIGSTOP
+	# and step-down of the leading MDS under the mounted client, in
+	# network namespaces) takes 7-10 minutes per kernel and is not in the
+	# default list; SHOAL_KERNEL_SERVER=...,shoal-failover adds it, and
+	# scripts/kernel-matrix.sh runs it on both kernels.
 	kinds=$SHOAL_KERNEL_SERVER
 	[ "$kinds" = shoal ] && kinds=shoal,shoal-pnfs,shoal-pnfs-grow,shoal-pnfs-mirror
 	SHOAL_KERNELS=6.1 SHOAL_KERNEL_SERVER=$kinds gotestsum --format standard-verbose --jsonfile "$work/kernel.json" -- \

@@ -35,6 +35,13 @@ var errTable = []struct {
 	{meta.ErrXattrTooBig, nfs4.NFS4ERR_XATTR2BIG},
 	{meta.ErrNoSpace, nfs4.NFS4ERR_NOSPC},
 	{errBadHandle, nfs4.NFS4ERR_BADHANDLE},
+	// A data server that cannot ask its MDS (restarting or failing over)
+	// for what the I/O needs, such as the stripe map of a mirrored
+	// write, sends the client to the MDS, as dsCheckIO does for a
+	// stateid: NFS4ERR_DELAY from a data server pauses the Linux files
+	// layout driver's I/O for 15 s (FILELAYOUT_POLL_RETRY_MAX). Listed
+	// before cluster.ErrUnavailable, which such errors also wrap.
+	{cluster.ErrMDSUnreachable, nfs4.NFS4ERR_PNFS_NO_LAYOUT},
 	// A data server that cannot be reached now (restarting, or not yet
 	// registered) is transient: the client retries, as it would for a
 	// server that is busy. NFS4ERR_SERVERFAULT would be a hard I/O error.

@@ -11,7 +11,7 @@
 #   t_path=/export    exported path to mount
 #   t_vers=4.1        NFS minor version (4.1 or 4.2)
 #   t_phase=main      workload phase: main | verify | grow | mirror | deleg |
-#                     recall-a | recall-b
+#                     recall-a | recall-b (workload.sh), failover (failover.sh)
 #   t_sums=...        phase "verify": name:sha256,... written by phase "main"
 #   t_pnfs=1          add the pNFS steps; SYNC lines ask the driver for metrics
 #   t_ip=10.0.2.15    guest address (/24), t_gw=10.0.2.2 default gateway
@@ -52,7 +52,11 @@ ip link set eth0 up
 ip route add default via "$t_gw"
 
 echo "init: kernel $(uname -r), guest $t_ip, server ${t_host:-10.0.2.2}:${t_port:-2049} vers=${t_vers:-4.1} phase=${t_phase:-main}"
-sh /workload.sh
+if [ "${t_phase:-main}" = failover ]; then
+	sh /failover.sh
+else
+	sh /workload.sh
+fi
 echo "init: workload exited with status $?"
 sync
 poweroff -f

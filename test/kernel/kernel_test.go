@@ -107,6 +107,16 @@ func parseKernels(s string) ([]string, error) {
 // version: a fresh server, the main VM run with the live crash, a kill -9
 // and restart, the verify run and the wire check.
 func testServer(t *testing.T, kind, root, shoalBin string, img images, vmTimeout time.Duration) {
+	if kind == "shoal-failover" {
+		// MDS failover under the mounted client (failover_test.go): 4.2
+		// unless SHOAL_KERNEL_FAILOVER_VERS says otherwise.
+		for _, vers := range strings.Split(env("SHOAL_KERNEL_FAILOVER_VERS", "4.2"), ",") {
+			t.Run("v"+vers, func(t *testing.T) {
+				testFailover(t, shoalBin, img, vers, artifactDir(t, img.label()+"-"+kind, vers))
+			})
+		}
+		return
+	}
 	for _, vers := range strings.Split(env("SHOAL_KERNEL_VERS", "4.1,4.2"), ",") {
 		t.Run("v"+vers, func(t *testing.T) {
 			out := artifactDir(t, img.label()+"-"+kind, vers)
@@ -347,7 +357,7 @@ func newServer(t *testing.T, kind, root, shoalBin, dir string, port int) server 
 			argv: expandArgs(tmpl, port, dir),
 		}
 	default:
-		t.Fatalf("SHOAL_KERNEL_SERVER=%q: want ganesha, shoal, shoal-pnfs, shoal-pnfs-grow, shoal-pnfs-mirror or cmd", kind)
+		t.Fatalf("SHOAL_KERNEL_SERVER=%q: want ganesha, shoal, shoal-pnfs, shoal-pnfs-grow, shoal-pnfs-mirror, shoal-failover or cmd", kind)
 		return nil
 	}
 }

@@ -2,7 +2,7 @@
 # setup.sh — prepare everything the kernel-client harness boots in qemu:
 # a Debian kernel (unpacked, never installed), a busybox initramfs with
 # the virtio-net + NFS module closure, the static mountnfs/locktest/odirect
-# helpers, setfattr/getfattr (c/fattr.c), copy (c/copy.c), /init (init.sh) and the workload (workload.sh).
+# helpers, setfattr/getfattr (c/fattr.c), copy (c/copy.c), /init (init.sh) and the workloads (workload.sh, failover.sh).
 #
 #   setup.sh [6.1|newest]
 #
@@ -160,7 +160,7 @@ done
 [ -f "$work/vmlinuz" ] || { log "no vmlinuz in $tree"; exit 1; }
 
 # The initramfs is keyed by a hash of its inputs.
-hash=$( (cat "$here/setup.sh" "$here/init.sh" "$here/workload.sh" "$here"/c/*.c; echo "$kver") |
+hash=$( (cat "$here/setup.sh" "$here/init.sh" "$here/workload.sh" "$here/failover.sh" "$here"/c/*.c; echo "$kver") |
 	sha256sum | cut -c1-16)
 initrd=$work/initramfs-$hash.gz
 if [ ! -f "$initrd" ]; then
@@ -209,7 +209,8 @@ if [ ! -f "$initrd" ]; then
 
 	cp "$here/init.sh" "$root/init"
 	cp "$here/workload.sh" "$root/workload.sh"
-	chmod 755 "$root/init" "$root/workload.sh"
+	cp "$here/failover.sh" "$root/failover.sh"
+	chmod 755 "$root/init" "$root/workload.sh" "$root/failover.sh"
 	echo "$kver" >"$root/kver"
 
 	(cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) |

@@ -67,6 +67,12 @@ type bootConfig struct {
 	// hook, if set, sees every console line; a non-empty return value is
 	// typed into the guest's console (the workload reads it with `read`).
 	hook func(line string) (reply string)
+	// netns and tap, if set, replace user networking: qemu runs under
+	// `ip netns exec netns` and the guest's NIC is the tap device tap in
+	// that namespace (the test created both).
+	netns, tap string
+	// memMB is the guest's memory (default 1024).
+	memMB int
 }
 
 // qemuArgs is the qemu command line that was seen to work on these
@@ -84,13 +90,21 @@ func qemuArgs(c bootConfig) []string {
 	for _, k := range keys {
 		cmdline = append(cmdline, k+"="+c.params[k])
 	}
+	mem := 1024
+	if c.memMB > 0 {
+		mem = c.memMB
+	}
+	netdev := "user,id=n0,net=10.0.2.0/24,host=10.0.2.2,restrict=off"
+	if c.tap != "" {
+		netdev = "tap,id=n0,ifname=" + c.tap + ",script=no,downscript=no"
+	}
 	args := []string{
-		"-accel", "tcg,thread=multi", "-cpu", "max", "-m", "1024", "-smp", "1",
+		"-accel", "tcg,thread=multi", "-cpu", "max", "-m", strconv.Itoa(mem), "-smp", "1",
 		"-display", "none", "-no-reboot", "-nodefaults", "-monitor", "none",
 		"-serial", "stdio",
 		"-kernel", c.img.kernel, "-initrd", c.img.initrd,
 		"-append", strings.Join(cmdline, " "),
-		"-netdev", "user,id=n0,net=10.0.2.0/24,host=10.0.2.2,restrict=off",
+		"-netdev", netdev,
 		"-device", "virtio-net-pci,netdev=n0",
 	}
 	if c.capture != "" {
@@ -170,8 +184,11 @@ func (p *parser) line(l string) {
 func boot(ctx context.Context, c bootConfig) runResult {
 	start := time.Now()
 	secs := int(c.timeout / time.Second)
-	args := append([]string{"--kill-after=10", strconv.Itoa(secs), "qemu-system-x86_64"}, qemuArgs(c)...)
-	cmd := exec.CommandContext(ctx, "timeout", args...)
+	args := append([]string{"timeout", "--kill-after=10", strconv.Itoa(secs), "qemu-system-x86_64"}, qemuArgs(c)...)
+	if c.netns != "" {
+		args = append([]string{"ip", "netns", "exec", c.netns}, args...)
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	var p parser
 	con, err := os.Create(c.console)
 	if err != nil {
@@ -179,7 +196,7 @@ func boot(ctx context.Context, c bootConfig) runResult {
 		return p.res
 	}
 	defer con.Close()
-	fmt.Fprintf(con, "# timeout %s\n", strings.Join(args, " "))
+	fmt.Fprintf(con, "# %s\n", strings.Join(args, " "))
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	stdin, err := cmd.StdinPipe()

@@ -3,7 +3,7 @@
  *
  *   locktest hold FILE READY RELEASE
  *       Takes a write lock on bytes [0,100) of FILE with F_SETLK, creates
- *       the file READY, then waits (at most 120 s) until RELEASE exists or
+ *       the file READY, then waits (at most 600 s) until RELEASE exists or
  *       SIGUSR1/SIGTERM arrives, unlocks and exits 0.
  *   locktest conflict FILE HOLDERPID
  *       F_SETLK of a write lock on [0,100) must fail with EAGAIN or EACCES;
@@ -72,7 +72,7 @@ static int hold(const char *path, const char *ready, const char *release)
 	dprintf(r, "%d\n", (int)getpid());
 	close(r);
 	struct timespec ts = {0, 50 * 1000 * 1000};
-	for (int i = 0; i < 2400 && !released; i++) {
+	for (int i = 0; i < 12000 && !released; i++) {
 		if (access(release, F_OK) == 0)
 			break;
 		nanosleep(&ts, NULL);
