@@ -533,9 +533,6 @@ func (f *File) noteLocalClose() bool {
 // that file's; the rest (names: REMOVE, RENAME, LINK change link counts)
 // all of them.
 func (c *Client) mutating(ops []nfs4.NfsArgop4) {
-	if c.dsRole {
-		return
-	}
 	var cur []byte
 	// Every COMPOUND comes here twice, WRITEs through the MDS included:
 	// a small array on the stack spares them an allocation.
@@ -593,7 +590,7 @@ func (c *Client) mutating(ops []nfs4.NfsArgop4) {
 func (c *Client) stateRevoked(flags uint32) {
 	const revoked = nfs4.SEQ4_STATUS_RECALLABLE_STATE_REVOKED | nfs4.SEQ4_STATUS_EXPIRED_SOME_STATE_REVOKED |
 		nfs4.SEQ4_STATUS_EXPIRED_ALL_STATE_REVOKED | nfs4.SEQ4_STATUS_ADMIN_STATE_REVOKED
-	if flags&revoked == 0 || c.dsRole {
+	if flags&revoked == 0 {
 		return
 	}
 	t := &c.delegs

@@ -183,9 +183,9 @@ func (c *Client) opened(ctx context.Context, f *File, a *Attr, access Access) (*
 		access = c.pol.Access
 	}
 	f.acc.Store(int32(access))
-	c.mu.Lock()
+	c.filesMu.Lock()
 	c.files[f] = struct{}{}
-	c.mu.Unlock()
+	c.filesMu.Unlock()
 	c.cache.register(f, a)
 	if f.flag&os.O_TRUNC != 0 && f.writable() && (a == nil || a.Size != 0) {
 		if err := f.truncate(ctx, 0); err != nil {
@@ -212,8 +212,8 @@ func (c *Client) OpenAccess(ctx context.Context, path string, flag int, perm uin
 
 // filesOf returns the open Files with handle fh.
 func (c *Client) filesOf(fh []byte) []*File {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.filesMu.Lock()
+	defer c.filesMu.Unlock()
 	var fs []*File
 	for g := range c.files {
 		if bytes.Equal(g.fh, fh) {
@@ -993,9 +993,9 @@ func (f *File) Close() error {
 	for _, l := range locks {
 		errs = append(errs, f.Unlock(ctx, l.off, l.length))
 	}
-	f.c.mu.Lock()
+	f.c.filesMu.Lock()
 	delete(f.c.files, f)
-	f.c.mu.Unlock()
+	f.c.filesMu.Unlock()
 	f.unst.reset() // committed, or reported lost above
 	if f.noteLocalClose() {
 		// Opened under a delegation: there is no open on the server.

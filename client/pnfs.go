@@ -161,7 +161,7 @@ func (p *pnfsClient) close() {
 		d.cl = nil
 		d.mu.Unlock()
 		if cl != nil {
-			cl.Close()
+			cl.close(nil)
 		}
 	}
 }
@@ -229,7 +229,7 @@ type dataServer struct {
 	sem   chan struct{}
 
 	mu        sync.Mutex // serializes dials
-	cl        *Client
+	cl        *endpoint
 	failures  int       // consecutive failures; 0 after a success
 	downUntil time.Time // no dial before this
 	failedAt  time.Time // the last failure
@@ -249,7 +249,7 @@ func (p *pnfsClient) server(addrs []string) *dataServer {
 }
 
 // client returns the session with the data server, dialling it if needed.
-func (d *dataServer) client(ctx context.Context) (*Client, error) {
+func (d *dataServer) client(ctx context.Context) (*endpoint, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.cl != nil {
@@ -261,7 +261,7 @@ func (d *dataServer) client(ctx context.Context) (*Client, error) {
 	var err error
 	for _, a := range d.addrs {
 		dctx, cancel := context.WithTimeout(ctx, dsDialTimeout)
-		var cl *Client
+		var cl *endpoint
 		cl, err = d.p.c.dialDS(dctx, a)
 		cancel()
 		if err == nil {
@@ -315,7 +315,7 @@ func (d *dataServer) downErr() error {
 
 // fail drops the session cl after a transport failure (err) and keeps
 // the data server out of use for a while.
-func (d *dataServer) fail(cl *Client, err error) {
+func (d *dataServer) fail(cl *endpoint, err error) {
 	d.mu.Lock()
 	if d.cl != cl {
 		d.mu.Unlock()
@@ -324,8 +324,8 @@ func (d *dataServer) fail(cl *Client, err error) {
 	d.cl = nil
 	d.markDownLocked(err)
 	d.mu.Unlock()
-	if !d.p.goBG(func() { cl.Close() }) {
-		cl.Close()
+	if !d.p.goBG(func() { cl.close(nil) }) {
+		cl.close(nil)
 	}
 }
 
@@ -819,14 +819,14 @@ func (f *File) blameDataServer(ctx context.Context, off int64, err error) error 
 
 // dsCall runs one COMPOUND on a data server. A transport failure drops the
 // session and keeps the data server out of use for a while.
-func (f *File) dsCall(ctx context.Context, ds *dataServer, build func(cl *Client) []nfs4.NfsArgop4) (*Client, []nfs4.NfsResop4, error) {
+func (f *File) dsCall(ctx context.Context, ds *dataServer, build func(cl *endpoint) []nfs4.NfsArgop4) (*endpoint, []nfs4.NfsResop4, error) {
 	cl, res, _, err := f.dsCallRelease(ctx, ds, build)
 	return cl, res, err
 }
 
 // dsCallRelease is dsCall that also returns, on success, the function that
 // releases the reply's buffer (see Client.callRelease).
-func (f *File) dsCallRelease(ctx context.Context, ds *dataServer, build func(cl *Client) []nfs4.NfsArgop4) (*Client, []nfs4.NfsResop4, func(), error) {
+func (f *File) dsCallRelease(ctx context.Context, ds *dataServer, build func(cl *endpoint) []nfs4.NfsArgop4) (*endpoint, []nfs4.NfsResop4, func(), error) {
 	if err := ds.acquire(ctx); err != nil {
 		return nil, nil, nil, err
 	}
@@ -852,7 +852,7 @@ func (f *File) dsCallRelease(ctx context.Context, ds *dataServer, build func(cl 
 func (f *File) dsRead(ctx context.Context, ds *dataServer, e layout.Extent, b []byte) error {
 	for n := 0; n < len(b); {
 		var want uint32
-		_, res, release, err := f.dsCallRelease(ctx, ds, func(cl *Client) []nfs4.NfsArgop4 {
+		_, res, release, err := f.dsCallRelease(ctx, ds, func(cl *endpoint) []nfs4.NfsArgop4 {
 			want = min(uint32(len(b)-n), cl.maxRead)
 			sid, _ := f.ioStateid()
 			return []nfs4.NfsArgop4{putfh(e.FH), {Argop: nfs4.OP_READ, Opread: &nfs4.READ4args{
@@ -884,7 +884,7 @@ func (f *File) dsWrite(ctx context.Context, l *fileLayout, ds *dataServer, e lay
 		stable = nfs4.FILE_SYNC4
 	}
 	for n := 0; n < len(b); {
-		_, res, err := f.dsCall(ctx, ds, func(cl *Client) []nfs4.NfsArgop4 {
+		_, res, err := f.dsCall(ctx, ds, func(cl *endpoint) []nfs4.NfsArgop4 {
 			chunk := b[n:min(len(b), n+int(cl.maxWrite))]
 			sid, _ := f.ioStateid()
 			return []nfs4.NfsArgop4{putfh(e.FH), {Argop: nfs4.OP_WRITE, Opwrite: &nfs4.WRITE4args{
@@ -1139,14 +1139,14 @@ func (p *pnfsClient) waitNewer(ctx context.Context, fh []byte, than nfs4.Stateid
 // must not return it.
 func (f *File) siblingHolds() bool {
 	c := f.c
-	c.mu.Lock()
+	c.filesMu.Lock()
 	var sibs []*File
 	for g := range c.files {
 		if g != f && bytes.Equal(g.fh, f.fh) {
 			sibs = append(sibs, g)
 		}
 	}
-	c.mu.Unlock()
+	c.filesMu.Unlock()
 	for _, g := range sibs {
 		g.mu.Lock()
 		holds := (g.lay != nil && !g.lay.invalid) || g.layGetting
@@ -1261,7 +1261,7 @@ func (f *File) syncLayout(ctx context.Context, l *fileLayout) error {
 	var wg sync.WaitGroup
 	for i, w := range dirty {
 		wg.Go(func() {
-			_, res, err := f.dsCall(ctx, w.ds, func(*Client) []nfs4.NfsArgop4 {
+			_, res, err := f.dsCall(ctx, w.ds, func(*endpoint) []nfs4.NfsArgop4 {
 				return []nfs4.NfsArgop4{putfh(w.fh), {Argop: nfs4.OP_COMMIT, Opcommit: &nfs4.COMMIT4args{}}}
 			})
 			if err != nil {
@@ -1419,14 +1419,14 @@ func (p *pnfsClient) recall(a *nfs4.CBLAYOUTRECALL4args) nfs4.Nfsstat4 {
 		return nfs4.NFS4ERR_INVAL
 	}
 	c := p.c
-	c.mu.Lock()
+	c.filesMu.Lock()
 	files := make([]*File, 0, len(c.files))
 	for f := range c.files {
 		if fh == nil || bytes.Equal(f.fh, fh) {
 			files = append(files, f)
 		}
 	}
-	c.mu.Unlock()
+	c.filesMu.Unlock()
 	matched := false
 	for _, f := range files {
 		f.mu.Lock()
