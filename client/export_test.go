@@ -37,7 +37,7 @@ func StripeOf(ctx context.Context, f *File, off int64) (addr string, stripe, str
 		f.mu.Unlock()
 		return "", 0, 0, fmt.Errorf("no layout for %s: %w", f.path, err)
 	}
-	defer f.releaseLayout(l)
+	defer l.release(f)
 	pcs, err := l.plan(uint64(off), 1)
 	if err != nil {
 		return "", 0, 0, err

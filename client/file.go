@@ -27,15 +27,13 @@ type File struct {
 	flag      int
 	access    uint32
 	openOwner []byte
-	lockOwner []byte
 
-	mu          sync.Mutex
-	stateid     nfs4.Stateid4
-	lockStateid *nfs4.Stateid4
-	locks       []lockRange
-	off         int64
-	dirty       bool // UNSTABLE data written through the MDS not yet committed
-	closed      bool
+	mu      sync.Mutex
+	stateid nfs4.Stateid4
+	lk      lockState // byte-range locks (lock.go)
+	off     int64
+	dirty   bool // UNSTABLE data written through the MDS not yet committed
+	closed  bool
 
 	// Data written UNSTABLE, kept until a COMMIT vouches for it
 	// (unstable.go). Writes hold resendMu shared while they are in
@@ -76,11 +74,6 @@ type File struct {
 	cacheWrote atomic.Bool  // written through the cache or gather buffer
 }
 
-type lockRange struct {
-	off, length uint64
-	write       bool
-}
-
 var (
 	_ io.ReaderAt        = (*File)(nil)
 	_ io.WriterAt        = (*File)(nil)
@@ -113,7 +106,7 @@ func (c *Client) open(ctx context.Context, path string, flag int, perm uint32, a
 // makes current: one COMPOUND of start, OPEN, GETFH and GETATTR. path is
 // the File's name.
 func (c *Client) openIn(ctx context.Context, path string, start []nfs4.NfsArgop4, name string, flag int, perm uint32, access Access) (*File, error) {
-	f := &File{c: c, path: path, flag: flag, openOwner: c.newOwner("open"), lockOwner: c.newOwner("lock"), access: shareAccess(flag)}
+	f := &File{c: c, path: path, flag: flag, openOwner: c.newOwner("open"), lk: lockState{owner: c.newOwner("lock")}, access: shareAccess(flag)}
 	how := nfs4.Openflag4{Opentype: nfs4.OPEN4_NOCREATE}
 	if flag&os.O_CREATE != 0 {
 		attrs := modeAttr(perm)
@@ -197,7 +190,7 @@ func (c *Client) opened(ctx context.Context, f *File, a *Attr, access Access) (*
 		c.pnfs.adoptKept(f)
 		if c.pol.LayoutFetch == LayoutOnOpen {
 			if l := f.layoutFor(ctx); l != nil {
-				f.releaseLayout(l)
+				l.release(f)
 			}
 		}
 	}
@@ -230,7 +223,7 @@ func (c *Client) setSize(fh []byte, size uint64) {
 		g.mu.Lock()
 		g.size, g.sizeKnown = size, true
 		g.mu.Unlock()
-		g.dropHeldPast(size)
+		g.unst.dropHeldPast(g, size)
 	}
 }
 
@@ -276,7 +269,7 @@ func (f *File) mode() Access {
 func (c *Client) OpenHandle(ctx context.Context, fh []byte, flag int) (*File, error) {
 	name := fmt.Sprintf("handle:%x", fh)
 	f := &File{c: c, path: name, fh: append([]byte(nil), fh...), flag: flag,
-		openOwner: c.newOwner("open"), lockOwner: c.newOwner("lock"), access: shareAccess(flag)}
+		openOwner: c.newOwner("open"), lk: lockState{owner: c.newOwner("lock")}, access: shareAccess(flag)}
 	if flag&os.O_TRUNC == 0 {
 		if a, ok := c.openLocal(ctx, f); ok {
 			f.size, f.sizeKnown = a.Size, true
@@ -392,16 +385,16 @@ func (f *File) ReadAtContext(ctx context.Context, p []byte, off int64) (int, err
 
 // readDirect reads p at off from the data servers or the MDS, as asked.
 func (f *File) readDirect(ctx context.Context, p []byte, off int64) (int, error) {
-	if f.large(&f.readEnd, len(p), off) {
+	if f.c.pol.large(&f.readEnd, len(p), off) {
 		if l := f.layoutFor(ctx); l != nil {
-			n, err := f.pnfsRead(ctx, l, p, off)
-			f.releaseLayout(l)
+			n, err := l.read(ctx, f, p, off)
+			l.release(f)
 			return n, err
 		}
 	}
 	chunk := int(f.c.maxRead)
-	n, err := f.parallel(ctx, len(p), chunk, func(i, lo, hi int) (int, bool, error) {
-		return f.readChunk(ctx, p[lo:hi], off+int64(lo))
+	n, err := parallel(ctx, len(p), chunk, func(i, lo, hi int) (int, bool, error) {
+		return f.c.readChunk(ctx, f, p[lo:hi], off+int64(lo))
 	})
 	if err != nil {
 		return n, f.blameDataServer(ctx, off+int64(n), err)
@@ -414,14 +407,14 @@ func (f *File) readDirect(ctx context.Context, p []byte, off int64) (int, error)
 
 // readChunk fills b from off with READs until b is full or the server
 // reports EOF.
-func (f *File) readChunk(ctx context.Context, b []byte, off int64) (int, bool, error) {
+func (c *Client) readChunk(ctx context.Context, f *File, b []byte, off int64) (int, bool, error) {
 	n := 0
 	for n < len(b) {
 		if _, err := f.ioStateid(); err != nil {
 			return n, false, err
 		}
 		want := uint32(len(b) - n)
-		res, release, err := f.c.callIORelease(ctx, f.c.ioBudget(), func() []nfs4.NfsArgop4 {
+		res, release, err := c.callIORelease(ctx, c.ioBudget(), func() []nfs4.NfsArgop4 {
 			sid, _ := f.ioStateid()
 			return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_READ, Opread: &nfs4.READ4args{
 				Stateid: sid, Offset: uint64(off) + uint64(n), Count: want,
@@ -434,7 +427,7 @@ func (f *File) readChunk(ctx context.Context, b []byte, off int64) (int, bool, e
 		got := copy(b[n:], ok.Data)
 		eof := ok.Eof
 		release() // the data is copied out; nothing else aliases the reply
-		f.c.stats.mdsIOBytes.Add(uint64(got))
+		c.stats.mdsIOBytes.Add(uint64(got))
 		n += got
 		if eof {
 			return n, true, nil
@@ -450,7 +443,7 @@ func (f *File) readChunk(ctx context.Context, b []byte, off int64) (int, bool, e
 // with at most maxIOInFlight at once. It returns the number of bytes done
 // contiguously from the start and the first error within them. do returns
 // (bytes done, short-by-design, error); a chunk done short ends the run.
-func (f *File) parallel(ctx context.Context, total, chunk int, do func(i, lo, hi int) (int, bool, error)) (int, error) {
+func parallel(ctx context.Context, total, chunk int, do func(i, lo, hi int) (int, bool, error)) (int, error) {
 	if chunk <= 0 {
 		chunk = 1 << 20
 	}
@@ -545,8 +538,8 @@ func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, er
 // mount as 1 MiB - 16 B and then 16 B; without this the 16 bytes made a
 // synchronous trip through the MDS after every large WRITE or READ. end
 // holds where the last large request ended, plus one (0: none).
-func (f *File) large(end *atomic.Int64, n int, off int64) bool {
-	if n >= f.c.pol.SmallIOThreshold {
+func (p *Policy) large(end *atomic.Int64, n int, off int64) bool {
+	if n >= p.SmallIOThreshold {
 		end.Store(off + int64(n) + 1)
 		return true
 	}
@@ -579,10 +572,10 @@ func (f *File) WriteAtSync(ctx context.Context, p []byte, off int64) (int, error
 		}
 	}
 	f.resendMu.RLock()
-	n, err := f.parallel(ctx, len(p), int(f.c.maxWrite), func(i, lo, hi int) (int, bool, error) {
+	n, err := parallel(ctx, len(p), int(f.c.maxWrite), func(i, lo, hi int) (int, bool, error) {
 		// keep: a server that answers less than FILE_SYNC gets its
 		// COMMIT at the next Sync, as for any UNSTABLE write.
-		n, _, _, err := f.mdsWrite(ctx, p[lo:hi], off+int64(lo), nfs4.FILE_SYNC4, true)
+		n, _, _, err := f.c.mdsWrite(ctx, f, p[lo:hi], off+int64(lo), nfs4.FILE_SYNC4, true)
 		return n, false, err
 	})
 	f.resendMu.RUnlock()
@@ -612,7 +605,7 @@ func (f *File) writeDirect(ctx context.Context, p []byte, off int64) (int, error
 	done := 0
 	for done < len(p) {
 		k := min(part, len(p)-done)
-		f.makeRoom(ctx, k)
+		f.unst.makeRoom(ctx, f, k)
 		n, err := f.writeOut(ctx, p[done:done+k], off+int64(done))
 		done += n
 		if err != nil {
@@ -627,24 +620,24 @@ func (f *File) writeOut(ctx context.Context, p []byte, off int64) (int, error) {
 	var n int
 	var err error
 	var l *fileLayout
-	if f.large(&f.writeEnd, len(p), off) {
+	if f.c.pol.large(&f.writeEnd, len(p), off) {
 		l = f.layoutFor(ctx)
 	}
 	f.resendMu.RLock()
 	if l != nil {
-		n, err = f.pnfsRun(ctx, l, p, off, true)
+		n, err = l.run(ctx, f, p, off, true)
 	} else {
-		n, err = f.parallel(ctx, len(p), int(f.c.maxWrite), func(i, lo, hi int) (int, bool, error) {
-			return f.writeChunk(ctx, p[lo:hi], off+int64(lo))
+		n, err = parallel(ctx, len(p), int(f.c.maxWrite), func(i, lo, hi int) (int, bool, error) {
+			return f.c.writeChunk(ctx, f, p[lo:hi], off+int64(lo))
 		})
 	}
 	f.resendMu.RUnlock()
 	if l != nil {
-		f.releaseLayout(l)
+		l.release(f)
 		if err == nil && f.flag&os.O_SYNC != 0 {
 			// Data servers answer DATA_SYNC: the size and mtime need a
 			// LAYOUTCOMMIT to be stable too.
-			err = f.syncLayout(ctx, l)
+			err = l.sync(ctx, f)
 		}
 	} else if err != nil {
 		err = f.blameDataServer(ctx, off+int64(n), err)
@@ -658,12 +651,12 @@ func (f *File) writeOut(ctx context.Context, p []byte, off int64) (int, error) {
 
 // writeChunk writes b at off through the MDS: UNSTABLE, kept until
 // committed, unless the File is O_SYNC.
-func (f *File) writeChunk(ctx context.Context, b []byte, off int64) (int, bool, error) {
+func (c *Client) writeChunk(ctx context.Context, f *File, b []byte, off int64) (int, bool, error) {
 	stable := nfs4.UNSTABLE4
 	if f.flag&os.O_SYNC != 0 {
 		stable = nfs4.FILE_SYNC4
 	}
-	n, _, _, err := f.mdsWrite(ctx, b, off, stable, stable == nfs4.UNSTABLE4)
+	n, _, _, err := c.mdsWrite(ctx, f, b, off, stable, stable == nfs4.UNSTABLE4)
 	return n, false, err
 }
 
@@ -671,7 +664,7 @@ func (f *File) writeChunk(ctx context.Context, b []byte, off int64) (int, bool, 
 // stability until it is all written. With keep, what the MDS answers
 // UNSTABLE is kept for the File's next commit through the MDS. It returns
 // the weakest stability the MDS answered and its last write verifier.
-func (f *File) mdsWrite(ctx context.Context, b []byte, off int64, stable nfs4.StableHow4, keep bool) (int, nfs4.StableHow4, nfs4.Verifier4, error) {
+func (c *Client) mdsWrite(ctx context.Context, f *File, b []byte, off int64, stable nfs4.StableHow4, keep bool) (int, nfs4.StableHow4, nfs4.Verifier4, error) {
 	n := 0
 	committed := nfs4.FILE_SYNC4
 	var verf nfs4.Verifier4
@@ -679,7 +672,7 @@ func (f *File) mdsWrite(ctx context.Context, b []byte, off int64, stable nfs4.St
 		if _, err := f.ioStateid(); err != nil {
 			return n, committed, verf, err
 		}
-		res, err := f.c.callIO(ctx, func() []nfs4.NfsArgop4 {
+		res, err := c.callIO(ctx, func() []nfs4.NfsArgop4 {
 			sid, _ := f.ioStateid()
 			return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_WRITE, Opwrite: &nfs4.WRITE4args{
 				Stateid: sid, Offset: uint64(off) + uint64(n), Stable: stable, Data: b[n:],
@@ -690,7 +683,7 @@ func (f *File) mdsWrite(ctx context.Context, b []byte, off int64, stable nfs4.St
 		}
 		ok := res[1].Opwrite.Resok4
 		cnt := int(min(ok.Count, uint32(len(b)-n)))
-		f.c.stats.mdsIOBytes.Add(uint64(cnt))
+		c.stats.mdsIOBytes.Add(uint64(cnt))
 		verf = ok.Writeverf
 		committed = min(committed, ok.Committed)
 		if keep {
@@ -828,7 +821,7 @@ func (f *File) truncate(ctx context.Context, size uint64) error {
 			l := g.lay
 			g.mu.Unlock()
 			if l != nil {
-				if err := g.syncLayout(ctx, l); err != nil {
+				if err := l.sync(ctx, g); err != nil {
 					g.mu.Lock()
 					g.layErr = errors.Join(g.layErr, err)
 					g.mu.Unlock()
@@ -838,7 +831,7 @@ func (f *File) truncate(ctx context.Context, size uint64) error {
 		for _, g := range append(sibs, f) {
 			g.mu.Lock()
 			if l := g.lay; l != nil {
-				g.startRetireLocked(l, 0)
+				l.startRetireLocked(g, 0)
 			}
 			g.mu.Unlock()
 		}
@@ -850,7 +843,7 @@ func (f *File) truncate(ctx context.Context, size uint64) error {
 	// What the Files keep of their unstable writes past the new end must
 	// never be written again.
 	for _, g := range f.c.filesOf(f.fh) {
-		g.dropHeldPast(size)
+		g.unst.dropHeldPast(g, size)
 	}
 	_, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
 		sid, _ := f.ioStateid()
@@ -905,7 +898,7 @@ func (f *File) syncOwn(ctx context.Context) error {
 	if f.c.pnfs != nil {
 		f.waitRetired(ctx)
 	}
-	errs := []error{f.commitHeld(ctx)}
+	errs := []error{f.unst.commitHeld(ctx, f)}
 	f.mu.Lock()
 	errs = append(errs, f.layErr)
 	f.layErr = nil
@@ -916,14 +909,14 @@ func (f *File) syncOwn(ctx context.Context) error {
 // commitMDS sends COMMIT to the MDS. What was written UNSTABLE through it
 // under another verifier than the COMMIT answers, or everything if the
 // COMMIT fails, is written again with FILE_SYNC.
-func (f *File) commitMDS(ctx context.Context) error {
+func (c *Client) commitMDS(ctx context.Context, f *File) error {
 	f.mdsMu.Lock()
 	defer f.mdsMu.Unlock()
 	f.mu.Lock()
 	f.dirty = false
 	f.mu.Unlock()
 	cutoff := f.unst.seqNow()
-	res, err := f.c.callIO(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_COMMIT, Opcommit: &nfs4.COMMIT4args{}}}))
+	res, err := c.callIO(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_COMMIT, Opcommit: &nfs4.COMMIT4args{}}}))
 	if err != nil && ctx.Err() != nil {
 		f.mu.Lock()
 		f.dirty = true // not committed: the next Sync tries again
@@ -940,7 +933,7 @@ func (f *File) commitMDS(ctx context.Context) error {
 		if err != nil {
 			why = "COMMIT to the metadata server failed: " + err.Error()
 		}
-		return f.resendHeld(ctx, unvouched, why)
+		return f.unst.resendHeld(ctx, f, unvouched, why)
 	}
 	if err != nil {
 		f.mu.Lock()
@@ -970,7 +963,7 @@ func (f *File) Close() error {
 	}
 	f.c.cache.unregister(f)
 	f.mu.Lock()
-	locks := append([]lockRange(nil), f.locks...)
+	locks := append([]lockRange(nil), f.lk.held...)
 	f.closed = true // no new layouts
 	lay := f.lay
 	f.mu.Unlock()
@@ -981,7 +974,7 @@ func (f *File) Close() error {
 		// Policy: a File returns its layout when it is closed (the server
 		// would otherwise have to recall it later, for a truncate, a
 		// remove, or a change of data servers).
-		f.retire(ctx, lay)
+		lay.retire(ctx, f)
 	}
 	if f.c.pnfs != nil {
 		f.waitRetired(ctx)
@@ -997,7 +990,7 @@ func (f *File) Close() error {
 	delete(f.c.files, f)
 	f.c.filesMu.Unlock()
 	f.unst.reset() // committed, or reported lost above
-	if f.noteLocalClose() {
+	if f.c.noteLocalClose(f) {
 		// Opened under a delegation: there is no open on the server.
 		return errors.Join(errs...)
 	}
@@ -1024,213 +1017,6 @@ func (f *File) Close() error {
 	return errors.Join(errs...)
 }
 
-// LockConflict describes a lock that blocks a requested one (LOCKT's and
-// LOCK's LOCK4denied).
-type LockConflict struct {
-	Offset, Length uint64
-	Write          bool
-	ClientID       uint64
-	Owner          []byte
-}
-
-func (l *LockConflict) String() string {
-	kind := "read"
-	if l.Write {
-		kind = "write"
-	}
-	return fmt.Sprintf("%s lock [%d,+%d) held by client %#x owner %q", kind, l.Offset, l.Length, l.ClientID, l.Owner)
-}
-
-func lockType(write, wait bool) nfs4.NfsLockType4 {
-	switch {
-	case write && wait:
-		return nfs4.WRITEW_LT
-	case write:
-		return nfs4.WRITE_LT
-	case wait:
-		return nfs4.READW_LT
-	}
-	return nfs4.READ_LT
-}
-
-// forgetCovered drops the held ranges an unlock of [off,+length) covers
-// entirely. Partly covered ones are kept whole: after a server restart they
-// are reclaimed as they were taken, which errs on the side of holding too
-// much.
-func forgetCovered(locks []lockRange, off, length uint64) []lockRange {
-	kept := locks[:0]
-	for _, l := range locks {
-		if l.off < off || rangeEnd(l.off, l.length) > rangeEnd(off, length) {
-			kept = append(kept, l)
-		}
-	}
-	return kept
-}
-
-// rangeEnd is off+length, saturating at the largest offset.
-func rangeEnd(off, length uint64) uint64 {
-	if length > nfs4.NFS4_UINT64_MAX-off {
-		return nfs4.NFS4_UINT64_MAX
-	}
-	return off + length
-}
-
-func lockLen(length uint64) uint64 {
-	if length == 0 {
-		return nfs4.NFS4_UINT64_MAX // to the end of the file, whatever its size
-	}
-	return length
-}
-
-// Lock takes a byte-range lock on [off, off+length); length 0 means to the
-// end of the file. Locks belong to the File (one lock owner per open), so
-// two Files conflict even within one Client. If the range is held by
-// someone else, Lock fails with an error matching syscall.EAGAIN unless
-// wait is set, in which case it polls until it gets the lock or ctx ends.
-//
-// Cached data of the file is written back and the clean part dropped once
-// the lock is taken, since the previous holder may have changed the file.
-func (f *File) Lock(ctx context.Context, off, length uint64, write, wait bool) error {
-	err := f.lock(ctx, off, length, write, wait)
-	if err == nil && f.mode() != AccessDirect {
-		if f.c.cache.pending(f.ino) {
-			err = pathErr("lock", f.path, f.c.cache.flushAll(ctx, f, f.ino))
-		}
-		f.c.cache.dropClean(f.ino)
-	}
-	return err
-}
-
-func (f *File) lock(ctx context.Context, off, length uint64, write, wait bool) error {
-	length = lockLen(length)
-	delay := 50 * time.Millisecond
-	for {
-		err := f.lockOnce(ctx, off, length, write, wait, false)
-		var se *StatusError
-		if !wait || !errors.As(err, &se) || se.NFSStatus != nfs4.NFS4ERR_DENIED {
-			return pathErr("lock", f.path, err)
-		}
-		if werr := sleep(ctx, delay); werr != nil {
-			return pathErr("lock", f.path, werr)
-		}
-		delay = min(2*delay, time.Second)
-	}
-}
-
-func (f *File) lockOnce(ctx context.Context, off, length uint64, write, wait, reclaim bool) error {
-	if !reclaim {
-		// LOCK takes an open stateid (open_to_lock_owner4).
-		if err := f.ensureServerOpen(ctx); err != nil {
-			return err
-		}
-	}
-	res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
-		_, s, _ := f.c.current()
-		var cid nfs4.Clientid4
-		if s != nil {
-			cid = s.clientID
-		}
-		return []nfs4.NfsArgop4{putfh(f.fh), f.lockOp(cid, off, length, write, wait, reclaim)}
-	})
-	if err != nil {
-		return err
-	}
-	f.mu.Lock()
-	sid := res[1].Oplock.Resok4.LockStateid
-	f.lockStateid = &sid
-	if !reclaim {
-		f.locks = append(f.locks, lockRange{off, length, write})
-	}
-	f.mu.Unlock()
-	return nil
-}
-
-func (f *File) lockOp(cid nfs4.Clientid4, off, length uint64, write, wait, reclaim bool) nfs4.NfsArgop4 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var locker nfs4.Locker4
-	if f.lockStateid == nil {
-		locker = nfs4.Locker4{NewLockOwner: true, OpenOwner: &nfs4.OpenToLockOwner4{
-			OpenStateid: f.stateid,
-			LockOwner:   nfs4.LockOwner4{Clientid: cid, Owner: f.lockOwner},
-		}}
-	} else {
-		locker = nfs4.Locker4{LockOwner: &nfs4.ExistLockOwner4{LockStateid: *f.lockStateid}}
-	}
-	return nfs4.NfsArgop4{Argop: nfs4.OP_LOCK, Oplock: &nfs4.LOCK4args{
-		Locktype: lockType(write, wait), Reclaim: reclaim, Offset: off, Length: length, Locker: locker,
-	}}
-}
-
-// Unlock releases [off, off+length) (length 0: to the end of the file).
-// Data the Client caches or gathers for the file is written back and
-// committed first, for the next holder of the lock to see.
-func (f *File) Unlock(ctx context.Context, off, length uint64) error {
-	if f.ino != nil && f.c.cache.pending(f.ino) {
-		if err := f.SyncContext(ctx); err != nil {
-			return pathErr("unlock", f.path, err)
-		}
-	}
-	length = lockLen(length)
-	f.mu.Lock()
-	if f.lockStateid == nil {
-		f.mu.Unlock()
-		return nil
-	}
-	f.mu.Unlock()
-	res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		var sid nfs4.Stateid4 // lost in a failed reclaim: the server will say BAD_STATEID
-		if f.lockStateid != nil {
-			sid = *f.lockStateid
-		}
-		return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_LOCKU, Oplocku: &nfs4.LOCKU4args{
-			Locktype: nfs4.WRITE_LT, LockStateid: sid, Offset: off, Length: length,
-		}}}
-	})
-	if err != nil {
-		return pathErr("unlock", f.path, err)
-	}
-	f.mu.Lock()
-	if sid := res[1].Oplocku.LockStateid; sid != nil {
-		f.lockStateid = sid
-	}
-	f.locks = forgetCovered(f.locks, off, length)
-	f.mu.Unlock()
-	return nil
-}
-
-// TestLock reports the lock that would block Lock(off, length, write), or
-// nil if there is none. The File's own locks never conflict.
-func (f *File) TestLock(ctx context.Context, off, length uint64, write bool) (*LockConflict, error) {
-	length = lockLen(length)
-	res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
-		_, s, _ := f.c.current()
-		var cid nfs4.Clientid4
-		if s != nil {
-			cid = s.clientID
-		}
-		return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_LOCKT, Oplockt: &nfs4.LOCKT4args{
-			Locktype: lockType(write, false), Offset: off, Length: length,
-			Owner: nfs4.LockOwner4{Clientid: cid, Owner: f.lockOwner},
-		}}}
-	})
-	var se *StatusError
-	if errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_DENIED && len(res) > 1 && res[1].Oplockt != nil && res[1].Oplockt.Denied != nil {
-		d := res[1].Oplockt.Denied
-		return &LockConflict{
-			Offset: d.Offset, Length: d.Length,
-			Write:    d.Locktype == nfs4.WRITE_LT || d.Locktype == nfs4.WRITEW_LT,
-			ClientID: uint64(d.Owner.Clientid), Owner: append([]byte(nil), d.Owner.Owner...),
-		}, nil
-	}
-	if err != nil {
-		return nil, pathErr("testlock", f.path, err)
-	}
-	return nil, nil
-}
-
 // reclaim re-opens the file and re-takes its locks on a new session after a
 // server restart.
 func (f *File) reclaim(ctx context.Context, s *session) error {
@@ -1239,12 +1025,12 @@ func (f *File) reclaim(ctx context.Context, s *session) error {
 		f.mu.Unlock()
 		return nil
 	}
-	locks := append([]lockRange(nil), f.locks...)
-	f.lockStateid = nil
+	locks := append([]lockRange(nil), f.lk.held...)
+	f.lk.stateid = nil
 	if l := f.lay; l != nil {
 		// The layout died with the old session; commit what went through
 		// it and let the next I/O ask for a new one.
-		f.startRetireLocked(l, 0)
+		l.startRetireLocked(f, 0)
 	}
 	f.mu.Unlock()
 
@@ -1275,17 +1061,17 @@ func (f *File) reclaim(ctx context.Context, s *session) error {
 	f.mu.Unlock()
 	f.c.dropDelegation(f.fh, &ok.Delegation)
 	for _, l := range locks {
-		lres, err := f.c.exec(ctx, s, false, []nfs4.NfsArgop4{putfh(f.fh), f.lockOp(s.clientID, l.off, l.length, l.write, false, grace)})
+		lres, err := f.c.exec(ctx, s, false, []nfs4.NfsArgop4{putfh(f.fh), f.lk.lockOp(f, s.clientID, l.off, l.length, l.write, false, grace)})
 		if errors.As(err, &se) && grace && se.NFSStatus == nfs4.NFS4ERR_NO_GRACE {
 			grace = false
-			lres, err = f.c.exec(ctx, s, false, []nfs4.NfsArgop4{putfh(f.fh), f.lockOp(s.clientID, l.off, l.length, l.write, false, false)})
+			lres, err = f.c.exec(ctx, s, false, []nfs4.NfsArgop4{putfh(f.fh), f.lk.lockOp(f, s.clientID, l.off, l.length, l.write, false, false)})
 		}
 		if err != nil {
 			return fmt.Errorf("reclaiming lock [%d,+%d): %w", l.off, l.length, err)
 		}
 		sid := lres[1].Oplock.Resok4.LockStateid
 		f.mu.Lock()
-		f.lockStateid = &sid
+		f.lk.stateid = &sid
 		f.mu.Unlock()
 	}
 	return nil

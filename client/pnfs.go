@@ -422,7 +422,7 @@ func (f *File) layoutFor(ctx context.Context) *fileLayout {
 	f.mu.Lock()
 	f.layGetting, f.layRecalled = true, false
 	f.mu.Unlock()
-	l, err := f.getLayout(ctx, p)
+	l, err := p.getLayout(ctx, f)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.layGetting = false
@@ -436,7 +436,7 @@ func (f *File) layoutFor(ctx context.Context) *fileLayout {
 	if f.closed || f.layRecalled {
 		// A recall crossed our LAYOUTGET: we answered it as if we held the
 		// layout, so give it back now.
-		f.startRetireLocked(l, layoutRetryMin)
+		l.startRetireLocked(f, layoutRetryMin)
 		return nil
 	}
 	f.lay = l
@@ -469,7 +469,7 @@ func (f *File) layoutRefused(err error) {
 	f.layRetryAt = time.Now().Add(f.layBackoff)
 }
 
-func (f *File) releaseLayout(l *fileLayout) {
+func (l *fileLayout) release(f *File) {
 	f.mu.Lock()
 	l.users--
 	l.maybeIdleLocked()
@@ -478,7 +478,7 @@ func (f *File) releaseLayout(l *fileLayout) {
 
 // getLayout runs LAYOUTGET (with a GETATTR of the size, which reads need)
 // and resolves the layout's devices.
-func (f *File) getLayout(ctx context.Context, p *pnfsClient) (*fileLayout, error) {
+func (p *pnfsClient) getLayout(ctx context.Context, f *File) (*fileLayout, error) {
 	iomode := nfs4.LAYOUTIOMODE4_READ
 	if f.access&nfs4.OPEN4_SHARE_ACCESS_WRITE != 0 {
 		iomode = nfs4.LAYOUTIOMODE4_RW
@@ -581,7 +581,7 @@ func (f *File) getLayout(ctx context.Context, p *pnfsClient) (*fileLayout, error
 	if derr != nil {
 		// Give it back at once; I/O goes through the MDS meanwhile.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		f.layoutReturnLocked(rctx, l) // layoutFor holds layMu
+		l.returnLocked(rctx, f) // layoutFor holds layMu
 		cancel()
 		return nil, derr
 	}
@@ -672,7 +672,7 @@ func (f *File) grewTo(end uint64) {
 }
 
 // pnfsRead reads through the layout, capped at the file size.
-func (f *File) pnfsRead(ctx context.Context, l *fileLayout, p []byte, off int64) (int, error) {
+func (l *fileLayout) read(ctx context.Context, f *File, p []byte, off int64) (int, error) {
 	size, err := f.sizeFor(ctx, uint64(off)+uint64(len(p)))
 	if err != nil {
 		return 0, err
@@ -684,7 +684,7 @@ func (f *File) pnfsRead(ctx context.Context, l *fileLayout, p []byte, off int64)
 	if uint64(off)+uint64(want) > size {
 		want = int(size - uint64(off))
 	}
-	n, err := f.pnfsRun(ctx, l, p[:want], off, false)
+	n, err := l.run(ctx, f, p[:want], off, false)
 	if err == nil && n < len(p) {
 		err = io.EOF
 	}
@@ -695,10 +695,10 @@ func (f *File) pnfsRead(ctx context.Context, l *fileLayout, p []byte, off int64)
 // server, bounded per data server by MaxPerDS; a piece whose data server
 // fails is redone through the MDS. It returns the bytes done contiguously
 // from off and the first error among them.
-func (f *File) pnfsRun(ctx context.Context, l *fileLayout, b []byte, off int64, write bool) (int, error) {
+func (l *fileLayout) run(ctx context.Context, f *File, b []byte, off int64, write bool) (int, error) {
 	pieces, err := l.plan(uint64(off), len(b))
 	if err != nil {
-		f.failover(l, nil, err)
+		l.failover(f, nil, err)
 		pieces = []piece{{Extent: layout.Extent{Off: uint64(off), Len: uint64(len(b))}, lo: 0, hi: len(b)}}
 	}
 	type result struct {
@@ -711,7 +711,7 @@ func (f *File) pnfsRun(ctx context.Context, l *fileLayout, b []byte, off int64, 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			n, err := f.doPiece(ctx, l, pc, b[pc.lo:pc.hi], write)
+			n, err := l.doPiece(ctx, f, pc, b[pc.lo:pc.hi], write)
 			results[i] = result{n, err}
 		}()
 	}
@@ -729,14 +729,14 @@ func (f *File) pnfsRun(ctx context.Context, l *fileLayout, b []byte, off int64, 
 	return done, nil
 }
 
-func (f *File) doPiece(ctx context.Context, l *fileLayout, pc piece, b []byte, write bool) (int, error) {
+func (l *fileLayout) doPiece(ctx context.Context, f *File, pc piece, b []byte, write bool) (int, error) {
 	var dsErr error
 	if pc.Addrs != nil {
 		ds := f.c.pnfs.server(pc.Addrs)
 		if write {
-			dsErr = f.dsWrite(ctx, l, ds, pc.Extent, b)
+			dsErr = l.writeTo(ctx, f, ds, pc.Extent, b)
 		} else {
-			dsErr = f.dsRead(ctx, ds, pc.Extent, b)
+			dsErr = ds.read(ctx, f, pc.Extent, b)
 		}
 		if dsErr == nil {
 			return len(b), nil
@@ -749,15 +749,15 @@ func (f *File) doPiece(ctx context.Context, l *fileLayout, pc piece, b []byte, w
 			// returned the layout that saw it: just use the MDS.
 			f.c.stats.failovers.Add(1)
 		default:
-			f.failover(l, ds, dsErr)
+			l.failover(f, ds, dsErr)
 		}
 	}
 	var n int
 	var err error
 	if write {
-		n, _, err = f.writeChunk(ctx, b, int64(pc.Off))
+		n, _, err = f.c.writeChunk(ctx, f, b, int64(pc.Off))
 	} else {
-		n, _, err = f.readChunk(ctx, b, int64(pc.Off))
+		n, _, err = f.c.readChunk(ctx, f, b, int64(pc.Off))
 	}
 	if err != nil && dsErr != nil && ctx.Err() == nil {
 		// Neither way worked: say which data server failed, and how.
@@ -819,14 +819,14 @@ func (f *File) blameDataServer(ctx context.Context, off int64, err error) error 
 
 // dsCall runs one COMPOUND on a data server. A transport failure drops the
 // session and keeps the data server out of use for a while.
-func (f *File) dsCall(ctx context.Context, ds *dataServer, build func(cl *endpoint) []nfs4.NfsArgop4) (*endpoint, []nfs4.NfsResop4, error) {
-	cl, res, _, err := f.dsCallRelease(ctx, ds, build)
+func (ds *dataServer) call(ctx context.Context, f *File, build func(cl *endpoint) []nfs4.NfsArgop4) (*endpoint, []nfs4.NfsResop4, error) {
+	cl, res, _, err := ds.callRelease(ctx, f, build)
 	return cl, res, err
 }
 
 // dsCallRelease is dsCall that also returns, on success, the function that
 // releases the reply's buffer (see Client.callRelease).
-func (f *File) dsCallRelease(ctx context.Context, ds *dataServer, build func(cl *endpoint) []nfs4.NfsArgop4) (*endpoint, []nfs4.NfsResop4, func(), error) {
+func (ds *dataServer) callRelease(ctx context.Context, f *File, build func(cl *endpoint) []nfs4.NfsArgop4) (*endpoint, []nfs4.NfsResop4, func(), error) {
 	if err := ds.acquire(ctx); err != nil {
 		return nil, nil, nil, err
 	}
@@ -849,10 +849,10 @@ func (f *File) dsCallRelease(ctx context.Context, ds *dataServer, build func(cl 
 	return cl, res, release, err
 }
 
-func (f *File) dsRead(ctx context.Context, ds *dataServer, e layout.Extent, b []byte) error {
+func (ds *dataServer) read(ctx context.Context, f *File, e layout.Extent, b []byte) error {
 	for n := 0; n < len(b); {
 		var want uint32
-		_, res, release, err := f.dsCallRelease(ctx, ds, func(cl *endpoint) []nfs4.NfsArgop4 {
+		_, res, release, err := ds.callRelease(ctx, f, func(cl *endpoint) []nfs4.NfsArgop4 {
 			want = min(uint32(len(b)-n), cl.maxRead)
 			sid, _ := f.ioStateid()
 			return []nfs4.NfsArgop4{putfh(e.FH), {Argop: nfs4.OP_READ, Opread: &nfs4.READ4args{
@@ -878,13 +878,13 @@ func (f *File) dsRead(ctx context.Context, ds *dataServer, e layout.Extent, b []
 	return nil
 }
 
-func (f *File) dsWrite(ctx context.Context, l *fileLayout, ds *dataServer, e layout.Extent, b []byte) error {
+func (l *fileLayout) writeTo(ctx context.Context, f *File, ds *dataServer, e layout.Extent, b []byte) error {
 	stable := nfs4.UNSTABLE4
 	if f.flag&os.O_SYNC != 0 {
 		stable = nfs4.FILE_SYNC4
 	}
 	for n := 0; n < len(b); {
-		_, res, err := f.dsCall(ctx, ds, func(cl *endpoint) []nfs4.NfsArgop4 {
+		_, res, err := ds.call(ctx, f, func(cl *endpoint) []nfs4.NfsArgop4 {
 			chunk := b[n:min(len(b), n+int(cl.maxWrite))]
 			sid, _ := f.ioStateid()
 			return []nfs4.NfsArgop4{putfh(e.FH), {Argop: nfs4.OP_WRITE, Opwrite: &nfs4.WRITE4args{
@@ -938,7 +938,7 @@ func (l *fileLayout) noteWrite(ds *dataServer, fh []byte, committed nfs4.StableH
 // and the caller redoes its piece through the MDS. Later I/O asks for a
 // new layout after a backoff; pieces on a data server that failed recently
 // go straight to the MDS.
-func (f *File) failover(l *fileLayout, ds *dataServer, err error) {
+func (l *fileLayout) failover(f *File, ds *dataServer, err error) {
 	f.c.stats.failovers.Add(1)
 	where := "layout"
 	if ds != nil {
@@ -948,7 +948,7 @@ func (f *File) failover(l *fileLayout, ds *dataServer, err error) {
 	first := !l.invalid
 	if first {
 		f.layBackoff = min(max(2*f.layBackoff, dsDownMin), dsDownMax)
-		f.startRetireLocked(l, f.layBackoff)
+		l.startRetireLocked(f, f.layBackoff)
 	}
 	f.mu.Unlock()
 	if !first {
@@ -968,7 +968,7 @@ func (f *File) failover(l *fileLayout, ds *dataServer, err error) {
 // startRetireLocked stops new I/O on l and returns it in the background,
 // once the I/O in flight on it is done. The File asks for a new layout no
 // sooner than retry from now.
-func (f *File) startRetireLocked(l *fileLayout, retry time.Duration) {
+func (l *fileLayout) startRetireLocked(f *File, retry time.Duration) {
 	if f.lay == l {
 		f.lay = nil
 	}
@@ -982,7 +982,7 @@ func (f *File) startRetireLocked(l *fileLayout, retry time.Duration) {
 	if !f.c.pnfs.goBG(func() {
 		ctx, cancel := context.WithTimeout(f.c.ctx, 2*time.Minute)
 		defer cancel()
-		f.retire(ctx, l)
+		l.retire(ctx, f)
 	}) {
 		l.retireOnce.Do(func() { close(l.returned) })
 	}
@@ -991,7 +991,7 @@ func (f *File) startRetireLocked(l *fileLayout, retry time.Duration) {
 // retire waits for the I/O on l, commits what was written through it
 // (COMMIT to the data servers, LAYOUTCOMMIT to the MDS) and returns it.
 // Commit failures surface at the next Sync or Close.
-func (f *File) retire(ctx context.Context, l *fileLayout) {
+func (l *fileLayout) retire(ctx context.Context, f *File) {
 	l.retireOnce.Do(func() {
 		defer close(l.returned)
 		f.mu.Lock()
@@ -1005,12 +1005,12 @@ func (f *File) retire(ctx context.Context, l *fileLayout) {
 		case <-l.idle:
 		case <-ctx.Done():
 		}
-		if err := f.syncLayout(ctx, l); err != nil {
+		if err := l.sync(ctx, f); err != nil {
 			f.mu.Lock()
 			f.layErr = errors.Join(f.layErr, err)
 			f.mu.Unlock()
 		}
-		f.layoutReturn(ctx, l)
+		l.returnLayout(ctx, f)
 		f.mu.Lock()
 		for i, r := range f.retiring {
 			if r == l {
@@ -1043,7 +1043,7 @@ func (f *File) waitRetired(ctx context.Context) {
 // layoutStateid returns the stateid to send for l: the newest the Client
 // holds of l's layout state (a LAYOUTGET of another File or a recall may
 // have moved its seqid since l was granted).
-func (f *File) layoutStateid(l *fileLayout) nfs4.Stateid4 {
+func (l *fileLayout) currentStateid(f *File) nfs4.Stateid4 {
 	f.mu.Lock()
 	sid := l.stateid
 	f.mu.Unlock()
@@ -1137,8 +1137,7 @@ func (p *pnfsClient) waitNewer(ctx context.Context, fh []byte, than nfs4.Stateid
 // siblingHolds reports whether another open File of the Client holds a
 // layout of f's file: the server's layout state is shared with it, so f
 // must not return it.
-func (f *File) siblingHolds() bool {
-	c := f.c
+func (c *Client) siblingHolds(f *File) bool {
 	c.filesMu.Lock()
 	var sibs []*File
 	for g := range c.files {
@@ -1162,25 +1161,25 @@ func (f *File) siblingHolds() bool {
 // part of, unless another layout uses it (f's current one or a sibling's):
 // the server's LAYOUTRETURN would take that away too. It is serialized
 // with f's LAYOUTGETs.
-func (f *File) layoutReturn(ctx context.Context, l *fileLayout) {
+func (l *fileLayout) returnLayout(ctx context.Context, f *File) {
 	f.layMu.Lock()
 	defer f.layMu.Unlock()
-	f.layoutReturnLocked(ctx, l)
+	l.returnLocked(ctx, f)
 }
 
 // layoutReturnLocked is layoutReturn with f.layMu held.
-func (f *File) layoutReturnLocked(ctx context.Context, l *fileLayout) {
+func (l *fileLayout) returnLocked(ctx context.Context, f *File) {
 	p := f.c.pnfs
 	inUse := func() bool {
 		f.mu.Lock()
 		other := f.lay != nil && f.lay != l && !f.lay.invalid
 		f.mu.Unlock()
-		return other || f.siblingHolds()
+		return other || f.c.siblingHolds(f)
 	}
 	if inUse() {
 		return // the layout in use is returned (or recalled) in its turn
 	}
-	sid := f.layoutStateid(l)
+	sid := l.currentStateid(f)
 	for attempt := 0; ; attempt++ {
 		_, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_LAYOUTRETURN, Oplayoutreturn: &nfs4.LAYOUTRETURN4args{
 			LoraLayoutType: p.typ, LoraIomode: nfs4.LAYOUTIOMODE4_ANY,
@@ -1221,7 +1220,7 @@ func (f *File) layoutReturnLocked(ctx context.Context, l *fileLayout) {
 // which reaches every copy over its own connections. If no layout stateid
 // the MDS takes is left for the LAYOUTCOMMIT, the range that ends the
 // file is written again through the MDS, which records the size itself.
-func (f *File) syncLayout(ctx context.Context, l *fileLayout) error {
+func (l *fileLayout) sync(ctx context.Context, f *File) error {
 	l.smu.Lock()
 	defer l.smu.Unlock()
 	l.wmu.Lock()
@@ -1261,7 +1260,7 @@ func (f *File) syncLayout(ctx context.Context, l *fileLayout) error {
 	var wg sync.WaitGroup
 	for i, w := range dirty {
 		wg.Go(func() {
-			_, res, err := f.dsCall(ctx, w.ds, func(*endpoint) []nfs4.NfsArgop4 {
+			_, res, err := w.ds.call(ctx, f, func(*endpoint) []nfs4.NfsArgop4 {
 				return []nfs4.NfsArgop4{putfh(w.fh), {Argop: nfs4.OP_COMMIT, Opcommit: &nfs4.COMMIT4args{}}}
 			})
 			if err != nil {
@@ -1297,7 +1296,7 @@ func (f *File) syncLayout(ctx context.Context, l *fileLayout) error {
 		if len(why) == 0 {
 			why = append(why, "a data server's write verifier changed")
 		}
-		errs = append(errs, f.resendHeld(ctx, unvouched, strings.Join(why, "; ")))
+		errs = append(errs, f.unst.resendHeld(ctx, f, unvouched, strings.Join(why, "; ")))
 		if err := ctx.Err(); err != nil {
 			undo(true) // what was not resent is kept for the next sync
 			return err
@@ -1311,7 +1310,7 @@ func (f *File) syncLayout(ctx context.Context, l *fileLayout) error {
 		return ok && o.err == nil && o.verf == h.verf
 	}, heldCommitted)
 	if wrote {
-		err := f.layoutCommit(ctx, l, end, mtime)
+		err := l.commit(ctx, f, end, mtime)
 		var se *StatusError
 		switch {
 		case err == nil:
@@ -1323,7 +1322,7 @@ func (f *File) syncLayout(ctx context.Context, l *fileLayout) error {
 		case errors.As(err, &se):
 			// The MDS takes no layout stateid the Client holds (the
 			// layout state was returned or revoked meanwhile).
-			if ferr := f.publishSize(ctx, end, err); ferr != nil {
+			if ferr := f.unst.publishSize(ctx, f, end, err); ferr != nil {
 				undo(false)
 				errs = append(errs, ferr)
 			}
@@ -1344,11 +1343,11 @@ func (f *File) syncLayout(ctx context.Context, l *fileLayout) error {
 // gone (NFS4ERR_BAD_STATEID, NFS4ERR_BADLAYOUT) it retries with the
 // Client's current layout state of the file, if any: the MDS takes a
 // LAYOUTCOMMIT under any read/write layout of the file the Client holds.
-func (f *File) layoutCommit(ctx context.Context, l *fileLayout, end uint64, mtime time.Time) error {
+func (l *fileLayout) commit(ctx context.Context, f *File, end uint64, mtime time.Time) error {
 	p := f.c.pnfs
 	last := end - 1
 	mt := nfs4.Nfstime4{Seconds: nfs4.Int64T(mtime.Unix()), Nseconds: nfs4.Uint32T(mtime.Nanosecond())}
-	sid := f.layoutStateid(l)
+	sid := l.currentStateid(f)
 	for attempt := 0; ; attempt++ {
 		res, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_LAYOUTCOMMIT, Oplayoutcommit: &nfs4.LAYOUTCOMMIT4args{
 			LocaOffset: 0, LocaLength: nfs4.Length4(end), LocaStateid: sid,
@@ -1388,12 +1387,12 @@ func (f *File) layoutCommit(ctx context.Context, l *fileLayout, end uint64, mtim
 // is kept until its LAYOUTCOMMIT succeeds) is written again through the
 // MDS, which records the size a WRITE reaches. cause is why the
 // LAYOUTCOMMIT failed.
-func (f *File) publishSize(ctx context.Context, end uint64, cause error) error {
-	t, tend := f.unst.last()
+func (u *unstable) publishSize(ctx context.Context, f *File, end uint64, cause error) error {
+	t, tend := u.last()
 	if t == nil || tend < end {
 		return fmt.Errorf("%w (no copy of the data kept to publish the file size %d through the metadata server)", cause, end)
 	}
-	return f.resendHeld(ctx, func(h *held) bool { return h == t }, "publishing the file size: "+cause.Error())
+	return u.resendHeld(ctx, f, func(h *held) bool { return h == t }, "publishing the file size: "+cause.Error())
 }
 
 // recall answers CB_LAYOUTRECALL at once: NFS4_OK when the client holds a
@@ -1432,7 +1431,7 @@ func (p *pnfsClient) recall(a *nfs4.CBLAYOUTRECALL4args) nfs4.Nfsstat4 {
 		f.mu.Lock()
 		if l := f.lay; l != nil {
 			matched = true
-			f.startRetireLocked(l, 0)
+			l.startRetireLocked(f, 0)
 		} else if len(f.retiring) > 0 {
 			matched = true // already on its way back
 		}
@@ -1521,7 +1520,7 @@ func (p *pnfsClient) returnKept(k keptLayout) {
 	p.goBG(func() {
 		ctx, cancel := context.WithTimeout(p.c.ctx, 30*time.Second)
 		defer cancel()
-		k.owner.layoutReturn(ctx, k.l)
+		k.l.returnLayout(ctx, k.owner)
 	})
 }
 
