@@ -312,6 +312,29 @@
 // POSIX process locks. Waiting locks poll with backoff; the client does not
 // rely on CB_NOTIFY_LOCK.
 //
+// # Inside the package
+//
+// The Client and File types are a façade over parts that each own one
+// concern, for whoever works on the library:
+//
+//   - The session layer (session.go, slots.go, callback.go): an endpoint
+//     is one connection, client ID and session with one server, with
+//     SEQUENCE, the retries, reconnects (from the address list) and the
+//     recovery of a lost session. The Client embeds the metadata server's
+//     and is its stateHolder (reclaims, delegation bookkeeping); each data
+//     server gets a bare endpoint (dataserver.go).
+//   - pNFS: pnfs.go (device cache, layout stateids, recalls, kept
+//     layouts), layoutstate.go (a File's layouts from LAYOUTGET to
+//     LAYOUTRETURN), layoutio.go (the I/O engine over the extents a
+//     layout.Driver maps a range to), dataserver.go.
+//   - The data path and its state: io.go (ReadAt, WriteAt, Sync), cache.go
+//     and writeback.go (AccessCached and AccessODirect), unstable.go
+//     (copies of UNSTABLE writes until a COMMIT vouches for them),
+//     lock.go, deleg.go.
+//
+// Methods of those types that act for a File take the File as a
+// parameter; the File's mu guards what they change of it.
+//
 // # Errors
 //
 // Server statuses come back as [*StatusError] (the operation and the
