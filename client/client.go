@@ -270,6 +270,10 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 	}
 	c.wg.Add(1)
 	go c.renewLoop()
+	if len(c.addrs) > 1 {
+		c.wg.Add(1)
+		go c.watchdog()
+	}
 	return c, nil
 }
 

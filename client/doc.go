@@ -77,9 +77,13 @@
 // a bounded time (5 s to connect, 3 s to answer the NULL procedure, the
 // DialTimeout for BIND_CONN_TO_SESSION), so an address where nothing
 // listens is passed at once, and one that accepts connections but does not
-// answer (a leader that was paused and deposed) after a few seconds. The
-// new leader is a new server instance: it does not know the session, and
-// the Client recovers as from a restart, described next.
+// answer (a leader that was paused and deposed) after a few seconds. Such
+// a leader may also keep the established connection open and answer
+// nothing on it: with several addresses, when COMPOUNDs have waited 10 s
+// with no reply, the Client sends NULL on the connection, and if that is
+// not answered within 3 s it closes the connection and reconnects as
+// above. The new leader is a new server instance: it does not know the
+// session, and the Client recovers as from a restart, described next.
 //
 // When the server has lost the session (NFS4ERR_BADSESSION,
 // NFS4ERR_DEADSESSION, NFS4ERR_STALE_CLIENTID: it restarted), the client

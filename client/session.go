@@ -66,7 +66,12 @@ type endpoint struct {
 	closed bool
 
 	lastUse atomic.Int64 // unix nanos of the last COMPOUND sent
-	sstats  struct {
+	// waiting counts the COMPOUNDs waiting for their reply, and
+	// lastReply is when the last reply came (unix nanos): the watchdog
+	// of an endpoint with several addresses reads them.
+	waiting   atomic.Int64
+	lastReply atomic.Int64
+	sstats    struct {
 		reconnects, recoveries, retries atomic.Uint64
 	}
 	ops opCounter // operations sent, for OpCounts
@@ -708,7 +713,12 @@ func (c *endpoint) roundTrip(sess *session, reconnect bool, args *nfs4.COMPOUND4
 		if cur != sess {
 			return nil, nil, errSessionGone
 		}
+		c.waiting.Add(1)
 		raw, release, err := conn.CallRelease(c.ctx, nfs4.NFS4_PROGRAM, nfs4.NFS_V4, nfs4.NFSPROC4_COMPOUND, c.cred, args)
+		c.waiting.Add(-1)
+		if err == nil {
+			c.lastReply.Store(time.Now().UnixNano())
+		}
 		if err != nil {
 			if !errors.Is(err, rpc.ErrConnClosed) || !reconnect || c.dsRole || c.ctx.Err() != nil || attempt >= 10 {
 				return nil, nil, err
@@ -789,6 +799,61 @@ func (c *endpoint) reconnect(broken *rpc.Conn) error {
 		}
 		delay = min(2*delay, 2*time.Second)
 	}
+}
+
+// Watchdog bounds (see watchdog).
+const (
+	// silenceProbe is how long COMPOUNDs may wait with no reply at all
+	// before the watchdog asks the server for a NULL reply.
+	silenceProbe = 10 * time.Second
+	// watchdogTick is how often the watchdog looks.
+	watchdogTick = 2 * time.Second
+)
+
+// watchdog runs while the endpoint lives, for a server with several
+// addresses (a metadata server with standbys). A server that was paused,
+// and lost its leadership meanwhile, keeps the connection open and
+// answers nothing, so no call would ever fail over. When COMPOUNDs have
+// waited silenceProbe with no reply coming, the watchdog sends NULL on the
+// connection, which any live server answers at once however busy its
+// COMPOUNDs keep it; if no answer comes within answerTimeout the
+// connection is closed, and the calls waiting on it reconnect (to
+// whichever address answers) and replay, as after any connection loss.
+func (c *endpoint) watchdog() {
+	defer c.wg.Done()
+	t := time.NewTicker(watchdogTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if c.waiting.Load() == 0 || time.Since(time.Unix(0, c.lastReply.Load())) < silenceProbe {
+			continue
+		}
+		conn, _, err := c.current()
+		if err != nil {
+			return
+		}
+		if !c.silent(conn) {
+			c.lastReply.Store(time.Now().UnixNano()) // alive: look again after silenceProbe
+			continue
+		}
+		c.log.Warn("server stopped answering; leaving it for another address", "addr", c.addr(),
+			"waiting", c.waiting.Load(), "silent", time.Since(time.Unix(0, c.lastReply.Load())).Round(time.Second))
+		conn.Close()
+	}
+}
+
+// silent reports whether conn's server leaves a NULL call unanswered for
+// answerTimeout. Any answer, an error included, means it is alive; a
+// connection that is closed already is left to its callers.
+func (c *endpoint) silent(conn *rpc.Conn) bool {
+	ctx, cancel := context.WithTimeout(c.ctx, answerTimeout)
+	defer cancel()
+	_, err := conn.Call(ctx, nfs4.NFS4_PROGRAM, nfs4.NFS_V4, nfs4.NFSPROC4_NULL, c.cred, nil)
+	return errors.Is(err, context.DeadlineExceeded) && c.ctx.Err() == nil
 }
 
 // reconnectBudget bounds one reconnect, dials and recovery together.
