@@ -260,7 +260,7 @@ func (dc *dataCache) evictLocked() []byte {
 	return nil
 }
 
-// cachedWrite is WriteAt for AccessCached.
+// write is WriteAt for AccessCached.
 func (dc *dataCache) write(ctx context.Context, f *File, p []byte, off int64) (int, error) {
 	ino := f.ino
 	if err := dc.flushGather(ctx, ino, off, int64(len(p))); err != nil {
@@ -618,7 +618,7 @@ func (dc *dataCache) statSize(ino *inode, server, gen uint64) uint64 {
 	return server
 }
 
-// byFile returns the inode of an open file with the given fileid.
+// byFileidLookup returns the inode of an open file with the given fileid.
 func (dc *dataCache) byFileidLookup(fileid uint64) *inode {
 	dc.mu.Lock()
 	defer dc.mu.Unlock()

@@ -162,14 +162,14 @@ func (d *dataServer) acquire(ctx context.Context) error {
 
 func (d *dataServer) release() { <-d.sem }
 
-// dsCall runs one COMPOUND on a data server. A transport failure drops the
+// call runs one COMPOUND on a data server. A transport failure drops the
 // session and keeps the data server out of use for a while.
 func (ds *dataServer) call(ctx context.Context, f *File, build func(cl *endpoint) []nfs4.NfsArgop4) (*endpoint, []nfs4.NfsResop4, error) {
 	cl, res, _, err := ds.callRelease(ctx, f, build)
 	return cl, res, err
 }
 
-// dsCallRelease is dsCall that also returns, on success, the function that
+// callRelease is dataServer.call that also returns, on success, the function that
 // releases the reply's buffer (see Client.callRelease).
 func (ds *dataServer) callRelease(ctx context.Context, f *File, build func(cl *endpoint) []nfs4.NfsArgop4) (*endpoint, []nfs4.NfsResop4, func(), error) {
 	if err := ds.acquire(ctx); err != nil {

@@ -72,7 +72,7 @@ func (l *fileLayout) plan(off uint64, n int) ([]piece, error) {
 	return out, nil
 }
 
-// pnfsRead reads through the layout, capped at the file size.
+// read reads through the layout, capped at the file size.
 func (l *fileLayout) read(ctx context.Context, f *File, p []byte, off int64) (int, error) {
 	size, err := f.sizeFor(ctx, uint64(off)+uint64(len(p)))
 	if err != nil {
@@ -92,7 +92,7 @@ func (l *fileLayout) read(ctx context.Context, f *File, p []byte, off int64) (in
 	return n, err
 }
 
-// pnfsRun does the pieces of b at off in parallel, each on its data
+// run does the pieces of b at off in parallel, each on its data
 // server, bounded per data server by MaxPerDS; a piece whose data server
 // fails is redone through the MDS. It returns the bytes done contiguously
 // from off and the first error among them.

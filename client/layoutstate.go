@@ -33,7 +33,7 @@ type fileLayout struct {
 	retireOnce sync.Once
 	returned   chan struct{} // closed when the layout has been returned
 
-	smu      sync.Mutex // serializes syncLayout
+	smu      sync.Mutex // serializes fileLayout.sync
 	wmu      sync.Mutex // guards the write state below
 	writes   map[string]*dsWrite
 	wrote    bool // written since the last LAYOUTCOMMIT
@@ -63,7 +63,7 @@ func (l *fileLayout) maybeIdleLocked() {
 
 // layoutFor returns the File's layout for I/O, fetching one if the file
 // has none and may have one. nil means: do the I/O through the MDS. The
-// caller must releaseLayout a non-nil result.
+// caller must release a non-nil result (fileLayout.release).
 func (f *File) layoutFor(ctx context.Context) *fileLayout {
 	p := f.c.pnfs
 	if p == nil {
@@ -364,7 +364,7 @@ func (f *File) waitRetired(ctx context.Context) {
 	}
 }
 
-// layoutStateid returns the stateid to send for l: the newest the Client
+// currentStateid returns the stateid to send for l: the newest the Client
 // holds of l's layout state (a LAYOUTGET of another File or a recall may
 // have moved its seqid since l was granted).
 func (l *fileLayout) currentStateid(f *File) nfs4.Stateid4 {
@@ -403,7 +403,7 @@ func (c *Client) siblingHolds(f *File) bool {
 	return false
 }
 
-// layoutReturn returns the Client's layout state of f's file, which l is
+// returnLayout returns the Client's layout state of f's file, which l is
 // part of, unless another layout uses it (f's current one or a sibling's):
 // the server's LAYOUTRETURN would take that away too. It is serialized
 // with f's LAYOUTGETs.
@@ -413,7 +413,7 @@ func (l *fileLayout) returnLayout(ctx context.Context, f *File) {
 	l.returnLocked(ctx, f)
 }
 
-// layoutReturnLocked is layoutReturn with f.layMu held.
+// returnLocked is fileLayout.returnLayout with f.layMu held.
 func (l *fileLayout) returnLocked(ctx context.Context, f *File) {
 	p := f.c.pnfs
 	inUse := func() bool {
@@ -457,7 +457,7 @@ func (l *fileLayout) returnLocked(ctx context.Context, f *File) {
 	}
 }
 
-// syncLayout makes the writes through l durable and visible: COMMIT to
+// sync makes the writes through l durable and visible: COMMIT to
 // each data server written UNSTABLE (in parallel), then LAYOUTCOMMIT to
 // the MDS with the last write offset and the modification time. Data a
 // COMMIT does not vouch for (the data server could not be reached, or
@@ -581,7 +581,7 @@ func (l *fileLayout) sync(ctx context.Context, f *File) error {
 	return errors.Join(errs...)
 }
 
-// layoutCommit sends LAYOUTCOMMIT for the writes through l, which reached
+// commit sends LAYOUTCOMMIT for the writes through l, which reached
 // end, with the newest layout stateid the Client holds of l's layout
 // state. If the server moved the seqid meanwhile (NFS4ERR_OLD_STATEID: a
 // recall whose CB_LAYOUTRECALL has not arrived yet, or a sibling File's

@@ -57,7 +57,7 @@ type pnfsClient struct {
 	// Files of one Client that each hold a layout of the same file share
 	// it, every LAYOUTGET by one of them moves its seqid for all, and so
 	// does a recall. LAYOUTGET, LAYOUTCOMMIT and LAYOUTRETURN send it
-	// (layoutStateid); lsidMoved is closed and replaced whenever it
+	// (fileLayout.currentStateid); lsidMoved is closed and replaced whenever it
 	// changes, for callers waiting for the seqid a recall moved to.
 	lsid      map[string]nfs4.Stateid4
 	lsidMoved chan struct{}
