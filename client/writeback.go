@@ -13,7 +13,7 @@ import (
 // by the writer itself), and flushing at Sync, Close, Lock and under
 // memory pressure.
 
-// writer picks the File that carries ino's write-back: f if it may write,
+// writerLocked picks the File that carries ino's write-back: f if it may write,
 // else any open writer of the same file.
 func (dc *dataCache) writerLocked(ino *inode, f *File) *File {
 	if f != nil && f.writable() {
