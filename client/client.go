@@ -41,6 +41,8 @@ type Options struct {
 	// Logger receives diagnostics. Default: discard.
 	Logger *slog.Logger
 	// DialTimeout bounds the TCP connect and session setup. Default 15s.
+	// With several server addresses (see Dial) it bounds Dial as a whole,
+	// and each address gets at most 5 s to connect and 3 s to answer.
 	DialTimeout time.Duration
 	// PNFSOff turns pNFS off: all I/O goes through the server Dial
 	// connected to (the metadata server), exactly as with a server without
