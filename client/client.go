@@ -648,18 +648,26 @@ func (c *Client) newSession(ctx context.Context, old *session) error {
 	c.mu.Unlock()
 	c.log.Debug("session created", "clientid", eir.EirClientid, "slots", slots, "minor", c.minor.Load())
 
+	var fresh []*File
 	if old != nil {
 		// Delegations went with the old session: the server recalls
 		// nothing of them, and Files opened locally under them are
 		// reclaimed as ordinary opens.
 		c.dropAllDelegations()
-		c.reclaim(ctx, s)
+		fresh = c.reclaim(ctx, s)
 	}
 	_, err = c.exec(ctx, s, false, []nfs4.NfsArgop4{{Argop: nfs4.OP_RECLAIM_COMPLETE,
 		OpreclaimComplete: &nfs4.RECLAIMCOMPLETE4args{RcaOneFs: false}}})
 	var se *StatusError
 	if err != nil && !(errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_COMPLETE_ALREADY) {
 		return fmt.Errorf("nfs: RECLAIM_COMPLETE: %w", err)
+	}
+	// Files the server would not let reclaim are opened anew, now that
+	// RECLAIM_COMPLETE allows new state.
+	for _, f := range fresh {
+		if err := f.reclaim(ctx, s, false); err != nil {
+			c.log.Warn("reopening file failed", "path", f.path, "err", err)
+		}
 	}
 	return nil
 }
@@ -1171,21 +1179,28 @@ func (c *Client) recoverLocked(ctx context.Context, lost *session) error {
 }
 
 // reclaim re-establishes the opens and locks of all open files on a new
-// session, with CLAIM_PREVIOUS and reclaim locks during the server's grace
-// period, or as new opens and locks when the server has no grace period
-// (NFS4ERR_NO_GRACE). Failures are logged and leave the file unusable.
-func (c *Client) reclaim(ctx context.Context, s *session) {
+// session with CLAIM_PREVIOUS and reclaim locks during the server's grace
+// period. It returns the files whose reclaim the server refused (no grace
+// period, or no record of this client): newSession opens them anew after
+// RECLAIM_COMPLETE. Other failures are logged and leave the file unusable.
+func (c *Client) reclaim(ctx context.Context, s *session) []*File {
 	c.mu.Lock()
 	files := make([]*File, 0, len(c.files))
 	for f := range c.files {
 		files = append(files, f)
 	}
 	c.mu.Unlock()
+	var fresh []*File
 	for _, f := range files {
-		if err := f.reclaim(ctx, s); err != nil {
+		err := f.reclaim(ctx, s, true)
+		switch {
+		case errors.Is(err, errNotReclaimed):
+			fresh = append(fresh, f)
+		case err != nil:
 			c.log.Warn("reclaiming open file failed", "path", f.path, "err", err)
 		}
 	}
+	return fresh
 }
 
 // serveCallback serves the backchannel: CB_NULL and CB_COMPOUND with

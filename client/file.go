@@ -7,8 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -1238,9 +1238,17 @@ func (f *File) TestLock(ctx context.Context, off, length uint64, write bool) (*L
 	return nil, nil
 }
 
+// errNotReclaimed is reclaim's answer when the server refused a reclaim
+// (NFS4ERR_NO_GRACE, NFS4ERR_RECLAIM_BAD, NFS4ERR_NOTSUPP): the file must be
+// opened and locked anew, which the server allows only after the client's
+// RECLAIM_COMPLETE (RFC 8881 §18.51.3; before it, NFS4ERR_GRACE).
+var errNotReclaimed = errors.New("nfs: server refused the reclaim")
+
 // reclaim re-opens the file and re-takes its locks on a new session after a
-// server restart.
-func (f *File) reclaim(ctx context.Context, s *session) error {
+// server restart: with grace set as reclaims (CLAIM_PREVIOUS, reclaim
+// locks), reporting errNotReclaimed if the server refuses them; otherwise
+// as new opens and locks, for after RECLAIM_COMPLETE.
+func (f *File) reclaim(ctx context.Context, s *session, grace bool) error {
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
@@ -1264,14 +1272,18 @@ func (f *File) reclaim(ctx context.Context, s *session) error {
 			Claim:       claim,
 		}}})
 	}
-	none := nfs4.OPEN_DELEGATE_NONE
-	res, err := open(nfs4.OpenClaim4{Claim: nfs4.CLAIM_PREVIOUS, DelegateType: &none})
-	grace := true
+	claim := nfs4.OpenClaim4{Claim: nfs4.CLAIM_FH}
+	if grace {
+		none := nfs4.OPEN_DELEGATE_NONE
+		claim = nfs4.OpenClaim4{Claim: nfs4.CLAIM_PREVIOUS, DelegateType: &none}
+	}
+	res, err := open(claim)
 	var se *StatusError
-	if errors.As(err, &se) && (se.NFSStatus == nfs4.NFS4ERR_NO_GRACE || se.NFSStatus == nfs4.NFS4ERR_RECLAIM_BAD ||
-		se.NFSStatus == nfs4.NFS4ERR_NOTSUPP) {
-		grace = false
-		res, err = open(nfs4.OpenClaim4{Claim: nfs4.CLAIM_FH})
+	refused := func(err error, codes ...nfs4.Nfsstat4) bool {
+		return grace && errors.As(err, &se) && slices.Contains(codes, se.NFSStatus)
+	}
+	if refused(err, nfs4.NFS4ERR_NO_GRACE, nfs4.NFS4ERR_RECLAIM_BAD, nfs4.NFS4ERR_NOTSUPP) {
+		return errNotReclaimed
 	}
 	if err != nil {
 		return err
@@ -1283,9 +1295,10 @@ func (f *File) reclaim(ctx context.Context, s *session) error {
 	f.c.dropDelegation(f.fh, &ok.Delegation)
 	for _, l := range locks {
 		lres, err := f.c.exec(ctx, s, false, []nfs4.NfsArgop4{putfh(f.fh), f.lockOp(s.clientID, l.off, l.length, l.write, false, grace)})
-		if errors.As(err, &se) && grace && se.NFSStatus == nfs4.NFS4ERR_NO_GRACE {
-			grace = false
-			lres, err = f.c.exec(ctx, s, false, []nfs4.NfsArgop4{putfh(f.fh), f.lockOp(s.clientID, l.off, l.length, l.write, false, false)})
+		if refused(err, nfs4.NFS4ERR_NO_GRACE) {
+			// The open was reclaimed; opening again after
+			// RECLAIM_COMPLETE upgrades it, and the locks are taken anew.
+			return errNotReclaimed
 		}
 		if err != nil {
 			return fmt.Errorf("reclaiming lock [%d,+%d): %w", l.off, l.length, err)

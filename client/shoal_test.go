@@ -66,34 +66,56 @@ func TestShoal(t *testing.T) {
 	}
 }
 
-// TestShoalRestart restarts Shoal's server on the same directory and port;
-// its grace period (one lease) makes the client reclaim with CLAIM_PREVIOUS.
+// TestShoalRestart restarts Shoal's server on the same directory and port.
+// Back within its grace period (one lease), the client reclaims with
+// CLAIM_PREVIOUS and reclaim locks. Back after it (the new server listens
+// only once a lease has passed), the server refuses the reclaims
+// (NFS4ERR_NO_GRACE) and the client opens and locks anew, which the server
+// allows only after the client's RECLAIM_COMPLETE (RFC 8881 §18.51.3).
 func TestShoalRestart(t *testing.T) {
-	dir := t.TempDir()
-	noSquash := false
-	cfg := server.Config{Dir: dir, Exports: []*server.Export{{Path: "/", RootSquash: &noSquash}}, Lease: 3 * time.Second}
-	start := func(t *testing.T, addr string) (*server.Server, net.Listener, chan error) {
-		srv, err := server.New(cfg)
-		if err != nil {
-			t.Fatalf("server.New: %v", err)
-		}
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			srv.Close()
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- srv.Serve(ln) }()
-		return srv, ln, done
+	const lease = 3 * time.Second
+	for _, tc := range []struct {
+		name       string
+		afterGrace bool
+	}{
+		{"in grace", false},
+		{"after grace", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			noSquash := false
+			cfg := server.Config{Dir: dir, Exports: []*server.Export{{Path: "/", RootSquash: &noSquash}}, Lease: lease}
+			start := func(t *testing.T, addr string, wait time.Duration) (*server.Server, net.Listener, chan error) {
+				srv, err := server.New(cfg)
+				if err != nil {
+					t.Fatalf("server.New: %v", err)
+				}
+				// The grace period runs from server.New; the client
+				// cannot connect until the listener exists.
+				time.Sleep(wait)
+				ln, err := net.Listen("tcp", addr)
+				if err != nil {
+					srv.Close()
+					t.Fatal(err)
+				}
+				done := make(chan error, 1)
+				go func() { done <- srv.Serve(ln) }()
+				return srv, ln, done
+			}
+			srv, ln, done := start(t, "127.0.0.1:0", 0)
+			addr := ln.Addr().String()
+			t.Cleanup(func() { srv.Close(); <-done })
+			clienttest.RunRestart(t, dialer(addr, client.Options{}), func(t *testing.T) {
+				srv.Close()
+				<-done
+				var wait time.Duration
+				if tc.afterGrace {
+					wait = lease + time.Second
+				}
+				srv, ln, done = start(t, addr, wait)
+			})
+		})
 	}
-	srv, ln, done := start(t, "127.0.0.1:0")
-	addr := ln.Addr().String()
-	t.Cleanup(func() { srv.Close(); <-done })
-	clienttest.RunRestart(t, dialer(addr, client.Options{}), func(t *testing.T) {
-		srv.Close()
-		<-done
-		srv, ln, done = start(t, addr)
-	})
 }
 
 // TestShoalLeaseRenewal leaves a client idle for several leases: its
