@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -414,28 +415,46 @@ func (c *Client) callIO(ctx context.Context, build func() []nfs4.NfsArgop4) ([]n
 // replaces one the server lost (stateHolder). Delegations went with the
 // old session: the server recalls nothing of them, and Files opened
 // locally under them are reclaimed as ordinary opens.
-func (c *Client) reclaimOn(ctx context.Context, s *session) {
+func (c *Client) reclaimOn(ctx context.Context, s *session) func(context.Context) {
 	c.dropAllDelegations()
-	c.reclaim(ctx, s)
+	fresh := c.reclaim(ctx, s)
+	if len(fresh) == 0 {
+		return nil
+	}
+	return func(ctx context.Context) {
+		for _, f := range fresh {
+			if err := f.reclaim(ctx, s, false); err != nil {
+				c.log.Warn("reopening file failed", "path", f.path, "err", err)
+			}
+		}
+	}
 }
 
 // reclaim re-establishes the opens and locks of all open files on a new
 // session, with CLAIM_PREVIOUS and reclaim locks during the server's grace
-// period, or as new opens when the server has no grace period
-// (NFS4ERR_NO_GRACE), whose locks are then lost (File.reclaim). Failures
-// are logged; a File's I/O reopens it later (Client.recoverOpen).
-func (c *Client) reclaim(ctx context.Context, s *session) {
+// period. It returns the files whose reclaim the server refused (no grace
+// period, or no record of this client): their locks are lost, and they are
+// opened anew after RECLAIM_COMPLETE (RFC 8881 §18.51.3: new state before
+// it gets NFS4ERR_GRACE). Other failures are logged; a File's I/O reopens
+// it later (Client.recoverOpen).
+func (c *Client) reclaim(ctx context.Context, s *session) []*File {
 	c.filesMu.Lock()
 	files := make([]*File, 0, len(c.files))
 	for f := range c.files {
 		files = append(files, f)
 	}
 	c.filesMu.Unlock()
+	var fresh []*File
 	for _, f := range files {
-		if err := f.reclaim(ctx, s); err != nil {
+		err := f.reclaim(ctx, s, true)
+		switch {
+		case errors.Is(err, errNotReclaimed):
+			fresh = append(fresh, f)
+		case err != nil:
 			c.log.Warn("reclaiming open file failed", "path", f.path, "err", err)
 		}
 	}
+	return fresh
 }
 
 func (c *Client) newOwner(kind string) []byte {

@@ -540,9 +540,16 @@ func (f *File) Close() error {
 	return errors.Join(errs...)
 }
 
+// errNotReclaimed is File.reclaim's answer when the server refused a
+// reclaim (NFS4ERR_NO_GRACE, RECLAIM_BAD, NOTSUPP): the file must be opened
+// anew, which the server allows only after the client's RECLAIM_COMPLETE.
+var errNotReclaimed = errors.New("nfs: server refused the reclaim")
+
 // reclaim re-opens the file and re-takes its locks on a new session after a
-// server restart.
-func (f *File) reclaim(ctx context.Context, s *session) error {
+// server restart: with grace, as reclaims (CLAIM_PREVIOUS, reclaim locks),
+// answering errNotReclaimed if the server refuses them; without, as a new
+// open (after RECLAIM_COMPLETE), whose locks are lost.
+func (f *File) reclaim(ctx context.Context, s *session, grace bool) error {
 	f.mu.Lock()
 	if f.closed || f.sgen == s.gen {
 		// Closed, or reopened on s already (recoverOpen).
@@ -567,14 +574,22 @@ func (f *File) reclaim(ctx context.Context, s *session) error {
 			Claim:       claim,
 		}}})
 	}
-	none := nfs4.OPEN_DELEGATE_NONE
-	res, err := open(nfs4.OpenClaim4{Claim: nfs4.CLAIM_PREVIOUS, DelegateType: &none})
-	grace := true
+	claim := nfs4.OpenClaim4{Claim: nfs4.CLAIM_FH}
+	if grace {
+		none := nfs4.OPEN_DELEGATE_NONE
+		claim = nfs4.OpenClaim4{Claim: nfs4.CLAIM_PREVIOUS, DelegateType: &none}
+	}
+	res, err := open(claim)
 	var se *StatusError
-	if errors.As(err, &se) && (se.NFSStatus == nfs4.NFS4ERR_NO_GRACE || se.NFSStatus == nfs4.NFS4ERR_RECLAIM_BAD ||
+	if grace && errors.As(err, &se) && (se.NFSStatus == nfs4.NFS4ERR_NO_GRACE || se.NFSStatus == nfs4.NFS4ERR_RECLAIM_BAD ||
 		se.NFSStatus == nfs4.NFS4ERR_NOTSUPP) {
-		grace = false
-		res, err = open(nfs4.OpenClaim4{Claim: nfs4.CLAIM_FH})
+		// No reclaim: the file is opened anew once RECLAIM_COMPLETE
+		// allows new state (RFC 8881 §18.51.3: before it, NFS4ERR_GRACE),
+		// and its locks are lost.
+		if len(locks) > 0 {
+			f.lk.lose(f, locks, fmt.Errorf("the server had no grace period for reclaims: %w", err))
+		}
+		return errNotReclaimed
 	}
 	if err != nil {
 		if len(locks) > 0 {

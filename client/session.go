@@ -81,8 +81,10 @@ type endpoint struct {
 // metadata server's.
 type stateHolder interface {
 	// reclaimOn re-establishes the holder's state on s, which replaces
-	// a session the server lost, before RECLAIM_COMPLETE.
-	reclaimOn(ctx context.Context, s *session)
+	// a session the server lost, before RECLAIM_COMPLETE; what it
+	// returns, if not nil, runs after RECLAIM_COMPLETE (new opens of
+	// files the server would not let it reclaim).
+	reclaimOn(ctx context.Context, s *session) func(context.Context)
 	// mutating is called with every COMPOUND's operations before and
 	// after its round trip.
 	mutating(ops []nfs4.NfsArgop4)
@@ -377,14 +379,18 @@ func (c *endpoint) newSession(ctx context.Context, old *session) error {
 	c.mu.Unlock()
 	c.log.Debug("session created", "clientid", eir.EirClientid, "slots", slots, "minor", c.minor.Load())
 
+	var after func(context.Context)
 	if old != nil && c.holder != nil {
-		c.holder.reclaimOn(ctx, s)
+		after = c.holder.reclaimOn(ctx, s)
 	}
 	_, err = c.exec(ctx, s, false, []nfs4.NfsArgop4{{Argop: nfs4.OP_RECLAIM_COMPLETE,
 		OpreclaimComplete: &nfs4.RECLAIMCOMPLETE4args{RcaOneFs: false}}})
 	var se *StatusError
 	if err != nil && !(errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_COMPLETE_ALREADY) {
 		return fmt.Errorf("nfs: RECLAIM_COMPLETE: %w", err)
+	}
+	if after != nil {
+		after(ctx)
 	}
 	return nil
 }
