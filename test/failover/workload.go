@@ -151,9 +151,39 @@ func (w *Workload) big(ctx context.Context, c *client.Client) {
 		return
 	}
 	if sum != w.bigSum {
-		w.fail(fmt.Errorf("%s read back with another sha256 than written", path))
+		w.fail(fmt.Errorf("%s read back with another sha256 than written: %s", path, w.bigDiff(ctx, c, path)))
 	}
 	w.tick()
+}
+
+// bigDiff reads the big file again and says where it differs from what
+// was written (the same generator), for the failure message.
+func (w *Workload) bigDiff(ctx context.Context, c *client.Client, path string) string {
+	f, err := c.Open(ctx, path, os.O_RDONLY, 0)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	got, err := io.ReadAll(f)
+	want := make([]byte, w.BigSize)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < len(want); i += 8 {
+		v := rng.Uint64()
+		for j := 0; j < 8 && i+j < len(want); j++ {
+			want[i+j] = byte(v >> (8 * j))
+		}
+	}
+	first := -1
+	diff := 0
+	for i := 0; i < min(len(got), len(want)); i++ {
+		if got[i] != want[i] {
+			if first < 0 {
+				first = i
+			}
+			diff++
+		}
+	}
+	return fmt.Sprintf("second read: %d bytes (want %d), err %v, %d bytes differ, first at %d (a second read of the same file)", len(got), len(want), err, diff, first)
 }
 
 func readSum(ctx context.Context, c *client.Client, path string) ([32]byte, error) {
