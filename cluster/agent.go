@@ -19,6 +19,7 @@ import (
 	"github.com/shoalfs/shoal/internal/ctlproto"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -274,19 +275,19 @@ func (a *Agent) ClusterID() []byte {
 func (a *Agent) ID() string { return a.cfg.ID }
 
 // FileSize asks the MDS for the size of file ino (FILE_SIZE).
-// ErrMDSUnreachable means the MDS is away (see CheckStateid),
-// ErrUnavailable that it asked for a retry.
+// pnfs.ErrMDSUnreachable means the MDS is away (see CheckStateid),
+// pnfs.ErrUnavailable that it asked for a retry.
 func (a *Agent) FileSize(ctx context.Context, ino uint64) (uint64, error) {
 	a.mu.Lock()
 	conn := a.conn
 	a.mu.Unlock()
 	if conn == nil {
-		return 0, fmt.Errorf("%w: not registered with an MDS", ErrMDSUnreachable)
+		return 0, fmt.Errorf("%w: not registered with an MDS", pnfs.ErrMDSUnreachable)
 	}
 	var res ctlproto.CtlGetsizeRes
 	err := call(ctx, conn, ctlproto.CTLPROC_FILE_SIZE, &ctlproto.CtlInoArgs{Ino: ino}, &res)
 	if mdsAway(err, res.Status) {
-		return 0, fmt.Errorf("%w: FILE_SIZE of %d: %v", ErrMDSUnreachable, ino, cmp.Or(err, errOf(res.Status)))
+		return 0, fmt.Errorf("%w: FILE_SIZE of %d: %v", pnfs.ErrMDSUnreachable, ino, cmp.Or(err, errOf(res.Status)))
 	}
 	if err := errOf(res.Status); err != nil {
 		return 0, fmt.Errorf("cluster: FILE_SIZE of %d: %w", ino, err)
@@ -353,8 +354,9 @@ func (a *Agent) Close() error {
 }
 
 // CheckStateid reports whether stateid allows I/O (write or read) on ino.
-// Fenced clients get ErrFenced; the MDS's refusals come back as
-// ErrBadStateid, ErrOldStateid, ErrStaleStateid, ErrExpired, ErrOpenMode.
+// Fenced clients get pnfs.ErrFenced; the MDS's refusals come back as
+// pnfs.ErrBadStateid, ErrOldStateid, ErrStaleStateid, ErrExpired or
+// ErrOpenMode.
 //
 // Positive answers are cached per (stateid.other, ino, write). While the
 // MDS can be asked, an answer is reused for two seconds (stateidTTL).
@@ -369,7 +371,7 @@ func (a *Agent) Close() error {
 // stateids of its predecessor as stale, and clients recover).
 //
 // A stateid with no usable answer while the MDS cannot be asked is
-// ErrMDSUnreachable, which sends the client to the MDS; ErrUnavailable
+// pnfs.ErrMDSUnreachable, which sends the client to the MDS; pnfs.ErrUnavailable
 // means the MDS answered and asked for a retry.
 func (a *Agent) CheckStateid(ctx context.Context, ino uint64, stateid [16]byte, write bool) error {
 	a.stats.stateidChecks.Add(1)
@@ -397,7 +399,7 @@ func (a *Agent) CheckStateid(ctx context.Context, ino uint64, stateid [16]byte, 
 	}
 	a.mu.Unlock()
 	if conn == nil {
-		return fmt.Errorf("%w: not registered with an MDS", ErrMDSUnreachable)
+		return fmt.Errorf("%w: not registered with an MDS", pnfs.ErrMDSUnreachable)
 	}
 	var res ctlproto.CtlCheckStateidRes
 	err := call(ctx, conn, ctlproto.CTLPROC_CHECK_STATEID,
@@ -410,15 +412,15 @@ func (a *Agent) CheckStateid(ctx context.Context, ino uint64, stateid [16]byte, 
 	case err == nil:
 	case ctx.Err() != nil:
 		return err // the client's request is gone
-	case unreachable || errors.Is(err, ErrUnavailable):
+	case unreachable || errors.Is(err, pnfs.ErrUnavailable):
 		if cached && a.staleAnswer(key, now) {
 			a.stats.stateidStaleHits.Add(1)
 			return nil
 		}
 		if unreachable {
-			// %v: this is not ErrUnavailable, whose callers answer
+			// %v: this is not pnfs.ErrUnavailable, whose callers answer
 			// "retry".
-			return fmt.Errorf("%w: %v", ErrMDSUnreachable, err)
+			return fmt.Errorf("%w: %v", pnfs.ErrMDSUnreachable, err)
 		}
 		return err
 	default:
@@ -433,7 +435,7 @@ func (a *Agent) CheckStateid(ctx context.Context, ino uint64, stateid [16]byte, 
 	defer a.mu.Unlock()
 	// A FENCE that arrived while the question was in flight wins.
 	if _, f := a.fenced[res.Clientid]; f {
-		return ErrFenced
+		return pnfs.ErrFenced
 	}
 	if len(a.cache) >= maxCache {
 		for k, e := range a.cache {
@@ -506,7 +508,7 @@ func (a *Agent) connectRetry(ctx context.Context) error {
 			return fmt.Errorf("cluster: registering with %v: %w (last error: %w)", a.cfg.MDS, ctx.Err(), err)
 		case <-a.ctx.Done():
 			t.Stop()
-			return fmt.Errorf("cluster: agent closed: %w", ErrUnavailable)
+			return fmt.Errorf("cluster: agent closed: %w", pnfs.ErrUnavailable)
 		case <-t.C:
 		}
 		backoff = min(2*backoff, maxBackoff)

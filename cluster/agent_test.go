@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 func sid(seq uint32, other byte) [16]byte {
@@ -31,10 +33,10 @@ func TestCheckStateid(t *testing.T) {
 	good, other := sid(1, 0xA1), sid(1, 0xB2)
 	tc.checker.set(good, 100, nil)
 	tc.checker.set(other, 200, nil)
-	tc.checker.set(sid(1, 0xC3), 0, ErrExpired)
-	tc.checker.set(sid(1, 0xC4), 0, ErrOpenMode)
-	tc.checker.set(sid(1, 0xC5), 0, ErrOldStateid)
-	tc.checker.set(sid(1, 0xC6), 0, ErrStaleStateid)
+	tc.checker.set(sid(1, 0xC3), 0, pnfs.ErrExpired)
+	tc.checker.set(sid(1, 0xC4), 0, pnfs.ErrOpenMode)
+	tc.checker.set(sid(1, 0xC5), 0, pnfs.ErrOldStateid)
+	tc.checker.set(sid(1, 0xC6), 0, pnfs.ErrStaleStateid)
 	tc.checker.set(sid(1, 0xC7), 0, errors.New("checker broke"))
 
 	for _, tt := range []struct {
@@ -43,11 +45,11 @@ func TestCheckStateid(t *testing.T) {
 		want error
 	}{
 		{"valid", good, nil},
-		{"unknown", sid(1, 0xFF), ErrBadStateid},
-		{"expired", sid(1, 0xC3), ErrExpired},
-		{"open mode", sid(1, 0xC4), ErrOpenMode},
-		{"old", sid(1, 0xC5), ErrOldStateid},
-		{"stale", sid(1, 0xC6), ErrStaleStateid},
+		{"unknown", sid(1, 0xFF), pnfs.ErrBadStateid},
+		{"expired", sid(1, 0xC3), pnfs.ErrExpired},
+		{"open mode", sid(1, 0xC4), pnfs.ErrOpenMode},
+		{"old", sid(1, 0xC5), pnfs.ErrOldStateid},
+		{"stale", sid(1, 0xC6), pnfs.ErrStaleStateid},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if err := a.CheckStateid(ctx, 9, tt.sid, true); !errors.Is(err, tt.want) {
@@ -99,7 +101,7 @@ func TestCheckStateid(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, ag := range tc.agents {
-		if err := ag.CheckStateid(ctx, 9, good, true); !errors.Is(err, ErrFenced) {
+		if err := ag.CheckStateid(ctx, 9, good, true); !errors.Is(err, pnfs.ErrFenced) {
 			t.Errorf("%s: fenced client's check = %v", ag.cfg.ID, err)
 		}
 	}
@@ -113,7 +115,7 @@ func TestCheckStateid(t *testing.T) {
 
 	// A DS that registers while the fence is up learns of it.
 	late := tc.addAgent("late")
-	if err := late.CheckStateid(ctx, 9, good, false); !errors.Is(err, ErrFenced) {
+	if err := late.CheckStateid(ctx, 9, good, false); !errors.Is(err, pnfs.ErrFenced) {
 		t.Errorf("late DS: fenced client's check = %v", err)
 	}
 	// So does a DS that re-registers.
@@ -122,7 +124,7 @@ func TestCheckStateid(t *testing.T) {
 	tc.nextEvent(Left, b.cfg.ID)
 	tc.nextEvent(Joined, b.cfg.ID)
 	eventually(t, "re-registered agent to be connected", func() bool { return agentConn(b) != nil })
-	if err := b.CheckStateid(ctx, 9, good, false); !errors.Is(err, ErrFenced) {
+	if err := b.CheckStateid(ctx, 9, good, false); !errors.Is(err, pnfs.ErrFenced) {
 		t.Errorf("re-registered DS: fenced client's check = %v", err)
 	}
 
@@ -145,7 +147,7 @@ func TestFileSize(t *testing.T) {
 		case 10:
 			return 0, fmt.Errorf("no inode %d: %w", ino, fs.ErrNotExist)
 		case 11:
-			return 0, fmt.Errorf("metadata busy: %w", ErrUnavailable)
+			return 0, fmt.Errorf("metadata busy: %w", pnfs.ErrUnavailable)
 		case 12:
 			return 0, errors.New("metadata broke")
 		}
@@ -164,7 +166,7 @@ func TestFileSize(t *testing.T) {
 		{"some", 2, 12345, nil},
 		{"largest", 3, 1<<63 - 1, nil},
 		{"no such file", 10, 0, fs.ErrNotExist},
-		{"retry later", 11, 0, ErrUnavailable},
+		{"retry later", 11, 0, pnfs.ErrUnavailable},
 		{"failure", 12, 0, syscall.EIO},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -177,14 +179,14 @@ func TestFileSize(t *testing.T) {
 
 	// A registry that cannot tell asks the DS to retry.
 	noSizes := newCluster(t, 1)
-	if _, err := noSizes.agents[0].FileSize(ctx, 1); !errors.Is(err, ErrUnavailable) {
+	if _, err := noSizes.agents[0].FileSize(ctx, 1); !errors.Is(err, pnfs.ErrUnavailable) {
 		t.Errorf("FileSize from a registry without FileSize = %v", err)
 	}
 	// An agent without an MDS sends the client to the MDS instead.
 	noSizes.reg.Close()
 	b := noSizes.agents[0]
 	eventually(t, "agent to notice the MDS is gone", func() bool { return agentConn(b) == nil })
-	if _, err := b.FileSize(ctx, 1); !errors.Is(err, ErrMDSUnreachable) || errors.Is(err, ErrUnavailable) {
-		t.Errorf("FileSize without an MDS = %v, want ErrMDSUnreachable", err)
+	if _, err := b.FileSize(ctx, 1); !errors.Is(err, pnfs.ErrMDSUnreachable) || errors.Is(err, pnfs.ErrUnavailable) {
+		t.Errorf("FileSize without an MDS = %v, want pnfs.ErrMDSUnreachable", err)
 	}
 }

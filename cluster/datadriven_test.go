@@ -19,6 +19,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -223,11 +224,11 @@ func (w *ddWorld) fmtMap(m meta.StripeMap) string {
 // errClass names an error the way scripts compare it.
 func errClass(err error) string {
 	switch {
-	case errors.Is(err, ErrDataServerDown):
+	case errors.Is(err, pnfs.ErrDataServerDown):
 		return "down"
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, pnfs.ErrUnavailable):
 		return "unavailable"
-	case errors.Is(err, ErrNoDataServers):
+	case errors.Is(err, pnfs.ErrNoDataServers):
 		return "no data servers"
 	case errors.Is(err, ErrBusy):
 		return "busy"

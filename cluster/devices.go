@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 // Files-layout devices. A layout names a device, and the device lists the
@@ -103,31 +104,23 @@ func (d *devices) all() [][16]byte {
 	return out
 }
 
-// FileLayout is a file's files layout for LAYOUTGET.
-type FileLayout struct {
-	Device [16]byte
-	First  uint32 // nfl_first_stripe_index
-	Unit   uint64
-	Count  uint32 // stripe count: the device's data servers
-}
-
 // Layout returns file ino's files layout, placing its data first if it has
 // no stripe map. Each stripe index of the layout's device is the first
 // good copy of its position that is in service (members in map order);
 // stale copies are never named. If a position has no good copy in service
-// the file gets no layout (an error wrapping ErrUnavailable, or
-// ErrDataServerDown): clients then do their I/O through the MDS, which
+// the file gets no layout (an error wrapping pnfs.ErrUnavailable, or
+// pnfs.ErrDataServerDown): clients then do their I/O through the MDS, which
 // serves the stripes that are reachable and fails the others clearly.
-func (s *Striped) Layout(ctx context.Context, ino uint64) (FileLayout, error) {
+func (s *Striped) Layout(ctx context.Context, ino uint64) (pnfs.FileLayout, error) {
 	m, err := s.Place(ctx, ino)
 	if err != nil {
-		return FileLayout{}, err
+		return pnfs.FileLayout{}, err
 	}
 	ids, err := s.layoutIDs(ino, m)
 	if err != nil {
-		return FileLayout{}, err
+		return pnfs.FileLayout{}, err
 	}
-	return FileLayout{Device: s.devices.id(ids), First: m.First, Unit: m.Unit, Count: uint32(len(ids))}, nil
+	return pnfs.FileLayout{Device: s.devices.id(ids), First: m.First, Unit: m.Unit, Count: uint32(len(ids))}, nil
 }
 
 // layoutIDs returns the data server of each stripe index of m's layout:
@@ -154,7 +147,7 @@ func (s *Striped) layoutIDs(ino uint64, m meta.StripeMap) ([]string, error) {
 				errs = append(errs, err)
 			} else {
 				// Registered again since DataServer said otherwise.
-				errs = append(errs, fmt.Errorf("data server %s: %w", id, ErrUnavailable))
+				errs = append(errs, fmt.Errorf("data server %s: %w", id, pnfs.ErrUnavailable))
 			}
 		}
 		return nil, fmt.Errorf("cluster: layout of ino %d: %w", ino, errors.Join(errs...))

@@ -89,8 +89,8 @@
 //
 //   - adding a DS changes nothing for existing files; new files use it;
 //   - a DS that is down makes exactly the files whose maps name it
-//     unavailable: their I/O is retried (ErrUnavailable, NFS4ERR_DELAY) for
-//     RegistryConfig.DownAfter and then fails (ErrDataServerDown,
+//     unavailable: their I/O is retried (pnfs.ErrUnavailable, NFS4ERR_DELAY) for
+//     RegistryConfig.DownAfter and then fails (pnfs.ErrDataServerDown,
 //     NFS4ERR_IO), and they get no layout; every other file is untouched;
 //   - DSes re-registering after an MDS restart, in any order, find the
 //     same placement.
@@ -162,10 +162,10 @@
 // heartbeats may then be waiting unread. The agent reconnects with capped
 // exponential backoff and re-registers, getting the current fence list in
 // the REGISTER reply. Striped surfaces a down or failing DS as an error
-// wrapping ErrUnavailable, ErrDataServerDown (a *DownError naming it) or
+// wrapping pnfs.ErrUnavailable, pnfs.ErrDataServerDown (a *DownError naming it) or
 // the DS's storage error; it never substitutes zeros for a DS it could not
 // reach. Striped compares the boot verifiers in OBJ_WRITE and OBJ_COMMIT
-// replies and reports ErrDataLost from Sync when a DS restarted with
+// replies and reports pnfs.ErrDataLost from Sync when a DS restarted with
 // uncommitted writes.
 //
 // # Stateids and fencing
@@ -173,7 +173,7 @@
 // The DS asks the MDS whether (stateid, ino, write) allows I/O and caches a
 // positive answer for 2 s keyed by the stateid's "other" field, ino and
 // write. FENCE drops the cached answers of a client and refuses its I/O with
-// ErrFenced until UNFENCE. A fence racing with a check in flight wins
+// pnfs.ErrFenced until UNFENCE. A fence racing with a check in flight wins
 // whichever is processed first: the answer is cached only if the client is
 // not fenced at that moment, and a later FENCE drops it. Registry.Fence
 // returns once every connected DS has applied the fence, so the server's own
@@ -185,8 +185,8 @@
 // stays valid until it is recalled or the client's lease runs out, and
 // neither happens without the MDS. I/O the DS cannot vouch for then, a
 // stateid it has no answer for or a file whose map it lacks, gets
-// ErrMDSUnreachable or ErrNotMember, which send the client to the MDS
-// (NFS4ERR_PNFS_NO_LAYOUT), never ErrUnavailable, whose NFS4ERR_DELAY the
+// pnfs.ErrMDSUnreachable or pnfs.ErrNotMember, which send the client to the MDS
+// (NFS4ERR_PNFS_NO_LAYOUT), never pnfs.ErrUnavailable, whose NFS4ERR_DELAY the
 // Linux client answers with a 15 s pause. Registering again, with the same
 // MDS or another, drops both caches: the new MDS's fence list and boot
 // epoch decide from then on.

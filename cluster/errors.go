@@ -10,34 +10,19 @@ import (
 	"github.com/shoalfs/shoal/internal/ctlproto"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/store"
 )
 
-// Stateid verdicts. The MDS's RegistryConfig.CheckStateid returns them
-// (wrapped or not) and Agent.CheckStateid returns them to the DS server,
-// which maps them to the NFS4ERR_* of the same name.
+// The stateid verdicts (pnfs.ErrBadStateid, ErrOldStateid,
+// ErrStaleStateid, ErrExpired, ErrOpenMode, ErrFenced) and the
+// availability errors (pnfs.ErrUnavailable, ErrMDSUnreachable,
+// ErrDataServerDown, ErrNoDataServers, ErrNotMember, ErrDataLost) are
+// package pnfs's: the one vocabulary of the MDS/DS seam, which package
+// server maps to NFS4ERR_*. The MDS's RegistryConfig.CheckStateid returns
+// the verdicts (wrapped or not), statusOf and errOf carry them over the
+// wire, and Agent.CheckStateid returns them to the DS server.
 var (
-	ErrBadStateid   = errors.New("cluster: bad stateid")
-	ErrOldStateid   = errors.New("cluster: old stateid")
-	ErrStaleStateid = errors.New("cluster: stale stateid")
-	ErrExpired      = errors.New("cluster: client lease expired")
-	ErrOpenMode     = errors.New("cluster: stateid does not allow this access")
-	// ErrFenced: the stateid belongs to a client the MDS has fenced.
-	ErrFenced = errors.New("cluster: client fenced")
-	// ErrUnavailable: the peer (MDS, or a data server) cannot be reached
-	// or asked the caller to retry; callers map it to NFS4ERR_DELAY.
-	ErrUnavailable = errors.New("cluster: unavailable")
-	// ErrMDSUnreachable: the data server could not ask the MDS what a
-	// client's I/O needs (the data server is not registered with a
-	// leading MDS, or the question got no answer). Agent.CheckStateid
-	// returns it, and not ErrUnavailable, when it has no recent answer
-	// about the stateid to go by; Agent.Map and the replicated write's
-	// REPLICA_FAILED wrap both (their callers among the data servers
-	// treat it as a peer that cannot answer). Either way the data server
-	// sends the client to the MDS at once (NFS4ERR_PNFS_NO_LAYOUT)
-	// instead of asking it to retry (NFS4ERR_DELAY), which the Linux
-	// client answers by pausing its I/O to the data server for 15 s.
-	ErrMDSUnreachable = errors.New("cluster: MDS unreachable, stateid unknown")
 	// ErrNotLeader: the MDS is not the elected leader, or no longer, or
 	// (on a data server) the call came over a connection registered
 	// under an older term than the data server has seen since. A data
@@ -47,19 +32,12 @@ var (
 
 // Errors about cluster membership.
 var (
-	// ErrNoDataServers is returned by Striped when no data server ever
-	// registered.
-	ErrNoDataServers = errors.New("cluster: no data servers")
 	// ErrRemoved is returned by StartAgent (and reported by Agent.Err) when
 	// the MDS has removed this data server from the cluster.
 	ErrRemoved = errors.New("cluster: data server removed from the cluster")
 	// ErrWrongCluster: the data server's directory belongs to another
 	// cluster than the MDS's.
 	ErrWrongCluster = errors.New("cluster: data server directory belongs to another cluster")
-	// ErrDataServerDown: a data server that holds stripes of the file is
-	// out of service for longer than RegistryConfig.DownAfter, or was
-	// removed. Clients get NFS4ERR_IO; see DownError for which one.
-	ErrDataServerDown = errors.New("cluster: data server down")
 	// ErrBusy: an admin job (drain, rebalance) is already running.
 	ErrBusy = errors.New("cluster: another job is running")
 	// ErrVersion: MDS and DS speak no common protocol revision.
@@ -70,11 +48,6 @@ var (
 	ErrClusterFull = errors.New("cluster: cluster full")
 	// ErrUnknownDataServer: no data server has this id.
 	ErrUnknownDataServer = errors.New("cluster: unknown data server")
-	// ErrDataLost is returned by Striped's Sync when a data server's boot
-	// verifier changed since data was written to it without being
-	// committed: the server must change its own write verifier so that
-	// clients resend their uncommitted writes.
-	ErrDataLost = errors.New("cluster: data server restarted, uncommitted data may be lost")
 )
 
 // statusOf maps a verdict or storage error to the status sent on the wire.
@@ -82,25 +55,25 @@ func statusOf(err error) ctlproto.CtlStatus {
 	switch {
 	case err == nil:
 		return ctlproto.CTL_OK
-	case errors.Is(err, ErrBadStateid):
+	case errors.Is(err, pnfs.ErrBadStateid):
 		return ctlproto.CTL_ERR_BAD_STATEID
-	case errors.Is(err, ErrOldStateid):
+	case errors.Is(err, pnfs.ErrOldStateid):
 		return ctlproto.CTL_ERR_OLD_STATEID
-	case errors.Is(err, ErrStaleStateid):
+	case errors.Is(err, pnfs.ErrStaleStateid):
 		return ctlproto.CTL_ERR_STALE_STATEID
-	case errors.Is(err, ErrExpired):
+	case errors.Is(err, pnfs.ErrExpired):
 		return ctlproto.CTL_ERR_EXPIRED
-	case errors.Is(err, ErrOpenMode):
+	case errors.Is(err, pnfs.ErrOpenMode):
 		return ctlproto.CTL_ERR_OPENMODE
-	case errors.Is(err, ErrFenced):
+	case errors.Is(err, pnfs.ErrFenced):
 		return ctlproto.CTL_ERR_FENCED
-	case errors.Is(err, ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	case errors.Is(err, pnfs.ErrUnavailable), errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return ctlproto.CTL_ERR_DELAY
 	case errors.Is(err, ErrNotLeader):
 		return ctlproto.CTL_ERR_NOT_LEADER
 	case errors.Is(err, ErrBusy):
 		return ctlproto.CTL_ERR_BUSY
-	case errors.Is(err, ErrNotMember):
+	case errors.Is(err, pnfs.ErrNotMember):
 		return ctlproto.CTL_ERR_NOTMEMBER
 	case errors.Is(err, store.ErrCorrupt):
 		return ctlproto.CTL_ERR_CORRUPT
@@ -126,19 +99,19 @@ func errOf(st ctlproto.CtlStatus) error {
 	case ctlproto.CTL_OK:
 		return nil
 	case ctlproto.CTL_ERR_BAD_STATEID:
-		return ErrBadStateid
+		return pnfs.ErrBadStateid
 	case ctlproto.CTL_ERR_OLD_STATEID:
-		return ErrOldStateid
+		return pnfs.ErrOldStateid
 	case ctlproto.CTL_ERR_STALE_STATEID:
-		return ErrStaleStateid
+		return pnfs.ErrStaleStateid
 	case ctlproto.CTL_ERR_EXPIRED:
-		return ErrExpired
+		return pnfs.ErrExpired
 	case ctlproto.CTL_ERR_OPENMODE:
-		return ErrOpenMode
+		return pnfs.ErrOpenMode
 	case ctlproto.CTL_ERR_FENCED:
-		return ErrFenced
+		return pnfs.ErrFenced
 	case ctlproto.CTL_ERR_DELAY, ctlproto.CTL_ERR_STALE_GEN, ctlproto.CTL_ERR_NOTREG:
-		return fmt.Errorf("%w (%v)", ErrUnavailable, st)
+		return fmt.Errorf("%w (%v)", pnfs.ErrUnavailable, st)
 	case ctlproto.CTL_ERR_NOENT:
 		return fs.ErrNotExist
 	case ctlproto.CTL_ERR_NOSPC:
@@ -164,7 +137,7 @@ func errOf(st ctlproto.CtlStatus) error {
 	case ctlproto.CTL_ERR_NOTSUPP:
 		return store.ErrNotSupported
 	case ctlproto.CTL_ERR_NOTMEMBER:
-		return ErrNotMember
+		return pnfs.ErrNotMember
 	case ctlproto.CTL_ERR_NOT_LEADER:
 		return ErrNotLeader
 	}
@@ -172,11 +145,11 @@ func errOf(st ctlproto.CtlStatus) error {
 }
 
 // call sends one SHOAL_CONTROL call on c and decodes its result. Transport
-// failures are wrapped in ErrUnavailable as well as kept in the chain.
+// failures are wrapped in pnfs.ErrUnavailable as well as kept in the chain.
 func call(ctx context.Context, c *rpc.Conn, proc uint32, args xdr.Marshaler, res xdr.Unmarshaler) error {
 	b, err := c.Call(ctx, ctlproto.SHOAL_CONTROL, ctlproto.SHOAL_CONTROL_V1, proc, rpc.OpaqueAuth{}, args)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return fmt.Errorf("%w: %w", pnfs.ErrUnavailable, err)
 	}
 	if err := xdr.Unmarshal(b, res); err != nil {
 		return fmt.Errorf("cluster: proc %d: %w: %w", proc, rpc.ErrBadReply, err)
@@ -191,7 +164,7 @@ func call(ctx context.Context, c *rpc.Conn, proc uint32, args xdr.Marshaler, res
 func callRelease(ctx context.Context, c *rpc.Conn, proc uint32, args xdr.Marshaler, res xdr.Unmarshaler) (release func(), err error) {
 	b, release, err := c.CallRelease(ctx, ctlproto.SHOAL_CONTROL, ctlproto.SHOAL_CONTROL_V1, proc, rpc.OpaqueAuth{}, args)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", pnfs.ErrUnavailable, err)
 	}
 	if err := xdr.Unmarshal(b, res); err != nil {
 		release()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/shoalfs/shoal/internal/ctlproto"
 	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 // leadership stands in for the MDSes' election (RegistryConfig.Leader):
@@ -149,8 +150,8 @@ func TestAgentFindsLeader(t *testing.T) {
 
 // TestStateidsOutliveMDS: while the MDS is away, a stateid it accepted
 // within the lease keeps passing, past the cache's TTL; one it never
-// accepted, or whose client it fenced, gets ErrMDSUnreachable (not
-// ErrUnavailable, which parks clients); registering again, here with a
+// accepted, or whose client it fenced, gets pnfs.ErrMDSUnreachable (not
+// pnfs.ErrUnavailable, which parks clients); registering again, here with a
 // new leader, drops every answer, and the new leader's verdicts rule.
 func TestStateidsOutliveMDS(t *testing.T) {
 	rec := metaRecord{newMeta(t)}
@@ -226,8 +227,8 @@ func TestStateidsOutliveMDS(t *testing.T) {
 			switch {
 			case tt.ok && err != nil:
 				t.Errorf("CheckStateid without an MDS = %v, want nil", err)
-			case !tt.ok && (!errors.Is(err, ErrMDSUnreachable) || errors.Is(err, ErrUnavailable)):
-				t.Errorf("CheckStateid without an MDS = %v, want ErrMDSUnreachable and not ErrUnavailable", err)
+			case !tt.ok && (!errors.Is(err, pnfs.ErrMDSUnreachable) || errors.Is(err, pnfs.ErrUnavailable)):
+				t.Errorf("CheckStateid without an MDS = %v, want pnfs.ErrMDSUnreachable and not pnfs.ErrUnavailable", err)
 			}
 		})
 	}
@@ -238,7 +239,7 @@ func TestStateidsOutliveMDS(t *testing.T) {
 	// A new leader, of a higher term, at the other address. It knows
 	// nothing of its predecessor's stateids.
 	next := startFailoverMDS(t, nextLn, rec, 2, true, time.Hour)
-	next.checker.set(good, 0, ErrStaleStateid)
+	next.checker.set(good, 0, pnfs.ErrStaleStateid)
 	eventually(t, "the agent to register with the new leader", func() bool {
 		mds, term, ok := agentState(a)
 		return ok && mds == next.addr && term == 2
@@ -249,8 +250,8 @@ func TestStateidsOutliveMDS(t *testing.T) {
 	if n != 0 {
 		t.Errorf("%d stateid answers survived registering with a new leader", n)
 	}
-	if err := a.CheckStateid(ctx, 9, good, true); !errors.Is(err, ErrStaleStateid) {
-		t.Errorf("CheckStateid at the new leader = %v, want ErrStaleStateid", err)
+	if err := a.CheckStateid(ctx, 9, good, true); !errors.Is(err, pnfs.ErrStaleStateid) {
+		t.Errorf("CheckStateid at the new leader = %v, want pnfs.ErrStaleStateid", err)
 	}
 }
 

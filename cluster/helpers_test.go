@@ -15,6 +15,7 @@ import (
 
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -44,7 +45,7 @@ func (f *fakeChecker) check(_ context.Context, ino uint64, sid [16]byte, write b
 	if id, ok := f.valid[sid]; ok {
 		return id, nil
 	}
-	return 0, ErrBadStateid
+	return 0, pnfs.ErrBadStateid
 }
 
 func (f *fakeChecker) set(sid [16]byte, client uint64, err error) {

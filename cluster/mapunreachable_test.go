@@ -5,13 +5,15 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 // TestMapWithoutMDS: a data server whose MDS is gone (killed, stepping
 // down, failing over) cannot fetch a stripe map; the error wraps
-// ErrMDSUnreachable, which sends the client to the MDS, as well as
-// ErrUnavailable, which the data servers' peer calls go by. Before, it was
-// ErrUnavailable alone: NFS4ERR_DELAY, which stalled the Linux client's
+// pnfs.ErrMDSUnreachable, which sends the client to the MDS, as well as
+// pnfs.ErrUnavailable, which the data servers' peer calls go by. Before, it was
+// pnfs.ErrUnavailable alone: NFS4ERR_DELAY, which stalled the Linux client's
 // mirrored writes for 15 s after every MDS failover (test/kernel
 // shoal-failover).
 func TestMapWithoutMDS(t *testing.T) {
@@ -41,10 +43,10 @@ func TestMapWithoutMDS(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.call()
-			// ErrMDSUnreachable, not merely ErrUnavailable: the data
+			// pnfs.ErrMDSUnreachable, not merely pnfs.ErrUnavailable: the data
 			// server sends the client to the MDS rather than into DELAY.
-			if !errors.Is(err, ErrMDSUnreachable) {
-				t.Errorf("%s without an MDS = %v, want ErrMDSUnreachable", tt.name, err)
+			if !errors.Is(err, pnfs.ErrMDSUnreachable) {
+				t.Errorf("%s without an MDS = %v, want pnfs.ErrMDSUnreachable", tt.name, err)
 			}
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/shoalfs/shoal/internal/ctlproto"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 // Moving a file's data between data servers (drain, rebalance, healing).
@@ -175,7 +176,7 @@ func (s *Striped) copyPlan(ctx context.Context, ino uint64, old, nm meta.StripeM
 	for p, need := range needs {
 		if need && !slices.ContainsFunc(old.Good(p), func(id string) bool { return slices.Contains(live, id) }) {
 			return nil, 0, fmt.Errorf("position %d has no good copy in service (members %v, stale %v): %w",
-				p, old.Members(p), old.Stale, ErrUnavailable)
+				p, old.Members(p), old.Stale, pnfs.ErrUnavailable)
 		}
 	}
 	size, err := objectsSize(ctx, s.r, ino, live, nil)
@@ -304,7 +305,7 @@ func (w *copyWrites) note(id string, v [8]byte) {
 }
 
 // commitAll commits ino on every data server written to, and fails with
-// ErrDataLost if one restarted since a write.
+// pnfs.ErrDataLost if one restarted since a write.
 func (w *copyWrites) commitAll(ctx context.Context, r *Registry, ino uint64) error {
 	w.mu.Lock()
 	ids := make([]string, 0, len(w.verf))
@@ -328,7 +329,7 @@ func (w *copyWrites) commitAll(ctx context.Context, r *Registry, ino uint64) err
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		if w.lost[id] || w.verf[id] != *res.Verifier {
-			return fmt.Errorf("%w (data server %s restarted during the copy)", ErrDataLost, id)
+			return fmt.Errorf("%w (data server %s restarted during the copy)", pnfs.ErrDataLost, id)
 		}
 		return nil
 	})
@@ -370,7 +371,7 @@ func (s *Striped) dropCopies(ctx context.Context, ino uint64, old, nm meta.Strip
 	}
 	skip := func(id string) (*rpc.Conn, bool, error) {
 		conn, err := s.r.conn(id)
-		if err != nil && errors.Is(err, ErrDataServerDown) {
+		if err != nil && errors.Is(err, pnfs.ErrDataServerDown) {
 			s.r.log.Info("cluster: not removing copies from a data server that is down", "ino", ino, "ds", id)
 			return nil, true, nil
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/shoalfs/shoal/internal/ctlproto"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 // Data server to data server: REPLICA_WRITE and REPLICA_COMMIT.
@@ -60,7 +61,7 @@ func (p *peerPool) conn(ctx context.Context, id string) (c *rpc.Conn, fresh bool
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, false, fmt.Errorf("%w: agent closed", ErrUnavailable)
+		return nil, false, fmt.Errorf("%w: agent closed", pnfs.ErrUnavailable)
 	}
 	pc := p.conns[id]
 	if pc == nil {
@@ -83,7 +84,7 @@ func (p *peerPool) conn(ctx context.Context, id string) (c *rpc.Conn, fresh bool
 		pc.conn = nil
 	}
 	if len(addrs) == 0 {
-		return nil, false, fmt.Errorf("%w: no address known for data server %s", ErrUnavailable, id)
+		return nil, false, fmt.Errorf("%w: no address known for data server %s", pnfs.ErrUnavailable, id)
 	}
 	var errs []error
 	for _, addr := range addrs {
@@ -103,12 +104,12 @@ func (p *peerPool) conn(ctx context.Context, id string) (c *rpc.Conn, fresh bool
 		p.mu.Unlock()
 		if closed {
 			c.Close()
-			return nil, false, fmt.Errorf("%w: agent closed", ErrUnavailable)
+			return nil, false, fmt.Errorf("%w: agent closed", pnfs.ErrUnavailable)
 		}
 		pc.addr, pc.conn = addr, c
 		return c, true, nil
 	}
-	return nil, false, fmt.Errorf("%w: data server %s: %w", ErrUnavailable, id, errors.Join(errs...))
+	return nil, false, fmt.Errorf("%w: data server %s: %w", pnfs.ErrUnavailable, id, errors.Join(errs...))
 }
 
 // call makes one call to peer id. A pooled connection can have been
@@ -199,7 +200,7 @@ func macOf(key, msg []byte) [16]byte {
 func (a *Agent) replicaWrite(ctx context.Context, id string, ino, gen, off uint64, data []byte, stable bool) ([8]byte, error) {
 	key := a.DataKey()
 	if len(key) == 0 {
-		return [8]byte{}, fmt.Errorf("%w: not registered with the MDS", ErrUnavailable)
+		return [8]byte{}, fmt.Errorf("%w: not registered with the MDS", pnfs.ErrUnavailable)
 	}
 	args := &ctlproto.CtlReplicaWriteArgs{
 		Mac: replicaWriteMAC(key, ino, gen, off, uint64(len(data)), stable),
@@ -226,7 +227,7 @@ func (a *Agent) replicaWrite(ctx context.Context, id string, ino, gen, off uint6
 func (a *Agent) replicaCommit(ctx context.Context, id string, ino, gen uint64) ([8]byte, error) {
 	key := a.DataKey()
 	if len(key) == 0 {
-		return [8]byte{}, fmt.Errorf("%w: not registered with the MDS", ErrUnavailable)
+		return [8]byte{}, fmt.Errorf("%w: not registered with the MDS", pnfs.ErrUnavailable)
 	}
 	ctx, cancel := context.WithTimeout(ctx, peerCallTimeout)
 	defer cancel()

@@ -19,6 +19,7 @@ import (
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 // State is a data server's place in the cluster's life cycle. It is
@@ -144,15 +145,15 @@ type RegistryConfig struct {
 	// the connection: the liveness window is decided here, once.
 	MissedBeats int
 	// DownAfter is how long a DS may be out of service before I/O on the
-	// stripes it holds fails (ErrDataServerDown, NFS4ERR_IO to clients)
-	// instead of asking clients to retry (ErrUnavailable, NFS4ERR_DELAY).
+	// stripes it holds fails (pnfs.ErrDataServerDown, NFS4ERR_IO to clients)
+	// instead of asking clients to retry (pnfs.ErrUnavailable, NFS4ERR_DELAY).
 	// It covers a DS restart and, after an MDS restart, the DSes'
 	// re-registration. Default DefaultDownAfter.
 	DownAfter time.Duration
 	// CheckStateid answers CHECK_STATEID: it returns the client id owning
 	// stateid if it is valid for I/O (write or read) on ino, or one of
-	// ErrBadStateid, ErrOldStateid, ErrStaleStateid, ErrExpired,
-	// ErrOpenMode, ErrFenced, ErrUnavailable (possibly wrapped). Any other
+	// pnfs.ErrBadStateid, pnfs.ErrOldStateid, pnfs.ErrStaleStateid, pnfs.ErrExpired,
+	// pnfs.ErrOpenMode, pnfs.ErrFenced, pnfs.ErrUnavailable (possibly wrapped). Any other
 	// error is reported to the DS as an I/O error. Nil: every check is
 	// answered "retry later".
 	CheckStateid func(ctx context.Context, ino uint64, stateid [16]byte, write bool) (clientID uint64, err error)
@@ -577,8 +578,8 @@ func (r *Registry) setState(ctx context.Context, id string, st State) error {
 }
 
 // conn returns the live connection of data server id, for Striped. A DS
-// out of service for less than DownAfter is ErrUnavailable (retry); one
-// out longer, removed, or unknown is ErrDataServerDown.
+// out of service for less than DownAfter is pnfs.ErrUnavailable (retry); one
+// out longer, removed, or unknown is pnfs.ErrDataServerDown.
 func (r *Registry) conn(id string) (*rpc.Conn, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -594,7 +595,7 @@ func (r *Registry) conn(id string) (*rpc.Conn, error) {
 	out := r.cfg.now().Sub(m.ds.Since)
 	if out < r.downAfter {
 		return nil, fmt.Errorf("%w: data server %s is out of service (for %v, down after %v)",
-			ErrUnavailable, id, out.Round(time.Millisecond), r.downAfter)
+			pnfs.ErrUnavailable, id, out.Round(time.Millisecond), r.downAfter)
 	}
 	return nil, &DownError{ID: id, Addrs: slices.Clone(m.ds.Addrs),
 		Reason: fmt.Sprintf("out of service for %v", out.Round(time.Second))}
@@ -609,7 +610,7 @@ func (r *Registry) gone(id string) bool {
 	return m == nil || m.ds.State == Removed
 }
 
-// DownError is ErrDataServerDown for one data server.
+// DownError is pnfs.ErrDataServerDown for one data server.
 type DownError struct {
 	ID     string
 	Addrs  []string
@@ -624,8 +625,8 @@ func (e *DownError) Error() string {
 	return fmt.Sprintf("cluster: data server %s%s is down: %s", e.ID, addr, e.Reason)
 }
 
-// Is makes errors.Is(err, ErrDataServerDown) hold.
-func (e *DownError) Is(target error) bool { return target == ErrDataServerDown }
+// Is makes errors.Is(err, pnfs.ErrDataServerDown) hold.
+func (e *DownError) Is(target error) bool { return target == pnfs.ErrDataServerDown }
 
 // setUpLocked changes m's service state, bumping the generation and
 // queueing an event when it actually changes.

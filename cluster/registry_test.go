@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 func TestRegistration(t *testing.T) {
@@ -281,8 +283,8 @@ func TestStates(t *testing.T) {
 		t.Fatal("agent not told it was removed")
 	}
 	eventually(t, "the removed agent to give up", func() bool { return errors.Is(a.Err(), ErrRemoved) })
-	if _, err := tc.reg.conn("ds1"); !errors.Is(err, ErrDataServerDown) {
-		t.Errorf("conn of a removed DS = %v, want ErrDataServerDown", err)
+	if _, err := tc.reg.conn("ds1"); !errors.Is(err, pnfs.ErrDataServerDown) {
+		t.Errorf("conn of a removed DS = %v, want pnfs.ErrDataServerDown", err)
 	}
 	if err := tc.reg.WaitFor(ctx, 2); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/shoalfs/shoal/internal/ctlproto"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -32,7 +33,7 @@ import (
 // which marks its copy stale and answers with the new map; the write then
 // succeeds with the remaining good copies, as a write through the MDS does
 // (Striped). A data server that is not a good member of a unit's position
-// refuses the unit with ErrNotMember, so a client with an old layout goes
+// refuses the unit with pnfs.ErrNotMember, so a client with an old layout goes
 // through the MDS instead of writing a copy nobody reads or reading one
 // that missed writes.
 //
@@ -63,8 +64,8 @@ type mapEntry struct {
 // Map returns file ino's stripe map as the MDS has it, from the agent's
 // cache or by asking the MDS (MAP); one fetch per file is in flight at a
 // time. A file whose data was never placed has no map: the error wraps
-// fs.ErrNotExist. ErrMDSUnreachable means the MDS is away (the cache
-// outlives it: see Agent.run), ErrUnavailable that it asked for a retry.
+// fs.ErrNotExist. pnfs.ErrMDSUnreachable means the MDS is away (the cache
+// outlives it: see Agent.run), pnfs.ErrUnavailable that it asked for a retry.
 func (a *Agent) Map(ctx context.Context, ino uint64) (meta.StripeMap, error) {
 	a.mu.Lock()
 	e, ok := a.maps[ino]
@@ -78,7 +79,7 @@ func (a *Agent) Map(ctx context.Context, ino uint64) (meta.StripeMap, error) {
 		case <-e.ready:
 			return e.m, e.err
 		case <-ctx.Done():
-			return meta.StripeMap{}, fmt.Errorf("%w: waiting for the map of ino %d: %w", ErrUnavailable, ino, ctx.Err())
+			return meta.StripeMap{}, fmt.Errorf("%w: waiting for the map of ino %d: %w", pnfs.ErrUnavailable, ino, ctx.Err())
 		}
 	}
 	var m meta.StripeMap
@@ -125,13 +126,13 @@ func (a *Agent) fetchMap(ctx context.Context, ino uint64) (meta.StripeMap, error
 	conn := a.conn
 	a.mu.Unlock()
 	if conn == nil {
-		return meta.StripeMap{}, fmt.Errorf("%w: not registered with an MDS", ErrMDSUnreachable)
+		return meta.StripeMap{}, fmt.Errorf("%w: not registered with an MDS", pnfs.ErrMDSUnreachable)
 	}
 	a.stats.mapFetches.Add(1)
 	var res ctlproto.CtlMapRes
 	err := call(ctx, conn, ctlproto.CTLPROC_MAP, &ctlproto.CtlInoArgs{Ino: ino}, &res)
 	if mdsAway(err, res.Status) {
-		return meta.StripeMap{}, fmt.Errorf("%w: MAP of ino %d: %v", ErrMDSUnreachable, ino, cmp.Or(err, errOf(res.Status)))
+		return meta.StripeMap{}, fmt.Errorf("%w: MAP of ino %d: %v", pnfs.ErrMDSUnreachable, ino, cmp.Or(err, errOf(res.Status)))
 	}
 	return a.mapReply(ino, "MAP", &res)
 }
@@ -231,7 +232,7 @@ func (a *Agent) mapAtLeast(ctx context.Context, ino, gen uint64) (meta.StripeMap
 		a.dropMapBefore(ino, gen)
 	}
 	return meta.StripeMap{}, fmt.Errorf("%w: the MDS has the map of ino %d at generation %d, a peer at %d",
-		ErrUnavailable, ino, m.Gen, gen)
+		pnfs.ErrUnavailable, ino, m.Gen, gen)
 }
 
 // replicaFailed tells the MDS that peer id could not be reached for a
@@ -243,13 +244,13 @@ func (a *Agent) replicaFailed(ctx context.Context, ino, gen uint64, id string) (
 	conn := a.conn
 	a.mu.Unlock()
 	if conn == nil {
-		return meta.StripeMap{}, fmt.Errorf("%w: %w: not connected to the MDS", ErrMDSUnreachable, ErrUnavailable)
+		return meta.StripeMap{}, fmt.Errorf("%w: %w: not connected to the MDS", pnfs.ErrMDSUnreachable, pnfs.ErrUnavailable)
 	}
 	a.stats.replicaFailed.Add(1)
 	var res ctlproto.CtlMapRes
 	if err := call(ctx, conn, ctlproto.CTLPROC_REPLICA_FAILED,
 		&ctlproto.CtlReplicaFailedArgs{Ino: ino, Gen: gen, DsId: id}, &res); err != nil {
-		return meta.StripeMap{}, fmt.Errorf("cluster: REPLICA_FAILED of %s for ino %d: %w: %w", id, ino, ErrMDSUnreachable, err)
+		return meta.StripeMap{}, fmt.Errorf("cluster: REPLICA_FAILED of %s for ino %d: %w: %w", id, ino, pnfs.ErrMDSUnreachable, err)
 	}
 	m, err := a.mapReply(ino, "REPLICA_FAILED", &res)
 	if err != nil {
@@ -282,9 +283,9 @@ func holdsRange(m meta.StripeMap, id string, off uint64, n int) bool {
 // for an MDS that may take a while.
 func notMember(op string, ino, off uint64, n int, why error) error {
 	if why != nil {
-		return fmt.Errorf("cluster: %s of ino %d at %d+%d: %w (%w)", op, ino, off, n, ErrNotMember, why)
+		return fmt.Errorf("cluster: %s of ino %d at %d+%d: %w (%w)", op, ino, off, n, pnfs.ErrNotMember, why)
 	}
-	return fmt.Errorf("cluster: %s of ino %d at %d+%d: %w", op, ino, off, n, ErrNotMember)
+	return fmt.Errorf("cluster: %s of ino %d at %d+%d: %w", op, ino, off, n, pnfs.ErrNotMember)
 }
 
 // ReplicaStore is a data server's store.Backend for its NFS server: the
@@ -328,7 +329,7 @@ func NewReplicaStore(a *Agent, local store.Backend) *ReplicaStore {
 
 // Open opens ino's local object. A missing object is fs.ErrNotExist (a
 // hole), or created, only for a data server that holds a current copy of
-// some part of the file; to any other it is ErrNotMember, so that it
+// some part of the file; to any other it is pnfs.ErrNotMember, so that it
 // neither answers reads with zeros for data it never had nor leaves empty
 // objects behind refused writes.
 func (s *ReplicaStore) Open(ino uint64, create bool) (store.File, error) {
@@ -343,7 +344,7 @@ func (s *ReplicaStore) Open(ino uint64, create bool) (store.File, error) {
 	defer cancel()
 	m, merr := s.a.Map(ctx, ino)
 	switch {
-	case errors.Is(merr, fs.ErrNotExist), errors.Is(merr, ErrMDSUnreachable):
+	case errors.Is(merr, fs.ErrNotExist), errors.Is(merr, pnfs.ErrMDSUnreachable):
 		return nil, notMember("open", ino, 0, 0, merr)
 	case merr != nil:
 		return nil, merr
@@ -410,7 +411,7 @@ func (s *ReplicaStore) context() (context.Context, context.CancelFunc) {
 
 // ReadAt reads the local object after checking that this data server is a
 // good member of every unit the range touches. A block failing its
-// checksum is an error wrapping both store.ErrCorrupt and ErrNotMember:
+// checksum is an error wrapping both store.ErrCorrupt and pnfs.ErrNotMember:
 // this copy is not current, and the client reads through the MDS, which
 // reads another.
 func (f *replicaFile) ReadAt(p []byte, off int64) (int, error) {
@@ -424,7 +425,7 @@ func (f *replicaFile) ReadAt(p []byte, off int64) (int, error) {
 	defer cancel()
 	m, err := f.s.a.Map(ctx, f.ino)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrMDSUnreachable) {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, pnfs.ErrMDSUnreachable) {
 			return 0, notMember("read", f.ino, uint64(off), len(p), err)
 		}
 		return 0, err
@@ -444,7 +445,7 @@ func (f *replicaFile) ReadAt(p []byte, off int64) (int, error) {
 // of each unit it touches (REPLICA_WRITE, unstable, in parallel). A peer
 // that cannot be reached is reported with REPLICA_FAILED, which marks it
 // stale, and the write goes on with the map the MDS answers. The write
-// fails with ErrNotMember if this data server is not a good member of
+// fails with pnfs.ErrNotMember if this data server is not a good member of
 // every unit it touches.
 func (f *replicaFile) WriteAt(p []byte, off int64) (int, error) {
 	if err := f.check(); err != nil {
@@ -468,7 +469,7 @@ func (f *replicaFile) WriteAt(p []byte, off int64) (int, error) {
 // reported with REPLICA_FAILED (its copy is stale from then on, which is
 // not an error); a peer whose verifier changed since it took a write
 // restarted and may have lost it: Sync then returns an error wrapping
-// ErrDataLost once everything else is committed, and the server changes
+// pnfs.ErrDataLost once everything else is committed, and the server changes
 // its write verifier so that clients resend.
 func (f *replicaFile) Sync() error {
 	if err := f.check(); err != nil {
@@ -513,7 +514,7 @@ func (s *ReplicaStore) write(ctx context.Context, ino uint64, local store.File, 
 	self := s.a.cfg.ID
 	m, err := s.a.Map(ctx, ino)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrMDSUnreachable) {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, pnfs.ErrMDSUnreachable) {
 			return 0, notMember("write", ino, off, len(p), err)
 		}
 		return 0, err
@@ -573,7 +574,7 @@ func (s *ReplicaStore) write(ctx context.Context, ino uint64, local store.File, 
 					failed = append(failed, r.id)
 				}
 				s.a.log.Warn("cluster: a replica missed a write", "ino", ino, "peer", r.id, "err", r.err)
-			case errors.Is(r.err, ErrNotMember):
+			case errors.Is(r.err, pnfs.ErrNotMember):
 				refresh = true // the peer has a newer map than ours
 			default:
 				return 0, r.err
@@ -584,7 +585,7 @@ func (s *ReplicaStore) write(ctx context.Context, ino uint64, local store.File, 
 		}
 		if attempt >= maxReplicaAttempts {
 			return 0, fmt.Errorf("%w: the copies of ino %d at %d+%d did not settle after %d attempts",
-				ErrUnavailable, ino, off, len(p), attempt)
+				pnfs.ErrUnavailable, ino, off, len(p), attempt)
 		}
 		if m, err = s.newerMap(ctx, ino, m, failed); err != nil {
 			return 0, err
@@ -726,7 +727,7 @@ func (s *ReplicaStore) sync(ino uint64, localSync func() error) error {
 				continue
 			}
 			gen = max(gen, m.Gen)
-		case errors.Is(r.err, ErrNotMember):
+		case errors.Is(r.err, pnfs.ErrNotMember):
 			// Its copy is stale or gone already: nothing to commit.
 		default:
 			retry = append(retry, r.id)
@@ -739,7 +740,7 @@ func (s *ReplicaStore) sync(ino uint64, localSync func() error) error {
 		return cmp.Or(lerr, firstErr)
 	}
 	if lost {
-		return fmt.Errorf("cluster: commit of ino %d: %w", ino, ErrDataLost)
+		return fmt.Errorf("cluster: commit of ino %d: %w", ino, pnfs.ErrDataLost)
 	}
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -331,7 +332,7 @@ func TestReplicaPeerDown(t *testing.T) {
 
 // TestReplicaPeerRestartLosesWrites: a peer that restarted between a
 // write and its commit answers the commit with a new verifier; Sync
-// reports ErrDataLost once the commit is done everywhere, once.
+// reports pnfs.ErrDataLost once the commit is done everywhere, once.
 func TestReplicaPeerRestartLosesWrites(t *testing.T) {
 	rc := newReplicaCluster(t, 3, 2)
 	ino, m := rc.place()
@@ -342,8 +343,8 @@ func TestReplicaPeerRestartLosesWrites(t *testing.T) {
 	}
 	rc.restart(peer)
 	err := writer.rs.Sync(ino)
-	if !errors.Is(err, ErrDataLost) {
-		t.Fatalf("Sync after the peer restarted = %v, want ErrDataLost", err)
+	if !errors.Is(err, pnfs.ErrDataLost) {
+		t.Fatalf("Sync after the peer restarted = %v, want pnfs.ErrDataLost", err)
 	}
 	if got := peer.a.Stats().ReplicaCommitOps; got != 1 {
 		t.Fatalf("the restarted peer served %d commits, want 1", got)
@@ -479,7 +480,7 @@ func TestReplicaNotMember(t *testing.T) {
 				tc.off += int64(len(m.DataServers)) * replicaUnit
 			}
 			f, err := tc.node.rs.Open(ino, false)
-			if errors.Is(err, ErrNotMember) {
+			if errors.Is(err, pnfs.ErrNotMember) {
 				// Holding no object of the file, it cannot even open it.
 				if tc.node != outsider {
 					t.Fatalf("Open on %s: %v", tc.node.id, err)
@@ -488,13 +489,13 @@ func TestReplicaNotMember(t *testing.T) {
 				t.Fatal(err)
 			} else {
 				defer f.Close()
-				if _, err := f.ReadAt(make([]byte, tc.n), tc.off); !errors.Is(err, ErrNotMember) {
-					t.Fatalf("ReadAt on %s = %v, want ErrNotMember", tc.node.id, err)
+				if _, err := f.ReadAt(make([]byte, tc.n), tc.off); !errors.Is(err, pnfs.ErrNotMember) {
+					t.Fatalf("ReadAt on %s = %v, want pnfs.ErrNotMember", tc.node.id, err)
 				}
 			}
 			before := localBytes(t, tc.node, ino, tc.off, tc.n)
-			if err := writeThrough(t, tc.node, ino, pattern(tc.n, 77), tc.off, false); !errors.Is(err, ErrNotMember) {
-				t.Fatalf("write on %s = %v, want ErrNotMember", tc.node.id, err)
+			if err := writeThrough(t, tc.node, ino, pattern(tc.n, 77), tc.off, false); !errors.Is(err, pnfs.ErrNotMember) {
+				t.Fatalf("write on %s = %v, want pnfs.ErrNotMember", tc.node.id, err)
 			}
 			if !bytes.Equal(localBytes(t, tc.node, ino, tc.off, tc.n), before) {
 				t.Fatal("a refused write changed the local object")
@@ -632,7 +633,7 @@ func flipByte(t *testing.T, path string, off int64) {
 	}
 }
 
-// TestReplicaCorruptCopy: a block failing its checksum is ErrNotMember to
+// TestReplicaCorruptCopy: a block failing its checksum is pnfs.ErrNotMember to
 // the data server's NFS server (the client goes through the MDS) and
 // CTL_ERR_CORRUPT to the MDS (OBJ_READ, OBJ_SUM), never data.
 func TestReplicaCorruptCopy(t *testing.T) {
@@ -650,8 +651,8 @@ func TestReplicaCorruptCopy(t *testing.T) {
 	}
 	defer f.Close()
 	_, err = f.ReadAt(make([]byte, 1000), 0)
-	if !errors.Is(err, ErrNotMember) || !errors.Is(err, store.ErrCorrupt) {
-		t.Fatalf("ReadAt of a corrupt block = %v, want ErrNotMember and store.ErrCorrupt", err)
+	if !errors.Is(err, pnfs.ErrNotMember) || !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("ReadAt of a corrupt block = %v, want pnfs.ErrNotMember and store.ErrCorrupt", err)
 	}
 	conn, err := rc.reg.conn(node.id)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/shoalfs/shoal/internal/ctlproto"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -23,11 +24,6 @@ import (
 // engine, then MAP_CHANGED to every connected data server (they cache maps
 // to know where the other copies of a unit are), then a recall of the
 // file's layouts so clients see the new members.
-
-// ErrNotMember says a data server holds no current copy of the range a
-// client asked it for: it is not a member of the range's position, or its
-// copy is stale. The client does the I/O through the MDS instead.
-var ErrNotMember = errors.New("cluster: this data server holds no current copy")
 
 // mapChangedWait bounds how long replaceMap waits for the data servers to
 // drop their cached copies of a changed map.
@@ -342,9 +338,9 @@ func (s *Striped) FileMap(ctx context.Context, ino uint64) (meta.StripeMap, bool
 // the caller had), and the new map is returned. If id holds the only good
 // copy in service of some position it cannot be marked (see markStale),
 // and the caller's change fails: with the error reaching id gives
-// (ErrUnavailable, or a *DownError past DownAfter), or ErrUnavailable if
+// (pnfs.ErrUnavailable, or a *DownError past DownAfter), or pnfs.ErrUnavailable if
 // the MDS reaches it.
-// A from that is no good member gets ErrNotMember: the change it is
+// A from that is no good member gets pnfs.ErrNotMember: the change it is
 // copying is not one it may accept.
 func (s *Striped) ReplicaFailed(ctx context.Context, ino, gen uint64, from, id string) (meta.StripeMap, error) {
 	m, ok, err := s.FileMap(ctx, ino)
@@ -359,14 +355,14 @@ func (s *Striped) ReplicaFailed(ctx context.Context, ino, gen uint64, from, id s
 	}
 	if !m.Holds(from) || m.IsStale(from) {
 		return meta.StripeMap{}, fmt.Errorf("cluster: %s reports %s unreachable for ino %d at generation %d (map at %d): %w",
-			from, id, ino, gen, m.Gen, ErrNotMember)
+			from, id, ino, gen, m.Gen, pnfs.ErrNotMember)
 	}
 	s.r.log.Info("cluster: a data server could not reach a copy of a file", "ino", ino, "from", from, "ds", id, "gen", gen)
 	m, err = s.markStale(ctx, ino, id)
 	if errors.Is(err, errLastCopy) {
 		_, cerr := s.r.conn(id)
 		if cerr == nil {
-			cerr = ErrUnavailable
+			cerr = pnfs.ErrUnavailable
 		}
 		return meta.StripeMap{}, fmt.Errorf("cluster: ino %d: %s unreachable from %s: %w: %w", ino, id, from, errLastCopy, cerr)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -505,7 +506,7 @@ func sameSet(a, b []string) bool {
 // TestMirroredNoCopyInService: a change that some position's copies all
 // missed, or that could be recorded only by leaving a position with no
 // good copy in service, fails as it does with one copy: to be retried
-// (ErrUnavailable) for DownAfter, an I/O error (ErrDataServerDown) after;
+// (pnfs.ErrUnavailable) for DownAfter, an I/O error (pnfs.ErrDataServerDown) after;
 // nothing is marked stale, and what is reachable is still served.
 func TestMirroredNoCopyInService(t *testing.T) {
 	clock := &testClock{}
@@ -544,8 +545,8 @@ func TestMirroredNoCopyInService(t *testing.T) {
 		advance time.Duration
 		want    error
 	}{
-		{"just down", 0, ErrUnavailable},
-		{"past DownAfter", DefaultDownAfter + time.Second, ErrDataServerDown},
+		{"just down", 0, pnfs.ErrUnavailable},
+		{"past DownAfter", DefaultDownAfter + time.Second, pnfs.ErrDataServerDown},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			clock.advance(tt.advance)
@@ -553,7 +554,7 @@ func TestMirroredNoCopyInService(t *testing.T) {
 				// What a failed write reached stays there: write what
 				// the file holds, so that the reads see no difference.
 				_, err := f.WriteAt(old[unitAt(p):unitAt(p)+10], unitAt(p))
-				if !errors.Is(err, tt.want) || (tt.want == ErrUnavailable && errors.Is(err, ErrDataServerDown)) {
+				if !errors.Is(err, tt.want) || (tt.want == pnfs.ErrUnavailable && errors.Is(err, pnfs.ErrDataServerDown)) {
 					t.Errorf("write to position %d: %v, want %v", p, err, tt.want)
 				}
 				buf := make([]byte, mirrorUnit)
@@ -595,8 +596,8 @@ func TestMirroredSyncFailure(t *testing.T) {
 		{"copy down, file Sync", 3, func(mc *mirrorCluster, id string) { mc.stop(id) }, true, nil},
 		{"copy restarted, Striped.Sync", 2, forgetVerifier, false, nil},
 		{"copy restarted, file Sync", 2, forgetVerifier, true, nil},
-		{"one copy, down", 1, func(mc *mirrorCluster, id string) { mc.stop(id) }, false, ErrUnavailable},
-		{"one copy, restarted", 1, forgetVerifier, true, ErrDataLost},
+		{"one copy, down", 1, func(mc *mirrorCluster, id string) { mc.stop(id) }, false, pnfs.ErrUnavailable},
+		{"one copy, restarted", 1, forgetVerifier, true, pnfs.ErrDataLost},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			mc := newMirrorCluster(t, 3, tt.k)
@@ -925,7 +926,7 @@ func TestWireErrors(t *testing.T) {
 		want []error
 	}{
 		{ctlproto.CTL_ERR_CORRUPT, []error{ErrCorrupt, store.ErrCorrupt}},
-		{ctlproto.CTL_ERR_NOTMEMBER, []error{ErrNotMember}},
+		{ctlproto.CTL_ERR_NOTMEMBER, []error{pnfs.ErrNotMember}},
 		{ctlproto.CTL_ERR_NOT_LEADER, []error{ErrNotLeader}},
 	} {
 		err := errOf(tt.st)

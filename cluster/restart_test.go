@@ -11,6 +11,7 @@ import (
 
 	"github.com/shoalfs/shoal/internal/ctlproto"
 	"github.com/shoalfs/shoal/internal/rpc"
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 // TestFullRestart restarts the MDS and every DS at once, the DSes
@@ -64,8 +65,8 @@ func TestFullRestart(t *testing.T) {
 			defer cancel()
 			// Within DownAfter of the restart, a file on absent DSes is to
 			// be retried, not failed.
-			if _, err := s.Layout(ctx, ino); !errors.Is(err, ErrUnavailable) || errors.Is(err, ErrDataServerDown) {
-				t.Errorf("Layout before re-registration = %v, want ErrUnavailable", err)
+			if _, err := s.Layout(ctx, ino); !errors.Is(err, pnfs.ErrUnavailable) || errors.Is(err, pnfs.ErrDataServerDown) {
+				t.Errorf("Layout before re-registration = %v, want pnfs.ErrUnavailable", err)
 			}
 			old, oldStores := tc.agents, tc.stores
 			tc.agents, tc.stores = nil, nil
@@ -112,7 +113,7 @@ func TestJoinKeepsFiles(t *testing.T) {
 	type file struct {
 		ino    uint64
 		data   []byte
-		m      FileLayout
+		m      pnfs.FileLayout
 		before []string // the map's data servers
 	}
 	var files []file

@@ -13,6 +13,7 @@ import (
 	"github.com/shoalfs/shoal/internal/ctlproto"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -163,7 +164,7 @@ func (s *Striped) Place(ctx context.Context, ino uint64) (meta.StripeMap, error)
 	}
 	ids := s.r.Placement()
 	if len(ids) == 0 {
-		return meta.StripeMap{}, ErrNoDataServers
+		return meta.StripeMap{}, pnfs.ErrNoDataServers
 	}
 	m, err = s.maps.PlaceStripeMap(ctx, meta.Ino(ino), placeMap(s.unit, ino, ids, s.mirrorsOf(ctx, ino)))
 	if err != nil {
@@ -346,7 +347,7 @@ func noCopy(ino uint64, m meta.StripeMap) error {
 	for p := range m.DataServers {
 		if len(m.Good(p)) == 0 {
 			return fmt.Errorf("cluster: ino %d: no current copy of stripe position %d (members %q stale): %w",
-				ino, p, m.Members(p), ErrDataServerDown)
+				ino, p, m.Members(p), pnfs.ErrDataServerDown)
 		}
 	}
 	return nil
@@ -368,8 +369,9 @@ type copyResult struct {
 // member that missed it is now stale. Otherwise the error joins why the
 // members of the groups nobody took failed, and why the members that could
 // not be marked stale (their copy is the only good one in service of some
-// position; see markStale) failed: an out-of-service member is retried (ErrUnavailable) for
-// DownAfter and fails (ErrDataServerDown) afterwards, as with one copy.
+// position; see markStale) failed: an out-of-service member is retried
+// (pnfs.ErrUnavailable) for DownAfter and fails (pnfs.ErrDataServerDown)
+// afterwards, as with one copy.
 // Like a failed change of a file with one copy, which may have reached
 // some of its data servers, a failed change may have reached some copies
 // of a unit and not others: the range it covers is undefined until it is
@@ -399,7 +401,7 @@ func (s *Striped) settle(ctx context.Context, ino uint64, groups int, results []
 	}
 	for g, ok := range took {
 		if !ok && !slices.ContainsFunc(results, func(r copyResult) bool { return r.group == g }) {
-			errs = append(errs, fmt.Errorf("cluster: ino %d: a change reached no copy: %w", ino, ErrDataServerDown))
+			errs = append(errs, fmt.Errorf("cluster: ino %d: a change reached no copy: %w", ino, pnfs.ErrDataServerDown))
 		}
 	}
 	if len(missed) > 0 {
@@ -440,7 +442,7 @@ func (s *Striped) Truncate(ino uint64, size uint64) error {
 // UNSTABLE writes of ino made through this Striped since their last
 // commit. A copy whose commit fails is marked stale if every position it
 // holds has another good copy (see syncMembers); otherwise Sync fails, and
-// returns ErrDataLost if a data server restarted while holding
+// returns pnfs.ErrDataLost if a data server restarted while holding
 // uncommitted writes.
 func (s *Striped) Sync(ino uint64) error {
 	ids := s.takeDirty(ino)
@@ -456,8 +458,8 @@ func (s *Striped) Sync(ino uint64) error {
 		if err == nil {
 			continue
 		}
-		if !errors.Is(err, ErrDataLost) {
-			// Not committed: the next Sync tries again. (ErrDataLost
+		if !errors.Is(err, pnfs.ErrDataLost) {
+			// Not committed: the next Sync tries again. (pnfs.ErrDataLost
 			// did commit; what was lost is gone either way.)
 			s.markDirty(ino, id)
 		}
@@ -529,7 +531,7 @@ func (s *Striped) commit(ctx context.Context, ino uint64, id string) error {
 	s.verf[id] = *res.Verifier
 	delete(s.lost, id)
 	if lost {
-		return fmt.Errorf("%w (data server %s)", ErrDataLost, id)
+		return fmt.Errorf("%w (data server %s)", pnfs.ErrDataLost, id)
 	}
 	return nil
 }
@@ -583,7 +585,7 @@ func (s *Striped) fallbackFor(id string) store.Backend {
 // unreachable reports whether err means the data server could not be
 // asked, as opposed to answering with an error.
 func unreachable(err error) bool {
-	return errors.Is(err, ErrUnavailable) || errors.Is(err, ErrDataServerDown) || errors.Is(err, rpc.ErrConnClosed)
+	return errors.Is(err, pnfs.ErrUnavailable) || errors.Is(err, pnfs.ErrDataServerDown) || errors.Is(err, rpc.ErrConnClosed)
 }
 
 // readFallback reads one piece from the fallback storage of data server
@@ -998,7 +1000,7 @@ func (f *stripedFile) Sync() error {
 	for _, id := range ids {
 		if err := failed[id]; err != nil {
 			errs = append(errs, err)
-			if dirty[id] && !errors.Is(err, ErrDataLost) {
+			if dirty[id] && !errors.Is(err, pnfs.ErrDataLost) {
 				f.s.markDirty(f.ino, id)
 			}
 			continue

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -291,8 +292,8 @@ func TestStripedTruncateRemove(t *testing.T) {
 }
 
 // TestStripedDownDS: with a data server of a file's map out of service,
-// I/O that needs it is to be retried (ErrUnavailable) for DownAfter, and
-// fails (ErrDataServerDown, naming it) afterwards; I/O on the file's
+// I/O that needs it is to be retried (pnfs.ErrUnavailable) for DownAfter, and
+// fails (pnfs.ErrDataServerDown, naming it) afterwards; I/O on the file's
 // other data servers goes on, the file gets no layout, and files placed
 // meanwhile are striped over the data servers in service only.
 func TestStripedDownDS(t *testing.T) {
@@ -320,9 +321,9 @@ func TestStripedDownDS(t *testing.T) {
 		advance time.Duration // the clock, since the previous case
 		want    error
 	}{
-		{"just down", 0, ErrUnavailable},
-		{"within DownAfter", DefaultDownAfter - time.Second, ErrUnavailable},
-		{"past DownAfter", 2 * time.Second, ErrDataServerDown},
+		{"just down", 0, pnfs.ErrUnavailable},
+		{"within DownAfter", DefaultDownAfter - time.Second, pnfs.ErrUnavailable},
+		{"past DownAfter", 2 * time.Second, pnfs.ErrDataServerDown},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			clock.advance(tt.advance)
@@ -331,11 +332,11 @@ func TestStripedDownDS(t *testing.T) {
 				if !errors.Is(err, tt.want) {
 					t.Errorf("%s: %v, want %v", op, err, tt.want)
 				}
-				if tt.want == ErrUnavailable && errors.Is(err, ErrDataServerDown) {
+				if tt.want == pnfs.ErrUnavailable && errors.Is(err, pnfs.ErrDataServerDown) {
 					t.Errorf("%s: %v: down before DownAfter", op, err)
 				}
 				var de *DownError
-				if tt.want == ErrDataServerDown && (!errors.As(err, &de) || de.ID != down) {
+				if tt.want == pnfs.ErrDataServerDown && (!errors.As(err, &de) || de.ID != down) {
 					t.Errorf("%s: %v does not name data server %s", op, err, down)
 				}
 			}
@@ -382,7 +383,7 @@ func TestStripedNoDataServers(t *testing.T) {
 		t.Fatalf("Open = %v", err)
 	}
 	defer f.Close()
-	if _, err := f.WriteAt([]byte("x"), 0); !errors.Is(err, ErrNoDataServers) {
+	if _, err := f.WriteAt([]byte("x"), 0); !errors.Is(err, pnfs.ErrNoDataServers) {
 		t.Errorf("WriteAt = %v", err)
 	}
 	if n, err := f.ReadAt(make([]byte, 10), 0); n != 0 || !errors.Is(err, io.EOF) {
@@ -391,7 +392,7 @@ func TestStripedNoDataServers(t *testing.T) {
 	if size, err := f.Size(); size != 0 || err != nil {
 		t.Errorf("Size = %d, %v", size, err)
 	}
-	if l, err := s.Layout(context.Background(), ino); !errors.Is(err, ErrNoDataServers) {
+	if l, err := s.Layout(context.Background(), ino); !errors.Is(err, pnfs.ErrNoDataServers) {
 		t.Errorf("Layout = %+v, %v", l, err)
 	}
 	if _, ok, err := s.Map(context.Background(), ino); ok || err != nil {
@@ -517,7 +518,7 @@ func TestStripedDataLost(t *testing.T) {
 	v[0] ^= 0xff
 	s.verf[tc.agents[0].cfg.ID] = v
 	s.mu.Unlock()
-	if err := f.Sync(); !errors.Is(err, ErrDataLost) {
+	if err := f.Sync(); !errors.Is(err, pnfs.ErrDataLost) {
 		t.Errorf("Sync after a DS reboot = %v", err)
 	}
 	if err := s.Sync(ino); err != nil {

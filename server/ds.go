@@ -12,10 +12,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -50,7 +50,7 @@ type DataServerConfig struct {
 	Secret func() []byte
 	// CheckStateid asks the metadata server whether an open or lock
 	// stateid allows I/O on a file (cluster.Agent.CheckStateid). Errors
-	// wrap the cluster's verdicts (cluster.ErrBadStateid, ErrOldStateid,
+	// wrap package pnfs's verdicts (pnfs.ErrBadStateid, ErrOldStateid,
 	// ErrStaleStateid, ErrExpired, ErrOpenMode, ErrFenced); any other
 	// error means the metadata server could not be asked and the client is
 	// told to retry.
@@ -238,7 +238,7 @@ func (c *compound) dsReadEnd(a *nfs4.READ4args, o *object) (uint64, nfs4.Nfsstat
 	size, err := c.s.ds.FileSize(c.ctx, uint64(o.fh.ino))
 	if err != nil {
 		c.log.Debug("data server READ: file size from the MDS", "ino", o.fh.ino, "err", err)
-		if errors.Is(err, cluster.ErrMDSUnreachable) {
+		if errors.Is(err, pnfs.ErrMDSUnreachable) {
 			// No MDS to ask (a failover): the client reads through
 			// the MDS at once instead of backing off (dsCheckIO).
 			return 0, nfs4.NFS4ERR_PNFS_NO_LAYOUT
@@ -310,11 +310,11 @@ func (c *compound) dsCheckIO(s *nfs4.Stateid4, o *object, write bool) nfs4.Nfsst
 	switch {
 	case err == nil:
 		return nfs4.NFS4_OK
-	case errors.Is(err, cluster.ErrFenced):
+	case errors.Is(err, pnfs.ErrFenced):
 		// The client's layout was revoked: RFC 8881 §12.5.5 — it must get
 		// a new layout (or go through the MDS) before doing I/O here.
 		return nfs4.NFS4ERR_PNFS_NO_LAYOUT
-	case errors.Is(err, cluster.ErrMDSUnreachable):
+	case errors.Is(err, pnfs.ErrMDSUnreachable):
 		// No MDS to vouch for the stateid (it is restarting or failing
 		// over) and no recent answer about it: send the client to the
 		// MDS, never DELAY. The Linux files layout driver
@@ -328,8 +328,8 @@ func (c *compound) dsCheckIO(s *nfs4.Stateid4, o *object, write bool) nfs4.Nfsst
 		// failover) likewise redoes the piece through the MDS.
 		return nfs4.NFS4ERR_PNFS_NO_LAYOUT
 	}
-	for _, v := range []error{cluster.ErrBadStateid, cluster.ErrOldStateid, cluster.ErrStaleStateid,
-		cluster.ErrExpired, cluster.ErrOpenMode} {
+	for _, v := range []error{pnfs.ErrBadStateid, pnfs.ErrOldStateid, pnfs.ErrStaleStateid,
+		pnfs.ErrExpired, pnfs.ErrOpenMode} {
 		if errors.Is(err, v) {
 			return statusOf(err)
 		}

@@ -4,14 +4,18 @@ import (
 	"context"
 	"errors"
 
-	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/store"
 )
 
 // errTable maps internal sentinel errors to NFSv4 status codes. It is the one
-// place where such errors become wire values.
+// place where such errors become wire values. Every exported Err* sentinel
+// of packages pnfs, meta and store is in it (TestErrTableComplete), except
+// pnfs.ErrDataLost, which Server.dataLost turns into a new write verifier
+// and never into a status; stateErrs (state.go) maps the state manager's
+// own errors.
 var errTable = []struct {
 	err error
 	st  nfs4.Nfsstat4
@@ -40,35 +44,41 @@ var errTable = []struct {
 	// write, sends the client to the MDS, as dsCheckIO does for a
 	// stateid: NFS4ERR_DELAY from a data server pauses the Linux files
 	// layout driver's I/O for 15 s (FILELAYOUT_POLL_RETRY_MAX). Listed
-	// before cluster.ErrUnavailable, which such errors also wrap.
-	{cluster.ErrMDSUnreachable, nfs4.NFS4ERR_PNFS_NO_LAYOUT},
+	// before pnfs.ErrUnavailable, which such errors also wrap.
+	{pnfs.ErrMDSUnreachable, nfs4.NFS4ERR_PNFS_NO_LAYOUT},
 	// A data server that cannot be reached now (restarting, or not yet
 	// registered) is transient: the client retries, as it would for a
 	// server that is busy. NFS4ERR_SERVERFAULT would be a hard I/O error.
-	{cluster.ErrUnavailable, nfs4.NFS4ERR_DELAY},
+	{pnfs.ErrUnavailable, nfs4.NFS4ERR_DELAY},
 	// A data server that holds stripes of the file and has been out of
 	// service longer than the registry's DownAfter (or was removed) is a
 	// hard error: retrying would hang the application for as long as the
 	// server stays down. The client's read or write fails with EIO.
-	{cluster.ErrDataServerDown, nfs4.NFS4ERR_IO},
-	{cluster.ErrNoDataServers, nfs4.NFS4ERR_DELAY},
+	{pnfs.ErrDataServerDown, nfs4.NFS4ERR_IO},
+	{pnfs.ErrNoDataServers, nfs4.NFS4ERR_DELAY},
 	// A data server asked for a range it holds no current copy of (not a
 	// member of the range's position, its copy stale, or a block of it
 	// failing its checksum: cluster.ReplicaStore wraps store.ErrCorrupt
-	// in cluster.ErrNotMember) tells the client to do the I/O through the
+	// in pnfs.ErrNotMember) tells the client to do the I/O through the
 	// metadata server, which reads a good copy. Listed before
 	// store.ErrCorrupt so that a data server's corrupt copy maps here.
-	{cluster.ErrNotMember, nfs4.NFS4ERR_PNFS_NO_LAYOUT},
+	{pnfs.ErrNotMember, nfs4.NFS4ERR_PNFS_NO_LAYOUT},
 	// Data that fails its checksum anywhere else (a server's own local
 	// store; the metadata server when no copy is good) is an I/O error.
 	{store.ErrCorrupt, nfs4.NFS4ERR_IO},
-	// The cluster's stateid verdicts, as a data server hears them from
-	// its metadata server (CheckDataIO makes them).
-	{cluster.ErrBadStateid, nfs4.NFS4ERR_BAD_STATEID},
-	{cluster.ErrOldStateid, nfs4.NFS4ERR_OLD_STATEID},
-	{cluster.ErrStaleStateid, nfs4.NFS4ERR_STALE_STATEID},
-	{cluster.ErrExpired, nfs4.NFS4ERR_EXPIRED},
-	{cluster.ErrOpenMode, nfs4.NFS4ERR_OPENMODE},
+	// The stateid verdicts: the state manager's for the MDS's own
+	// clients, and the same ones as a data server hears them from its
+	// metadata server (CheckDataIO makes them there).
+	{pnfs.ErrBadStateid, nfs4.NFS4ERR_BAD_STATEID},
+	{pnfs.ErrOldStateid, nfs4.NFS4ERR_OLD_STATEID},
+	{pnfs.ErrStaleStateid, nfs4.NFS4ERR_STALE_STATEID},
+	{pnfs.ErrExpired, nfs4.NFS4ERR_EXPIRED},
+	{pnfs.ErrOpenMode, nfs4.NFS4ERR_OPENMODE},
+	// A client whose layouts the MDS revoked must get a new layout, or go
+	// through the MDS, before a data server does its I/O (RFC 8881
+	// §12.5.5). dsCheckIO answers it before consulting this table; the
+	// entry keeps every pnfs sentinel mapped here, with the same status.
+	{pnfs.ErrFenced, nfs4.NFS4ERR_PNFS_NO_LAYOUT},
 	{context.Canceled, nfs4.NFS4ERR_DELAY},
 	{context.DeadlineExceeded, nfs4.NFS4ERR_DELAY},
 }

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 // TestStatusOfDataServerErrors: what a data server answers when its MDS
@@ -18,9 +18,9 @@ func TestStatusOfDataServerErrors(t *testing.T) {
 		err  error
 		want nfs4.Nfsstat4
 	}{
-		{"map without an MDS", fmt.Errorf("%w: %w: not connected", cluster.ErrMDSUnreachable, cluster.ErrUnavailable), nfs4.NFS4ERR_PNFS_NO_LAYOUT},
-		{"stateid without an MDS", fmt.Errorf("%w: no answer", cluster.ErrMDSUnreachable), nfs4.NFS4ERR_PNFS_NO_LAYOUT},
-		{"peer busy", fmt.Errorf("%w: peer", cluster.ErrUnavailable), nfs4.NFS4ERR_DELAY},
+		{"map without an MDS", fmt.Errorf("%w: %w: not connected", pnfs.ErrMDSUnreachable, pnfs.ErrUnavailable), nfs4.NFS4ERR_PNFS_NO_LAYOUT},
+		{"stateid without an MDS", fmt.Errorf("%w: no answer", pnfs.ErrMDSUnreachable), nfs4.NFS4ERR_PNFS_NO_LAYOUT},
+		{"peer busy", fmt.Errorf("%w: peer", pnfs.ErrUnavailable), nfs4.NFS4ERR_DELAY},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := statusOf(tt.err); got != tt.want {

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -173,12 +173,12 @@ func (s *Server) verifier() [8]byte {
 }
 
 // dataLost filters the error of a sync of data written through this server.
-// cluster.ErrDataLost says a data server restarted while holding uncommitted
+// pnfs.ErrDataLost says a data server restarted while holding uncommitted
 // writes: what this sync covers is stable now, but earlier UNSTABLE writes
 // may be gone. Changing the verifier (RFC 8881 §18.3.3) makes every client
 // that wrote them resend; the sync itself succeeded.
 func (s *Server) dataLost(err error) error {
-	if errors.Is(err, cluster.ErrDataLost) {
+	if errors.Is(err, pnfs.ErrDataLost) {
 		s.verfGen.Add(1)
 		s.log.Warn("a data server lost uncommitted writes; write verifier changed so clients resend", "err", err)
 		return nil

@@ -5,11 +5,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/shoalfs/shoal/cluster"
-
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/server/state"
 )
 
@@ -78,15 +77,15 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 	}
 	// A layout names data servers: the file's data must be there, and
 	// stay there (inline.go).
-	var fl cluster.FileLayout
+	var fl pnfs.FileLayout
 	err := s.inline.striped(uint64(o.fh.ino), func() (err error) {
 		fl, err = s.pnfs.ds.Layout(c.ctx, uint64(o.fh.ino))
 		return err
 	})
 	switch {
 	case err == nil:
-	case errors.Is(err, cluster.ErrUnavailable), errors.Is(err, cluster.ErrDataServerDown),
-		errors.Is(err, cluster.ErrNoDataServers):
+	case errors.Is(err, pnfs.ErrUnavailable), errors.Is(err, pnfs.ErrDataServerDown),
+		errors.Is(err, pnfs.ErrNoDataServers):
 		// A data server of the file's stripe map is out of service (or
 		// none is in service for a new file): without a layout the
 		// client does its I/O through the MDS, which serves what is
@@ -238,7 +237,7 @@ func (c *compound) layoutCommit(a *nfs4.LAYOUTCOMMIT4args) opReply {
 	}
 	if err := s.st.m.CheckLayoutCommit(id, sid, state.FileID(o.fh.ino)); err != nil {
 		switch {
-		case errors.Is(err, state.ErrStaleStateid) && sid.Type() == state.TypeLayout &&
+		case errors.Is(err, pnfs.ErrStaleStateid) && sid.Type() == state.TypeLayout &&
 			s.st.m.HasWriteOpen(id, state.FileID(o.fh.ino)):
 			// A layout of an earlier boot: the client wrote to the data
 			// servers, then the MDS restarted before this LAYOUTCOMMIT.
@@ -254,7 +253,7 @@ func (c *compound) layoutCommit(a *nfs4.LAYOUTCOMMIT4args) opReply {
 			// trusting its last write offset grants nothing new. A
 			// LAYOUTCOMMIT during grace is not refused either, so a commit
 			// right after the reclaim counts too.
-		case errors.Is(err, state.ErrStaleStateid) || errors.Is(err, state.ErrBadStateid) ||
+		case errors.Is(err, pnfs.ErrStaleStateid) || errors.Is(err, pnfs.ErrBadStateid) ||
 			errors.Is(err, state.ErrBadLayout):
 			// No read/write layout of this file under this stateid: an
 			// open, lock or delegation stateid (loca_stateid is the layout

@@ -11,9 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shoalfs/shoal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/server/state"
 	"github.com/shoalfs/shoal/store"
 )
@@ -23,10 +23,10 @@ import (
 type DataServers interface {
 	// Layout returns the files layout of file ino, placing the file's
 	// data on the data servers first if it has none. An error wrapping
-	// cluster.ErrUnavailable or cluster.ErrDataServerDown means the file
+	// pnfs.ErrUnavailable or pnfs.ErrDataServerDown means the file
 	// has no usable layout now (a data server of its stripe map is out of
 	// service): clients do their I/O through the MDS.
-	Layout(ctx context.Context, ino uint64) (cluster.FileLayout, error)
+	Layout(ctx context.Context, ino uint64) (pnfs.FileLayout, error)
 	// Device returns the advertised addresses ("host:port", multipath) of
 	// a layout's device by stripe index; ok is false for an unknown or
 	// outdated device id.
@@ -266,10 +266,11 @@ func (p *pnfsState) unfence(id state.ClientID) {
 
 // CheckDataIO answers a data server's question whether an open or lock
 // stateid allows I/O on a file, and which MDS client owns it. Its errors
-// are the cluster's verdicts (cluster.ErrBadStateid, ErrOldStateid,
-// ErrStaleStateid, ErrExpired, ErrOpenMode, ErrFenced), the one vocabulary
-// both ends of the control protocol use; this is where the state
-// manager's reasons become them.
+// are the stateid verdicts of package pnfs (pnfs.ErrBadStateid,
+// ErrOldStateid, ErrStaleStateid, ErrExpired, ErrOpenMode, ErrFenced), the
+// one vocabulary both ends of the control protocol use; the state manager
+// returns most of them itself, and verdict turns its other reasons into
+// them.
 func (s *Server) CheckDataIO(ctx context.Context, ino uint64, sid [16]byte, write bool) (uint64, error) {
 	st := state.Stateid{Seqid: binary.BigEndian.Uint32(sid[:4])}
 	copy(st.Other[:], sid[4:])
@@ -281,24 +282,27 @@ func (s *Server) CheckDataIO(ctx context.Context, ino uint64, sid [16]byte, writ
 	fenced := s.pnfs.fenced[id]
 	s.pnfs.mu.Unlock()
 	if fenced {
-		return uint64(id), fmt.Errorf("%w after layout revocation", cluster.ErrFenced)
+		return uint64(id), fmt.Errorf("%w after layout revocation", pnfs.ErrFenced)
 	}
 	return uint64(id), nil
 }
 
-// verdict turns the state manager's refusal of a data-server I/O into the
-// cluster's vocabulary.
+// verdict turns the state manager's refusal of a data-server I/O into a
+// stateid verdict of package pnfs. The state manager's ErrBadStateid,
+// ErrOldStateid, ErrStaleStateid, ErrExpired and ErrOpenMode are pnfs's
+// already and pass through; the reasons the control protocol has no code
+// for become the nearest verdict.
 func verdict(err error) error {
+	for _, v := range []error{pnfs.ErrBadStateid, pnfs.ErrOldStateid, pnfs.ErrStaleStateid,
+		pnfs.ErrExpired, pnfs.ErrOpenMode} {
+		if errors.Is(err, v) {
+			return err
+		}
+	}
 	for _, m := range []struct{ from, to error }{
-		{state.ErrBadStateid, cluster.ErrBadStateid},
-		{state.ErrOldStateid, cluster.ErrOldStateid},
-		{state.ErrStaleStateid, cluster.ErrStaleStateid},
-		{state.ErrExpired, cluster.ErrExpired},
-		{state.ErrOpenMode, cluster.ErrOpenMode},
-		{state.ErrLocked, cluster.ErrOpenMode},
-		// The control protocol has no code of its own for it; the
-		// client learns the reason from TEST_STATEID at the MDS.
-		{state.ErrDelegRevoked, cluster.ErrBadStateid},
+		{state.ErrLocked, pnfs.ErrOpenMode},
+		// The client learns the reason from TEST_STATEID at the MDS.
+		{state.ErrDelegRevoked, pnfs.ErrBadStateid},
 	} {
 		if errors.Is(err, m.from) {
 			return fmt.Errorf("%w: %v", m.to, err)

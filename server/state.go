@@ -292,6 +292,8 @@ func (s *Server) connState(c *rpc.Conn, st rpc.ConnState) {
 }
 
 // stateErrs maps state-manager errors to statuses (see state/errors.go).
+// The stateid verdicts the state manager returns (pnfs.ErrBadStateid and
+// the like) are package pnfs's: errTable (errors.go) maps them.
 var stateErrs = []struct {
 	err error
 	st  nfs4.Nfsstat4
@@ -310,15 +312,10 @@ var stateErrs = []struct {
 	{state.ErrRepTooBigToCache, nfs4.NFS4ERR_REP_TOO_BIG_TO_CACHE},
 	{state.ErrDelay, nfs4.NFS4ERR_DELAY},
 	{state.ErrConnNotBound, nfs4.NFS4ERR_CONN_NOT_BOUND_TO_SESSION},
-	{state.ErrBadStateid, nfs4.NFS4ERR_BAD_STATEID},
-	{state.ErrOldStateid, nfs4.NFS4ERR_OLD_STATEID},
-	{state.ErrStaleStateid, nfs4.NFS4ERR_STALE_STATEID},
-	{state.ErrExpired, nfs4.NFS4ERR_EXPIRED},
 	{state.ErrShareDenied, nfs4.NFS4ERR_SHARE_DENIED},
 	{state.ErrLocked, nfs4.NFS4ERR_LOCKED},
 	{state.ErrDenied, nfs4.NFS4ERR_DENIED},
 	{state.ErrLocksHeld, nfs4.NFS4ERR_LOCKS_HELD},
-	{state.ErrOpenMode, nfs4.NFS4ERR_OPENMODE},
 	{state.ErrInval, nfs4.NFS4ERR_INVAL},
 	{state.ErrGrace, nfs4.NFS4ERR_GRACE},
 	{state.ErrNoGrace, nfs4.NFS4ERR_NO_GRACE},

@@ -36,6 +36,7 @@ import (
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/server"
 	"github.com/shoalfs/shoal/statuspage"
 	"github.com/shoalfs/shoal/store"
@@ -168,7 +169,7 @@ type dataServers struct {
 
 var _ server.DataServers = (*dataServers)(nil)
 
-func (d *dataServers) Layout(ctx context.Context, ino uint64) (cluster.FileLayout, error) {
+func (d *dataServers) Layout(ctx context.Context, ino uint64) (pnfs.FileLayout, error) {
 	return d.striped.Layout(ctx, ino)
 }
 func (d *dataServers) Device(id [16]byte) ([][]string, bool) { return d.striped.Device(id) }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"slices"
 	"testing"
+
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 func TestExchangeIDCases(t *testing.T) {
@@ -246,7 +248,7 @@ func TestLeaseExpiry(t *testing.T) {
 	wantErr(t, "b after a expired", err, nil)
 	_, err = h.m.Sequence(SequenceArgs{SessionID: sa.ID(), SequenceID: 1})
 	wantErr(t, "expired session", err, ErrBadSession)
-	wantErr(t, "expired stateid", h.m.CheckIO(a, lsid, 5, false), ErrExpired)
+	wantErr(t, "expired stateid", h.m.CheckIO(a, lsid, 5, false), pnfs.ErrExpired)
 	if h.store.Len() != 1 {
 		t.Fatalf("store has %d records", h.store.Len())
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/datadriven"
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 // errNames maps sentinels to the NFS4ERR names used in testdata.
@@ -24,11 +25,11 @@ var errNames = []struct {
 	{ErrBadSession, "NFS4ERR_BADSESSION"}, {ErrBadSlot, "NFS4ERR_BADSLOT"},
 	{ErrSeqMisordered, "NFS4ERR_SEQ_MISORDERED"}, {ErrRetryUncachedRep, "NFS4ERR_RETRY_UNCACHED_REP"},
 	{ErrSeqFalseRetry, "NFS4ERR_SEQ_FALSE_RETRY"}, {ErrRepTooBigToCache, "NFS4ERR_REP_TOO_BIG_TO_CACHE"},
-	{ErrDelay, "NFS4ERR_DELAY"}, {ErrBadStateid, "NFS4ERR_BAD_STATEID"},
-	{ErrOldStateid, "NFS4ERR_OLD_STATEID"}, {ErrStaleStateid, "NFS4ERR_STALE_STATEID"},
-	{ErrExpired, "NFS4ERR_EXPIRED"}, {ErrShareDenied, "NFS4ERR_SHARE_DENIED"},
+	{ErrDelay, "NFS4ERR_DELAY"}, {pnfs.ErrBadStateid, "NFS4ERR_BAD_STATEID"},
+	{pnfs.ErrOldStateid, "NFS4ERR_OLD_STATEID"}, {pnfs.ErrStaleStateid, "NFS4ERR_STALE_STATEID"},
+	{pnfs.ErrExpired, "NFS4ERR_EXPIRED"}, {ErrShareDenied, "NFS4ERR_SHARE_DENIED"},
 	{ErrLocked, "NFS4ERR_LOCKED"}, {ErrDenied, "NFS4ERR_DENIED"},
-	{ErrLocksHeld, "NFS4ERR_LOCKS_HELD"}, {ErrOpenMode, "NFS4ERR_OPENMODE"},
+	{ErrLocksHeld, "NFS4ERR_LOCKS_HELD"}, {pnfs.ErrOpenMode, "NFS4ERR_OPENMODE"},
 	{ErrInval, "NFS4ERR_INVAL"}, {ErrGrace, "NFS4ERR_GRACE"},
 	{ErrNoGrace, "NFS4ERR_NO_GRACE"}, {ErrReclaimBad, "NFS4ERR_RECLAIM_BAD"},
 	{ErrCompleteAlready, "NFS4ERR_COMPLETE_ALREADY"}, {ErrServerFault, "NFS4ERR_SERVERFAULT"},

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 // Delegations (RFC 8881 §10.4). A client holds at most one delegation per
@@ -432,16 +434,16 @@ func (m *Manager) noteRecentLocked(id ClientID, file FileID, now time.Time) {
 // Caller holds mu.
 func (m *Manager) lookupDelegLocked(id ClientID, sid Stateid) (*delegState, error) {
 	if m.fromEarlierBoot(sid) {
-		return nil, ErrStaleStateid
+		return nil, pnfs.ErrStaleStateid
 	}
 	d := m.delegIDs[sid.Other]
 	switch {
 	case d == nil && m.expired.has(sid.Other):
-		return nil, ErrExpired
+		return nil, pnfs.ErrExpired
 	case d == nil:
-		return nil, fmt.Errorf("%w: unknown delegation stateid", ErrBadStateid)
+		return nil, fmt.Errorf("%w: unknown delegation stateid", pnfs.ErrBadStateid)
 	case d.client.id != id:
-		return nil, fmt.Errorf("%w: delegation stateid of another client", ErrBadStateid)
+		return nil, fmt.Errorf("%w: delegation stateid of another client", pnfs.ErrBadStateid)
 	case d.revoked:
 		return nil, ErrDelegRevoked
 	}
@@ -456,7 +458,7 @@ func (m *Manager) lookupDelegLocked(id ClientID, sid Stateid) (*delegState, erro
 // returns its type.
 func (m *Manager) CheckDeleg(id ClientID, sid Stateid, file FileID) (DelegType, error) {
 	if sid.IsSpecial() || sid.Type() != TypeDeleg {
-		return 0, fmt.Errorf("%w: %v is not a delegation stateid", ErrBadStateid, sid)
+		return 0, fmt.Errorf("%w: %v is not a delegation stateid", pnfs.ErrBadStateid, sid)
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -465,7 +467,7 @@ func (m *Manager) CheckDeleg(id ClientID, sid Stateid, file FileID) (DelegType, 
 		return 0, err
 	}
 	if d.file != file {
-		return 0, fmt.Errorf("%w: delegation stateid of another file", ErrBadStateid)
+		return 0, fmt.Errorf("%w: delegation stateid of another file", pnfs.ErrBadStateid)
 	}
 	return d.typ, nil
 }
@@ -480,10 +482,10 @@ func (m *Manager) checkDelegIOLocked(id ClientID, sid Stateid, file FileID, writ
 		return err
 	}
 	if d.file != file {
-		return fmt.Errorf("%w: delegation stateid is for another file", ErrBadStateid)
+		return fmt.Errorf("%w: delegation stateid is for another file", pnfs.ErrBadStateid)
 	}
 	if write && d.typ != DelegWrite {
-		return ErrOpenMode
+		return pnfs.ErrOpenMode
 	}
 	return nil
 }
@@ -492,9 +494,9 @@ func (m *Manager) checkDelegIOLocked(id ClientID, sid Stateid, file FileID, writ
 func (m *Manager) DelegReturn(id ClientID, sid Stateid, file FileID) error {
 	if sid.IsSpecial() || sid.Type() != TypeDeleg {
 		if m.fromEarlierBoot(sid) && !sid.IsSpecial() {
-			return ErrStaleStateid
+			return pnfs.ErrStaleStateid
 		}
-		return fmt.Errorf("%w: %v is not a delegation stateid", ErrBadStateid, sid)
+		return fmt.Errorf("%w: %v is not a delegation stateid", pnfs.ErrBadStateid, sid)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -506,7 +508,7 @@ func (m *Manager) DelegReturn(id ClientID, sid Stateid, file FileID) error {
 		return err
 	}
 	if d.file != file {
-		return fmt.Errorf("%w: delegation stateid of another file", ErrBadStateid)
+		return fmt.Errorf("%w: delegation stateid of another file", pnfs.ErrBadStateid)
 	}
 	m.dropDelegLocked(d)
 	return nil
@@ -565,7 +567,7 @@ func (m *Manager) revokeOverdueDelegsLocked(now time.Time) []DelegHolder {
 }
 
 // dropClientDelegsLocked forgets a purged client's delegations; expired
-// says its lease ran out, so later use of the stateids is ErrExpired.
+// says its lease ran out, so later use of the stateids is pnfs.ErrExpired.
 func (m *Manager) dropClientDelegsLocked(c *client, expired bool) []FileID {
 	var files []FileID
 	for id, d := range m.delegIDs {
@@ -586,11 +588,11 @@ func (m *Manager) dropClientDelegsLocked(c *client, expired bool) []FileID {
 // returned with DELEGRETURN).
 func (m *Manager) freeDelegLocked(id ClientID, sid Stateid) error {
 	if m.fromEarlierBoot(sid) {
-		return ErrStaleStateid
+		return pnfs.ErrStaleStateid
 	}
 	d := m.delegIDs[sid.Other]
 	if d == nil || d.client.id != id {
-		return fmt.Errorf("%w: unknown delegation stateid", ErrBadStateid)
+		return fmt.Errorf("%w: unknown delegation stateid", pnfs.ErrBadStateid)
 	}
 	if !d.revoked {
 		return ErrLocksHeld

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 // delegClient is a client with a back channel bound, so it may get
@@ -191,8 +193,8 @@ func TestDelegExpiry(t *testing.T) {
 	release, err := h.m.BreakDelegations(b, 1, true)
 	wantErr(t, "Break", err, nil)
 	release()
-	if _, err := h.m.CheckIOAny(g.Stateid, 1, false); !errors.Is(err, ErrExpired) {
-		t.Fatalf("CheckIOAny: %v, want ErrExpired", err)
+	if _, err := h.m.CheckIOAny(g.Stateid, 1, false); !errors.Is(err, pnfs.ErrExpired) {
+		t.Fatalf("CheckIOAny: %v, want pnfs.ErrExpired", err)
 	}
 }
 
@@ -213,10 +215,10 @@ func TestDelegIO(t *testing.T) {
 		want  error
 	}{
 		{"read under read", a, r.Stateid, 1, false, nil},
-		{"write under read", a, r.Stateid, 1, true, ErrOpenMode},
+		{"write under read", a, r.Stateid, 1, true, pnfs.ErrOpenMode},
 		{"write under write", a, w.Stateid, 2, true, nil},
-		{"another file", a, w.Stateid, 1, false, ErrBadStateid},
-		{"another client", b, w.Stateid, 2, false, ErrBadStateid},
+		{"another file", a, w.Stateid, 1, false, pnfs.ErrBadStateid},
+		{"another client", b, w.Stateid, 2, false, pnfs.ErrBadStateid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			wantErr(t, "CheckIO", h.m.CheckIO(tc.c, tc.sid, tc.file, tc.write), tc.want)
@@ -230,7 +232,7 @@ func TestDelegIO(t *testing.T) {
 		})
 	}
 	wantErr(t, "DelegReturn", h.m.DelegReturn(a, w.Stateid, 2), nil)
-	if _, err := h.m.CheckIOAny(w.Stateid, 2, true); !errors.Is(err, ErrBadStateid) {
+	if _, err := h.m.CheckIOAny(w.Stateid, 2, true); !errors.Is(err, pnfs.ErrBadStateid) {
 		t.Fatalf("CheckIOAny of a returned delegation: %v", err)
 	}
 }

@@ -10,6 +10,11 @@ import (
 // sees wire types). Errors returned by this package may wrap these sentinels
 // with context, and *LockDeniedError matches ErrDenied.
 //
+// The stateid verdicts that a data server also hears from the metadata
+// server (pnfs.ErrBadStateid, ErrOldStateid, ErrStaleStateid, ErrExpired,
+// ErrOpenMode) are package pnfs's, declared there once for both sides of
+// the MDS/DS seam; this package returns them as they are.
+//
 //	Error                    NFS4ERR_*                  Produced by
 //	-----------------------  -------------------------  ----------------------------------
 //	ErrStaleClientID         STALE_CLIENTID   (10022)   unknown/previous-boot client ID
@@ -26,15 +31,15 @@ import (
 //	ErrRepTooBigToCache      REP_TOO_BIG_TO_CACHE (10066) Slot.Complete over ca_maxresponsesize_cached
 //	ErrDelay                 DELAY            (10008)   retry of a request still in progress
 //	ErrConnNotBound          CONN_NOT_BOUND_TO_SESSION (10055) reserved for the dispatcher
-//	ErrBadStateid            BAD_STATEID      (10025)   unknown stateid, future seqid, wrong client/file
-//	ErrOldStateid            OLD_STATEID      (10024)   seqid older than current
-//	ErrStaleStateid          STALE_STATEID    (10023)   stateid from a previous boot
-//	ErrExpired               EXPIRED          (10011)   stateid revoked by lease expiry
+//	pnfs.ErrBadStateid       BAD_STATEID      (10025)   unknown stateid, future seqid, wrong client/file
+//	pnfs.ErrOldStateid       OLD_STATEID      (10024)   seqid older than current
+//	pnfs.ErrStaleStateid     STALE_STATEID    (10023)   stateid from a previous boot
+//	pnfs.ErrExpired          EXPIRED          (10011)   stateid revoked by lease expiry
 //	ErrShareDenied           SHARE_DENIED     (10015)   OPEN share reservation conflict
 //	ErrLocked                LOCKED           (10012)   special-stateid I/O blocked by a deny mode
 //	ErrDenied                DENIED           (10010)   LOCK/LOCKT conflict (see *LockDeniedError)
 //	ErrLocksHeld             LOCKS_HELD       (10037)   CLOSE/FREE_STATEID while locks remain
-//	ErrOpenMode              OPENMODE         (10038)   I/O or lock not allowed by the open's access
+//	pnfs.ErrOpenMode         OPENMODE         (10038)   I/O or lock not allowed by the open's access
 //	ErrInval                 INVAL            (22)      bad share bits, bad range, non-subset downgrade
 //	ErrGrace                 GRACE            (10013)   non-reclaim OPEN/LOCK/LOCKT during grace
 //	ErrNoGrace               NO_GRACE         (10033)   reclaim outside grace / after RECLAIM_COMPLETE
@@ -56,15 +61,10 @@ var (
 	ErrRepTooBigToCache = errors.New("nfs4 state: reply too big to cache")
 	ErrDelay            = errors.New("nfs4 state: request in progress, retry later")
 	ErrConnNotBound     = errors.New("nfs4 state: connection not bound to session")
-	ErrBadStateid       = errors.New("nfs4 state: bad stateid")
-	ErrOldStateid       = errors.New("nfs4 state: old stateid")
-	ErrStaleStateid     = errors.New("nfs4 state: stale stateid")
-	ErrExpired          = errors.New("nfs4 state: stateid expired")
 	ErrShareDenied      = errors.New("nfs4 state: share reservation denied")
 	ErrLocked           = errors.New("nfs4 state: I/O conflicts with a share reservation")
 	ErrDenied           = errors.New("nfs4 state: lock denied")
 	ErrLocksHeld        = errors.New("nfs4 state: locks held")
-	ErrOpenMode         = errors.New("nfs4 state: operation not permitted by open mode")
 	ErrInval            = errors.New("nfs4 state: invalid argument")
 	ErrGrace            = errors.New("nfs4 state: server in grace period")
 	ErrNoGrace          = errors.New("nfs4 state: reclaim outside grace period")

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 // reboot simulates a server restart: a new Manager, new epoch, same store.
@@ -25,7 +27,7 @@ func TestGraceAfterRestart(t *testing.T) {
 	// Everything from the previous boot is stale.
 	_, err := h.m.CreateSession(ctx, CreateSessionArgs{ClientID: a, Sequence: 2, Principal: "p"})
 	wantErr(t, "old client ID", err, ErrStaleClientID)
-	wantErr(t, "old stateid", h.m.CheckIO(a, oldOpen, 1, false), ErrStaleStateid)
+	wantErr(t, "old stateid", h.m.CheckIO(a, oldOpen, 1, false), pnfs.ErrStaleStateid)
 
 	a2, _ := h.returning("a")
 	b2, _ := h.returning("b")

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 // Layout state (RFC 8881 §12.5). A client holds at most one layout stateid
@@ -99,11 +101,11 @@ func (m *Manager) LayoutGet(id ClientID, sid Stateid, file FileID, iomode uint32
 	var cur *layoutState
 	if sid.Type() == TypeLayout && !sid.IsSpecial() {
 		if m.fromEarlierBoot(sid) {
-			return Stateid{}, ErrStaleStateid
+			return Stateid{}, pnfs.ErrStaleStateid
 		}
 		l := m.layoutIDs[sid.Other]
 		if l == nil || l.client != c || l.file != file {
-			return Stateid{}, fmt.Errorf("%w: unknown layout stateid", ErrBadStateid)
+			return Stateid{}, fmt.Errorf("%w: unknown layout stateid", pnfs.ErrBadStateid)
 		}
 		if l.recalling {
 			// The recall bumped the seqid the client has not seen yet;
@@ -118,7 +120,7 @@ func (m *Manager) LayoutGet(id ClientID, sid Stateid, file FileID, iomode uint32
 		// the client has not seen yet is caught above. Only a seqid
 		// the server never issued is wrong.
 		if seqidAfter(sid.Seqid, l.sid.Seqid) {
-			return Stateid{}, fmt.Errorf("%w: layout seqid %d not issued yet", ErrBadStateid, sid.Seqid)
+			return Stateid{}, fmt.Errorf("%w: layout seqid %d not issued yet", pnfs.ErrBadStateid, sid.Seqid)
 		}
 		if iomode == IOModeRW && l.iomode != IOModeRW && !mayWriteLocked(c, file) {
 			// As under a read-only open below: a reader's layout stays
@@ -134,7 +136,7 @@ func (m *Manager) LayoutGet(id ClientID, sid Stateid, file FileID, iomode uint32
 				return Stateid{}, err
 			}
 			if d.file != file {
-				return Stateid{}, fmt.Errorf("%w: stateid is for another file", ErrBadStateid)
+				return Stateid{}, fmt.Errorf("%w: stateid is for another file", pnfs.ErrBadStateid)
 			}
 			if iomode == IOModeRW && d.typ != DelegWrite {
 				iomode = IOModeRead
@@ -149,7 +151,7 @@ func (m *Manager) LayoutGet(id ClientID, sid Stateid, file FileID, iomode uint32
 				o = ref.lock.open
 			}
 			if o.file.id != file {
-				return Stateid{}, fmt.Errorf("%w: stateid is for another file", ErrBadStateid)
+				return Stateid{}, fmt.Errorf("%w: stateid is for another file", pnfs.ErrBadStateid)
 			}
 			if iomode == IOModeRW && o.access&AccessWrite == 0 {
 				iomode = IOModeRead
@@ -204,8 +206,8 @@ func mayWriteLocked(c *client, file FileID) bool {
 // sends of this boot: an open, lock or delegation stateid, a special
 // stateid, a layout stateid of another client or another file, one that was
 // returned or revoked, or one granted only LAYOUTIOMODE4_READ. A seqid
-// never issued is ErrBadStateid, an older one is accepted
-// (checkLayoutSeqid), and a stateid of an earlier boot yields ErrStaleStateid,
+// never issued is pnfs.ErrBadStateid, an older one is accepted
+// (checkLayoutSeqid), and a stateid of an earlier boot yields pnfs.ErrStaleStateid,
 // whatever its type, so the caller can apply its own restart policy. A
 // layout being recalled still takes commits: the client commits what it
 // wrote before it returns the layout.
@@ -216,7 +218,7 @@ func (m *Manager) CheckLayoutCommit(id ClientID, sid Stateid, file FileID) error
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.fromEarlierBoot(sid) {
-		return ErrStaleStateid
+		return pnfs.ErrStaleStateid
 	}
 	if sid.Type() != TypeLayout {
 		return fmt.Errorf("%w: %v is a %v stateid", ErrBadLayout, sid, sid.Type())
@@ -241,29 +243,29 @@ func (m *Manager) CheckLayoutCommit(id ClientID, sid Stateid, file FileID) error
 
 // CheckLayout checks that sid is client id's current layout stateid for
 // file, of either iomode: the stateid LAYOUTERROR and LAYOUTSTATS carry
-// (RFC 7862 §15.6.3, §15.7.3). It fails with ErrStaleStateid for a stateid
-// of an earlier boot and ErrBadStateid for anything but a layout stateid
+// (RFC 7862 §15.6.3, §15.7.3). It fails with pnfs.ErrStaleStateid for a stateid
+// of an earlier boot and pnfs.ErrBadStateid for anything but a layout stateid
 // of this client and file, or a seqid from the future; an older seqid
 // names the same layout (checkLayoutSeqid).
 func (m *Manager) CheckLayout(id ClientID, sid Stateid, file FileID) error {
 	if sid.IsSpecial() || sid.Type() != TypeLayout {
-		return fmt.Errorf("%w: %v is not a layout stateid", ErrBadStateid, sid)
+		return fmt.Errorf("%w: %v is not a layout stateid", pnfs.ErrBadStateid, sid)
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if m.fromEarlierBoot(sid) {
-		return ErrStaleStateid
+		return pnfs.ErrStaleStateid
 	}
 	l := m.layoutIDs[sid.Other]
 	if l == nil || l.client.id != id || l.file != file {
-		return fmt.Errorf("%w: no layout of this client and file under %v", ErrBadStateid, sid)
+		return fmt.Errorf("%w: no layout of this client and file under %v", pnfs.ErrBadStateid, sid)
 	}
 	return checkLayoutSeqid(sid.Seqid, l.sid.Seqid)
 }
 
 // checkLayoutSeqid checks the seqid of a layout stateid in LAYOUTCOMMIT,
 // LAYOUTRETURN, LAYOUTERROR and LAYOUTSTATS: as for LAYOUTGET, only a
-// seqid the server has not issued yet is wrong (ErrBadStateid). An older
+// seqid the server has not issued yet is wrong (pnfs.ErrBadStateid). An older
 // one names the same layout: a client's LAYOUTGET may have moved the
 // seqid without the client learning it (Linux 6.1 ignores the LAYOUTGET
 // reply of an OPEN for an inode it holds a layout of, and resends its
@@ -271,7 +273,7 @@ func (m *Manager) CheckLayout(id ClientID, sid Stateid, file FileID) error {
 // with write delegations, which defer LAYOUTCOMMIT past the next OPEN).
 func checkLayoutSeqid(req, cur uint32) error {
 	if req != 0 && seqidAfter(req, cur) {
-		return ErrBadStateid
+		return pnfs.ErrBadStateid
 	}
 	return nil
 }
@@ -306,7 +308,7 @@ func (m *Manager) LayoutReturnFile(id ClientID, sid Stateid, file FileID) (State
 	}
 	if sid.Type() == TypeLayout && !sid.IsSpecial() {
 		if sid.Other != l.sid.Other {
-			return Stateid{}, false, fmt.Errorf("%w: layout stateid of another file", ErrBadStateid)
+			return Stateid{}, false, fmt.Errorf("%w: layout stateid of another file", pnfs.ErrBadStateid)
 		}
 		if err := checkLayoutSeqid(sid.Seqid, l.sid.Seqid); err != nil {
 			return Stateid{}, false, err
@@ -463,7 +465,7 @@ func (m *Manager) dropClientLayoutsLocked(c *client) {
 func (m *Manager) CheckIOAny(sid Stateid, file FileID, write bool) (ClientID, error) {
 	if sid.IsSpecial() {
 		// Data servers only accept I/O under state the MDS granted.
-		return 0, ErrBadStateid
+		return 0, pnfs.ErrBadStateid
 	}
 	m.mu.RLock()
 	ref, ok := m.states[sid.Other]
@@ -480,11 +482,11 @@ func (m *Manager) CheckIOAny(sid Stateid, file FileID, write bool) (ClientID, er
 	case ok:
 		owner = ref.lock.owner.client.id
 	case m.fromEarlierBoot(sid):
-		err = ErrStaleStateid
+		err = pnfs.ErrStaleStateid
 	case m.expired.has(sid.Other):
-		err = ErrExpired
+		err = pnfs.ErrExpired
 	default:
-		err = ErrBadStateid
+		err = pnfs.ErrBadStateid
 	}
 	m.mu.RUnlock()
 	if err != nil {

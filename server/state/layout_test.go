@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 func TestLayoutLifecycle(t *testing.T) {
@@ -27,7 +29,7 @@ func TestLayoutLifecycle(t *testing.T) {
 	}
 	future := ls3
 	future.Seqid++
-	if _, err := m.LayoutGet(c, future, 7, IOModeRW); !errors.Is(err, ErrBadStateid) {
+	if _, err := m.LayoutGet(c, future, 7, IOModeRW); !errors.Is(err, pnfs.ErrBadStateid) {
 		t.Fatalf("layout seqid not issued yet: %v", err)
 	}
 	if errs := m.TestStateid(c, []Stateid{ls3}); errs[0] != nil {
@@ -89,10 +91,10 @@ func TestCheckIOAny(t *testing.T) {
 	if id, err := h.m.CheckIOAny(o, 5, false); err != nil || id != c {
 		t.Fatalf("CheckIOAny read = %v, %v", id, err)
 	}
-	if _, err := h.m.CheckIOAny(o, 5, true); !errors.Is(err, ErrOpenMode) {
+	if _, err := h.m.CheckIOAny(o, 5, true); !errors.Is(err, pnfs.ErrOpenMode) {
 		t.Fatalf("CheckIOAny write on read open: %v", err)
 	}
-	if _, err := h.m.CheckIOAny(AnonymousStateid, 5, false); !errors.Is(err, ErrBadStateid) {
+	if _, err := h.m.CheckIOAny(AnonymousStateid, 5, false); !errors.Is(err, pnfs.ErrBadStateid) {
 		t.Fatalf("anonymous: %v", err)
 	}
 }
@@ -155,7 +157,7 @@ func TestLayoutOfEarlierBootAndReclaimedOpen(t *testing.T) {
 	}
 	h.restart(2)
 	c2, _ := h.returning("c")
-	wantErr(t, "layout stateid of the previous boot", h.m.TestStateid(c2, []Stateid{ls})[0], ErrStaleStateid)
+	wantErr(t, "layout stateid of the previous boot", h.m.TestStateid(c2, []Stateid{ls})[0], pnfs.ErrStaleStateid)
 	if h.m.HasWriteOpen(c2, 7) {
 		t.Fatal("write open before the reclaim")
 	}
@@ -174,7 +176,7 @@ func TestLayoutOfEarlierBootAndReclaimedOpen(t *testing.T) {
 	if _, _, err := h.m.LayoutReturnFile(c2, ls2, 7); err != nil {
 		t.Fatal(err)
 	}
-	wantErr(t, "returned layout stateid", h.m.TestStateid(c2, []Stateid{ls2})[0], ErrBadStateid)
+	wantErr(t, "returned layout stateid", h.m.TestStateid(c2, []Stateid{ls2})[0], pnfs.ErrBadStateid)
 }
 
 // TestCheckLayoutCommit pins which stateids may grow a file through
@@ -215,7 +217,7 @@ func TestCheckLayoutCommit(t *testing.T) {
 			ls := h.layout(c, h.open(c, "o", file, AccessBoth, DenyNone), file, IOModeRW)
 			ls.Seqid++
 			return ls
-		}, ErrBadStateid},
+		}, pnfs.ErrBadStateid},
 		{"open stateid", func(h *harness, c, _ ClientID) Stateid {
 			o := h.open(c, "o", file, AccessBoth, DenyNone)
 			h.layout(c, o, file, IOModeRW)
@@ -293,8 +295,8 @@ func TestCheckLayoutCommitEarlierBoot(t *testing.T) {
 	ls := h.layout(c, o, 7, IOModeRW)
 	h.restart(2)
 	c2, _ := h.client("c")
-	wantErr(t, "layout stateid of the previous boot", h.m.CheckLayoutCommit(c2, ls, 7), ErrStaleStateid)
-	wantErr(t, "open stateid of the previous boot", h.m.CheckLayoutCommit(c2, o, 7), ErrStaleStateid)
+	wantErr(t, "layout stateid of the previous boot", h.m.CheckLayoutCommit(c2, ls, 7), pnfs.ErrStaleStateid)
+	wantErr(t, "open stateid of the previous boot", h.m.CheckLayoutCommit(c2, o, 7), pnfs.ErrStaleStateid)
 	wantErr(t, "anonymous stateid", h.m.CheckLayoutCommit(c2, AnonymousStateid, 7), ErrBadLayout)
 }
 

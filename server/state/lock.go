@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 // LockType is nfs_lock_type4. The blocking variants are accepted but
@@ -125,7 +127,7 @@ type LockArgs struct {
 // Conflicting locks of other lock-owners (any lock against a write lock,
 // a write lock against any lock) yield *LockDeniedError. A WRITE lock
 // needs an open with write access and a READ lock one with read access
-// (ErrOpenMode). It returns the lock stateid: seqid 1 when it was just
+// (pnfs.ErrOpenMode). It returns the lock stateid: seqid 1 when it was just
 // created, otherwise bumped.
 //
 // With NewLockOwner, a lock-owner that already has a lock stateid for the
@@ -188,7 +190,7 @@ func (m *Manager) Lock(a LockArgs) (Stateid, error) {
 		need = AccessWrite
 	}
 	if ls.open.access&need == 0 {
-		return fail(ErrOpenMode)
+		return fail(pnfs.ErrOpenMode)
 	}
 	if d := ls.file.conflict(typ, first, last, func(r *lockRange) bool { return r.ls.owner == ls.owner }); d != nil {
 		return fail(d)
@@ -270,7 +272,7 @@ func (m *Manager) lookupLock(id ClientID, sid Stateid) (*lockState, error) {
 		return nil, err
 	}
 	if ref.lock == nil {
-		return nil, fmt.Errorf("%w: %v is not a lock stateid", ErrBadStateid, sid)
+		return nil, fmt.Errorf("%w: %v is not a lock stateid", pnfs.ErrBadStateid, sid)
 	}
 	return ref.lock, nil
 }

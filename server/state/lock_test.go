@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 // ranges renders a file's held locks as "owner:type[first-last]" in order.
@@ -159,9 +161,9 @@ func TestLockArgErrors(t *testing.T) {
 		{"overflow", LockArgs{Type: ReadLock, Offset: 1 << 63, Length: 1<<63 + 1, NewLockOwner: true, OpenStateid: ro, LockOwner: []byte("l")}, ErrInval},
 		{"exact end", LockArgs{Type: ReadLock, Offset: 1 << 63, Length: 1 << 63, NewLockOwner: true, OpenStateid: ro, LockOwner: []byte("l")}, nil},
 		{"bad type", LockArgs{Type: 9, Length: 1, NewLockOwner: true, OpenStateid: ro, LockOwner: []byte("l")}, ErrInval},
-		{"write lock on read open", LockArgs{Type: WriteLock, Length: 1, NewLockOwner: true, OpenStateid: ro, LockOwner: []byte("l2")}, ErrOpenMode},
-		{"read lock on write open", LockArgs{Type: ReadLock, Length: 1, NewLockOwner: true, OpenStateid: wo, LockOwner: []byte("l3")}, ErrOpenMode},
-		{"open stateid as lock stateid", LockArgs{Type: ReadLock, Length: 1, LockStateid: ro}, ErrBadStateid},
+		{"write lock on read open", LockArgs{Type: WriteLock, Length: 1, NewLockOwner: true, OpenStateid: ro, LockOwner: []byte("l2")}, pnfs.ErrOpenMode},
+		{"read lock on write open", LockArgs{Type: ReadLock, Length: 1, NewLockOwner: true, OpenStateid: wo, LockOwner: []byte("l3")}, pnfs.ErrOpenMode},
+		{"open stateid as lock stateid", LockArgs{Type: ReadLock, Length: 1, LockStateid: ro}, pnfs.ErrBadStateid},
 		{"empty lock-owner", LockArgs{Type: ReadLock, Length: 1, NewLockOwner: true, OpenStateid: ro}, ErrInval},
 	}
 	for _, tc := range tests {
@@ -172,7 +174,7 @@ func TestLockArgErrors(t *testing.T) {
 		})
 	}
 	_, err := h.m.Unlock(a, ro, 0, 1)
-	wantErr(t, "unlock with open stateid", err, ErrBadStateid)
+	wantErr(t, "unlock with open stateid", err, pnfs.ErrBadStateid)
 }
 
 func TestCloseWithLocksHeld(t *testing.T) {
@@ -189,7 +191,7 @@ func TestCloseWithLocksHeld(t *testing.T) {
 	_, err = h.m.Close(a, o)
 	wantErr(t, "close", err, nil)
 	// The lock stateid went away with the open.
-	wantErr(t, "lock stateid after close", h.m.TestStateid(a, []Stateid{ls})[0], ErrBadStateid)
+	wantErr(t, "lock stateid after close", h.m.TestStateid(a, []Stateid{ls})[0], pnfs.ErrBadStateid)
 	h.m.mu.RLock()
 	nfiles, nstates := len(h.m.files), len(h.m.states)
 	h.m.mu.RUnlock()

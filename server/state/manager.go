@@ -272,7 +272,7 @@ func (m *Manager) newStateid(t StateType) Stateid {
 }
 
 // expiredSet remembers a bounded number of stateids revoked by lease
-// expiry so that later use yields ErrExpired rather than ErrBadStateid.
+// expiry so that later use yields pnfs.ErrExpired rather than pnfs.ErrBadStateid.
 type expiredSet struct {
 	ring []([12]byte)
 	next int

@@ -1,6 +1,10 @@
 package state
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/shoalfs/shoal/pnfs"
+)
 
 // Share access and deny bits (OPEN4_SHARE_ACCESS_*, OPEN4_SHARE_DENY_*).
 const (
@@ -220,17 +224,17 @@ func (m *Manager) removeOpen(o *openState) {
 // rules. Caller holds mu (read or write).
 func (m *Manager) lookupState(id ClientID, sid Stateid) (stateRef, error) {
 	if sid.IsSpecial() {
-		return stateRef{}, ErrBadStateid
+		return stateRef{}, pnfs.ErrBadStateid
 	}
 	if m.fromEarlierBoot(sid) {
-		return stateRef{}, ErrStaleStateid
+		return stateRef{}, pnfs.ErrStaleStateid
 	}
 	ref, ok := m.states[sid.Other]
 	if !ok {
 		if m.expired.has(sid.Other) {
-			return stateRef{}, ErrExpired
+			return stateRef{}, pnfs.ErrExpired
 		}
-		return stateRef{}, ErrBadStateid
+		return stateRef{}, pnfs.ErrBadStateid
 	}
 	var cur Stateid
 	var owner ClientID
@@ -240,7 +244,7 @@ func (m *Manager) lookupState(id ClientID, sid Stateid) (stateRef, error) {
 		cur, owner = ref.lock.sid, ref.lock.owner.client.id
 	}
 	if owner != id {
-		return stateRef{}, ErrBadStateid
+		return stateRef{}, pnfs.ErrBadStateid
 	}
 	if err := checkSeqid(sid.Seqid, cur.Seqid); err != nil {
 		return stateRef{}, err
@@ -254,14 +258,14 @@ func (m *Manager) lookupOpen(id ClientID, sid Stateid) (*openState, error) {
 		return nil, err
 	}
 	if ref.open == nil {
-		return nil, fmt.Errorf("%w: %v is not an open stateid", ErrBadStateid, sid)
+		return nil, fmt.Errorf("%w: %v is not an open stateid", pnfs.ErrBadStateid, sid)
 	}
 	return ref.open, nil
 }
 
 // CheckIO validates the stateid of a READ (write=false) or WRITE on file.
 // Open and lock stateids must belong to the client and the file; WRITE
-// needs write access (ErrOpenMode), READ accepts read or write access.
+// needs write access (pnfs.ErrOpenMode), READ accepts read or write access.
 // Special stateids are checked against the deny modes of all opens of the
 // file: anonymous I/O conflicting with a deny yields ErrLocked, and the
 // READ bypass stateid ignores DENY_READ. Byte-range locks are advisory and
@@ -270,7 +274,7 @@ func (m *Manager) CheckIO(id ClientID, sid Stateid, file FileID, write bool) err
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	if sid.IsCurrent() {
-		return fmt.Errorf("%w: current stateid not substituted", ErrBadStateid)
+		return fmt.Errorf("%w: current stateid not substituted", pnfs.ErrBadStateid)
 	}
 	if sid.IsAnonymous() || sid.IsReadBypass() {
 		f := m.files[file]
@@ -300,10 +304,10 @@ func (m *Manager) CheckIO(id ClientID, sid Stateid, file FileID, write bool) err
 		o = ref.lock.open
 	}
 	if o.file.id != file {
-		return fmt.Errorf("%w: stateid is for another file", ErrBadStateid)
+		return fmt.Errorf("%w: stateid is for another file", pnfs.ErrBadStateid)
 	}
 	if write && o.access&AccessWrite == 0 {
-		return ErrOpenMode
+		return pnfs.ErrOpenMode
 	}
 	return nil
 }
@@ -338,7 +342,7 @@ func (m *Manager) TestStateid(id ClientID, sids []Stateid) []error {
 		if l := m.layoutIDs[sid.Other]; l != nil && sid.Type() == TypeLayout {
 			switch {
 			case l.client.id != id:
-				out[i] = ErrBadStateid
+				out[i] = pnfs.ErrBadStateid
 			default:
 				out[i] = checkSeqid(sid.Seqid, l.sid.Seqid)
 			}

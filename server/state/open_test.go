@@ -3,6 +3,8 @@ package state
 import (
 	"fmt"
 	"testing"
+
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 func TestStateidSeqidRules(t *testing.T) {
@@ -31,15 +33,15 @@ func TestStateidSeqidRules(t *testing.T) {
 	}{
 		{"current seqid", c, s2, nil, false},
 		{"seqid 0 means current", c, with(s2, 0), nil, false},
-		{"old seqid", c, s1, ErrOldStateid, false},
-		{"future seqid", c, with(s2, 3), ErrBadStateid, false},
-		{"stale epoch", c, stale, ErrStaleStateid, false},
-		{"unknown", c, unknown, ErrBadStateid, false},
-		{"other client", other, s2, ErrBadStateid, false},
-		{"anonymous", c, AnonymousStateid, ErrBadStateid, true},
-		{"bypass", c, ReadBypassStateid, ErrBadStateid, true},
-		{"current marker", c, CurrentStateid, ErrBadStateid, false},
-		{"invalid", c, InvalidStateid, ErrBadStateid, false},
+		{"old seqid", c, s1, pnfs.ErrOldStateid, false},
+		{"future seqid", c, with(s2, 3), pnfs.ErrBadStateid, false},
+		{"stale epoch", c, stale, pnfs.ErrStaleStateid, false},
+		{"unknown", c, unknown, pnfs.ErrBadStateid, false},
+		{"other client", other, s2, pnfs.ErrBadStateid, false},
+		{"anonymous", c, AnonymousStateid, pnfs.ErrBadStateid, true},
+		{"bypass", c, ReadBypassStateid, pnfs.ErrBadStateid, true},
+		{"current marker", c, CurrentStateid, pnfs.ErrBadStateid, false},
+		{"invalid", c, InvalidStateid, pnfs.ErrBadStateid, false},
 	}
 	sids := make([]Stateid, len(tests))
 	for i, tc := range tests {
@@ -74,8 +76,8 @@ func TestSeqidWrap(t *testing.T) {
 	if nextSeqid(0xffffffff) != 1 {
 		t.Fatal("wrap must skip 0")
 	}
-	wantErr(t, "after wrap", checkSeqid(0xffffffff, 1), ErrOldStateid)
-	wantErr(t, "ahead over wrap", checkSeqid(1, 0xffffffff), ErrBadStateid)
+	wantErr(t, "after wrap", checkSeqid(0xffffffff, 1), pnfs.ErrOldStateid)
+	wantErr(t, "ahead over wrap", checkSeqid(1, 0xffffffff), pnfs.ErrBadStateid)
 }
 
 func TestShareReservationMatrix(t *testing.T) {
@@ -129,12 +131,12 @@ func TestOpenUpgradeDowngradeClose(t *testing.T) {
 	_, err = h.m.OpenDowngrade(c, r.Stateid, AccessBoth, DenyBoth)
 	wantErr(t, "downgrade adds deny", err, ErrInval)
 	_, err = h.m.OpenDowngrade(c, s, AccessRead, DenyNone)
-	wantErr(t, "downgrade with old seqid", err, ErrOldStateid)
+	wantErr(t, "downgrade with old seqid", err, pnfs.ErrOldStateid)
 	ds, err := h.m.OpenDowngrade(c, r.Stateid, AccessRead, DenyNone)
 	wantErr(t, "downgrade", err, nil)
-	wantErr(t, "write after downgrade", h.m.CheckIO(c, ds, 1, true), ErrOpenMode)
+	wantErr(t, "write after downgrade", h.m.CheckIO(c, ds, 1, true), pnfs.ErrOpenMode)
 	wantErr(t, "read after downgrade", h.m.CheckIO(c, ds, 1, false), nil)
-	wantErr(t, "wrong file", h.m.CheckIO(c, ds, 2, false), ErrBadStateid)
+	wantErr(t, "wrong file", h.m.CheckIO(c, ds, 2, false), pnfs.ErrBadStateid)
 	// The deny is gone, so another client may write now.
 	h.open(d, "o", 1, AccessWrite, DenyNone)
 	_, err = h.m.Open(OpenArgs{ClientID: c, Owner: []byte("o"), File: 1, Access: AccessRead, Deny: 4})
@@ -144,7 +146,7 @@ func TestOpenUpgradeDowngradeClose(t *testing.T) {
 	cs, err := h.m.Close(c, ds)
 	wantErr(t, "close", err, nil)
 	_, err = h.m.Close(c, cs)
-	wantErr(t, "close twice", err, ErrBadStateid)
+	wantErr(t, "close twice", err, pnfs.ErrBadStateid)
 }
 
 func TestSpecialStateidIO(t *testing.T) {
@@ -187,7 +189,7 @@ func TestFreeStateid(t *testing.T) {
 	wantErr(t, "unlock", err, nil)
 	wantErr(t, "io via lock stateid", h.m.CheckIO(c, l, 1, true), nil)
 	wantErr(t, "free", h.m.FreeStateid(c, l), nil)
-	wantErr(t, "free again", h.m.FreeStateid(c, l), ErrBadStateid)
+	wantErr(t, "free again", h.m.FreeStateid(c, l), pnfs.ErrBadStateid)
 	if errs := h.m.TestStateid(c, []Stateid{o, l}); errs[0] != nil || errs[1] == nil {
 		t.Fatalf("TestStateid %v", errs)
 	}

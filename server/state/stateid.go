@@ -3,6 +3,8 @@ package state
 import (
 	"encoding/binary"
 	"fmt"
+
+	"github.com/shoalfs/shoal/pnfs"
 )
 
 // Stateid is the NFSv4 stateid4: a seqid that counts changes to one piece
@@ -100,9 +102,9 @@ func checkSeqid(req, cur uint32) error {
 	case req == 0 || req == cur:
 		return nil
 	case seqidAfter(req, cur):
-		return ErrBadStateid
+		return pnfs.ErrBadStateid
 	default:
-		return ErrOldStateid
+		return pnfs.ErrOldStateid
 	}
 }
 
