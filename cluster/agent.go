@@ -777,159 +777,23 @@ func (a *Agent) heartbeatLoop(conn *rpc.Conn, interval time.Duration, missed int
 	}
 }
 
+// serveRPC serves the MDS's calls on this data server (ctlProcs, fromMDS).
 func (a *Agent) serveRPC(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
 	if st, ok := checkProgram(c, res); !ok {
 		return st
 	}
-	if mdsProcs[c.Proc] && a.staleTerm(c.Conn) {
+	p, ok := ctlProc(c.Proc, fromMDS)
+	if !ok {
+		return rpc.ProcUnavail
+	}
+	if p.agent != nil && a.staleTerm(c.Conn) {
 		// Every result of these procedures is a union or struct led by
 		// its status, with nothing else for an error status.
 		a.log.Warn("cluster: refusing a call from an MDS of an older term", "proc", c.Proc, "peer", c.Conn.RemoteAddr())
 		(&ctlproto.CtlStatusRes{Status: ctlproto.CTL_ERR_NOT_LEADER}).EncodeXDR(res)
 		return rpc.Success
 	}
-	switch c.Proc {
-	case ctlproto.CTLPROC_NULL:
-		return rpc.Success
-	case ctlproto.CTLPROC_OBJ_READ:
-		var args ctlproto.CtlReadArgs
-		if !decodeArgs(c, &args) {
-			return rpc.GarbageArgs
-		}
-		a.objRead(c, &args, res)
-	case ctlproto.CTLPROC_OBJ_WRITE:
-		var args ctlproto.CtlWriteArgs
-		if !decodeArgs(c, &args) {
-			return rpc.GarbageArgs
-		}
-		out := a.objWrite(&args)
-		out.EncodeXDR(res)
-		// objWrite hands args.Data only to Store's WriteAt, which as an
-		// io.WriterAt does not retain it, and the result holds no slice of
-		// it: the 1 MiB record buffer can be reused for the next write.
-		c.ReleaseArgsAfterReply()
-	case ctlproto.CTLPROC_OBJ_COMMIT:
-		var args ctlproto.CtlInoArgs
-		if !decodeArgs(c, &args) {
-			return rpc.GarbageArgs
-		}
-		a.stats.commitOps.Add(1)
-		out := ctlproto.CtlCommitRes{Status: ctlproto.CTL_OK, Verifier: &a.verifier}
-		if err := a.cfg.Store.Sync(args.Ino); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			out = ctlproto.CtlCommitRes{Status: a.storeStatus("commit", args.Ino, err)}
-		}
-		out.EncodeXDR(res)
-	case ctlproto.CTLPROC_OBJ_TRUNCATE:
-		var args ctlproto.CtlTruncateArgs
-		if !decodeArgs(c, &args) {
-			return rpc.GarbageArgs
-		}
-		a.stats.truncateOps.Add(1)
-		out := ctlproto.CtlStatusRes{Status: ctlproto.CTL_OK}
-		if args.Size > 1<<63-1 {
-			out.Status = ctlproto.CTL_ERR_FBIG
-		} else if err := a.cfg.Store.Truncate(args.Ino, args.Size); err != nil {
-			out.Status = a.storeStatus("truncate", args.Ino, err)
-		}
-		out.EncodeXDR(res)
-	case ctlproto.CTLPROC_OBJ_REMOVE:
-		var args ctlproto.CtlInoArgs
-		if !decodeArgs(c, &args) {
-			return rpc.GarbageArgs
-		}
-		a.stats.removeOps.Add(1)
-		out := ctlproto.CtlStatusRes{Status: ctlproto.CTL_OK}
-		if err := a.cfg.Store.Remove(args.Ino); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			out.Status = a.storeStatus("remove", args.Ino, err)
-		}
-		out.EncodeXDR(res)
-	case ctlproto.CTLPROC_OBJ_PUNCH:
-		var args ctlproto.CtlPunchArgs
-		if !decodeArgs(c, &args) {
-			return rpc.GarbageArgs
-		}
-		out := ctlproto.CtlStatusRes{Status: a.objPunch(&args)}
-		out.EncodeXDR(res)
-	case ctlproto.CTLPROC_OBJ_ALLOCATE:
-		var args ctlproto.CtlAllocateArgs
-		if !decodeArgs(c, &args) {
-			return rpc.GarbageArgs
-		}
-		out := ctlproto.CtlStatusRes{Status: a.objAllocate(&args)}
-		out.EncodeXDR(res)
-	case ctlproto.CTLPROC_OBJ_SEEK:
-		var args ctlproto.CtlSeekArgs
-		if !decodeArgs(c, &args) {
-			return rpc.GarbageArgs
-		}
-		out := a.objSeek(&args)
-		out.EncodeXDR(res)
-	case ctlproto.CTLPROC_OBJ_COPY:
-		var args ctlproto.CtlCopyArgs
-		if !decodeArgs(c, &args) {
-			return rpc.GarbageArgs
-		}
-		out := ctlproto.CtlStatusRes{Status: a.objCopy(&args)}
-		out.EncodeXDR(res)
-	case ctlproto.CTLPROC_OBJ_GETSIZE:
-		var args ctlproto.CtlInoArgs
-		if !decodeArgs(c, &args) {
-			return rpc.GarbageArgs
-		}
-		a.stats.getSizeOps.Add(1)
-		out := a.objSize(args.Ino)
-		out.EncodeXDR(res)
-	case ctlproto.CTLPROC_FENCE, ctlproto.CTLPROC_UNFENCE:
-		var args ctlproto.CtlClientArgs
-		if !decodeArgs(c, &args) {
-			return rpc.GarbageArgs
-		}
-		a.setFenced(args.Clientid, c.Proc == ctlproto.CTLPROC_FENCE)
-		out := ctlproto.CtlStatusRes{Status: ctlproto.CTL_OK}
-		out.EncodeXDR(res)
-	case ctlproto.CTLPROC_MAP_CHANGED:
-		var args ctlproto.CtlInoArgs
-		if !decodeArgs(c, &args) {
-			return rpc.GarbageArgs
-		}
-		a.dropMap(args.Ino)
-		out := ctlproto.CtlStatusRes{Status: ctlproto.CTL_OK}
-		out.EncodeXDR(res)
-	case ctlproto.CTLPROC_OBJ_SUM:
-		var args ctlproto.CtlSumArgs
-		if !decodeArgs(c, &args) {
-			return rpc.GarbageArgs
-		}
-		out := a.objSum(&args)
-		out.EncodeXDR(res)
-	case ctlproto.CTLPROC_RETIRE:
-		if len(c.Args) != 0 {
-			return rpc.GarbageArgs
-		}
-		a.mu.Lock()
-		if !a.removed {
-			a.removed = true
-			close(a.removedCh)
-		}
-		a.mu.Unlock()
-		a.log.Warn("cluster: removed from the cluster by the MDS")
-		out := ctlproto.CtlStatusRes{Status: ctlproto.CTL_OK}
-		out.EncodeXDR(res)
-	default:
-		return rpc.ProcUnavail
-	}
-	return rpc.Success
-}
-
-// mdsProcs are the procedures the MDS calls on a DS; serveRPC refuses them
-// on a connection of an older term (staleTerm).
-var mdsProcs = map[uint32]bool{
-	ctlproto.CTLPROC_OBJ_READ: true, ctlproto.CTLPROC_OBJ_WRITE: true, ctlproto.CTLPROC_OBJ_COMMIT: true,
-	ctlproto.CTLPROC_OBJ_TRUNCATE: true, ctlproto.CTLPROC_OBJ_REMOVE: true, ctlproto.CTLPROC_OBJ_PUNCH: true,
-	ctlproto.CTLPROC_OBJ_ALLOCATE: true, ctlproto.CTLPROC_OBJ_SEEK: true, ctlproto.CTLPROC_OBJ_COPY: true,
-	ctlproto.CTLPROC_OBJ_GETSIZE: true, ctlproto.CTLPROC_OBJ_SUM: true,
-	ctlproto.CTLPROC_FENCE: true, ctlproto.CTLPROC_UNFENCE: true, ctlproto.CTLPROC_MAP_CHANGED: true,
-	ctlproto.CTLPROC_RETIRE: true,
+	return runProc(a, p, p.agent, ctx, c, res)
 }
 
 func (a *Agent) setFenced(client uint64, fenced bool) {

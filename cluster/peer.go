@@ -253,30 +253,11 @@ func (a *Agent) servePeer(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rp
 	if st, ok := checkProgram(c, res); !ok {
 		return st
 	}
-	switch c.Proc {
-	case ctlproto.CTLPROC_NULL:
-		return rpc.Success
-	case ctlproto.CTLPROC_REPLICA_WRITE:
-		var args ctlproto.CtlReplicaWriteArgs
-		if !decodeArgs(c, &args) {
-			return rpc.GarbageArgs
-		}
-		out := a.peerWrite(ctx, &args)
-		out.EncodeXDR(res)
-		// peerWrite hands args.Data only to the store's WriteAt, which
-		// does not retain it, and the result holds no slice of it.
-		c.ReleaseArgsAfterReply()
-	case ctlproto.CTLPROC_REPLICA_COMMIT:
-		var args ctlproto.CtlReplicaCommitArgs
-		if !decodeArgs(c, &args) {
-			return rpc.GarbageArgs
-		}
-		out := a.peerCommit(ctx, &args)
-		out.EncodeXDR(res)
-	default:
+	p, ok := ctlProc(c.Proc, fromPeer)
+	if !ok {
 		return rpc.ProcUnavail
 	}
-	return rpc.Success
+	return runProc(a, p, p.agent, ctx, c, res)
 }
 
 // peerAuth checks a peer call's MAC in constant time.

@@ -755,71 +755,16 @@ func (r *Registry) watch(m *member, c *rpc.Conn) {
 	r.mu.Unlock()
 }
 
+// serveRPC serves the data servers' calls on the MDS (ctlProcs, fromDS).
 func (r *Registry) serveRPC(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
 	if st, ok := checkProgram(c, res); !ok {
 		return st
 	}
-	switch c.Proc {
-	case ctlproto.CTLPROC_NULL:
-		return rpc.Success
-	case ctlproto.CTLPROC_REGISTER:
-		var a ctlproto.CtlRegisterArgs
-		if !decodeArgs(c, &a) {
-			return rpc.GarbageArgs
-		}
-		out := r.register(ctx, c.Conn, &a)
-		out.EncodeXDR(res)
-	case ctlproto.CTLPROC_HEARTBEAT:
-		var a ctlproto.CtlHeartbeatArgs
-		if !decodeArgs(c, &a) {
-			return rpc.GarbageArgs
-		}
-		out := ctlproto.CtlStatusRes{Status: r.heartbeat(c.Conn, &a)}
-		out.EncodeXDR(res)
-	case ctlproto.CTLPROC_CHECK_STATEID:
-		var a ctlproto.CtlCheckStateidArgs
-		if !decodeArgs(c, &a) {
-			return rpc.GarbageArgs
-		}
-		out := r.checkStateid(ctx, c.Conn, &a)
-		out.EncodeXDR(res)
-	case ctlproto.CTLPROC_FILE_SIZE:
-		var a ctlproto.CtlInoArgs
-		if !decodeArgs(c, &a) {
-			return rpc.GarbageArgs
-		}
-		out := r.fileSize(ctx, c.Conn, a.Ino)
-		out.EncodeXDR(res)
-	case ctlproto.CTLPROC_ADMIN:
-		var a ctlproto.CtlAdminArgs
-		if !decodeArgs(c, &a) {
-			return rpc.GarbageArgs
-		}
-		out := r.serveAdmin(ctx, c.Conn, &a)
-		out.EncodeXDR(res)
-	case ctlproto.CTLPROC_MAP:
-		var a ctlproto.CtlInoArgs
-		if !decodeArgs(c, &a) {
-			return rpc.GarbageArgs
-		}
-		out := r.serveMap(ctx, c.Conn, func(h MapHandler, _ string) (meta.StripeMap, bool, error) {
-			return h.FileMap(ctx, a.Ino)
-		})
-		out.EncodeXDR(res)
-	case ctlproto.CTLPROC_REPLICA_FAILED:
-		var a ctlproto.CtlReplicaFailedArgs
-		if !decodeArgs(c, &a) {
-			return rpc.GarbageArgs
-		}
-		out := r.serveMap(ctx, c.Conn, func(h MapHandler, from string) (meta.StripeMap, bool, error) {
-			m, err := h.ReplicaFailed(ctx, a.Ino, a.Gen, from, a.DsId)
-			return m, true, err
-		})
-		out.EncodeXDR(res)
-	default:
+	p, ok := ctlProc(c.Proc, fromDS)
+	if !ok {
 		return rpc.ProcUnavail
 	}
-	return rpc.Success
+	return runProc(r, p, p.registry, ctx, c, res)
 }
 
 // authorized checks a presented join secret in constant time.
