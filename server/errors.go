@@ -66,6 +66,9 @@ var errTable = []struct {
 	// Data that fails its checksum anywhere else (a server's own local
 	// store; the metadata server when no copy is good) is an I/O error.
 	{store.ErrCorrupt, nfs4.NFS4ERR_IO},
+	// A metadata record (inline data) failing its checksum, as its doc
+	// says: never bytes nobody can vouch for (found by TestErrTableComplete).
+	{meta.ErrCorrupt, nfs4.NFS4ERR_IO},
 	// The stateid verdicts: the state manager's for the MDS's own
 	// clients, and the same ones as a data server hears them from its
 	// metadata server (CheckDataIO makes them there).

@@ -22,11 +22,6 @@ var unmappedSentinels = map[string]string{
 	"meta.ErrNotInline": "inline.go calls WriteInline only for a write that fits, " +
 		"under the file's lock that every placement of a stripe map takes",
 	"meta.ErrTxnTooLarge": "a transaction over etcd's limits is a server fault",
-	// Its doc says NFS4ERR_IO, as store.ErrCorrupt maps, but errTable has
-	// never had it: a metadata record failing its checksum reaches the
-	// client as NFS4ERR_SERVERFAULT. Left as it is by the move of the
-	// sentinels to package pnfs, which changes no status.
-	"meta.ErrCorrupt": "not mapped yet (see the comment above)",
 }
 
 // errTableSources are the packages whose every exported Err* sentinel must
