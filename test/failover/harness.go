@@ -25,6 +25,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -37,7 +38,7 @@ type Proc struct {
 	logPath string
 	done    chan struct{}
 	err     error
-	stopped bool // SIGSTOPped and not yet continued
+	stopped atomic.Bool // SIGSTOPped and not yet continued
 }
 
 // Exited reports whether the process has exited.
@@ -59,9 +60,9 @@ func (p *Proc) Signal(sig syscall.Signal) {
 	_ = p.cmd.Process.Signal(sig)
 	switch sig {
 	case syscall.SIGSTOP:
-		p.stopped = true
+		p.stopped.Store(true)
 	case syscall.SIGCONT:
-		p.stopped = false
+		p.stopped.Store(false)
 	}
 }
 
@@ -364,7 +365,7 @@ func (m *MDS) Listens() bool {
 // on its metrics), or nil. A stopped process is never asked.
 func (w *World) Leader() *MDS {
 	for _, m := range w.MDS {
-		if m.P == nil || m.P.Exited() || m.P.stopped {
+		if m.P == nil || m.P.Exited() || m.P.stopped.Load() {
 			continue
 		}
 		if v, err := m.Metric("shoal_mds_leader"); err == nil && v == 1 && m.Listens() {
