@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,50 +21,23 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/shoalfs/shoal/internal/shoalbin"
 )
 
 // shoalBin is the shoal command TestMain built (or $SHOAL_BIN).
 var shoalBin string
 
 func TestMain(m *testing.M) {
-	os.Exit(buildAndRun(m))
-}
-
-func buildAndRun(m *testing.M) int {
-	if bin := os.Getenv("SHOAL_BIN"); bin != "" {
-		// A prebuilt shoal command (to test another build of it).
-		shoalBin = bin
-		return m.Run()
-	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		// go test may run with a PATH that lacks the toolchain.
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
-	}
-	out, err := exec.Command(gobin, "env", "GOMOD").Output()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "membership: go env GOMOD: %v\n", err)
-		return 1
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		fmt.Fprintln(os.Stderr, "membership: not inside the shoal module")
-		return 1
-	}
-	tmp, err := os.MkdirTemp("", "shoal-membership-")
+	bin, cleanup, err := shoalbin.Build("shoal-membership-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "membership:", err)
-		return 1
+		os.Exit(1)
 	}
-	defer os.RemoveAll(tmp)
-	shoalBin = filepath.Join(tmp, "shoal")
-	build := exec.Command(gobin, "build", "-o", shoalBin, "./cmd/shoal")
-	build.Dir = filepath.Dir(gomod)
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "membership: go build ./cmd/shoal: %v\n%s", err, out)
-		return 1
-	}
-	return m.Run()
+	shoalBin = bin
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
 }
 
 // proc is a long-running shoal process (mds or ds) the test started.
