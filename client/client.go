@@ -1172,8 +1172,9 @@ func (c *Client) recoverLocked(ctx context.Context, lost *session) error {
 
 // reclaim re-establishes the opens and locks of all open files on a new
 // session, with CLAIM_PREVIOUS and reclaim locks during the server's grace
-// period, or as new opens and locks when the server has no grace period
-// (NFS4ERR_NO_GRACE). Failures are logged and leave the file unusable.
+// period, or as new opens when the server has no grace period
+// (NFS4ERR_NO_GRACE), whose locks are then lost (File.reclaim). Failures
+// are logged; a File's I/O reopens it later (File.recoverOpen).
 func (c *Client) reclaim(ctx context.Context, s *session) {
 	c.mu.Lock()
 	files := make([]*File, 0, len(c.files))

@@ -87,9 +87,15 @@
 // reclaims the opens of every open [File] with CLAIM_PREVIOUS and their
 // byte-range locks with reclaim=true, and sends RECLAIM_COMPLETE. A server
 // without a grace period (NFS4ERR_NO_GRACE) gets ordinary opens (CLAIM_FH)
-// and locks instead, which may fail if another client got there first; such
-// a File then returns errors. Calls that were waiting meanwhile are rebuilt
-// with the new stateids and retried.
+// instead; locks are never taken again outside the grace period, since
+// another client may have held them meanwhile: a lock that could not be
+// reclaimed is lost, and its File's reads, writes, Unlock and Close say so
+// with [ErrLockLost]. Calls that were waiting meanwhile are rebuilt with
+// the new stateids and retried. An open the recovery did not reclaim (its
+// OPEN was answered by the old server instance only after the recovery
+// had collected the Files, or its reclaim failed) is opened again with
+// CLAIM_FH when the server refuses its stateid, and the READ, WRITE or
+// LOCK is retried.
 //
 // # Delegations
 //

@@ -122,6 +122,14 @@ var (
 	// File kept through the metadata server failed too. The caller must
 	// write again whatever it wrote since the last successful Sync.
 	ErrVerifierChanged = errors.New("nfs: write verifier changed (server restarted); unsynced data may be lost")
+	// ErrLockLost is reported by a File's reads, writes, Unlock and Close
+	// once a byte-range lock it held is gone: the server lost its state (a
+	// restart, or a failover to another metadata server) and the lock
+	// could not be reclaimed in the grace period. The lock is not taken
+	// again behind the application's back, since another client may have
+	// held it meanwhile. Unlock and Close report it once and clear it. A
+	// write in flight when the recovery found the loss may complete.
+	ErrLockLost = errors.New("nfs: byte-range lock lost: the server lost its state and the lock could not be reclaimed")
 	// ErrClosed is returned by operations on a closed Client or File.
 	ErrClosed = errors.New("nfs: use of closed client or file")
 	// ErrNotNFS is wrapped by Dial's error when something listens at the

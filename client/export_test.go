@@ -56,3 +56,18 @@ func HeldBytes(f *File) int64 { return f.unst.heldBytes() }
 // as a client that hangs would, so that tests see the server revoke the
 // delegation.
 func IgnoreRecalls(c *Client) { c.ignoreRecalls.Store(true) }
+
+// HideFromRecovery takes f out of the Files a recovery of c reclaims, as
+// if its OPEN had been answered by the old server instance only after a
+// recovery had collected them; the returned function puts it back, as
+// the registration that came too late would.
+func HideFromRecovery(c *Client, f *File) (restore func()) {
+	c.mu.Lock()
+	delete(c.files, f)
+	c.mu.Unlock()
+	return func() {
+		c.mu.Lock()
+		c.files[f] = struct{}{}
+		c.mu.Unlock()
+	}
+}

@@ -38,6 +38,17 @@ type File struct {
 	dirty       bool // UNSTABLE data written through the MDS not yet committed
 	closed      bool
 
+	// sgen is the generation of the session that stateid (and
+	// lockStateid) belong to, 0 if unknown (opened under a delegation);
+	// guarded by mu. A recovery that reclaims the File moves it on; a
+	// stateid of an earlier session is one the server instance found by
+	// the recovery does not know (see recoverOpen).
+	sgen uint64
+	// lockLost wraps ErrLockLost once a recovery could not reclaim a
+	// lock of the File; guarded by mu. I/O reports it; Unlock and Close
+	// report it and clear it.
+	lockLost error
+
 	// Data written UNSTABLE, kept until a COMMIT vouches for it
 	// (unstable.go). Writes hold resendMu shared while they are in
 	// flight, a resend holds it exclusively; mdsMu serializes commits
@@ -133,8 +144,10 @@ func (c *Client) openIn(ctx context.Context, path string, start []nfs4.NfsArgop4
 	file := []byte(name)
 	snap := c.beginOpen()
 	defer c.endOpen()
+	var used *session // the session of the last attempt, which answered
 	res, done, err := c.callCreating(ctx, len(start), func() []nfs4.NfsArgop4 {
 		_, s, _ := c.current()
+		used = s
 		var cid nfs4.Clientid4
 		if s != nil {
 			cid = s.clientID
@@ -153,27 +166,27 @@ func (c *Client) openIn(ctx context.Context, path string, start []nfs4.NfsArgop4
 		// OPEN succeeded, what followed it did not: ask for the handle
 		// and attributes instead of opening again.
 		ok := res[len(start)].Opopen.Resok4
-		f.stateid = ok.Stateid
+		f.stateid, f.sgen = ok.Stateid, used.gen
 		if f.fh, a, err = c.lookupIn(ctx, start, name); err != nil {
 			// Without the handle there is nothing to CLOSE: the open
 			// ends with the Client's lease.
 			c.dropDelegation(nil, &ok.Delegation)
 			return nil, pathErr("open", path, err)
 		}
-		c.gotDelegation(f.fh, &ok.Delegation, &a, snap)
+		c.gotDelegation(f.fh, c.grantOf(&ok.Delegation, used), &a, snap)
 	} else {
 		if err != nil {
 			return nil, pathErr("open", path, err)
 		}
 		n := len(res)
 		ok := res[n-3].Opopen.Resok4
-		f.stateid = ok.Stateid
+		f.stateid, f.sgen = ok.Stateid, used.gen
 		f.fh = append([]byte(nil), res[n-2].Opgetfh.Resok4.Object...)
 		if a, err = lastAttr(res); err != nil {
 			c.dropDelegation(f.fh, &ok.Delegation)
 			return nil, pathErr("open", path, err)
 		}
-		c.gotDelegation(f.fh, &ok.Delegation, &a, snap)
+		c.gotDelegation(f.fh, c.grantOf(&ok.Delegation, used), &a, snap)
 	}
 	f.size, f.sizeKnown = a.Size, true
 	f.openAttr = a
@@ -192,7 +205,19 @@ func (c *Client) opened(ctx context.Context, f *File, a *Attr, access Access) (*
 	f.acc.Store(int32(access))
 	c.mu.Lock()
 	c.files[f] = struct{}{}
+	// A recovery that installs a session after this sees f among the
+	// files to reclaim; one that installed the current session may have
+	// looked before f was there, while the OPEN's answer from the
+	// server instance it replaced was still on its way.
+	stale := f.sgen != 0 && c.sess != nil && c.sess.gen != f.sgen
 	c.mu.Unlock()
+	if stale {
+		if _, err := f.recoverOpen(ctx, f.sgen); err != nil {
+			// The File's I/O tries again (recoverOpen) when the
+			// server refuses the stale stateid.
+			c.log.Warn("re-establishing an open answered by a replaced server instance failed", "path", f.path, "err", err)
+		}
+	}
 	c.cache.register(f, a)
 	if f.flag&os.O_TRUNC != 0 && f.writable() && (a == nil || a.Size != 0) {
 		if err := f.truncate(ctx, 0); err != nil {
@@ -209,6 +234,18 @@ func (c *Client) opened(ctx context.Context, f *File, a *Attr, access Access) (*
 		}
 	}
 	return f, nil
+}
+
+// grantOf returns the delegation d that an OPEN answered on session used
+// grants, or none if a recovery has replaced used since: d is of a server
+// instance that is gone, and the recovery has dropped the Client's
+// delegations already. Kept, it would let later opens of the file go
+// without OPEN and read with a stateid the new instance refuses.
+func (c *Client) grantOf(d *nfs4.OpenDelegation4, used *session) *nfs4.OpenDelegation4 {
+	if _, cur, _ := c.current(); cur != used {
+		return &nfs4.OpenDelegation4{DelegationType: nfs4.OPEN_DELEGATE_NONE}
+	}
+	return d
 }
 
 // OpenAccess is Open with the access method for this File (AccessDefault:
@@ -296,8 +333,10 @@ func (c *Client) OpenHandle(ctx context.Context, fh []byte, flag int) (*File, er
 	}
 	snap := c.beginOpen()
 	defer c.endOpen()
+	var used *session // the session of the last attempt, which answered
 	res, err := c.call(ctx, func() []nfs4.NfsArgop4 {
 		_, s, _ := c.current()
+		used = s
 		var cid nfs4.Clientid4
 		if s != nil {
 			cid = s.clientID
@@ -314,7 +353,7 @@ func (c *Client) OpenHandle(ctx context.Context, fh []byte, flag int) (*File, er
 		return nil, pathErr("open", name, err)
 	}
 	ok := res[1].Opopen.Resok4
-	f.stateid = ok.Stateid
+	f.stateid, f.sgen = ok.Stateid, used.gen
 	var ap *Attr
 	if a, err := lastAttr(res); err == nil {
 		ap = &a
@@ -324,7 +363,7 @@ func (c *Client) OpenHandle(ctx context.Context, fh []byte, flag int) (*File, er
 			f.layOff = true
 		}
 	}
-	c.gotDelegation(f.fh, &ok.Delegation, ap, snap)
+	c.gotDelegation(f.fh, c.grantOf(&ok.Delegation, used), ap, snap)
 	return c.opened(ctx, f, ap, AccessDefault)
 }
 
@@ -357,7 +396,102 @@ func (f *File) ioStateid() (nfs4.Stateid4, error) {
 	}
 	sid := f.stateid
 	sid.Seqid = 0 // "the current one": immune to seqid races with LOCK/OPEN
-	return sid, nil
+	return sid, f.lockLost
+}
+
+// openGen returns the generation of the session f's open stateid belongs
+// to (0: unknown), for recoverOpen.
+func (f *File) openGen() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.sgen
+}
+
+// maxReopens bounds how often one READ or WRITE re-establishes its open
+// (recoverOpen) and tries again.
+const maxReopens = 3
+
+// staleState reports whether err is the server's refusal of a stateid it
+// does not know: one of an earlier server instance (NFS4ERR_STALE_STATEID)
+// or of an earlier client ID of this Client (NFS4ERR_BAD_STATEID).
+func staleState(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && (se.NFSStatus == nfs4.NFS4ERR_STALE_STATEID || se.NFSStatus == nfs4.NFS4ERR_BAD_STATEID)
+}
+
+// recoverOpen re-establishes f's open on the current session if its
+// stateid is still from an earlier one, that is, if no recovery reclaimed
+// it: the OPEN was answered by the server instance a recovery replaced,
+// after that recovery had collected the Files to reclaim, or the
+// File's reclaim failed. gen is the generation of the stateid the server
+// refused (openGen before the call). It reports whether f's open has
+// moved on from gen since, so that the caller's operation is worth
+// another try with the File's new stateid; it does not when the refused
+// stateid was of the current session already, which no reopen mends.
+//
+// The Client sent RECLAIM_COMPLETE on the current session once its
+// reclaims were done (newSession), so CLAIM_PREVIOUS would be refused
+// (NFS4ERR_NO_GRACE, RFC 8881 §18.51.3): the file is opened again with
+// CLAIM_FH, which waits out a grace period other clients are still
+// reclaiming in (NFS4ERR_GRACE is retried).
+func (f *File) recoverOpen(ctx context.Context, gen uint64) (bool, error) {
+	// A recovery in progress (it holds recMu) may be about to reclaim f
+	// on the new session, during the grace period, and with its locks.
+	f.c.recMu.Lock()
+	f.c.recMu.Unlock()
+	_, cur, err := f.c.current()
+	if err != nil {
+		return false, err
+	}
+	f.mu.Lock()
+	closed, now, local := f.closed, f.sgen, f.local != nil
+	f.mu.Unlock()
+	switch {
+	case closed:
+		return false, ErrClosed
+	case gen == 0 || local:
+		return false, nil // not an open of this Client's on the server
+	case now != gen:
+		return true, nil // reclaimed or reopened meanwhile
+	case now == cur.gen:
+		return false, nil
+	}
+	var used *session
+	res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
+		_, s, _ := f.c.current()
+		used = s
+		var cid nfs4.Clientid4
+		if s != nil {
+			cid = s.clientID
+		}
+		return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_OPEN, Opopen: &nfs4.OPEN4args{
+			ShareAccess: f.access | nfs4.OPEN4_SHARE_ACCESS_WANT_NO_DELEG,
+			ShareDeny:   nfs4.OPEN4_SHARE_DENY_NONE,
+			Owner:       nfs4.OpenOwner4{Clientid: cid, Owner: f.openOwner},
+			Openhow:     nfs4.Openflag4{Opentype: nfs4.OPEN4_NOCREATE},
+			Claim:       nfs4.OpenClaim4{Claim: nfs4.CLAIM_FH},
+		}}}
+	})
+	if err != nil {
+		return false, fmt.Errorf("reopening after the server's state was lost: %w", err)
+	}
+	ok := res[1].Opopen.Resok4
+	var locks []lockRange
+	f.mu.Lock()
+	if used.gen > f.sgen {
+		// Not reclaimed by a recovery meanwhile (the same open owner's
+		// open of the file: the same open, whichever answer wins).
+		f.stateid, f.sgen = ok.Stateid, used.gen
+		f.lockStateid = nil // of the lost session, like the locks
+		locks = append(locks, f.locks...)
+	}
+	f.mu.Unlock()
+	if len(locks) > 0 {
+		f.loseLocks(locks, errors.New("the open was not reclaimed in the grace period"))
+	}
+	f.c.dropDelegation(f.fh, &ok.Delegation)
+	f.c.log.Info("re-established an open the server had lost", "path", f.path)
+	return true, nil
 }
 
 // ReadAt implements io.ReaderAt. Reads larger than Client.MaxRead are split
@@ -423,11 +557,13 @@ func (f *File) readDirect(ctx context.Context, p []byte, off int64) (int, error)
 // reports EOF.
 func (f *File) readChunk(ctx context.Context, b []byte, off int64) (int, bool, error) {
 	n := 0
+	reopened := 0
 	for n < len(b) {
 		if _, err := f.ioStateid(); err != nil {
 			return n, false, err
 		}
 		want := uint32(len(b) - n)
+		gen := f.openGen()
 		res, release, err := f.c.callIORelease(ctx, f.c.ioBudget(), func() []nfs4.NfsArgop4 {
 			sid, _ := f.ioStateid()
 			return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_READ, Opread: &nfs4.READ4args{
@@ -435,6 +571,14 @@ func (f *File) readChunk(ctx context.Context, b []byte, off int64) (int, bool, e
 			}}}
 		})
 		if err != nil {
+			if reopened < maxReopens && staleState(err) {
+				if ok, rerr := f.recoverOpen(ctx, gen); ok {
+					reopened++
+					continue
+				} else if rerr != nil {
+					err = errors.Join(err, rerr)
+				}
+			}
 			return n, false, err
 		}
 		ok := res[1].Opread.Resok4
@@ -682,10 +826,12 @@ func (f *File) mdsWrite(ctx context.Context, b []byte, off int64, stable nfs4.St
 	n := 0
 	committed := nfs4.FILE_SYNC4
 	var verf nfs4.Verifier4
+	reopened := 0
 	for n < len(b) {
 		if _, err := f.ioStateid(); err != nil {
 			return n, committed, verf, err
 		}
+		gen := f.openGen()
 		res, err := f.c.callIO(ctx, func() []nfs4.NfsArgop4 {
 			sid, _ := f.ioStateid()
 			return []nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_WRITE, Opwrite: &nfs4.WRITE4args{
@@ -693,6 +839,14 @@ func (f *File) mdsWrite(ctx context.Context, b []byte, off int64, stable nfs4.St
 			}}}
 		})
 		if err != nil {
+			if reopened < maxReopens && staleState(err) {
+				if ok, rerr := f.recoverOpen(ctx, gen); ok {
+					reopened++
+					continue
+				} else if rerr != nil {
+					err = errors.Join(err, rerr)
+				}
+			}
 			return n, committed, verf, err
 		}
 		ok := res[1].Opwrite.Resok4
@@ -970,8 +1124,11 @@ func (f *File) Close() error {
 		f.mu.Unlock()
 		return pathErr("close", f.path, ErrClosed)
 	}
+	// A lock lost in a recovery is reported here once (and no longer by
+	// the commit's I/O).
+	errs := []error{pathErr("close", f.path, f.lockLost)}
+	f.lockLost = nil
 	f.mu.Unlock()
-	var errs []error
 	if f.writable() {
 		errs = append(errs, f.SyncContext(ctx))
 	}
@@ -1021,6 +1178,13 @@ func (f *File) Close() error {
 		}
 		return append(ops, nfs4.NfsArgop4{Argop: nfs4.OP_CLOSE, Opclose: &nfs4.CLOSE4args{OpenStateid: sid}})
 	})
+	if staleState(err) {
+		if _, cur, cerr := f.c.current(); cerr == nil && f.openGen() != 0 && f.openGen() != cur.gen {
+			// Opened at a server instance that a recovery replaced, and
+			// not reopened since: the server has no open to close.
+			err = nil
+		}
+	}
 	if err == nil && noteChange && len(res) == 3 && res[1].Opgetattr != nil && res[1].Opgetattr.Resok4 != nil {
 		var a Attr
 		if decodeFattr(&res[1].Opgetattr.Resok4.ObjAttributes, &a, nil) == nil {
@@ -1131,25 +1295,47 @@ func (f *File) lockOnce(ctx context.Context, off, length uint64, write, wait, re
 			return err
 		}
 	}
-	res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
-		_, s, _ := f.c.current()
-		var cid nfs4.Clientid4
-		if s != nil {
-			cid = s.clientID
+	for attempt := 0; ; attempt++ {
+		gen := f.openGen()
+		var used *session // the session of the last attempt, which answered
+		res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
+			_, s, _ := f.c.current()
+			used = s
+			var cid nfs4.Clientid4
+			if s != nil {
+				cid = s.clientID
+			}
+			return []nfs4.NfsArgop4{putfh(f.fh), f.lockOp(cid, off, length, write, wait, reclaim)}
+		})
+		if err != nil {
+			if attempt < maxReopens && staleState(err) {
+				// The open (or lock) stateid is of a server instance a
+				// recovery replaced and did not reclaim it.
+				if ok, rerr := f.recoverOpen(ctx, gen); ok {
+					continue
+				} else if rerr != nil {
+					err = errors.Join(err, rerr)
+				}
+			}
+			return err
 		}
-		return []nfs4.NfsArgop4{putfh(f.fh), f.lockOp(cid, off, length, write, wait, reclaim)}
-	})
-	if err != nil {
-		return err
+		f.mu.Lock()
+		if _, cur, _ := f.c.current(); cur != used && attempt < maxReopens {
+			// Answered by the server instance a recovery has replaced
+			// since, and the recovery may have collected the File's
+			// locks before this one was recorded: the new instance
+			// does not hold it for us. Ask it.
+			f.mu.Unlock()
+			continue
+		}
+		sid := res[1].Oplock.Resok4.LockStateid
+		f.lockStateid = &sid
+		if !reclaim {
+			f.locks = append(f.locks, lockRange{off, length, write})
+		}
+		f.mu.Unlock()
+		return nil
 	}
-	f.mu.Lock()
-	sid := res[1].Oplock.Resok4.LockStateid
-	f.lockStateid = &sid
-	if !reclaim {
-		f.locks = append(f.locks, lockRange{off, length, write})
-	}
-	f.mu.Unlock()
-	return nil
 }
 
 func (f *File) lockOp(cid nfs4.Clientid4, off, length uint64, write, wait, reclaim bool) nfs4.NfsArgop4 {
@@ -1173,16 +1359,22 @@ func (f *File) lockOp(cid nfs4.Clientid4, off, length uint64, write, wait, recla
 // Data the Client caches or gathers for the file is written back and
 // committed first, for the next holder of the lock to see.
 func (f *File) Unlock(ctx context.Context, off, length uint64) error {
+	// A lock lost in a recovery is reported here once (and no longer by
+	// the File's I/O).
+	f.mu.Lock()
+	lost := f.lockLost
+	f.lockLost = nil
+	f.mu.Unlock()
 	if f.ino != nil && f.c.cache.pending(f.ino) {
 		if err := f.SyncContext(ctx); err != nil {
-			return pathErr("unlock", f.path, err)
+			return pathErr("unlock", f.path, errors.Join(lost, err))
 		}
 	}
 	length = lockLen(length)
 	f.mu.Lock()
 	if f.lockStateid == nil {
 		f.mu.Unlock()
-		return nil
+		return pathErr("unlock", f.path, lost)
 	}
 	f.mu.Unlock()
 	res, err := f.c.call(ctx, func() []nfs4.NfsArgop4 {
@@ -1197,7 +1389,7 @@ func (f *File) Unlock(ctx context.Context, off, length uint64) error {
 		}}}
 	})
 	if err != nil {
-		return pathErr("unlock", f.path, err)
+		return pathErr("unlock", f.path, errors.Join(lost, err))
 	}
 	f.mu.Lock()
 	if sid := res[1].Oplocku.LockStateid; sid != nil {
@@ -1205,7 +1397,7 @@ func (f *File) Unlock(ctx context.Context, off, length uint64) error {
 	}
 	f.locks = forgetCovered(f.locks, off, length)
 	f.mu.Unlock()
-	return nil
+	return pathErr("unlock", f.path, lost)
 }
 
 // TestLock reports the lock that would block Lock(off, length, write), or
@@ -1242,7 +1434,8 @@ func (f *File) TestLock(ctx context.Context, off, length uint64, write bool) (*L
 // server restart.
 func (f *File) reclaim(ctx context.Context, s *session) error {
 	f.mu.Lock()
-	if f.closed {
+	if f.closed || f.sgen == s.gen {
+		// Closed, or reopened on s already (recoverOpen).
 		f.mu.Unlock()
 		return nil
 	}
@@ -1274,26 +1467,65 @@ func (f *File) reclaim(ctx context.Context, s *session) error {
 		res, err = open(nfs4.OpenClaim4{Claim: nfs4.CLAIM_FH})
 	}
 	if err != nil {
+		if len(locks) > 0 {
+			f.loseLocks(locks, err)
+		}
 		return err
 	}
 	ok := res[1].Opopen.Resok4
 	f.mu.Lock()
-	f.stateid = ok.Stateid
+	f.stateid, f.sgen = ok.Stateid, s.gen
 	f.mu.Unlock()
 	f.c.dropDelegation(f.fh, &ok.Delegation)
+	// Locks are reclaimed, never taken anew: outside the grace period
+	// another client may have held a lock meanwhile, and its holder must
+	// learn that it lost it (ErrLockLost) rather than carry on as if
+	// nothing happened.
+	var lost []lockRange
+	var errs []error
 	for _, l := range locks {
-		lres, err := f.c.exec(ctx, s, false, []nfs4.NfsArgop4{putfh(f.fh), f.lockOp(s.clientID, l.off, l.length, l.write, false, grace)})
-		if errors.As(err, &se) && grace && se.NFSStatus == nfs4.NFS4ERR_NO_GRACE {
-			grace = false
-			lres, err = f.c.exec(ctx, s, false, []nfs4.NfsArgop4{putfh(f.fh), f.lockOp(s.clientID, l.off, l.length, l.write, false, false)})
+		if !grace {
+			lost = append(lost, l)
+			continue
 		}
+		lres, err := f.c.exec(ctx, s, false, []nfs4.NfsArgop4{putfh(f.fh), f.lockOp(s.clientID, l.off, l.length, l.write, false, true)})
 		if err != nil {
-			return fmt.Errorf("reclaiming lock [%d,+%d): %w", l.off, l.length, err)
+			lost = append(lost, l)
+			errs = append(errs, fmt.Errorf("reclaiming lock [%d,+%d): %w", l.off, l.length, err))
+			continue
 		}
 		sid := lres[1].Oplock.Resok4.LockStateid
 		f.mu.Lock()
 		f.lockStateid = &sid
 		f.mu.Unlock()
 	}
+	if len(lost) > 0 {
+		if !grace {
+			errs = append(errs, errors.New("the server had no grace period for reclaims"))
+		}
+		err := errors.Join(errs...)
+		f.loseLocks(lost, err)
+		return err
+	}
 	return nil
+}
+
+// loseLocks drops the ranges of lost, which a recovery could not reclaim,
+// from the File's locks and keeps why for the File's I/O, Unlock and Close
+// to report, wrapping ErrLockLost.
+func (f *File) loseLocks(lost []lockRange, why error) {
+	f.mu.Lock()
+	for _, l := range lost {
+		for i, h := range f.locks {
+			if h == l {
+				f.locks = append(f.locks[:i:i], f.locks[i+1:]...)
+				break
+			}
+		}
+	}
+	if f.lockLost == nil {
+		f.lockLost = fmt.Errorf("%w: %d lock(s): %w", ErrLockLost, len(lost), why)
+	}
+	f.mu.Unlock()
+	f.c.log.Warn("byte-range lock lost: not reclaimed after the server lost its state", "path", f.path, "locks", len(lost), "err", why)
 }

@@ -106,8 +106,11 @@ func TestGanesha(t *testing.T) {
 	}
 }
 
-// TestGaneshaRestart restarts a private Ganesha (Graceless, so the client
-// takes the NFS4ERR_NO_GRACE path and re-opens with CLAIM_FH).
+// TestGaneshaRestart restarts a private Ganesha with a grace period, in
+// which the client reclaims its open and its lock. (A graceless one
+// answers the reclaims NFS4ERR_NO_GRACE: the client opens again with
+// CLAIM_FH, and reports the lock lost, as TestLockLostAfterGrace checks
+// with Shoal.)
 func TestGaneshaRestart(t *testing.T) {
 	if os.Getenv("SHOAL_GANESHA") != "1" {
 		t.Skip("set SHOAL_GANESHA=1 to run against NFS-Ganesha")
@@ -120,7 +123,9 @@ func TestGaneshaRestart(t *testing.T) {
 	script := filepath.Join(repoRoot(), "scripts", "ganesha.sh")
 	ganeshaCmd := func(args ...string) {
 		t.Helper()
-		if out, err := exec.Command(script, args...).CombinedOutput(); err != nil {
+		cmd := exec.Command(script, args...)
+		cmd.Env = append(os.Environ(), "GANESHA_GRACE=10")
+		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("ganesha.sh %v: %v: %s", args, err, out)
 		}
 	}

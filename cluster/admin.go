@@ -845,7 +845,7 @@ func CallAdmin(ctx context.Context, addr string, secret []byte, command string, 
 	}
 	if err := errOf(res.Status); err != nil {
 		if res.Message != "" {
-			return fmt.Errorf("%s: %s", command, res.Message)
+			return &adminError{msg: command + ": " + res.Message, err: err}
 		}
 		return fmt.Errorf("%s: %w", command, err)
 	}
@@ -856,3 +856,14 @@ func CallAdmin(ctx context.Context, addr string, secret []byte, command string, 
 	}
 	return nil
 }
+
+// adminError is an MDS's refusal of an ADMIN command: its message for a
+// person, and the status's error for errors.Is (ErrNotLeader sends
+// `shoal admin` to the next MDS address).
+type adminError struct {
+	msg string
+	err error
+}
+
+func (e *adminError) Error() string { return e.msg }
+func (e *adminError) Unwrap() error { return e.err }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -190,9 +191,9 @@ type Agent struct {
 	cache     map[cacheKey]cacheEntry
 	removed   bool
 	removedCh chan struct{}
-	// maps caches stripe maps by inode (Map, replica.go) while the agent
-	// is registered: dropped wholesale when the connection to the MDS
-	// goes and when the DS registers again, entry by entry on MAP_CHANGED.
+	// maps caches stripe maps by inode (Map, replica.go): dropped
+	// wholesale when the DS registers again, entry by entry on
+	// MAP_CHANGED; kept while the MDS is away (run).
 	maps map[uint64]*mapEntry
 	// peerAddrs are the advertised addresses of the data servers named
 	// by the maps fetched, by id, from the MAP replies.
@@ -273,22 +274,40 @@ func (a *Agent) ClusterID() []byte {
 func (a *Agent) ID() string { return a.cfg.ID }
 
 // FileSize asks the MDS for the size of file ino (FILE_SIZE).
-// ErrUnavailable means the MDS could not answer.
+// ErrMDSUnreachable means the MDS is away (see CheckStateid),
+// ErrUnavailable that it asked for a retry.
 func (a *Agent) FileSize(ctx context.Context, ino uint64) (uint64, error) {
 	a.mu.Lock()
 	conn := a.conn
 	a.mu.Unlock()
 	if conn == nil {
-		return 0, fmt.Errorf("%w: not connected to the MDS", ErrUnavailable)
+		return 0, fmt.Errorf("%w: not registered with an MDS", ErrMDSUnreachable)
 	}
 	var res ctlproto.CtlGetsizeRes
-	if err := call(ctx, conn, ctlproto.CTLPROC_FILE_SIZE, &ctlproto.CtlInoArgs{Ino: ino}, &res); err != nil {
-		return 0, err
+	err := call(ctx, conn, ctlproto.CTLPROC_FILE_SIZE, &ctlproto.CtlInoArgs{Ino: ino}, &res)
+	if mdsAway(err, res.Status) {
+		return 0, fmt.Errorf("%w: FILE_SIZE of %d: %v", ErrMDSUnreachable, ino, cmp.Or(err, errOf(res.Status)))
 	}
 	if err := errOf(res.Status); err != nil {
 		return 0, fmt.Errorf("cluster: FILE_SIZE of %d: %w", ino, err)
 	}
 	return *res.Size, nil
+}
+
+// mdsAway reports whether a call to the MDS, which failed with err or was
+// answered with st, shows the MDS away: no answer, or an answer saying
+// that the DS's registration is over (the MDS restarted, or no longer
+// leads). The heartbeat loop finds out too, and registers again, maybe
+// elsewhere.
+func mdsAway(err error, st ctlproto.CtlStatus) bool {
+	if err != nil {
+		return true
+	}
+	switch st {
+	case ctlproto.CTL_ERR_NOTREG, ctlproto.CTL_ERR_STALE_GEN, ctlproto.CTL_ERR_NOT_LEADER:
+		return true
+	}
+	return false
 }
 
 // Verifier returns the DS's boot verifier, the write verifier OBJ_WRITE and
@@ -383,15 +402,9 @@ func (a *Agent) CheckStateid(ctx context.Context, ino uint64, stateid [16]byte, 
 	var res ctlproto.CtlCheckStateidRes
 	err := call(ctx, conn, ctlproto.CTLPROC_CHECK_STATEID,
 		&ctlproto.CtlCheckStateidArgs{Ino: ino, Stateid: stateid, Write: write}, &res)
-	unreachable := err != nil
+	unreachable := mdsAway(err, res.Status)
 	if err == nil {
 		err = errOf(res.Status)
-		switch res.Status {
-		case ctlproto.CTL_ERR_NOTREG, ctlproto.CTL_ERR_STALE_GEN, ctlproto.CTL_ERR_NOT_LEADER:
-			// The registration is over; the heartbeat loop finds out
-			// and registers again, maybe elsewhere.
-			unreachable = true
-		}
 	}
 	switch {
 	case err == nil:
@@ -686,10 +699,12 @@ func (a *Agent) run() {
 			a.conn = nil
 		}
 		mds := a.mds
-		// The stateid cache stays: its answers keep clients' I/O going
-		// until the DS registers again (CheckStateid).
-		// No MAP_CHANGED can arrive until the DS registers again.
-		a.dropMapsLocked()
+		// The stateid and stripe-map caches stay, and keep clients'
+		// I/O going until the DS registers again, which drops both
+		// (connectTo). Maps may be used so long: no client does I/O
+		// here without a stateid the cache vouches for, which is for a
+		// lease at most (CheckStateid), and no map changes without
+		// the MDS.
 		a.mu.Unlock()
 		if a.ctx.Err() != nil {
 			return

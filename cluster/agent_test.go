@@ -180,11 +180,11 @@ func TestFileSize(t *testing.T) {
 	if _, err := noSizes.agents[0].FileSize(ctx, 1); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("FileSize from a registry without FileSize = %v", err)
 	}
-	// So does an agent without an MDS.
+	// An agent without an MDS sends the client to the MDS instead.
 	noSizes.reg.Close()
 	b := noSizes.agents[0]
 	eventually(t, "agent to notice the MDS is gone", func() bool { return agentConn(b) == nil })
-	if _, err := b.FileSize(ctx, 1); !errors.Is(err, ErrUnavailable) {
-		t.Errorf("FileSize without an MDS = %v", err)
+	if _, err := b.FileSize(ctx, 1); !errors.Is(err, ErrMDSUnreachable) || errors.Is(err, ErrUnavailable) {
+		t.Errorf("FileSize without an MDS = %v, want ErrMDSUnreachable", err)
 	}
 }

@@ -191,7 +191,8 @@ func (w *ddWorld) join(name string) error {
 	a, err := StartAgent(ctx, AgentConfig{MDS: []string{w.addr}, ID: w.ids[name], Addrs: []string{name + ":2049"},
 		Store: st, JoinSecret: w.secret, Capacity: func() (uint64, uint64) { return 1 << 40, 1 << 39 }})
 	if err != nil {
-		return err
+		// The MDS's port differs from run to run.
+		return errors.New(strings.ReplaceAll(err.Error(), w.addr, "MDS"))
 	}
 	w.agents[name] = a
 	return w.waitUp(name, true)

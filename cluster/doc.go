@@ -179,6 +179,34 @@
 // returns once every connected DS has applied the fence, so the server's own
 // checker refusing fenced clients closes the window.
 //
+// While the MDS is away (restarting, failing over, or just unreachable),
+// the DS keeps a positive answer for the MDS's lease (lease_ms in the
+// REGISTER reply) and keeps its cached stripe maps: a client's layout
+// stays valid until it is recalled or the client's lease runs out, and
+// neither happens without the MDS. I/O the DS cannot vouch for then, a
+// stateid it has no answer for or a file whose map it lacks, gets
+// ErrMDSUnreachable or ErrNotMember, which send the client to the MDS
+// (NFS4ERR_PNFS_NO_LAYOUT), never ErrUnavailable, whose NFS4ERR_DELAY the
+// Linux client answers with a 15 s pause. Registering again, with the same
+// MDS or another, drops both caches: the new MDS's fence list and boot
+// epoch decide from then on.
+//
+// # Several MDSes
+//
+// With failover, several MDSes share one metadata store and one of them
+// leads in a term, a number that grows with every election
+// (RegistryConfig.Leader; term 0 is an MDS that is not elected). A DS is
+// given every MDS's address (AgentConfig.MDS) and registers with the one
+// that accepts it, trying each for a few seconds from the last that
+// worked: a standby does not listen, and an MDS that does not lead answers
+// REGISTER and HEARTBEAT with CTL_ERR_NOT_LEADER (ErrNotLeader), which sends
+// the DS on, as does a HEARTBEAT of a registration from an earlier term.
+// The DS remembers the highest nonzero term it registered in, refuses a
+// REGISTER reply of a lower one (a deposed leader that has not noticed),
+// and answers the MDS's calls on a connection registered in a lower term
+// with CTL_ERR_NOT_LEADER; it closes the old connection when it registers
+// anyway.
+//
 // # Trust
 //
 // The control protocol uses AUTH_NONE; the credential is the cluster's join

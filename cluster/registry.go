@@ -1103,6 +1103,11 @@ func (r *Registry) serveAdmin(ctx context.Context, c *rpc.Conn, a *ctlproto.CtlA
 		r.log.Warn("cluster: ADMIN refused: missing or wrong join secret", "command", a.Command, "peer", c.RemoteAddr())
 		return ctlproto.CtlAdminRes{Status: ctlproto.CTL_ERR_AUTH, Message: "wrong or missing join secret"}
 	}
+	if _, leading := r.leader(); !leading {
+		// A deposed leader's view is stale: `shoal admin` asks the next
+		// MDS address.
+		return ctlproto.CtlAdminRes{Status: ctlproto.CTL_ERR_NOT_LEADER, Message: "this MDS no longer leads"}
+	}
 	r.mu.Lock()
 	h := r.admin
 	r.mu.Unlock()

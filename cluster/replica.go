@@ -24,8 +24,9 @@ import (
 // parallel; a client COMMIT (or a stable WRITE) syncs locally and sends
 // REPLICA_COMMIT to the peers written since. To know the members, the data
 // server asks the MDS for the file's stripe map (MAP) and caches it
-// (Agent.Map) until the MDS says it changed (MAP_CHANGED) or the
-// connection to the MDS goes.
+// (Agent.Map) until the MDS says it changed (MAP_CHANGED) or the data
+// server registers again (the cache outlives the MDS's absence: see
+// Agent.run).
 //
 // A peer that cannot be reached is reported to the MDS (REPLICA_FAILED),
 // which marks its copy stale and answers with the new map; the write then
@@ -62,9 +63,8 @@ type mapEntry struct {
 // Map returns file ino's stripe map as the MDS has it, from the agent's
 // cache or by asking the MDS (MAP); one fetch per file is in flight at a
 // time. A file whose data was never placed has no map: the error wraps
-// fs.ErrNotExist. An error wrapping ErrMDSUnreachable (and ErrUnavailable)
-// means the MDS could not be asked: the data server has none (the map
-// cache is dropped when the connection goes) or the call failed.
+// fs.ErrNotExist. ErrMDSUnreachable means the MDS is away (the cache
+// outlives it: see Agent.run), ErrUnavailable that it asked for a retry.
 func (a *Agent) Map(ctx context.Context, ino uint64) (meta.StripeMap, error) {
 	a.mu.Lock()
 	e, ok := a.maps[ino]
@@ -125,12 +125,13 @@ func (a *Agent) fetchMap(ctx context.Context, ino uint64) (meta.StripeMap, error
 	conn := a.conn
 	a.mu.Unlock()
 	if conn == nil {
-		return meta.StripeMap{}, fmt.Errorf("%w: %w: not connected to the MDS", ErrMDSUnreachable, ErrUnavailable)
+		return meta.StripeMap{}, fmt.Errorf("%w: not registered with an MDS", ErrMDSUnreachable)
 	}
 	a.stats.mapFetches.Add(1)
 	var res ctlproto.CtlMapRes
-	if err := call(ctx, conn, ctlproto.CTLPROC_MAP, &ctlproto.CtlInoArgs{Ino: ino}, &res); err != nil {
-		return meta.StripeMap{}, fmt.Errorf("cluster: MAP of ino %d: %w: %w", ino, ErrMDSUnreachable, err)
+	err := call(ctx, conn, ctlproto.CTLPROC_MAP, &ctlproto.CtlInoArgs{Ino: ino}, &res)
+	if mdsAway(err, res.Status) {
+		return meta.StripeMap{}, fmt.Errorf("%w: MAP of ino %d: %v", ErrMDSUnreachable, ino, cmp.Or(err, errOf(res.Status)))
 	}
 	return a.mapReply(ino, "MAP", &res)
 }
@@ -276,7 +277,9 @@ func holdsRange(m meta.StripeMap, id string, off uint64, n int) bool {
 }
 
 // notMember is the error of I/O on a range this data server holds no
-// current copy of.
+// current copy of, or cannot tell (no map, and the MDS away): either way
+// the client goes to the MDS (NFS4ERR_PNFS_NO_LAYOUT), instead of waiting
+// for an MDS that may take a while.
 func notMember(op string, ino, off uint64, n int, why error) error {
 	if why != nil {
 		return fmt.Errorf("cluster: %s of ino %d at %d+%d: %w (%w)", op, ino, off, n, ErrNotMember, why)
@@ -340,7 +343,7 @@ func (s *ReplicaStore) Open(ino uint64, create bool) (store.File, error) {
 	defer cancel()
 	m, merr := s.a.Map(ctx, ino)
 	switch {
-	case errors.Is(merr, fs.ErrNotExist):
+	case errors.Is(merr, fs.ErrNotExist), errors.Is(merr, ErrMDSUnreachable):
 		return nil, notMember("open", ino, 0, 0, merr)
 	case merr != nil:
 		return nil, merr
@@ -421,7 +424,7 @@ func (f *replicaFile) ReadAt(p []byte, off int64) (int, error) {
 	defer cancel()
 	m, err := f.s.a.Map(ctx, f.ino)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrMDSUnreachable) {
 			return 0, notMember("read", f.ino, uint64(off), len(p), err)
 		}
 		return 0, err
@@ -510,7 +513,7 @@ func (s *ReplicaStore) write(ctx context.Context, ino uint64, local store.File, 
 	self := s.a.cfg.ID
 	m, err := s.a.Map(ctx, ino)
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, ErrMDSUnreachable) {
 			return 0, notMember("write", ino, off, len(p), err)
 		}
 		return 0, err

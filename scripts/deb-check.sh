@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Installs Shoal's Debian package and runs it as installed, on loopback:
 #
-#   1. builds the package (scripts/deb.sh) unless given one, and installs it
-#      with dpkg -i;
+#   1. builds the package (scripts/deb.sh) unless given one, installs it
+#      with dpkg -i, checks its files and units (systemd-analyze verify),
+#      and that shoal vip reads the example vip.yaml (which names no
+#      address, so it goes no further);
 #   2. starts etcd from Debian's etcd-server package on 127.0.0.1:2379 with
 #      its data in a temporary directory (the example mds.yaml's meta:);
 #   3. starts the MDS and a data server the way the installed units do: each
@@ -79,8 +81,9 @@ dpkg -i "$deb" >"$work/dpkg.log" 2>&1 || fail "dpkg -i $deb: $(cat "$work/dpkg.l
 installed=1
 version=$(dpkg-query -W -f '${Version}' shoal)
 say "installed shoal $version"
-for f in /usr/bin/shoal /lib/systemd/system/shoal-mds.service /lib/systemd/system/shoal-ds.service \
-	/lib/systemd/system/shoal-ds@.service /etc/shoal/mds.yaml /etc/shoal/ds.yaml /usr/share/doc/shoal/deploy.md; do
+for f in /usr/bin/shoal /lib/systemd/system/shoal-mds.service /lib/systemd/system/shoal-vip.service \
+	/lib/systemd/system/shoal-ds.service /lib/systemd/system/shoal-ds@.service /etc/shoal/mds.yaml \
+	/etc/shoal/vip.yaml /etc/shoal/ds.yaml /usr/share/doc/shoal/deploy.md /usr/share/doc/shoal/service-address.md; do
 	[ -e "$f" ] || fail "the package did not install $f"
 done
 getent passwd shoal >/dev/null || fail "postinst did not create the user shoal"
@@ -89,12 +92,19 @@ stamp=$(/usr/bin/shoal version)
 [[ "$stamp" == *"shoal $version"* ]] || fail "shoal version does not say $version: $stamp"
 if command -v systemd-analyze >/dev/null; then
 	cp /lib/systemd/system/shoal-ds@.service "$work/shoal-ds@check.service"
-	if ! systemd-analyze verify --man=no /lib/systemd/system/shoal-mds.service \
+	if ! systemd-analyze verify --man=no /lib/systemd/system/shoal-mds.service /lib/systemd/system/shoal-vip.service \
 		/lib/systemd/system/shoal-ds.service "$work/shoal-ds@check.service" >"$work/verify.log" 2>&1; then
 		fail "systemd-analyze verify: $(cat "$work/verify.log")"
 	fi
 	say "systemd-analyze verify: the units are clean"
 fi
+
+# The example vip.yaml names no service address (every cluster's differs),
+# so shoal vip must refuse to start for that reason alone: any other error
+# is a key of the example that shoal vip does not know.
+vip_err=$(/usr/bin/shoal vip --config /etc/shoal/vip.yaml 2>&1) && fail "shoal vip started with the example vip.yaml, which names no address"
+[[ "$vip_err" == *"--address and --interface are required"* ]] || fail "shoal vip --config /etc/shoal/vip.yaml: $vip_err"
+say "the example vip.yaml reads cleanly (shoal vip asks for the address and interface it leaves out)"
 
 # forget PID: a process waited for leaves the list cleanup kills (its PID
 # may be reused).
@@ -187,7 +197,8 @@ say "SIGTERM: data server, MDS and etcd stopped cleanly"
 
 dpkg -P shoal >"$work/dpkg.log" 2>&1 || fail "dpkg -P shoal: $(cat "$work/dpkg.log")"
 installed=0
-for f in /usr/bin/shoal /lib/systemd/system/shoal-mds.service /etc/shoal/mds.yaml /etc/shoal/join-secret; do
+for f in /usr/bin/shoal /lib/systemd/system/shoal-mds.service /lib/systemd/system/shoal-vip.service \
+	/etc/shoal/mds.yaml /etc/shoal/vip.yaml /etc/shoal/join-secret; do
 	[ ! -e "$f" ] || fail "dpkg -P shoal left $f"
 done
 [ -d /var/lib/shoal/ds ] || fail "dpkg -P shoal deleted the data in /var/lib/shoal"

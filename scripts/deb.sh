@@ -3,9 +3,13 @@
 # packaging tools beyond dpkg itself):
 #
 #   /usr/bin/shoal                      stamped with version and commit
-#   /lib/systemd/system/shoal-mds.service, shoal-ds.service, shoal-ds@.service
-#   /etc/shoal/mds.yaml, ds.yaml        example configurations (conffiles)
-#   /usr/share/doc/shoal/deploy.md      docs/deploy.md
+#   /lib/systemd/system/shoal-mds.service, shoal-vip.service,
+#                       shoal-ds.service, shoal-ds@.service
+#   /etc/shoal/mds.yaml, vip.yaml, ds.yaml
+#                                       example configurations (conffiles)
+#   /usr/share/doc/shoal/deploy.md, service-address.md
+#                                       docs/deploy.md and the page it links
+#                                       for the service address
 #
 # and prints the path of dist/out/shoal_VERSION_ARCH.deb.
 #
@@ -42,11 +46,11 @@ CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath \
 	-o "$root/usr/bin/shoal" ./cmd/shoal
 
 install -D -m 0644 -t "$root/lib/systemd/system" dist/systemd/*.service
-install -D -m 0644 -t "$root/etc/shoal" dist/etc/mds.yaml dist/etc/ds.yaml
-install -D -m 0644 -t "$root/usr/share/doc/shoal" docs/deploy.md README.md
+install -D -m 0644 -t "$root/etc/shoal" dist/etc/mds.yaml dist/etc/vip.yaml dist/etc/ds.yaml
+install -D -m 0644 -t "$root/usr/share/doc/shoal" docs/deploy.md docs/service-address.md README.md
 install -D -m 0755 -t "$root/DEBIAN" dist/debian/postinst dist/debian/prerm dist/debian/postrm
 # dpkg keeps an operator's edits of these across upgrades.
-printf '/etc/shoal/%s\n' mds.yaml ds.yaml >"$root/DEBIAN/conffiles"
+printf '/etc/shoal/%s\n' mds.yaml vip.yaml ds.yaml >"$root/DEBIAN/conffiles"
 
 cat >"$root/DEBIAN/control" <<EOF
 Package: shoal
@@ -60,14 +64,17 @@ Section: net
 Priority: optional
 Homepage: https://github.com/shoalfs/shoal
 Description: parallel NFS (pNFS) storage: metadata server, data servers, client
- Shoal is an NFSv4.1/4.2 server with pNFS (files layout): one metadata
+ Shoal is an NFSv4.1/4.2 server with pNFS (files layout): a metadata
  server, with its metadata in etcd or a local database, and data servers
  that hold the file data striped, and optionally mirrored, across them.
+ On etcd, several metadata servers elect one leader and take over from it,
+ and a supervisor moves the service address clients mount to the leader.
  The single shoal binary also mounts Shoal (or any NFSv4.1 server) with
  FUSE and copies files to and from it.
  .
- The package installs systemd units for the metadata server and the data
- servers, and example configurations in /etc/shoal; it enables nothing.
+ The package installs systemd units for the metadata server, the service
+ address supervisor and the data servers, and example configurations in
+ /etc/shoal; it enables nothing.
 EOF
 
 deb="$out/shoal_${version}_${arch}.deb"

@@ -5,7 +5,7 @@
 # Linux kernel client workload in qemu, then smoke runs of the benchmark
 # scripts at tiny sizes.
 #
-#   SHOAL_FUZZTIME=60s   time per fuzz target (0 to skip)
+#   SHOAL_FUZZTIME=30s   time per fuzz target (0 to skip; 15 targets, so CI stays under 45 min with the failover tests and the newest kernel)
 #   SHOAL_KERNEL=0       skip the qemu kernel-client test
 #   SHOAL_KERNEL_NEWEST_SERVER=shoal-pnfs,shoal-pnfs-mirror
 #                        kinds run on the newest Debian kernel (all kinds
@@ -15,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-FUZZTIME=${SHOAL_FUZZTIME:-60s}
+FUZZTIME=${SHOAL_FUZZTIME:-30s}
 export SHOAL_KERNEL=${SHOAL_KERNEL:-1}
 export SHOAL_GANESHA=${SHOAL_GANESHA:-1}
 export SHOAL_KERNEL_SERVER=${SHOAL_KERNEL_SERVER:-shoal}
@@ -147,6 +147,8 @@ fi
 if [ "${SHOAL_SCRIPTS:-1}" = "1" ]; then
 	step "scale benchmark smoke (2000 files; the 1M-file run is scripts/scale-bench.sh)"
 	QUICK=1 OUT="$work/scale.json" ./scripts/scale-bench.sh
+	step "failover benchmark smoke (1 trial of each fault; the 20-trial run is scripts/failover-bench.sh)"
+	TRIALS=1 OUT="$work/failover.json" ./scripts/failover-bench.sh
 fi
 
 step "Debian package: build, dpkg -i, run as installed, dpkg -P"

@@ -238,6 +238,11 @@ func (c *compound) dsReadEnd(a *nfs4.READ4args, o *object) (uint64, nfs4.Nfsstat
 	size, err := c.s.ds.FileSize(c.ctx, uint64(o.fh.ino))
 	if err != nil {
 		c.log.Debug("data server READ: file size from the MDS", "ino", o.fh.ino, "err", err)
+		if errors.Is(err, cluster.ErrMDSUnreachable) {
+			// No MDS to ask (a failover): the client reads through
+			// the MDS at once instead of backing off (dsCheckIO).
+			return 0, nfs4.NFS4ERR_PNFS_NO_LAYOUT
+		}
 		return 0, nfs4.NFS4ERR_DELAY
 	}
 	return max(obj, size), nfs4.NFS4_OK

@@ -47,6 +47,32 @@ type Snapshot struct {
 	Clients     []Client     `json:"clients"`
 	Files       Files        `json:"files"`
 	Events      []Event      `json:"events"` // newest first
+	// MDSNodes are the metadata servers in the election when the
+	// metadata is on etcd (leader first); empty for a single MDS.
+	MDSNodes []MDSNode `json:"mds_nodes"`
+	// Etcd lists the etcd members holding the metadata, as the leader
+	// sees them.
+	Etcd []EtcdMember `json:"etcd"`
+}
+
+// MDSNode is one metadata server of the election.
+type MDSNode struct {
+	Node   string `json:"node"`
+	Addr   string `json:"addr"`
+	Leader bool   `json:"leader"`
+	Term   uint64 `json:"term"`
+	// LeaseLeft is the time left on its election lease, renewed every
+	// third of the lease: how recently it was seen.
+	LeaseLeft time.Duration `json:"lease_left"`
+}
+
+// EtcdMember is one etcd member.
+type EtcdMember struct {
+	Name      string   `json:"name"`
+	Endpoints []string `json:"endpoints"`
+	Healthy   bool     `json:"healthy"`
+	Leader    bool     `json:"leader"`
+	Error     string   `json:"error,omitempty"`
 }
 
 // DataServer is one data server's row.

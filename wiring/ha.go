@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +43,10 @@ const UnsafeNoFencingEnv = "SHOAL_UNSAFE_NO_FENCING"
 
 func unsafeNoFencing() bool { return os.Getenv(UnsafeNoFencingEnv) == "1" }
 
+// leaseFileName records, in the MDS's directory, the election lease of the
+// process that runs there.
+const leaseFileName = "election-lease"
+
 // joinSecretKey keeps the cluster's join secret in the metadata, so that
 // every MDS that shares the metadata accepts the same data servers.
 const joinSecretKey = "cluster/join-secret"
@@ -64,7 +70,11 @@ func newHACollector() *haCollector {
 	}
 }
 
-func (c *haCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.events; ch <- c.leading; ch <- c.term }
+func (c *haCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.events
+	ch <- c.leading
+	ch <- c.term
+}
 func (c *haCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, e := range []struct {
 		name string
@@ -109,9 +119,34 @@ func campaign(ctx context.Context, cfg *MDSConfig, events *statuspage.EventLog) 
 	if node == "" {
 		node, _ = os.Hostname()
 	}
-	e.log.Info("standing for election", "node", node, "addr", cfg.Listen, "lease", cfg.LeaderLease)
+	// The lease of this directory's previous MDS process: that process is
+	// gone (`shoal mds` holds a lock on its directory while it runs, so a
+	// stopped one would still hold it and this one would not have
+	// started), so its term, if it led, ends now rather than when its
+	// lease runs out: a crash that systemd restarts costs a restart, not
+	// a lease.
+	leaseFile := filepath.Join(cfg.Dir, leaseFileName)
+	if b, err := os.ReadFile(leaseFile); err == nil {
+		if id, err := strconv.ParseInt(strings.TrimSpace(string(b)), 16, 64); err == nil {
+			if err := leader.Revoke(ctx, cli, id); err != nil {
+				e.log.Warn("ending the previous process's term", "err", err)
+			} else {
+				e.log.Info("ended the term of this directory's previous MDS process", "lease", fmt.Sprintf("%x", id))
+			}
+		}
+	}
+	addr := cfg.Advertise
+	if addr == "" {
+		addr = cfg.Listen
+	}
+	e.log.Info("standing for election", "node", node, "addr", addr, "lease", cfg.LeaderLease)
 	e.term, err = leader.Campaign(ctx, leader.Config{
-		Client: cli, Prefix: e.prefix, Info: leader.Info{Node: node, Addr: cfg.Listen}, TTL: cfg.LeaderLease,
+		OnLease: func(id int64) {
+			if err := os.WriteFile(leaseFile, []byte(fmt.Sprintf("%x\n", id)), 0o600); err != nil {
+				e.log.Warn("recording the election lease", "err", err)
+			}
+		},
+		Client: cli, Prefix: e.prefix, Info: leader.Info{Node: node, Addr: addr}, TTL: cfg.LeaderLease,
 		Logger: e.log,
 		OnStandby: func(place uint64) {
 			e.log.Info("standing by: another MDS leads", "candidate", place)

@@ -54,6 +54,20 @@ func (s *statusSource) Snapshot(ctx context.Context) (*statuspage.Snapshot, erro
 		DataServers: []statuspage.DataServer{},
 		Clients:     []statuspage.Client{},
 		Events:      s.events.Events(),
+		MDSNodes:    []statuspage.MDSNode{},
+		Etcd:        []statuspage.EtcdMember{},
+	}
+	if e := s.m.elec; e != nil {
+		if ha, err := e.HAStatus(ctx); err != nil {
+			snap.Warnings = append(snap.Warnings, fmt.Sprintf("the MDS election is unknown: %v", err))
+		} else {
+			for _, n := range ha.Nodes {
+				snap.MDSNodes = append(snap.MDSNodes, statuspage.MDSNode{Node: n.Node, Addr: n.Addr, Leader: n.Leader, Term: n.Term, LeaseLeft: n.LeaseLeft})
+			}
+			for _, m := range ha.Etcd {
+				snap.Etcd = append(snap.Etcd, statuspage.EtcdMember{Name: m.Name, Endpoints: m.Endpoints, Healthy: m.Healthy, Leader: m.Leader, Error: m.Error})
+			}
+		}
 	}
 	scan, err := s.scanned(ctx)
 	if err != nil {

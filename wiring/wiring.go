@@ -144,6 +144,10 @@ type MDSConfig struct {
 	NoDelegations bool
 	// InlineMax is server.Config.InlineMax.
 	InlineMax int
+	// Advertise is the address this MDS is reached at, as the election
+	// (and so `shoal admin status`) names it; default Listen, which may
+	// be 0.0.0.0:PORT.
+	Advertise string
 	// Node names this MDS in the election of MDS nodes sharing an etcd
 	// prefix (default: the host name); the service-address supervisor
 	// on the same host matches it.

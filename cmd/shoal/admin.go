@@ -47,7 +47,7 @@ func (f *adminFlags) call(ctx context.Context, command string, req cluster.Admin
 	for _, addr := range strings.Split(f.mds, ",") {
 		err := cluster.CallAdmin(cctx, addr, secret, command, req, out)
 		var nerr *net.OpError
-		if err == nil || !errors.As(err, &nerr) {
+		if err == nil || !errors.As(err, &nerr) && !errors.Is(err, cluster.ErrNotLeader) {
 			return err
 		}
 		errs = append(errs, err)

@@ -45,6 +45,7 @@ func newMDSCmd() *cobra.Command {
 		delegations  bool
 		node         string
 		leaderLease  time.Duration
+		advertise    string
 	)
 	cmd := &cobra.Command{
 		Use:   "mds",
@@ -87,7 +88,7 @@ func newMDSCmd() *cobra.Command {
 				Listen: listen, Dir: dir, MetaURL: metaURL, StripeUnit: unit, Lease: lease,
 				JoinSecretFile: secretFile, DownAfter: downAfter, Mirrors: mirrors, HealRate: rate,
 				Exports: squashExports(file.Exports, noRootSquash), Logger: slog.Default(), Metrics: web.registerer(),
-				NoDelegations: !delegations, InlineMax: inline, Node: node, LeaderLease: leaderLease,
+				NoDelegations: !delegations, InlineMax: inline, Node: node, LeaderLease: leaderLease, Advertise: advertise,
 			}
 			// On etcd the MDS stands for election and serves only while it
 			// leads; RunMDS stands it again whenever a term ends.
@@ -122,6 +123,7 @@ func newMDSCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&delegations, "delegations", true, delegationsHelp)
 	cmd.Flags().StringVar(&inlineMax, "inline-max", inlineMaxDefault, inlineMaxHelp)
 	cmd.Flags().StringVar(&node, "node", "", "this MDS's name among the MDS nodes sharing an etcd prefix (default: the host name); `shoal vip --node` on the same host matches it")
+	cmd.Flags().StringVar(&advertise, "advertise", "", "with --meta etcd://...: the address this MDS is reached at, as `shoal admin status` lists it (default: --listen)")
 	cmd.Flags().DurationVar(&leaderLease, "leader-lease", leader.DefaultTTL, "with --meta etcd://...: the election lease; a standby takes over this long after the leader stops renewing it (whole seconds)")
 	return cmd
 }

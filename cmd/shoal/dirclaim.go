@@ -23,7 +23,7 @@ const lockName = "shoal.lock"
 // Only these are removed after a failed start, so a --dir that holds
 // other things (say, /tmp) keeps them.
 var created = regexp.MustCompile(`^(` + regexp.QuoteMeta(lockName) +
-	`|meta\.db|data|join-secret|ds-identity\.json(\.tmp)?|ds-port|ds-id|mds|ds[0-9]+)$`)
+	`|meta\.db|data|join-secret|election-lease|ds-identity\.json(\.tmp)?|ds-port|ds-id|mds|ds[0-9]+)$`)
 
 // dirClaim is a server process's hold on its --dir. Two servers on one
 // directory would corrupt each other (and bbolt's own lock only makes the

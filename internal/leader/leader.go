@@ -158,6 +158,23 @@ type Config struct {
 	// OnStandby, if set, is called once the candidate's key is in place
 	// and it waits for the leaders before it to go.
 	OnStandby func(term uint64)
+	// OnLease, if set, is told the candidate's lease as soon as it is
+	// granted, before the candidate's key exists: a caller that can later
+	// prove this candidate dead (its process gone) may then end its term
+	// at once with Revoke instead of waiting for the lease to run out.
+	OnLease func(id int64)
+}
+
+// Revoke ends the lease of a candidate known to be dead (Config.OnLease),
+// deleting its election key, so that a standby leads at once. Only for a
+// candidate whose process is gone: a live one would go on believing it
+// leads until its local deadline. A lease that no longer exists is not an
+// error.
+func Revoke(ctx context.Context, cli *clientv3.Client, id int64) error {
+	if _, err := cli.Revoke(ctx, clientv3.LeaseID(id)); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return fmt.Errorf("leader: revoke lease %x: %w", id, err)
+	}
+	return nil
 }
 
 // Campaign stands as a candidate and returns when it leads, or when ctx
@@ -175,6 +192,9 @@ func Campaign(ctx context.Context, cfg Config) (*Term, error) {
 		return nil, fmt.Errorf("leader: grant lease: %w", err)
 	}
 	ttl := time.Duration(grant.TTL) * time.Second
+	if cfg.OnLease != nil {
+		cfg.OnLease(int64(grant.ID))
+	}
 	t := &Term{cli: cfg.Client, lease: grant.ID, ttl: ttl, log: cfg.Logger, lost: make(chan struct{}), done: make(chan struct{})}
 	t.deadline.Store(time.Now().Add(ttl - clockMargin).UnixNano())
 	kctx, cancel := context.WithCancel(context.Background())

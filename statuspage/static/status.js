@@ -128,6 +128,22 @@
       4, "Nothing has happened yet.");
   }
 
+  function mdsNodes(s) {
+    const nodes = s.mds_nodes || [];
+    document.getElementById("mds-section").hidden = nodes.length === 0;
+    fill("mds-rows", nodes.map((n) => h("tr", { "data-node": n.node },
+      h("td", null, code(n.node)),
+      h("td", null, n.addr),
+      h("td", null, h("span", { class: "pill " + (n.leader ? "up" : "standby") }, n.leader ? "leader" : "standby")),
+      num(String(n.term)),
+      h("td", null, (n.lease_left / 1e9).toFixed(0) + "s"))), 5, "No metadata server in the election.");
+    fill("etcd-rows", (s.etcd || []).map((m) => h("tr", { "data-etcd": m.name, class: m.healthy ? null : "down" },
+      h("td", null, code(m.name)),
+      h("td", null, (m.endpoints || []).join(", ")),
+      h("td", null, m.error ? [h("span", { class: "pill down" }, "unhealthy"), " ", m.error]
+        : [h("span", { class: "pill up" }, "healthy"), m.leader ? " raft leader" : ""]))), 3, "No etcd member known.");
+  }
+
   function render(s) {
     // Ages are relative to the snapshot, not to this browser's clock.
     const now = Date.parse(s.time);
@@ -138,6 +154,7 @@
     updated.setAttribute("datetime", s.time);
     document.getElementById("warnings").replaceChildren(...(s.warnings || []).map((w) => h("p", { class: "warning" }, w)));
     summary(s);
+    mdsNodes(s);
     dataServers(s, now);
     clients(s, now);
     files(s);

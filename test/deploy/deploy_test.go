@@ -4,22 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"math/rand/v2"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -61,19 +54,25 @@ const repoRoot = "../.."
 
 // step is one marked block of the page.
 type step struct {
-	section string // the "## N. ..." heading it is under
-	line    int    // of its marker, for messages
-	run     bool   // a script; else a file
-	hosts   []string
-	path    string // file: where it goes
-	like    string // file: copy of this machine's file at path
-	body    string
+	section  string // the "## N. ..." heading it is under
+	line     int    // of its marker, for messages
+	run      bool   // a script; else a file, or a check
+	together bool   // run: on every host at once
+	check    []string
+	hosts    []string
+	path     string // file: where it goes
+	like     string // file: copy of this machine's file at path
+	but      bool   // like: with the block's lines in place of those with the same keys
+	body     string
 }
 
 func (s step) String() string {
 	what := "file " + s.path
-	if s.run {
+	switch {
+	case s.run:
 		what = "run"
+	case s.check != nil:
+		return fmt.Sprintf("deploy.md:%d check %s", s.line, strings.Join(s.check, " "))
 	}
 	return fmt.Sprintf("deploy.md:%d %s on %s", s.line, what, strings.Join(s.hosts, " "))
 }
@@ -125,14 +124,20 @@ func parseDoc(doc string) ([]step, map[string]string, error) {
 			f := strings.Fields(markerRe.FindStringSubmatch(line)[1])
 			s := step{section: section, line: n}
 			switch {
-			case len(f) >= 2 && f[0] == "run":
-				s.run, s.hosts = true, f[1:]
+			case len(f) >= 2 && (f[0] == "run" || f[0] == "run-together"):
+				s.run, s.together, s.hosts = true, f[0] == "run-together", f[1:]
 				pending = &s
 			case len(f) == 3 && f[0] == "file":
 				s.hosts, s.path = f[1:2], f[2]
 				pending = &s
 			case len(f) == 5 && f[0] == "file" && f[3] == "like":
 				s.hosts, s.path, s.like = f[1:2], f[2], f[4]
+				steps = append(steps, s)
+			case len(f) == 6 && f[0] == "file" && f[3] == "like" && f[5] == "but":
+				s.hosts, s.path, s.like, s.but = f[1:2], f[2], f[4], true
+				pending = &s
+			case len(f) == 3 && f[0] == "check" && f[1] == "leader":
+				s.check, s.hosts = f[1:], f[2:]
 				steps = append(steps, s)
 			default:
 				return nil, nil, fmt.Errorf("deploy.md:%d: cannot read marker %q", n, line)
@@ -157,7 +162,7 @@ func parseDoc(doc string) ([]step, map[string]string, error) {
 type machine struct {
 	name  string
 	docIP string // 192.0.2.N
-	ip    string // 127.A.B.N
+	netns string // its network namespace, under /run/netns
 	root  string
 }
 
@@ -188,11 +193,14 @@ type world struct {
 	t        *testing.T
 	base     string
 	logDir   string
-	prefix   string // "127.A.B."
 	machines map[string]*machine
 	files    map[string]string // "machine path" → the page's text of that file
-	units    map[string]*unit  // "machine unit" → the unit's process
-	seq      int
+
+	// mu guards units and seq: the scripts of a run-together step ask
+	// for units at once.
+	mu    sync.Mutex
+	units map[string]*unit // "machine unit" → the unit's process
+	seq   int
 }
 
 func TestDeployDoc(t *testing.T) {
@@ -205,6 +213,7 @@ func TestDeployDoc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	start := time.Now()
 	w := newWorld(t, docIPs)
 	checks := w.checks()
 	for i, s := range steps {
@@ -224,19 +233,20 @@ func TestDeployDoc(t *testing.T) {
 	for key := range checks {
 		t.Errorf("deploy.md has no marked steps in a section %q..., so its check did not run", key)
 	}
+	t.Logf("followed deploy.md in %v", time.Since(start).Round(time.Second))
 }
 
 // requireTools skips the test (fails it with SHOAL_DEPLOY=1) without what
 // following the page needs.
 func requireTools(t *testing.T) {
 	var missing []string
-	for _, tool := range []string{"etcd", "etcdctl", "jq", "bash"} {
+	for _, tool := range []string{"etcd", "etcdctl", "jq", "bash", "ip", "nsenter"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			missing = append(missing, tool)
 		}
 	}
 	if os.Geteuid() != 0 {
-		missing = append(missing, "root (the MDS listens on port 2049; FUSE)")
+		missing = append(missing, "root (network namespaces, port 2049, FUSE)")
 	}
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		missing = append(missing, "/dev/fuse")
@@ -244,7 +254,7 @@ func requireTools(t *testing.T) {
 	if len(missing) == 0 {
 		return
 	}
-	msg := fmt.Sprintf("following docs/deploy.md needs %s (apt-get install etcd-server etcd-client jq)", strings.Join(missing, ", "))
+	msg := fmt.Sprintf("following docs/deploy.md needs %s (apt-get install etcd-server etcd-client jq iproute2 util-linux)", strings.Join(missing, ", "))
 	if os.Getenv("SHOAL_DEPLOY") == "1" {
 		t.Fatal(msg + "; SHOAL_DEPLOY=1 makes that a failure")
 	}
@@ -260,9 +270,8 @@ func newWorld(t *testing.T, docIPs map[string]string) *world {
 	if err := os.MkdirAll(w.logDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	w.prefix = freeLoopbackNet(t)
 	for name, docIP := range docIPs {
-		m := &machine{name: name, docIP: docIP, ip: w.prefix + strings.TrimPrefix(docIP, "192.0.2."), root: filepath.Join(base, name)}
+		m := &machine{name: name, docIP: docIP, root: filepath.Join(base, name)}
 		// What the package and Debian would have made.
 		for _, d := range []string{"etc/shoal", "etc/default", "var/lib/shoal", "var/lib/etcd", "root"} {
 			if err := os.MkdirAll(filepath.Join(m.root, d), 0o755); err != nil {
@@ -271,8 +280,10 @@ func newWorld(t *testing.T, docIPs map[string]string) *world {
 		}
 		w.machines[name] = m
 	}
-	t.Logf("machines on %s0/24 under %s", w.prefix, base)
-	// Registered first, so it runs last: after the processes and mounts.
+	// Registered first, so that the namespaces go last: after the
+	// processes in them and the mounts.
+	w.network()
+	t.Logf("machines under %s", base)
 	t.Cleanup(func() {
 		if t.Failed() {
 			w.dumpLogs()
@@ -282,57 +293,55 @@ func newWorld(t *testing.T, docIPs map[string]string) *world {
 	return w
 }
 
-// freeLoopbackNet picks a 127.A.B.0/24 on which nothing listens on the
-// page's ports.
-func freeLoopbackNet(t *testing.T) string {
-	for range 20 {
-		prefix := fmt.Sprintf("127.%d.%d.", 1+rand.IntN(254), rand.IntN(256))
-		free := true
-		for _, host := range []string{"10", "11", "12", "13", "20"} {
-			for _, port := range []string{"2049", "2050", "2379", "2380", "9101", "9102"} {
-				ln, err := net.Listen("tcp", net.JoinHostPort(prefix+host, port))
-				if err != nil {
-					free = false
-					break
-				}
-				ln.Close()
-			}
-		}
-		if free {
-			return prefix
-		}
-	}
-	t.Fatal("found no free 127.A.B.0/24")
-	return ""
-}
+var docPathRe = regexp.MustCompile(`(/etc/shoal|/etc/default/etcd|/var/lib/shoal|/var/lib/etcd|/var/backups/shoal|/mnt/shoal)\b`)
 
-var (
-	docIPRe   = regexp.MustCompile(`192\.0\.2\.(\d+)`)
-	docPathRe = regexp.MustCompile(`(/etc/shoal|/etc/default/etcd|/var/lib/shoal|/var/lib/etcd|/var/backups/shoal|/mnt/shoal)\b`)
-)
-
-// rewrite makes text of the page concrete on machine m: the substitutions
-// the page's last section lists, and no others.
+// rewrite makes text of the page concrete on machine m: its paths become
+// the machine's directory's, the substitution the page's last section
+// lists. Addresses stay as they are: each machine is a network namespace
+// with the page's address.
 func (w *world) rewrite(m *machine, s string) string {
-	s = strings.ReplaceAll(s, "192.0.2.0/24", "127.0.0.0/8")
-	s = strings.ReplaceAll(s, "127.0.0.1", m.ip)
-	s = docIPRe.ReplaceAllString(s, w.prefix+"$1")
 	return docPathRe.ReplaceAllStringFunc(s, func(p string) string { return m.root + p })
 }
 
-// do carries out one step on each of its machines.
+// do carries out one step on each of its machines: in turn, or at once
+// for run-together.
 func (w *world) do(s step) {
 	w.t.Helper()
-	for _, host := range s.hosts {
-		m := w.machines[host]
-		if !s.run {
-			w.writeFile(s, m)
-			continue
+	switch {
+	case s.check != nil:
+		w.t.Logf("%v", s)
+		w.waitHA(s.hosts[0])
+		return
+	case !s.run:
+		w.writeFile(s, w.machines[s.hosts[0]])
+		return
+	}
+	w.t.Logf("%v: %s", s, strings.ReplaceAll(strings.TrimSpace(s.body), "\n", "; "))
+	if !s.together {
+		for _, host := range s.hosts {
+			if err := w.runScript(w.machines[host], s); err != nil {
+				w.t.Fatalf("%v on %s: %v", s, host, err)
+			}
 		}
-		w.t.Logf("%v: %s", s, strings.ReplaceAll(strings.TrimSpace(s.body), "\n", "; "))
-		if err := w.runScript(m, s); err != nil {
-			w.t.Fatalf("%v: %v", s, err)
+		return
+	}
+	errs := make([]error, len(s.hosts))
+	var wg sync.WaitGroup
+	for i, host := range s.hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = w.runScript(w.machines[host], s)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			w.t.Errorf("%v on %s: %v", s, s.hosts[i], err)
 		}
+	}
+	if w.t.Failed() {
+		w.t.FailNow()
 	}
 }
 
@@ -345,7 +354,14 @@ func (w *world) writeFile(s step, m *machine) {
 		if text, ok = w.files[s.like+" "+s.path]; !ok {
 			w.t.Fatalf("%v: no %s on %s to copy", s, s.path, s.like)
 		}
-		text = strings.ReplaceAll(text, other.docIP, m.docIP)
+		if s.but {
+			var err error
+			if text, err = replaceKeys(text, s.body); err != nil {
+				w.t.Fatalf("%v: %v", s, err)
+			}
+		} else {
+			text = strings.ReplaceAll(text, other.docIP, m.docIP)
+		}
 	}
 	w.files[m.name+" "+s.path] = text
 	path := w.rewrite(m, s.path)
@@ -356,6 +372,32 @@ func (w *world) writeFile(s step, m *machine) {
 		w.t.Fatal(err)
 	}
 	w.t.Logf("%v: wrote %s", s, path)
+}
+
+// keyRe is the key of a KEY=VALUE or key: value line.
+var keyRe = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)\s*[=:]`)
+
+// replaceKeys is text with each line of with in place of text's line with
+// the same key; a line of with whose key text lacks is an error (the page
+// would be saying "in place of" something that is not there).
+func replaceKeys(text, with string) (string, error) {
+	lines := strings.Split(text, "\n")
+	for _, nl := range strings.Split(strings.TrimSpace(with), "\n") {
+		k := keyRe.FindStringSubmatch(nl)
+		if k == nil {
+			return "", fmt.Errorf("line %q has no key", nl)
+		}
+		found := false
+		for i, l := range lines {
+			if lk := keyRe.FindStringSubmatch(l); lk != nil && lk[1] == k[1] {
+				lines[i], found = nl, true
+			}
+		}
+		if !found {
+			return "", fmt.Errorf("the file has no %s to replace", k[1])
+		}
+	}
+	return strings.Join(lines, "\n"), nil
 }
 
 // prelude stands in for what the test cannot do as the page says (see the
@@ -395,8 +437,16 @@ apt() {
 }
 `
 
-// runScript runs a block with bash on machine m, serving its systemctl
-// requests.
+// nextSeq numbers the logs in the order they were made.
+func (w *world) nextSeq() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.seq++
+	return w.seq
+}
+
+// runScript runs a block with bash on machine m, in its network namespace,
+// serving its systemctl requests.
 func (w *world) runScript(m *machine, s step) error {
 	reqR, reqW, err := os.Pipe()
 	if err != nil {
@@ -410,14 +460,14 @@ func (w *world) runScript(m *machine, s step) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "bash", "--noprofile", "--norc", "-euo", "pipefail", "-c", prelude+w.rewrite(m, s.body))
+	cmd := m.command(ctx, "bash", "--noprofile", "--norc", "-euo", "pipefail", "-c", prelude+w.rewrite(m, s.body))
 	cmd.Dir = filepath.Join(m.root, "root")
 	cmd.Env = append(os.Environ(),
 		"PATH="+filepath.Dir(shoalBin)+":"+os.Getenv("PATH"),
 		"HOME="+filepath.Join(m.root, "root"),
 		"DEPLOY_ROOT="+m.root)
 	for _, o := range w.machines {
-		cmd.Env = append(cmd.Env, "DEPLOY_ROOT_"+strings.ReplaceAll(o.ip, ".", "_")+"="+o.root)
+		cmd.Env = append(cmd.Env, "DEPLOY_ROOT_"+strings.ReplaceAll(o.docIP, ".", "_")+"="+o.root)
 	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -446,8 +496,7 @@ func (w *world) runScript(m *machine, s step) error {
 	reqR.Close()
 	<-served
 	ansW.Close()
-	w.seq++
-	logPath := filepath.Join(w.logDir, fmt.Sprintf("%02d-%s-script.log", w.seq, m.name))
+	logPath := filepath.Join(w.logDir, fmt.Sprintf("%02d-%s-script.log", w.nextSeq(), m.name))
 	_ = os.WriteFile(logPath, []byte(fmt.Sprintf("%v\n$ %s\n%s", s, w.rewrite(m, s.body), out.String())), 0o644)
 	if out.Len() > 0 {
 		w.t.Logf("%s output:\n%s", m.name, strings.TrimRight(out.String(), "\n"))
@@ -460,11 +509,13 @@ func (w *world) runScript(m *machine, s step) error {
 
 // systemctl does what systemctl would to the units the page uses.
 func (w *world) systemctl(m *machine, args []string) error {
-	var verb string
+	var verb, signal string
 	var units []string
 	for _, a := range args {
 		switch {
 		case a == "--now":
+		case strings.HasPrefix(a, "--signal="):
+			signal = strings.TrimPrefix(a, "--signal=")
 		case verb == "":
 			verb = a
 		default:
@@ -485,6 +536,11 @@ func (w *world) systemctl(m *machine, args []string) error {
 			}
 		case "stop", "disable":
 			err = w.stop(m, name)
+		case "kill":
+			if signal != "SIGKILL" && signal != "KILL" && signal != "9" {
+				return fmt.Errorf("the test does systemctl kill with --signal=SIGKILL only")
+			}
+			err = w.crash(m, name)
 		default:
 			err = fmt.Errorf("the test does not do systemctl %s", verb)
 		}
@@ -496,20 +552,28 @@ func (w *world) systemctl(m *machine, args []string) error {
 }
 
 // readyLines are what each unit logs once it serves; systemd would not
-// wait for the two of Type=simple, but the next step of the page assumes
-// they are up, and a reader would look.
+// wait for the shoal units (Type=simple), but the next step of the page
+// assumes they are up, and a reader would look. An MDS that stands by is
+// as up as it gets until the leader goes.
 var readyLines = map[string]*regexp.Regexp{
 	"etcd":      regexp.MustCompile(`ready to serve client requests`),
-	"shoal-mds": regexp.MustCompile(`shoal mds ready`),
+	"shoal-mds": regexp.MustCompile(`shoal mds ready|standing by: another MDS leads`),
 	"shoal-ds":  regexp.MustCompile(`shoal ds ready`),
+	"shoal-vip": regexp.MustCompile(`shoal vip ready`),
 }
 
 var execStartRe = regexp.MustCompile(`(?m)^ExecStart=/usr/bin/shoal (.*)$`)
 
+func (w *world) unit(key string) *unit {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.units[key]
+}
+
 // start starts a unit on m unless it runs, and waits for its ready line.
 func (w *world) start(m *machine, name string) error {
 	key := m.name + " " + name
-	if w.units[key].running() {
+	if w.unit(key).running() {
 		return nil
 	}
 	ready, ok := readyLines[name]
@@ -524,7 +588,7 @@ func (w *world) start(m *machine, name string) error {
 		if err != nil {
 			return err
 		}
-		cmd = exec.Command("etcd", strings.Fields(env["DAEMON_ARGS"])...)
+		cmd = m.command(context.Background(), "etcd", strings.Fields(env["DAEMON_ARGS"])...)
 		cmd.Env = append(os.Environ(), "ETCD_NAME="+m.name, "ETCD_DATA_DIR="+filepath.Join(m.root, "var/lib/etcd/default"))
 		for k, v := range env {
 			cmd.Env = append(cmd.Env, k+"="+v)
@@ -538,10 +602,9 @@ func (w *world) start(m *machine, name string) error {
 		if line == nil {
 			return fmt.Errorf("dist/systemd/%s.service has no ExecStart=/usr/bin/shoal", name)
 		}
-		cmd = exec.Command(shoalBin, strings.Fields(w.rewrite(m, string(line[1])))...)
+		cmd = m.command(context.Background(), shoalBin, strings.Fields(w.rewrite(m, string(line[1])))...)
 	}
-	w.seq++
-	u := &unit{name: key, cmd: cmd, logPath: filepath.Join(w.logDir, fmt.Sprintf("%02d-%s-%s.log", w.seq, m.name, name)), done: make(chan struct{})}
+	u := &unit{name: key, cmd: cmd, logPath: filepath.Join(w.logDir, fmt.Sprintf("%02d-%s-%s.log", w.nextSeq(), m.name, name)), done: make(chan struct{})}
 	lf, err := os.Create(u.logPath)
 	if err != nil {
 		return err
@@ -558,7 +621,9 @@ func (w *world) start(m *machine, name string) error {
 		lf.Close()
 		close(u.done)
 	}()
+	w.mu.Lock()
 	w.units[key] = u
+	w.mu.Unlock()
 	w.t.Logf("%s: started %s (pid %d): %s", m.name, name, cmd.Process.Pid, strings.Join(cmd.Args, " "))
 	deadline := time.Now().Add(60 * time.Second)
 	for {
@@ -576,7 +641,7 @@ func (w *world) start(m *machine, name string) error {
 // stop stops a unit as systemd does, with SIGTERM; a shoal server must
 // exit cleanly.
 func (w *world) stop(m *machine, name string) error {
-	u := w.units[m.name+" "+name]
+	u := w.unit(m.name + " " + name)
 	if !u.running() {
 		return nil
 	}
@@ -596,6 +661,29 @@ func (w *world) stop(m *machine, name string) error {
 	return nil
 }
 
+// restartRe is a unit's Restart= setting that restarts it after a crash.
+var restartRe = regexp.MustCompile(`(?m)^Restart=(on-failure|on-abnormal|always)$`)
+
+// crash kills a unit's process with SIGKILL and, as its Restart= says
+// systemd would, starts it again.
+func (w *world) crash(m *machine, name string) error {
+	u := w.unit(m.name + " " + name)
+	if !u.running() {
+		return fmt.Errorf("%s does not run on %s", name, m.name)
+	}
+	_ = u.cmd.Process.Kill()
+	<-u.done
+	w.t.Logf("%s: killed %s (%v)", m.name, name, u.err)
+	b, err := os.ReadFile(filepath.Join(repoRoot, "dist", "systemd", name+".service"))
+	if err != nil {
+		return err
+	}
+	if !restartRe.Match(b) {
+		return nil
+	}
+	return w.start(m, name)
+}
+
 // stopAll unmounts what the page mounted and kills what it started, each
 // process by its PID.
 func (w *world) stopAll() {
@@ -606,6 +694,8 @@ func (w *world) stopAll() {
 			_ = fusemount.Unmount(mnt, true)
 		}
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	for _, u := range w.units {
 		if u.running() {
 			_ = u.cmd.Process.Kill()
@@ -653,207 +743,4 @@ func readEnvFile(path string) (map[string]string, error) {
 		env[k] = strings.Trim(v, `"'`)
 	}
 	return env, nil
-}
-
-// checks are what the page says holds at the end of a section, by the
-// section's number.
-func (w *world) checks() map[string]func() {
-	return map[string]func(){
-		"4.": func() {
-			w.waitActive("ds1", "ds2")
-			w.httpGet("http://" + w.machines["mds"].ip + ":9101/metrics")
-		},
-		"6.": func() {
-			if ok, _ := fusemount.Mounted(filepath.Join(w.machines["client"].root, "mnt/shoal")); ok {
-				w.t.Fatal("the client's /mnt/shoal is still mounted after shoal umount")
-			}
-			w.verifySample()
-		},
-		"7.": func() {
-			st := w.waitActive("ds1", "ds2", "ds3")
-			if d := st.ds(w.dsID("ds3")); d.Files == 0 {
-				w.t.Fatalf("after shoal admin rebalance ds3 holds no files: %+v", *st)
-			}
-			w.verifySample()
-		},
-		"8.": func() {
-			st := w.waitActive("ds1", "ds2")
-			if d := st.ds(w.dsID("ds3")); d == nil || d.State != "removed" {
-				w.t.Fatalf("ds3 is not listed as removed after shoal admin remove: %+v", d)
-			}
-			if n := objectsWithData(w.t, filepath.Join(w.machines["ds3"].root, "var/lib/shoal/ds")); n != 0 {
-				w.t.Fatalf("ds3 still holds %d objects with data after its drain", n)
-			}
-			w.verifySample()
-		},
-		"9.": func() {
-			// etcd runs on the restored snapshot, and the cluster with it.
-			if b, _ := os.ReadFile(w.units["mds etcd"].logPath); !bytes.Contains(b, []byte("data dir = "+filepath.Join(w.machines["mds"].root, "var/lib/etcd/shoal-restored"))) {
-				w.t.Fatalf("etcd does not run in the restored data directory:\n%s", tail(b))
-			}
-			w.waitActive("ds1", "ds2")
-			w.verifySample()
-		},
-		"10.": func() {
-			w.waitActive("ds1", "ds2")
-			w.verifySample()
-		},
-	}
-}
-
-// status and dsStatus mirror `shoal admin status --json`.
-type status struct {
-	DataServers []dsStatus `json:"data_servers"`
-}
-
-type dsStatus struct {
-	ID    string
-	State string
-	Up    bool
-	Files int `json:"files"`
-}
-
-func (s *status) ds(id string) *dsStatus {
-	for i := range s.DataServers {
-		if s.DataServers[i].ID == id {
-			return &s.DataServers[i]
-		}
-	}
-	return nil
-}
-
-func (w *world) mdsAddr() string { return w.machines["mds"].ip + ":2049" }
-
-// shoal runs a short shoal command.
-func (w *world) shoal(args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, shoalBin, args...).Output()
-	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
-		err = fmt.Errorf("shoal %s: %v: %s", strings.Join(args, " "), err, ee.Stderr)
-	}
-	return string(out), err
-}
-
-// waitActive waits until exactly the named data servers are in the
-// cluster (not counting removed ones, which status lists as such), each
-// active and up.
-func (w *world) waitActive(names ...string) *status {
-	w.t.Helper()
-	secret := filepath.Join(w.machines["mds"].root, "var/lib/shoal/mds/join-secret")
-	deadline := time.Now().Add(60 * time.Second)
-	var last string
-	for {
-		out, err := w.shoal("admin", "status", "--json", "--mds", w.mdsAddr(), "--join-secret-file", secret)
-		var st status
-		if err == nil {
-			err = json.Unmarshal([]byte(out), &st)
-		}
-		members := 0
-		for _, d := range st.DataServers {
-			if d.State != "removed" {
-				members++
-			}
-		}
-		if err == nil && members == len(names) {
-			ok := true
-			for _, n := range names {
-				d := st.ds(w.dsID(n))
-				ok = ok && d != nil && d.Up && d.State == "active"
-			}
-			if ok {
-				return &st
-			}
-		}
-		last = fmt.Sprintf("%v %s", err, out)
-		if time.Now().After(deadline) {
-			w.t.Fatalf("waited 60s for data servers %v to be the active ones; last status: %s", names, last)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// httpGet fails the test unless url answers 200 OK.
-func (w *world) httpGet(url string) {
-	w.t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		w.t.Fatalf("GET %s: %s", url, resp.Status)
-	}
-}
-
-// dsID is a data server's identity, from its directory.
-func (w *world) dsID(name string) string {
-	w.t.Helper()
-	b, err := os.ReadFile(filepath.Join(w.machines[name].root, "var/lib/shoal/ds/ds-identity.json"))
-	if err != nil {
-		w.t.Fatal(err)
-	}
-	var ident struct{ ID string }
-	if err := json.Unmarshal(b, &ident); err != nil {
-		w.t.Fatalf("%s's ds-identity.json: %v", name, err)
-	}
-	return ident.ID
-}
-
-// verifySample reads the file the page wrote through the mount back with
-// `shoal get` (from the data servers, not a cache of the client's) and
-// compares sha256 with the client's local copy.
-func (w *world) verifySample() {
-	w.t.Helper()
-	want := sha256File(w.t, filepath.Join(w.machines["client"].root, "root/sample"))
-	got := filepath.Join(w.base, "sample.get")
-	if _, err := w.shoal("get", "nfs://"+w.mdsAddr()+"/sample", got); err != nil {
-		w.t.Fatal(err)
-	}
-	defer os.Remove(got)
-	if sum := sha256File(w.t, got); sum != want {
-		w.t.Fatalf("sample reads back with sha256 %s, written %s", sum, want)
-	}
-	w.t.Logf("sample reads back identical (sha256 %s)", want[:16])
-}
-
-func sha256File(t *testing.T, path string) string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// objectsWithData counts a data server's objects (files named by an inode
-// number under data/) that have blocks allocated.
-func objectsWithData(t *testing.T, dir string) int {
-	t.Helper()
-	n := 0
-	err := filepath.WalkDir(filepath.Join(dir, "data"), func(path string, d os.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if _, nerr := strconv.ParseUint(d.Name(), 10, 64); !d.Type().IsRegular() || nerr != nil {
-			return nil
-		}
-		var st syscall.Stat_t
-		if err := syscall.Stat(path, &st); err != nil {
-			return err
-		}
-		if st.Blocks > 0 {
-			n++
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

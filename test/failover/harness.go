@@ -116,6 +116,7 @@ type World struct {
 	Secret  string // a join-secret file (the first MDS's)
 	Mirrors int
 	seq     int
+	given   map[string]bool // addresses handed out by addr
 }
 
 // NewWorld prepares a world in a fresh directory; bin is the shoal
@@ -196,6 +197,26 @@ func FreeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
+// addr returns a 127.0.0.1 address nobody listens on now and that was
+// not handed out before in this World: a standby MDS does not listen on
+// its address, so FreeAddr alone may give it to a data server started
+// later, and the MDS cannot listen when it is elected.
+func (w *World) addr() string {
+	w.T.Helper()
+	if w.given == nil {
+		w.given = map[string]bool{}
+	}
+	for range 100 {
+		a := FreeAddr(w.T)
+		if !w.given[a] {
+			w.given[a] = true
+			return a
+		}
+	}
+	w.T.Fatal("no fresh loopback address in 100 tries")
+	return ""
+}
+
 // StartEtcd starts an etcd cluster of n members (Debian's etcd binary).
 func (w *World) StartEtcd(n int) {
 	w.T.Helper()
@@ -205,7 +226,7 @@ func (w *World) StartEtcd(n int) {
 	}
 	var initial []string
 	for i := range n {
-		e := &Etcd{Name: fmt.Sprintf("e%d", i+1), Client: FreeAddr(w.T), Peer: FreeAddr(w.T), Dir: filepath.Join(w.Base, fmt.Sprintf("etcd%d", i+1))}
+		e := &Etcd{Name: fmt.Sprintf("e%d", i+1), Client: w.addr(), Peer: w.addr(), Dir: filepath.Join(w.Base, fmt.Sprintf("etcd%d", i+1))}
 		w.Etcd = append(w.Etcd, e)
 		initial = append(initial, e.Name+"=http://"+e.Peer)
 	}
@@ -288,7 +309,7 @@ func (w *World) MDSAddrs() string {
 func (w *World) AddMDS(extra ...string) *MDS {
 	w.T.Helper()
 	i := len(w.MDS) + 1
-	m := &MDS{Node: fmt.Sprintf("mds%d", i), Addr: FreeAddr(w.T), HTTP: FreeAddr(w.T), Dir: filepath.Join(w.Base, fmt.Sprintf("mds%d", i))}
+	m := &MDS{Node: fmt.Sprintf("mds%d", i), Addr: w.addr(), HTTP: w.addr(), Dir: filepath.Join(w.Base, fmt.Sprintf("mds%d", i))}
 	w.MDS = append(w.MDS, m)
 	if w.Secret == "" {
 		w.Secret = filepath.Join(m.Dir, "join-secret")
@@ -388,7 +409,7 @@ func (w *World) WaitSecret(d time.Duration) {
 func (w *World) AddDS() *DS {
 	w.T.Helper()
 	i := len(w.DS) + 1
-	d := &DS{Name: fmt.Sprintf("ds%d", i), Addr: FreeAddr(w.T), Dir: filepath.Join(w.Base, fmt.Sprintf("ds%d", i))}
+	d := &DS{Name: fmt.Sprintf("ds%d", i), Addr: w.addr(), Dir: filepath.Join(w.Base, fmt.Sprintf("ds%d", i))}
 	w.DS = append(w.DS, d)
 	w.StartDS(d)
 	return d

@@ -93,15 +93,17 @@ func (w *Workload) Run(ctx context.Context, stop <-chan struct{}) {
 	}
 	var wg sync.WaitGroup
 	locked := make(chan struct{})
+	thiefDone := make(chan struct{})
 	wg.Add(3)
 	go func() { defer wg.Done(); w.big(ctx, c) }()
 	go func() { defer wg.Done(); w.small(ctx, c, stop) }()
-	go func() { defer wg.Done(); w.lockHolder(ctx, c, stop, locked) }()
+	go func() { defer wg.Done(); w.lockHolder(ctx, c, stop, locked, thiefDone) }()
 	select {
 	case <-locked:
 		wg.Add(1)
-		go func() { defer wg.Done(); w.lockThief(ctx, stop) }()
+		go func() { defer wg.Done(); defer close(thiefDone); w.lockThief(ctx, stop) }()
 	case <-ctx.Done():
+		close(thiefDone)
 	}
 	wg.Wait()
 }
@@ -220,9 +222,9 @@ func (w *Workload) small(ctx context.Context, c *client.Client, stop <-chan stru
 	}
 }
 
-// lockHolder takes a write lock on a file and holds it until stop,
-// checking now and then that it still holds it.
-func (w *Workload) lockHolder(ctx context.Context, c *client.Client, stop <-chan struct{}, locked chan<- struct{}) {
+// lockHolder takes a write lock on a file and holds it until stop and
+// the thief has given up (thiefDone).
+func (w *Workload) lockHolder(ctx context.Context, c *client.Client, stop <-chan struct{}, locked chan<- struct{}, thiefDone <-chan struct{}) {
 	path := w.Dir + "/lockfile"
 	f, err := c.Open(ctx, path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
@@ -238,6 +240,14 @@ func (w *Workload) lockHolder(ctx context.Context, c *client.Client, stop <-chan
 	}
 	close(locked)
 	<-stop
+	// The thief's last LOCK must have its answer before the lock is
+	// given up: one held up by the failover (waiting out the new
+	// leader's grace period) would otherwise be granted by this unlock
+	// and count as a theft.
+	select {
+	case <-thiefDone:
+	case <-ctx.Done():
+	}
 	if err := f.Unlock(ctx, 0, 1); err != nil {
 		w.fail(fmt.Errorf("unlock %s (held through the failover): %w", path, err))
 	}

@@ -93,6 +93,6 @@
 // that select the server
 // (SHOAL_KERNEL_SERVER=ganesha|shoal|shoal-pnfs|shoal-pnfs-grow|shoal-pnfs-mirror|cmd)
 // and the kernels (SHOAL_KERNELS=6.1,newest). scripts/test.sh runs every
-// kind on 6.1 and the pNFS kinds on the newest kernel; scripts/kernel-matrix.sh
-// runs every kind on both.
+// kind on 6.1 and shoal-pnfs and shoal-pnfs-mirror on the newest kernel;
+// scripts/kernel-matrix.sh runs every kind on both.
 package kernel
