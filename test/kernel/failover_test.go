@@ -143,7 +143,8 @@ func (c *foCluster) startMDS(m *foMDS) {
 // goroutine.
 func (c *foCluster) restartMDS(m *foMDS) error {
 	p, err := startInErr(c.t, c.net.ns(m.host), c.dir, "mds-"+m.host, c.bin, "mds",
-		"--listen", fmt.Sprintf("0.0.0.0:%d", foMDSPort), "--dir", m.dir, "--meta", c.meta, "--node", m.node,
+		"--listen", fmt.Sprintf("0.0.0.0:%d", foMDSPort), "--advertise", m.addr(),
+		"--dir", m.dir, "--meta", c.meta, "--node", m.node,
 		"--join-secret-file", c.secret, "--http", "0.0.0.0:9101", "--mirrors", "2", "--no-root-squash",
 		"--lease", "15s", "--leader-lease", "3s")
 	if err != nil {
