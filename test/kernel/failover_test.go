@@ -409,7 +409,7 @@ func testFailover(t *testing.T, shoalBin string, img images, vers, out string) {
 	} else {
 		wireErr = errors.New("dumpcap or tshark not installed")
 	}
-	for _, f := range faults {
+	for i, f := range faults {
 		r := rounds[f]
 		t.Run("failover/"+f+"/times", func(t *testing.T) {
 			if r == nil || r.at.IsZero() {
@@ -429,7 +429,11 @@ func testFailover(t *testing.T, shoalBin string, img images, vers, out string) {
 			if wireErr != nil {
 				t.Logf("capture not analysed: %v", wireErr)
 			} else {
-				for _, l := range r.wireSummary(wire) {
+				var next time.Time
+				if i+1 < len(faults) && rounds[faults[i+1]] != nil {
+					next = rounds[faults[i+1]].at
+				}
+				for _, l := range r.wireSummary(wire, next) {
 					t.Logf("wire: %s", l)
 				}
 			}
