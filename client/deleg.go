@@ -340,7 +340,7 @@ func (c *Client) giveBack(d *delegation) {
 	}
 	t.mu.Unlock()
 	for _, f := range local {
-		if err := f.unlocal(ctx, d, true); err != nil {
+		if err := d.unlocal(ctx, f, true); err != nil {
 			c.log.Warn("opening on the server before DELEGRETURN", "path", f.path, "err", err)
 		}
 	}
@@ -353,7 +353,7 @@ func (c *Client) giveBack(d *delegation) {
 // unlocal turns f, opened locally under d, into an open on the server:
 // OPEN CLAIM_DELEG_CUR_FH while the delegation is valid (cur), CLAIM_FH
 // once it is revoked.
-func (f *File) unlocal(ctx context.Context, d *delegation, cur bool) error {
+func (d *delegation) unlocal(ctx context.Context, f *File, cur bool) error {
 	f.convMu.Lock()
 	defer f.convMu.Unlock()
 	f.mu.Lock()
@@ -410,17 +410,17 @@ func (f *File) unlocal(ctx context.Context, d *delegation, cur bool) error {
 
 // ensureServerOpen makes f an open on the server if it was opened locally
 // under a delegation, for operations that need an open stateid (LOCK).
-func (f *File) ensureServerOpen(ctx context.Context) error {
+func (c *Client) ensureServerOpen(ctx context.Context, f *File) error {
 	f.mu.Lock()
 	d := f.local
 	f.mu.Unlock()
 	if d == nil {
 		return nil
 	}
-	f.c.delegs.mu.Lock()
-	revoked := f.c.delegs.byOther[d.sid.Other] != d
-	f.c.delegs.mu.Unlock()
-	return f.unlocal(ctx, d, !revoked)
+	c.delegs.mu.Lock()
+	revoked := c.delegs.byOther[d.sid.Other] != d
+	c.delegs.mu.Unlock()
+	return d.unlocal(ctx, f, !revoked)
 }
 
 // openLocal opens f (read-only, by handle) without OPEN under a read
@@ -510,7 +510,7 @@ func (c *Client) cachedDelegAttr(fh []byte) (Attr, bool) {
 
 // noteLocalClose detaches f, opened locally under d, at Close. It reports
 // whether f was still local (then there is nothing to CLOSE).
-func (f *File) noteLocalClose() bool {
+func (c *Client) noteLocalClose(f *File) bool {
 	f.convMu.Lock()
 	defer f.convMu.Unlock()
 	f.mu.Lock()
@@ -520,9 +520,9 @@ func (f *File) noteLocalClose() bool {
 	if d == nil {
 		return false
 	}
-	f.c.delegs.mu.Lock()
+	c.delegs.mu.Lock()
 	delete(d.local, f)
-	f.c.delegs.mu.Unlock()
+	c.delegs.mu.Unlock()
 	return true
 }
 
@@ -533,9 +533,6 @@ func (f *File) noteLocalClose() bool {
 // that file's; the rest (names: REMOVE, RENAME, LINK change link counts)
 // all of them.
 func (c *Client) mutating(ops []nfs4.NfsArgop4) {
-	if c.dsRole {
-		return
-	}
 	var cur []byte
 	// Every COMPOUND comes here twice, WRITEs through the MDS included:
 	// a small array on the stack spares them an allocation.
@@ -593,7 +590,7 @@ func (c *Client) mutating(ops []nfs4.NfsArgop4) {
 func (c *Client) stateRevoked(flags uint32) {
 	const revoked = nfs4.SEQ4_STATUS_RECALLABLE_STATE_REVOKED | nfs4.SEQ4_STATUS_EXPIRED_SOME_STATE_REVOKED |
 		nfs4.SEQ4_STATUS_EXPIRED_ALL_STATE_REVOKED | nfs4.SEQ4_STATUS_ADMIN_STATE_REVOKED
-	if flags&revoked == 0 || c.dsRole {
+	if flags&revoked == 0 {
 		return
 	}
 	t := &c.delegs
@@ -677,7 +674,7 @@ func (c *Client) dropRevoked(ctx context.Context, d *delegation, st nfs4.Nfsstat
 	}
 	c.cache.mu.Unlock()
 	for _, f := range local {
-		if err := f.unlocal(ctx, d, false); err != nil {
+		if err := d.unlocal(ctx, f, false); err != nil {
 			c.log.Warn("reopening after a revoked delegation", "path", f.path, "err", err)
 		}
 	}

@@ -144,7 +144,7 @@ func TestStaleOpenReplyAfterReturn(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			// A closed Client: the DELEGRETURNs it starts fail at once.
-			c := &Client{closed: true}
+			c := &Client{endpoint: endpoint{closed: true}}
 			c.ctx, c.cancel = context.WithCancel(context.Background())
 			c.cancel()
 			c.delegs.init()

@@ -77,9 +77,13 @@
 // a bounded time (5 s to connect, 3 s to answer the NULL procedure, the
 // DialTimeout for BIND_CONN_TO_SESSION), so an address where nothing
 // listens is passed at once, and one that accepts connections but does not
-// answer (a leader that was paused and deposed) after a few seconds. The
-// new leader is a new server instance: it does not know the session, and
-// the Client recovers as from a restart, described next.
+// answer (a leader that was paused and deposed) after a few seconds. Such
+// a leader may also keep the established connection open and answer
+// nothing on it: with several addresses, when COMPOUNDs have waited 10 s
+// with no reply, the Client sends NULL on the connection, and if that is
+// not answered within 3 s it closes the connection and reconnects as
+// above. The new leader is a new server instance: it does not know the
+// session, and the Client recovers as from a restart, described next.
 //
 // When the server has lost the session (NFS4ERR_BADSESSION,
 // NFS4ERR_DEADSESSION, NFS4ERR_STALE_CLIENTID: it restarted), the client
@@ -317,6 +321,29 @@
 // with each other even in one process, like Linux OFD locks and unlike
 // POSIX process locks. Waiting locks poll with backoff; the client does not
 // rely on CB_NOTIFY_LOCK.
+//
+// # Inside the package
+//
+// The Client and File types are a façade over parts that each own one
+// concern, for whoever works on the library:
+//
+//   - The session layer (session.go, slots.go, callback.go): an endpoint
+//     is one connection, client ID and session with one server, with
+//     SEQUENCE, the retries, reconnects (from the address list) and the
+//     recovery of a lost session. The Client embeds the metadata server's
+//     and is its stateHolder (reclaims, delegation bookkeeping); each data
+//     server gets a bare endpoint (dataserver.go).
+//   - pNFS: pnfs.go (device cache, layout stateids, recalls, kept
+//     layouts), layoutstate.go (a File's layouts from LAYOUTGET to
+//     LAYOUTRETURN), layoutio.go (the I/O engine over the extents a
+//     layout.Driver maps a range to), dataserver.go.
+//   - The data path and its state: io.go (ReadAt, WriteAt, Sync), cache.go
+//     and writeback.go (AccessCached and AccessODirect), unstable.go
+//     (copies of UNSTABLE writes until a COMMIT vouches for them),
+//     lock.go, deleg.go.
+//
+// Methods of those types that act for a File take the File as a
+// parameter; the File's mu guards what they change of it.
 //
 // # Errors
 //

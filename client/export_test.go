@@ -37,7 +37,7 @@ func StripeOf(ctx context.Context, f *File, off int64) (addr string, stripe, str
 		f.mu.Unlock()
 		return "", 0, 0, fmt.Errorf("no layout for %s: %w", f.path, err)
 	}
-	defer f.releaseLayout(l)
+	defer l.release(f)
 	pcs, err := l.plan(uint64(off), 1)
 	if err != nil {
 		return "", 0, 0, err
@@ -62,12 +62,12 @@ func IgnoreRecalls(c *Client) { c.ignoreRecalls.Store(true) }
 // recovery had collected them; the returned function puts it back, as
 // the registration that came too late would.
 func HideFromRecovery(c *Client, f *File) (restore func()) {
-	c.mu.Lock()
+	c.filesMu.Lock()
 	delete(c.files, f)
-	c.mu.Unlock()
+	c.filesMu.Unlock()
 	return func() {
-		c.mu.Lock()
+		c.filesMu.Lock()
 		c.files[f] = struct{}{}
-		c.mu.Unlock()
+		c.filesMu.Unlock()
 	}
 }

@@ -304,3 +304,194 @@ func TestSplitAddrs(t *testing.T) {
 		}
 	}
 }
+
+// pauseProxy forwards connections to a server until paused; then it
+// forwards nothing either way and closes nothing, and accepts new
+// connections without ever answering on them, as a metadata server does
+// whose process was stopped (SIGSTOP) while its kernel keeps its sockets.
+type pauseProxy struct {
+	ln     net.Listener
+	target string
+	paused chan struct{}
+
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+}
+
+func newPauseProxy(t *testing.T, target string) *pauseProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &pauseProxy{ln: ln, target: target, paused: make(chan struct{})}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		ln.Close()
+		p.mu.Lock()
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *pauseProxy) pause() { close(p.paused) }
+
+func (p *pauseProxy) isPaused() bool {
+	select {
+	case <-p.paused:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *pauseProxy) track(cs ...net.Conn) {
+	p.mu.Lock()
+	p.conns = append(p.conns, cs...)
+	p.mu.Unlock()
+}
+
+func (p *pauseProxy) accept() {
+	defer p.wg.Done()
+	for {
+		cc, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.track(cc)
+		if p.isPaused() {
+			continue // held open, never answered
+		}
+		sc, err := net.DialTimeout("tcp", p.target, 10*time.Second)
+		if err != nil {
+			cc.Close()
+			continue
+		}
+		p.track(sc)
+		p.wg.Add(2)
+		go p.pump(sc, cc)
+		go p.pump(cc, sc)
+	}
+}
+
+// pump copies src to dst until paused or either side fails; once paused
+// it drops what it reads and leaves dst open.
+func (p *pauseProxy) pump(dst, src net.Conn) {
+	defer p.wg.Done()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if p.isPaused() {
+			if err != nil {
+				return
+			}
+			continue
+		}
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			dst.Close()
+			return
+		}
+	}
+}
+
+// TestMDSFailoverPausedLeader: the metadata server a client is connected
+// to stops answering without closing anything (paused, then deposed), and
+// another takes over on the client's second address. The client must
+// notice the silence on its established connection, pass the first
+// address (it accepts connections and answers nothing), and recover its
+// open file and lock on the new server.
+func TestMDSFailoverPausedLeader(t *testing.T) {
+	etcd := etcdtest.Start(t, 1, etcdtest.Options{NoFsync: true})
+	metaURL := "etcd://" + etcd.Endpoints[0] + "/pausedleader"
+	dir := t.TempDir()
+	noSquash := false
+	// A server without data servers keeps file data in its Dir, so both
+	// use one (one after the other): what stands for the shared data
+	// servers of a real cluster. The lease is long because it is the new
+	// server's grace period too: the client notices the silence only
+	// after silenceProbe and a NULL left unanswered, and it must come
+	// within the grace period to reclaim its lock (after it, the lock
+	// would be lost: ErrLockLost). The grace period ends as soon as the
+	// one client has reclaimed, so the test does not wait it out.
+	start := func(name, listen string) (stop func()) {
+		t.Helper()
+		srv, err := server.New(server.Config{
+			Dir: dir, MetaURL: metaURL, Lease: time.Minute, Logger: quietLogger(),
+			Exports: []*server.Export{{Path: "/", RootSquash: &noSquash}},
+		})
+		if err != nil {
+			t.Fatalf("start %s: %v", name, err)
+		}
+		ln, err := net.Listen("tcp", listen)
+		if err != nil {
+			srv.Close()
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- srv.Serve(ln) }()
+		var once sync.Once
+		stop = func() { once.Do(func() { srv.Close(); <-done }) }
+		t.Cleanup(stop)
+		return stop
+	}
+	first := freeAddr(t)
+	stopFirst := start("mds1", first)
+	proxy := newPauseProxy(t, first)
+	second := freeAddr(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+
+	c := dialOpts(t, proxy.ln.Addr().String()+","+second, client.Options{DialTimeout: 10 * time.Second, Logger: quietLogger()})
+	f, err := c.Open(ctx, "/paused", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Lock(ctx, 0, 0, true, false); err != nil {
+		t.Fatal(err)
+	}
+	before := []byte("written before the pause; ")
+	if _, err := f.WriteAt(before, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+
+	proxy.pause()
+	stopFirst() // deposed: never two servers on the prefix at once
+	start("mds2", second)
+
+	after := []byte("and after the takeover")
+	if _, err := f.WriteAt(after, int64(len(before))); err != nil {
+		t.Fatalf("write after the takeover: %v", err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("sync after the takeover: %v", err)
+	}
+	want := append(append([]byte(nil), before...), after...)
+	checkRead(t, f, want)
+	if st := c.Stats(); st.Reconnects == 0 || st.Recoveries == 0 {
+		t.Errorf("after the takeover: %d reconnects, %d recoveries; want both > 0", st.Reconnects, st.Recoveries)
+	}
+	o := dialOpts(t, second, client.Options{Logger: quietLogger()})
+	of, err := o.Open(ctx, "/paused", os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer of.Close()
+	if err := of.Lock(ctx, 0, 1, true, false); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("another client's conflicting lock after the takeover: %v, want EAGAIN", err)
+	}
+}

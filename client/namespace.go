@@ -68,6 +68,27 @@ func fixed(ops []nfs4.NfsArgop4) func() []nfs4.NfsArgop4 {
 	return func() []nfs4.NfsArgop4 { return ops }
 }
 
+// callOnce runs a COMPOUND that must not run twice (REMOVE, RENAME) and
+// reports whether it was sent on more than one session. Resent on the same
+// session, the server's reply cache answers a request it already carried
+// out; resent on a new session, after the server instance changed (an MDS
+// failover or restart, whose new instance has no reply cache of the old
+// one's), it may run a second time, and its error may be the first run's
+// success seen again.
+func (c *Client) callOnce(ctx context.Context, ops []nfs4.NfsArgop4) (resent bool, err error) {
+	var first, last uint64
+	_, err = c.call(ctx, func() []nfs4.NfsArgop4 {
+		if _, s, cerr := c.current(); cerr == nil {
+			if first == 0 {
+				first = s.gen
+			}
+			last = s.gen
+		}
+		return ops
+	})
+	return first != 0 && last != first, err
+}
+
 func lastAttr(res []nfs4.NfsResop4) (Attr, error) {
 	var a Attr
 	r := res[len(res)-1].Opgetattr
@@ -286,7 +307,13 @@ func (c *Client) Remove(ctx context.Context, path string) error {
 		return pathErr("remove", path, syscall.EBUSY)
 	}
 	ops := append(c.walk(parent), nfs4.NfsArgop4{Argop: nfs4.OP_REMOVE, Opremove: &nfs4.REMOVE4args{Target: []byte(name)}})
-	_, err := c.call(ctx, fixed(ops))
+	resent, err := c.callOnce(ctx, ops)
+	if resent && errors.Is(err, fs.ErrNotExist) {
+		// Sent again to a new server instance: the first one removed
+		// it, most likely, and died before answering.
+		c.log.Debug("REMOVE resent after a failover found nothing: taken as done", "path", path)
+		return nil
+	}
 	return pathErr("remove", path, err)
 }
 
@@ -339,7 +366,18 @@ func (c *Client) Rename(ctx context.Context, from, to string) error {
 	ops = append(ops, nfs4.NfsArgop4{Argop: nfs4.OP_RENAME, Oprename: &nfs4.RENAME4args{
 		Oldname: []byte(fname), Newname: []byte(tname),
 	}})
-	if _, err := c.call(ctx, fixed(ops)); err != nil {
+	resent, err := c.callOnce(ctx, ops)
+	if resent && errors.Is(err, fs.ErrNotExist) {
+		// Sent again to a new server instance, which found no source:
+		// the first instance renamed it and died before answering if
+		// the source is gone and the target is there.
+		_, serr := c.Stat(ctx, from)
+		if _, terr := c.Stat(ctx, to); errors.Is(serr, fs.ErrNotExist) && terr == nil {
+			c.log.Debug("RENAME resent after a failover found its work done", "from", from, "to", to)
+			return nil
+		}
+	}
+	if err != nil {
 		return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
 	}
 	return nil

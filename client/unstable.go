@@ -325,15 +325,15 @@ func (u *unstable) retag(p pinned, v nfs4.Verifier4) {
 // makeRoom commits what f holds first if writing n more bytes UNSTABLE
 // would take it past Policy.UnstableLimit. A failure is reported by the
 // next Sync, like one of a background commit: the write itself goes on.
-func (f *File) makeRoom(ctx context.Context, n int) {
+func (u *unstable) makeRoom(ctx context.Context, f *File, n int) {
 	if f.flag&os.O_SYNC != 0 {
 		return
 	}
-	have := f.unst.heldBytes()
+	have := u.heldBytes()
 	if have == 0 || have+int64(n) <= f.c.pol.UnstableLimit {
 		return
 	}
-	if err := f.commitHeld(ctx); err != nil && ctx.Err() == nil {
+	if err := u.commitHeld(ctx, f); err != nil && ctx.Err() == nil {
 		f.mu.Lock()
 		f.layErr = errors.Join(f.layErr, err)
 		f.mu.Unlock()
@@ -344,7 +344,7 @@ func (f *File) makeRoom(ctx context.Context, n int) {
 // is returning (COMMIT to the data servers, LAYOUTCOMMIT), what is left
 // of layouts already returned, then through the MDS; what no COMMIT
 // vouches for is written again through the MDS.
-func (f *File) commitHeld(ctx context.Context) error {
+func (u *unstable) commitHeld(ctx context.Context, f *File) error {
 	var errs []error
 	f.mu.Lock()
 	ls := slices.Clone(f.retiring)
@@ -352,22 +352,22 @@ func (f *File) commitHeld(ctx context.Context) error {
 		ls = append(ls, f.lay)
 	}
 	f.mu.Unlock()
-	cutoff := f.unst.seqNow()
+	cutoff := u.seqNow()
 	for _, l := range ls {
-		errs = append(errs, f.syncLayout(ctx, l))
+		errs = append(errs, l.sync(ctx, f))
 	}
 	// Ranges of layouts returned meanwhile without their commit (it ran
 	// out of time): no data server session to commit them on is known to
 	// be current, so they go through the MDS.
 	orphan := func(h *held) bool { return h.lay != nil && h.seq <= cutoff && !slices.Contains(ls, h.lay) }
-	if f.unst.any(orphan) {
-		errs = append(errs, f.resendHeld(ctx, orphan, "its layout was returned before it was committed"))
+	if u.any(orphan) {
+		errs = append(errs, u.resendHeld(ctx, f, orphan, "its layout was returned before it was committed"))
 	}
 	f.mu.Lock()
 	dirty := f.dirty
 	f.mu.Unlock()
-	if dirty || f.unst.any(func(h *held) bool { return h.lay == nil }) {
-		errs = append(errs, f.commitMDS(ctx))
+	if dirty || u.any(func(h *held) bool { return h.lay == nil }) {
+		errs = append(errs, f.c.commitMDS(ctx, f))
 	}
 	return errors.Join(errs...)
 }
@@ -377,15 +377,15 @@ func (f *File) commitHeld(ctx context.Context) error {
 // meanwhile, so a resend never overwrites newer data of the same File. If
 // a range cannot be written, the error wraps ErrVerifierChanged: that data
 // may be lost, and the caller must write it again.
-func (f *File) resendHeld(ctx context.Context, match func(*held) bool, why string) error {
+func (u *unstable) resendHeld(ctx context.Context, f *File, match func(*held) bool, why string) error {
 	f.resendMu.Lock()
 	defer f.resendMu.Unlock()
-	ps := f.unst.pin(match)
+	ps := u.pin(match)
 	if len(ps) == 0 {
 		return nil
 	}
 	inFlight := false
-	defer func() { f.unst.unpin(ps, inFlight) }()
+	defer func() { u.unpin(ps, inFlight) }()
 	var total int
 	for _, p := range ps {
 		total += len(p.data)
@@ -405,7 +405,7 @@ func (f *File) resendHeld(ctx context.Context, match func(*held) bool, why strin
 			defer func() { <-sem }()
 			r := &results[i]
 			var n int
-			n, r.committed, r.verf, r.err = f.mdsWrite(ctx, p.data, int64(p.off), nfs4.FILE_SYNC4, false)
+			n, r.committed, r.verf, r.err = f.c.mdsWrite(ctx, f, p.data, int64(p.off), nfs4.FILE_SYNC4, false)
 			if r.err == nil && n < len(p.data) {
 				r.err = io.ErrShortWrite
 			}
@@ -424,7 +424,7 @@ func (f *File) resendHeld(ctx context.Context, match func(*held) bool, why strin
 		var se *StatusError
 		switch {
 		case r.err == nil && r.committed == nfs4.UNSTABLE4:
-			f.unst.retag(p, r.verf)
+			u.retag(p, r.verf)
 			f.mu.Lock()
 			f.dirty = true
 			f.mu.Unlock()
@@ -442,7 +442,7 @@ func (f *File) resendHeld(ctx context.Context, match func(*held) bool, why strin
 		}
 	}
 	f.c.stats.resentBytes.Add(resent)
-	f.unst.forget(done)
+	u.forget(done)
 	if len(errs) > 0 {
 		return fmt.Errorf("%w (%s; writing it again through the metadata server failed: %w)",
 			ErrVerifierChanged, why, errors.Join(errs...))
@@ -451,8 +451,8 @@ func (f *File) resendHeld(ctx context.Context, match func(*held) bool, why strin
 }
 
 // dropHeldPast forgets what f holds at or past size, for a truncate.
-func (f *File) dropHeldPast(size uint64) {
+func (u *unstable) dropHeldPast(f *File, size uint64) {
 	f.resendMu.Lock()
-	f.unst.truncate(size)
+	u.truncate(size)
 	f.resendMu.Unlock()
 }

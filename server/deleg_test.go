@@ -584,7 +584,7 @@ func TestDelegReclaim(t *testing.T) {
 	sid := d.Write.Stateid
 	must(t)(a2.Compound(nfs4.NfsArgop4{Argop: nfs4.OP_RECLAIM_COMPLETE, OpreclaimComplete: &nfs4.RECLAIMCOMPLETE4args{}}))
 
-	b := ts.client()
+	b := ts.reclaiming()
 	must(t)(b.Compound(nfs4.NfsArgop4{Argop: nfs4.OP_RECLAIM_COMPLETE, OpreclaimComplete: &nfs4.RECLAIMCOMPLETE4args{}}))
 	want(t, nfs4.NFS4ERR_DELAY)(openIn(b, openArgs{name: "r", access: accRead}))
 	waitRecall(t, a2, sid, held.fh)

@@ -193,6 +193,8 @@
 // client records are persisted, and after a restart the server is in grace
 // for one lease: clients reclaim opens (CLAIM_PREVIOUS) and locks, and new
 // state is refused with NFS4ERR_GRACE until every old client sent
-// RECLAIM_COMPLETE or the lease ran out; until the lease runs out, also
-// from any client that has not sent RECLAIM_COMPLETE itself.
+// RECLAIM_COMPLETE or the lease ran out. At any time, a client ID that has
+// not sent its global RECLAIM_COMPLETE gets NFS4ERR_GRACE for new opens and
+// locks (RFC 8881 §18.51.3), so a client must send it after CREATE_SESSION
+// even with nothing to reclaim, as the Linux client and Shoal's own do.
 package server

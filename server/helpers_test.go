@@ -165,6 +165,19 @@ func (ts *testServer) clientOwner(owner string) *wiretest.Client {
 	return c
 }
 
+// reclaiming dials the server and sets up a client ID and a session, but
+// sends no RECLAIM_COMPLETE: a client that may still reclaim, or one that
+// skips it (its new opens and locks get NFS4ERR_GRACE).
+func (ts *testServer) reclaiming() *wiretest.Client {
+	ts.t.Helper()
+	c, err := wiretest.SetupReclaiming(testCtx(ts.t), ts.addr, []byte(fmt.Sprintf("reclaiming-%d", ownerSeq.Add(1))))
+	if err != nil {
+		ts.t.Fatalf("client setup: %v", err)
+	}
+	ts.t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // dial connects without any NFS setup.
 func (ts *testServer) dial() *wiretest.Client {
 	ts.t.Helper()

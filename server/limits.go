@@ -73,26 +73,18 @@ var (
 	}}))
 )
 
-// minCachedReply is the least ca_maxresponsesize_cached the server grants
-// on the fore channel (if the reply limit allows). Clients size it
-// differently: Linux asks for the size of its largest OPEN reply as its
-// own decoder bounds it (encode_create_session in fs/nfs/nfs4xdr.c), a
-// bound Shoal's replies keep only if their attributes stay within what
-// Linux expects, and simple clients ask for 0 yet set sa_cachethis on
-// OPEN, CLOSE and LOCK. Held to exactly what was asked, those requests
-// could fail with NFS4ERR_REP_TOO_BIG_TO_CACHE. The server may change
-// what the client asks for the fore channel (RFC 8881 §18.36.3), and it
-// caches small replies unasked anyway (alwaysCache), so it grants room
-// for them.
-const minCachedReply = 16 << 10
-
-// foreChannel is the fore channel the client asks for, with at least
-// minCachedReply (bounded by its ca_maxresponsesize) for cached replies.
-// The state manager lowers it further to the server's limits.
+// foreChannel is the fore channel the client asks for; the state manager
+// lowers it to the server's limits (state.negotiate) and never raises it.
+// In particular ca_maxresponsesize_cached is never more than asked, however
+// small: RFC 8881 §18.36.3 says of it "For each channel, the server MAY
+// decrease this value, but MUST NOT increase it", and a client that sets
+// sa_cachethis on a request whose reply would not fit gets
+// NFS4ERR_REP_TOO_BIG_TO_CACHE (pynfs CSESS27). The Linux client asks for
+// room for its largest OPEN reply (encode_create_session in
+// fs/nfs/nfs4xdr.c); Linux nfsd grants at most about 2 KiB and answers the
+// same error past it.
 func foreChannel(a *nfs4.ChannelAttrs4) state.ChannelAttrs {
-	ch := channelFrom(a)
-	ch.MaxResponseSizeCached = min(max(ch.MaxResponseSizeCached, minCachedReply), ch.MaxResponseSize)
-	return ch
+	return channelFrom(a)
 }
 
 // maxCallbackOps is the most operations the server puts in a CB_COMPOUND.
@@ -116,6 +108,28 @@ func checkChannels(a *nfs4.CREATESESSION4args, cbCred rpc.OpaqueAuth) nfs4.Nfsst
 	if int64(back.CaMaxrequestsize) < int64(callSize(cbCred.Body, nil, maxCallback)) ||
 		int64(back.CaMaxresponsesize) < int64(maxCallbackReply) || back.CaMaxoperations < maxCallbackOps {
 		return nfs4.NFS4ERR_TOOSMALL
+	}
+	return nfs4.NFS4_OK
+}
+
+// sequenceReplySize is the size of the reply to a COMPOUND with the given
+// tag that ends after a successful SEQUENCE.
+func sequenceReplySize(tag []byte) int { return minForeResponse + pad4(len(tag)) }
+
+// sequenceOverLimit reports the status SEQUENCE returns, before it touches
+// the slot, when the reply could not even carry SEQUENCE's own result
+// within the session's limits (RFC 8881 §2.10.6.4: "If the reply exceeds
+// ca_maxresponsesize_cached (and sa_cachethis or csa_cachethis is TRUE),
+// then the server MUST return NFS4ERR_REP_TOO_BIG_TO_CACHE"; on SEQUENCE,
+// no operation executed and the slot is unchanged), or NFS4_OK. Later
+// operations are checked as their results are encoded (overLimit).
+func sequenceOverLimit(fore state.ChannelAttrs, cacheThis bool, tag []byte) nfs4.Nfsstat4 {
+	size := sequenceReplySize(tag)
+	switch {
+	case size > int(fore.MaxResponseSize):
+		return nfs4.NFS4ERR_REP_TOO_BIG
+	case cacheThis && size > int(fore.MaxResponseSizeCached):
+		return nfs4.NFS4ERR_REP_TOO_BIG_TO_CACHE
 	}
 	return nfs4.NFS4_OK
 }

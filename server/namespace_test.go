@@ -492,6 +492,9 @@ func TestCreateAttrset(t *testing.T) {
 	if _, err := c.CreateSession(testCtx(t), false); err != nil {
 		t.Fatal(err)
 	}
+	if err := c.ReclaimComplete(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
 	// A non-root user cannot give a new directory to root.
 	res, err := c.Compound(opPutRoot(), opCreate("d", nfs4.Createtype4{Type: nfs4.NF4DIR}, fattr(aMode(0o700), aOwner("0"))),
 		opGetattr(nfs4.FATTR4_OWNER, nfs4.FATTR4_MODE))

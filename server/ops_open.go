@@ -70,10 +70,9 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 		if st := checkName(*a.Claim.File); st != nfs4.NFS4_OK {
 			return fail(st)
 		}
-		// The state manager refuses non-reclaim opens during grace (and
-		// from a client that has not sent RECLAIM_COMPLETE while it
-		// would last); ask first so a refused OPEN4_CREATE does not
-		// leave a file behind.
+		// The state manager refuses non-reclaim opens during grace and
+		// from a client that has not sent RECLAIM_COMPLETE; ask first
+		// so a refused OPEN4_CREATE does not leave a file behind.
 		if err := c.s.st.m.CheckNonReclaim(id); err != nil {
 			return failErr(err)
 		}

@@ -61,6 +61,9 @@ func (c *compound) sequence(a *nfs4.SEQUENCE4args, tag, ops []byte) (opReply, []
 			// RFC 8881 §2.10.6.4: on SEQUENCE, nothing was executed.
 			return fail(nfs4.NFS4ERR_REQ_TOO_BIG), nil
 		}
+		if st := sequenceOverLimit(fore, a.SaCachethis, tag); st != nfs4.NFS4_OK {
+			return fail(st), nil
+		}
 	}
 	res, err := c.s.st.m.Sequence(state.SequenceArgs{
 		SessionID:     state.SessionID(a.SaSessionid),

@@ -117,14 +117,13 @@ func TestRestartGraceless(t *testing.T) {
 		create: true, mode: nfs4.GUARDED4})))
 }
 
-// TestGraceBeforeReclaimComplete: after a restart, a non-reclaim OPEN from
-// a client that has not sent RECLAIM_COMPLETE is refused with
-// NFS4ERR_GRACE during the grace period (RFC 8881 §8.4.2.1), and still
-// for as long as the grace period would have lasted after the previous
-// clients ended it early by completing their reclaims (§18.51.3: a client
-// sends RECLAIM_COMPLETE before its first non-reclaim locking operation,
-// as the Linux client does). Once it has sent RECLAIM_COMPLETE, it may
-// open.
+// TestGraceBeforeReclaimComplete: after a restart, a non-reclaim OPEN is
+// refused with NFS4ERR_GRACE during the grace period (RFC 8881 §8.4.2.1),
+// and from a client that has not sent RECLAIM_COMPLETE also after the
+// previous clients ended it early by completing their reclaims (§18.51.3:
+// a client sends RECLAIM_COMPLETE before its first non-reclaim locking
+// operation, as the Linux client does). Once it has sent RECLAIM_COMPLETE,
+// it may open. TestPynfsCases/RECC3 has the same rule with no restart.
 func TestGraceBeforeReclaimComplete(t *testing.T) {
 	ts := startServer(t, Config{Lease: 30 * time.Second})
 	ctx := testCtx(t)
@@ -137,7 +136,7 @@ func TestGraceBeforeReclaimComplete(t *testing.T) {
 	ts.restart()
 
 	// A new client during grace, before and after RECLAIM_COMPLETE.
-	b := ts.client()
+	b := ts.reclaiming()
 	want(t, nfs4.NFS4ERR_GRACE)(b.Compound(opPutRoot(), opOpen(b.ClientID, openArgs{name: "f", owner: "b", access: rw})))
 	want(t, nfs4.NFS4ERR_GRACE)(b.Compound(opPutRoot(), opOpen(b.ClientID, openArgs{name: "new-b", owner: "b", access: rw,
 		create: true, mode: nfs4.GUARDED4})))
@@ -158,7 +157,7 @@ func TestGraceBeforeReclaimComplete(t *testing.T) {
 
 	// A client that skips RECLAIM_COMPLETE still gets NFS4ERR_GRACE, and
 	// its refused create leaves nothing behind.
-	c := ts.client()
+	c := ts.reclaiming()
 	want(t, nfs4.NFS4ERR_GRACE)(c.Compound(opPutRoot(), opOpen(c.ClientID, openArgs{name: "f", owner: "c", access: rw})))
 	want(t, nfs4.NFS4ERR_GRACE)(c.Compound(opPutRoot(), opOpen(c.ClientID, openArgs{name: "new-c", owner: "c", access: rw,
 		create: true, mode: nfs4.GUARDED4})))

@@ -133,7 +133,7 @@ func TestLayoutCommitAfterMDSRestart(t *testing.T) {
 				restartMDS(t, c, dir, lease)
 				// Same owner and verifier: the client's record survived,
 				// so it may reclaim (RFC 8881 §8.4.2.1).
-				cl, err = wiretest.Setup(ctx, c.MDS.Addr.String(), []byte(owner))
+				cl, err = wiretest.SetupReclaiming(ctx, c.MDS.Addr.String(), []byte(owner))
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -277,8 +277,24 @@ func (c *Client) CreateSession(ctx context.Context, back bool) (*nfs4.CREATESESS
 }
 
 // Setup dials addr and establishes a client ID and a session with a back
-// channel.
+// channel, then sends RECLAIM_COMPLETE as a client does once it has nothing
+// (more) to reclaim: the server refuses new opens and locks before it (RFC
+// 8881 §18.51.3).
 func Setup(ctx context.Context, addr string, owner []byte) (*Client, error) {
+	c, err := SetupReclaiming(ctx, addr, owner)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.ReclaimComplete(ctx); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+// SetupReclaiming is Setup without RECLAIM_COMPLETE: a client coming back
+// after a server restart, which reclaims its state first.
+func SetupReclaiming(ctx context.Context, addr string, owner []byte) (*Client, error) {
 	c, err := Dial(ctx, addr)
 	if err != nil {
 		return nil, err
@@ -292,6 +308,17 @@ func Setup(ctx context.Context, addr string, owner []byte) (*Client, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// ReclaimComplete sends a global RECLAIM_COMPLETE (rca_one_fs false) on the
+// session.
+func (c *Client) ReclaimComplete(ctx context.Context) error {
+	res, err := c.CompoundCtx(ctx, nfs4.NfsArgop4{Argop: nfs4.OP_RECLAIM_COMPLETE,
+		OpreclaimComplete: &nfs4.RECLAIMCOMPLETE4args{RcaOneFs: false}})
+	if err != nil {
+		return err
+	}
+	return Check(res)
 }
 
 // Seq returns a SEQUENCE operation.

@@ -319,16 +319,22 @@ func (m *Manager) CheckNonReclaim(id ClientID) error {
 // may proceed now. Caller holds mu.
 //
 // Non-reclaim requests are refused with ErrGrace during the grace period
-// (RFC 8881 §8.4.2.1), and also, for as long as the grace period would
-// have lasted had no RECLAIM_COMPLETE ended it early, from a client that
-// has not sent its global RECLAIM_COMPLETE yet (§18.51.3: a client must
-// send it before its first non-reclaim locking operation; one that does
-// not gets NFS4ERR_GRACE).
+// (RFC 8881 §8.4.2.1), and always from a client ID that has not sent its
+// global RECLAIM_COMPLETE yet, in or out of a grace period. RFC 8881
+// §18.51.3 leaves no window for it: "Whenever a client establishes a new
+// client ID and before it does the first non-reclaim operation that
+// obtains a lock, it MUST send a RECLAIM_COMPLETE with rca_one_fs set to
+// FALSE, even if there are no locks to reclaim. If non-reclaim locking
+// operations are done before the RECLAIM_COMPLETE, an NFS4ERR_GRACE error
+// will be returned." (pynfs RECC3; Linux nfsd and NFS-Ganesha refuse such
+// OPENs the same way.) It matters most after an MDS failover: a client
+// that comes back to the new leader takes no new state until it says it
+// has reclaimed what it will.
 func (m *Manager) checkGraceLocked(c *client, reclaim bool) error {
 	now := m.clock.Now()
 	m.maybeEndGraceLocked(now)
 	if !reclaim {
-		if m.grace || !c.reclaimDone && now.Before(m.graceEnd) {
+		if m.grace || !c.reclaimDone {
 			return ErrGrace
 		}
 		return nil

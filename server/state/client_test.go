@@ -106,6 +106,9 @@ func TestExchangeIDCases(t *testing.T) {
 					if _, err := h.m.CreateSession(ctx, CreateSessionArgs{ClientID: r.ClientID, Sequence: r.SequenceID, Principal: st.args.Principal}); err != nil {
 						t.Fatalf("CreateSession: %v", err)
 					}
+					if err := h.m.ReclaimComplete(r.ClientID, false); err != nil {
+						t.Fatalf("ReclaimComplete: %v", err)
+					}
 				}
 				if st.withState {
 					h.open(r.ClientID, "o", 1, AccessRead, DenyNone)
@@ -132,6 +135,7 @@ func TestClientRebootPurgesOldState(t *testing.T) {
 	if _, err := h.m.CreateSession(ctx, CreateSessionArgs{ClientID: r.ClientID, Sequence: r.SequenceID, Principal: "p"}); err != nil {
 		t.Fatal(err)
 	}
+	wantErr(t, "RECLAIM_COMPLETE of the new incarnation", h.m.ReclaimComplete(r.ClientID, false), nil)
 	_, err = h.m.Open(OpenArgs{ClientID: old, Owner: []byte("o"), File: 7, Access: AccessRead})
 	wantErr(t, "old client after reboot", err, ErrStaleClientID)
 	_, err = h.m.Open(OpenArgs{ClientID: r.ClientID, Owner: []byte("o"), File: 7, Access: AccessWrite})
@@ -173,13 +177,20 @@ func TestCreateSessionSequence(t *testing.T) {
 	}
 	_, err = h.m.CreateSession(ctx, args(r.SequenceID+3, "p"))
 	wantErr(t, "misordered", err, ErrSeqMisordered)
+	// Confirmed: another principal may add a session (RFC 8881 §18.36.4
+	// checks the principal only when confirming).
+	third, err := h.m.CreateSession(ctx, args(r.SequenceID+2, "other"))
+	wantErr(t, "confirmed client ID, other principal", err, nil)
+	if third.SessionID == second.SessionID {
+		t.Fatal("third session reused ID")
+	}
 	_, err = h.m.CreateSession(ctx, CreateSessionArgs{ClientID: 12345, Principal: "p"})
 	wantErr(t, "unknown client", err, ErrStaleClientID)
 
 	// EXCHANGE_ID on the confirmed record reports the next csa_sequence.
 	r2, err := h.m.ExchangeID(ctx, ExchangeIDArgs{OwnerID: []byte("a"), Principal: "p"})
 	wantErr(t, "ExchangeID again", err, nil)
-	if !r2.Confirmed || r2.SequenceID != r.SequenceID+2 {
+	if !r2.Confirmed || r2.SequenceID != r.SequenceID+3 {
 		t.Fatalf("ExchangeID on confirmed: %+v", r2)
 	}
 }

@@ -13,6 +13,12 @@ import (
 func (h *harness) delegClient(owner string) (ClientID, *Session) {
 	h.t.Helper()
 	id, s := h.client(owner)
+	return h.backChannel(id, s)
+}
+
+// backChannel binds a connection to both channels of s.
+func (h *harness) backChannel(id ClientID, s *Session) (ClientID, *Session) {
+	h.t.Helper()
 	conn := new(int)
 	if _, err := h.m.BindConnToSession(s.ID(), conn, ChannelBoth); err != nil {
 		h.t.Fatalf("BindConnToSession: %v", err)
@@ -238,8 +244,8 @@ func TestReclaimDelegation(t *testing.T) {
 	h.delegClient("a")
 	h.delegClient("b")
 	h.restart(2)
-	a, _ := h.delegClient("a")
-	b, _ := h.delegClient("b")
+	a, _ := h.backChannel(h.returning("a"))
+	b, _ := h.backChannel(h.returning("b"))
 	if _, err := h.m.Open(OpenArgs{ClientID: b, Owner: []byte("o"), File: 1, Access: AccessRead, Reclaim: true}); err != nil {
 		t.Fatal(err)
 	}

@@ -32,9 +32,9 @@
 // lease period: only reclaims (CLAIM_PREVIOUS opens, reclaim locks) from
 // clients that existed before the restart are accepted; other OPEN, LOCK
 // and LOCKT requests get ErrGrace. Grace ends early when every previous
-// client has sent RECLAIM_COMPLETE; until the lease period is over, a
-// client that has not sent RECLAIM_COMPLETE itself still gets ErrGrace
-// for them (RFC 8881 §18.51.3).
+// client has sent RECLAIM_COMPLETE. In or out of grace, a client ID that
+// has not sent its global RECLAIM_COMPLETE gets ErrGrace for them (RFC 8881
+// §18.51.3): every client sends it once after CREATE_SESSION.
 //
 // The reply cache is bounded: one reply per slot, each at most the
 // negotiated ca_maxresponsesize_cached bytes, so a session costs at most

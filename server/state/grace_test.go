@@ -27,9 +27,9 @@ func TestGraceAfterRestart(t *testing.T) {
 	wantErr(t, "old client ID", err, ErrStaleClientID)
 	wantErr(t, "old stateid", h.m.CheckIO(a, oldOpen, 1, false), ErrStaleStateid)
 
-	a2, _ := h.client("a")
-	b2, _ := h.client("b")
-	c2, _ := h.client("c") // unknown before the restart
+	a2, _ := h.returning("a")
+	b2, _ := h.returning("b")
+	c2, _ := h.returning("c") // unknown before the restart
 	if a2.Epoch() != 2 {
 		t.Fatalf("new client ID epoch %d", a2.Epoch())
 	}
@@ -76,7 +76,7 @@ func TestGraceEndsAfterLeaseAndPrunesRecords(t *testing.T) {
 	h.client("a")
 	h.client("b")
 	h.restart(2)
-	a2, _ := h.client("a") // b never comes back
+	a2, _ := h.returning("a") // b never comes back
 	h.clock.Advance(testLease / 2)
 	if !h.m.InGrace() {
 		t.Fatal("grace ended early")

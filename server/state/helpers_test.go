@@ -76,9 +76,20 @@ func (h *harness) restart(epoch uint32) {
 	h.m = m
 }
 
-// client runs EXCHANGE_ID + CREATE_SESSION and returns the client ID and
-// the session.
+// client runs EXCHANGE_ID, CREATE_SESSION and RECLAIM_COMPLETE, as a
+// client mounting does, and returns the client ID and the session.
 func (h *harness) client(owner string) (ClientID, *Session) {
+	h.t.Helper()
+	id, s := h.returning(owner)
+	if err := h.m.ReclaimComplete(id, false); err != nil {
+		h.t.Fatalf("ReclaimComplete(%s): %v", owner, err)
+	}
+	return id, s
+}
+
+// returning is client without RECLAIM_COMPLETE: a client coming back
+// after a restart, before its reclaims.
+func (h *harness) returning(owner string) (ClientID, *Session) {
 	h.t.Helper()
 	ctx := context.Background()
 	r, err := h.m.ExchangeID(ctx, ExchangeIDArgs{OwnerID: []byte(owner), Verifier: [8]byte{1}, Principal: "p"})

@@ -154,7 +154,7 @@ func TestLayoutOfEarlierBootAndReclaimedOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.restart(2)
-	c2, _ := h.client("c")
+	c2, _ := h.returning("c")
 	wantErr(t, "layout stateid of the previous boot", h.m.TestStateid(c2, []Stateid{ls})[0], ErrStaleStateid)
 	if h.m.HasWriteOpen(c2, 7) {
 		t.Fatal("write open before the reclaim")

@@ -78,6 +78,18 @@ type CreateSessionResult struct {
 // else is ErrSeqMisordered. The first successful CREATE_SESSION confirms
 // the client ID (persisting it, and purging a previous incarnation of the
 // same owner). Failed attempts do not advance the slot.
+//
+// Only that first, confirming CREATE_SESSION must come from the principal
+// that sent EXCHANGE_ID (ErrClidInUse otherwise). Once the client ID is
+// confirmed, any principal may create sessions for it: RFC 8881 §18.36.4
+// checks the principal in phase 3, client ID confirmation, and "If this
+// would be the first session for the client ID, the CREATE_SESSION
+// operation serves to confirm the client ID. Otherwise, the client ID
+// confirmation phase is skipped and only the session creation phase
+// occurs." (pynfs CSESS10; Linux nfsd likewise checks the principal of a
+// confirmed client only under SP4_MACH_CRED, which Shoal does not offer.)
+// The check comes before the sequence check, so that a CREATE_SESSION from
+// another principal cannot use up the csa_sequence the real client needs.
 func (m *Manager) CreateSession(ctx context.Context, a CreateSessionArgs) (CreateSessionResult, error) {
 	now := m.clock.Now()
 	var purged []PurgeInfo
@@ -98,7 +110,7 @@ func (m *Manager) createSessionLocked(ctx context.Context, a CreateSessionArgs, 
 	if err != nil {
 		return CreateSessionResult{}, err
 	}
-	if c.principal != a.Principal {
+	if !c.confirmed && c.principal != a.Principal {
 		return CreateSessionResult{}, ErrClidInUse
 	}
 	switch a.Sequence {

@@ -114,7 +114,7 @@ func TestPausedLeaderChangesNothing(t *testing.T) {
 	w.AddMDS()
 
 	ctx := context.Background()
-	c := dial(t, old.Addr)
+	c := dial(t, w.MDSAddrs())
 	if err := c.Mkdir(ctx, "/p", 0o755); err != nil {
 		t.Fatal(err)
 	}

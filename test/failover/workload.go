@@ -145,15 +145,64 @@ func (w *Workload) big(ctx context.Context, c *client.Client) {
 	copy(w.bigSum[:], h.Sum(nil))
 	w.mu.Unlock()
 	// Read it back through a fresh open.
-	sum, err := readSum(ctx, c, path)
+	rf, err := c.Open(ctx, path, os.O_RDONLY, 0)
 	if err != nil {
-		w.fail(err)
+		w.fail(fmt.Errorf("open %s: %w", path, err))
 		return
 	}
-	if sum != w.bigSum {
-		w.fail(fmt.Errorf("%s read back with another sha256 than written", path))
+	got, err := io.ReadAll(rf)
+	rf.Close()
+	if err != nil {
+		w.fail(fmt.Errorf("read %s: %w", path, err))
+		return
+	}
+	if sha256.Sum256(got) != w.bigSum {
+		w.fail(fmt.Errorf("%s read back with another sha256 than written: %s; %s", path, w.diff(got), w.bigDiff(ctx, c, path)))
 	}
 	w.tick()
+}
+
+// bigDiff reads the big file again and says where it differs from what
+// was written (the same generator), for the failure message.
+func (w *Workload) bigDiff(ctx context.Context, c *client.Client, path string) string {
+	f, err := c.Open(ctx, path, os.O_RDONLY, 0)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	got, err := io.ReadAll(f)
+	return fmt.Sprintf("a second read: %v: %s", err, w.diff(got))
+}
+
+// diff says where got differs from the big file's contents.
+func (w *Workload) diff(got []byte) string {
+	want := make([]byte, w.BigSize)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < len(want); i += 8 {
+		v := rng.Uint64()
+		for j := 0; j < 8 && i+j < len(want); j++ {
+			want[i+j] = byte(v >> (8 * j))
+		}
+	}
+	first := -1
+	diff := 0
+	for i := 0; i < min(len(got), len(want)); i++ {
+		if got[i] != want[i] {
+			if first < 0 {
+				first = i
+			}
+			diff++
+		}
+	}
+	last := -1
+	for i := min(len(got), len(want)) - 1; i >= 0; i-- {
+		if got[i] != want[i] {
+			last = i
+			break
+		}
+	}
+	zero := first >= 0 && got[first] == 0
+	return fmt.Sprintf("%d bytes (want %d), %d differ, first at %d (zero: %v), last at %d", len(got), len(want), diff, first, zero, last)
 }
 
 func readSum(ctx context.Context, c *client.Client, path string) ([32]byte, error) {

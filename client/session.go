@@ -1,0 +1,956 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/rpc"
+	"github.com/shoalfs/shoal/internal/xdr"
+)
+
+// The session layer: one connection, client ID and session with a server,
+// and the COMPOUND machinery on top of them (SEQUENCE on a slot, retries
+// of NFS4ERR_DELAY and NFS4ERR_GRACE, reconnects, recovery of a session
+// the server lost). The Client embeds the one with the metadata server;
+// each pNFS data server gets one of its own (pnfs.go).
+
+// endpoint is the session layer with one server. The Client embeds the
+// metadata server's, whose holder it is; a data server's (dsRole) has no
+// holder: it carries no state to reclaim, serves no callbacks, and fails
+// the calls on a broken connection instead of redialling (its owner fails
+// over to the metadata server).
+//
+// Locks: recMu (reconnects and recoveries) is taken before mu.
+type endpoint struct {
+	// addrs are the server's addresses (Dial's list), tried in turn from
+	// the last one that answered (good) when the connection must be
+	// replaced.
+	addrs []string
+	good  atomic.Int32
+	opts  Options
+	log   *slog.Logger
+	cred  rpc.OpaqueAuth
+	minor atomic.Uint32 // may drop to 1 at EXCHANGE_ID
+	owner nfs4.ClientOwner4
+	// holder is told of every COMPOUND and of a new session replacing a
+	// lost one; nil for a data server.
+	holder stateHolder
+	// callbacks serves the backchannel; nil answers CB_NULL only.
+	callbacks rpc.Handler
+	// dsRole makes EXCHANGE_ID ask for USE_PNFS_DS, and a broken
+	// connection fail the calls on it.
+	dsRole bool
+
+	maxRead, maxWrite uint32
+	maxOps            int
+	lease             time.Duration
+
+	ctx    context.Context // cancelled by close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // background goroutines of the endpoint and its holder
+
+	recMu sync.Mutex // serializes reconnects and session recovery
+
+	mu     sync.Mutex // guards conn, sess, closed
+	conn   *rpc.Conn
+	sess   *session
+	closed bool
+
+	lastUse atomic.Int64 // unix nanos of the last COMPOUND sent
+	// waiting counts the COMPOUNDs waiting for their reply, and
+	// lastReply is when the last reply came (unix nanos): the watchdog
+	// of an endpoint with several addresses reads them.
+	waiting   atomic.Int64
+	lastReply atomic.Int64
+	sstats    struct {
+		reconnects, recoveries, retries atomic.Uint64
+	}
+	ops opCounter // operations sent, for OpCounts
+}
+
+// stateHolder is what holds state on a session: the Client, on the
+// metadata server's.
+type stateHolder interface {
+	// reclaimOn re-establishes the holder's state on s, which replaces
+	// a session the server lost, before RECLAIM_COMPLETE; what it
+	// returns, if not nil, runs after RECLAIM_COMPLETE (new opens of
+	// files the server would not let it reclaim).
+	reclaimOn(ctx context.Context, s *session) func(context.Context)
+	// mutating is called with every COMPOUND's operations before and
+	// after its round trip.
+	mutating(ops []nfs4.NfsArgop4)
+	// stateRevoked gets the status flags of every successful SEQUENCE.
+	stateRevoked(flags uint32)
+}
+
+var _ stateHolder = (*Client)(nil)
+
+// close destroys the session and the client ID (best effort), cancels the
+// endpoint's context, runs then (if not nil), closes the connection and
+// waits for the background goroutines. It reports whether this call
+// closed the endpoint, and the connection's Close error.
+func (c *endpoint) close(then func()) (bool, error) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return false, nil
+	}
+	c.closed = true
+	conn, sess := c.conn, c.sess
+	c.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if sess != nil && conn != nil {
+		_, _ = c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_DESTROY_SESSION,
+			OpdestroySession: &nfs4.DESTROYSESSION4args{DsaSessionid: sess.id}}})
+		_, _ = c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_DESTROY_CLIENTID,
+			OpdestroyClientid: &nfs4.DESTROYCLIENTID4args{DcaClientid: sess.clientID}}})
+		sess.slots.kill()
+	}
+	c.cancel()
+	if then != nil {
+		then()
+	}
+	var err error
+	if conn != nil {
+		err = conn.Close()
+		if errors.Is(err, rpc.ErrConnClosed) {
+			err = nil
+		}
+	}
+	c.wg.Wait()
+	return true, err
+}
+
+// isClosed reports whether close has run.
+func (c *endpoint) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// session is one NFSv4.1 session. A server restart replaces it as a whole.
+type session struct {
+	id       nfs4.Sessionid4
+	clientID nfs4.Clientid4
+	slots    *slotTable
+	gen      uint64
+}
+
+var errSessionGone = errors.New("nfs: session replaced")
+
+// answerTimeout bounds Dial's first call, the NULL procedure: every NFS
+// server answers it at once, without touching its disks.
+const answerTimeout = 3 * time.Second
+
+// failoverDialTimeout bounds the connection to each address of a list of
+// several (or DialTimeout, if shorter): an address that does not even
+// refuse the connection must not hold up the next one for long.
+const failoverDialTimeout = 5 * time.Second
+
+// dialAny connects to one of the server's addresses: the first, in turn
+// from the one that answered last, that accepts a connection and, with
+// ping, answers the NULL procedure (see ping). With several addresses the
+// answer matters: a metadata server that was paused, and has lost its
+// leadership meanwhile, may still accept connections and not answer. ctx
+// bounds the whole; each address gets DialTimeout for the connection
+// (failoverDialTimeout with several) and answerTimeout for the NULL call.
+// The error of a list names every address's failure.
+func (c *endpoint) dialAny(ctx context.Context, ping bool) (*rpc.Conn, error) {
+	n := len(c.addrs)
+	perAddr := c.opts.DialTimeout
+	if n > 1 {
+		perAddr = min(perAddr, failoverDialTimeout)
+	}
+	start := int(c.good.Load())
+	errs := make([]error, 0, n)
+	for i := range n {
+		k := (start + i) % n
+		addr := c.addrs[k]
+		actx, cancel := context.WithTimeout(ctx, perAddr)
+		conn, err := c.dialAddr(actx, addr)
+		cancel()
+		if err == nil && ping {
+			if err = c.ping(ctx, conn, addr); err != nil {
+				conn.Close()
+			}
+		}
+		if err == nil {
+			if k != start {
+				c.log.Info("connected to another address of the server", "addr", addr)
+			}
+			c.good.Store(int32(k))
+			return conn, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+		c.log.Debug("address did not answer", "addr", addr, "err", err)
+	}
+	if n == 1 {
+		return nil, errs[0]
+	}
+	return nil, fmt.Errorf("nfs: no address of %s answered: %w", strings.Join(c.addrs, ","), errors.Join(errs...))
+}
+
+// ping calls the NULL procedure on a new connection to addr to tell an
+// address where something else listens (a web server, a port that accepts
+// and says nothing) from an NFS server, in at most answerTimeout (or
+// DialTimeout, if shorter) rather than the DialTimeout the session calls
+// would wait. ctx is the caller's. The error wraps ErrNotNFS.
+func (c *endpoint) ping(ctx context.Context, conn *rpc.Conn, addr string) error {
+	limit := min(answerTimeout, c.opts.DialTimeout)
+	pctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	_, err := conn.Call(pctx, nfs4.NFS4_PROGRAM, nfs4.NFS_V4, nfs4.NFSPROC4_NULL, c.cred, nil)
+	var ae *rpc.AcceptError
+	var re *rpc.RejectError
+	var why string
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		// The caller's deadline or cancellation, not the server's fault.
+		return fmt.Errorf("nfs: %s: %w", addr, err)
+	case errors.As(err, &ae) && (ae.Stat == rpc.ProgUnavail || ae.Stat == rpc.ProgMismatch):
+		why = fmt.Sprintf("an RPC server without NFSv4: %s", ae.Stat)
+	case errors.As(err, &ae), errors.As(err, &re):
+		// An RPC server that knows NFSv4 but not this call, or not
+		// these credentials: the session calls will say what is wrong.
+		return nil
+	case errors.Is(err, context.DeadlineExceeded):
+		why = fmt.Sprintf("no answer to the NULL procedure within %s", limit)
+	case errors.Is(err, rpc.ErrRecordTooLarge), errors.Is(err, rpc.ErrBadReply):
+		why = "it sent something that is not an RPC reply"
+	case errors.Is(err, rpc.ErrConnClosed):
+		why = "it closed the connection"
+	default:
+		why = err.Error()
+	}
+	return fmt.Errorf("nfs: %s %w (%s)", addr, ErrNotNFS, why)
+}
+
+func (c *endpoint) dialAddr(ctx context.Context, addr string) (*rpc.Conn, error) {
+	cb := c.callbacks
+	if cb == nil {
+		cb = rpc.HandlerFunc(serveNoCallbacks)
+	}
+	return rpc.Dial(ctx, "tcp", addr, cb,
+		rpc.WithConfig(rpc.ConnConfig{MaxRecord: maxRecord, Logger: c.log}))
+}
+
+// addr is the address that answered last, for messages.
+func (c *endpoint) addr() string { return c.addrs[c.good.Load()] }
+
+// plain sends a COMPOUND without SEQUENCE (EXCHANGE_ID, CREATE_SESSION,
+// BIND_CONN_TO_SESSION, DESTROY_*), which must be alone in their compound.
+func (c *endpoint) plain(ctx context.Context, conn *rpc.Conn, ops []nfs4.NfsArgop4) (*nfs4.COMPOUND4res, error) {
+	args := &nfs4.COMPOUND4args{Minorversion: c.minor.Load(), Argarray: ops}
+	raw, err := conn.Call(ctx, nfs4.NFS4_PROGRAM, nfs4.NFS_V4, nfs4.NFSPROC4_COMPOUND, c.cred, args)
+	if err != nil {
+		return nil, err
+	}
+	res := new(nfs4.COMPOUND4res)
+	if err := xdr.Unmarshal(raw, res); err != nil {
+		return nil, fmt.Errorf("nfs: decoding COMPOUND reply: %w", err)
+	}
+	if res.Status != nfs4.NFS4_OK {
+		op := ops[0].Argop
+		if n := len(res.Resarray); n > 0 {
+			op = res.Resarray[n-1].Resop
+		}
+		return res, statusErr(op, res.Status)
+	}
+	if len(res.Resarray) != len(ops) {
+		return nil, fmt.Errorf("nfs: server answered %d of %d operations", len(res.Resarray), len(ops))
+	}
+	return res, nil
+}
+
+// newSession runs EXCHANGE_ID, CREATE_SESSION and RECLAIM_COMPLETE on the
+// current connection and installs the session. With old set, it replaces a
+// session the server lost and reclaims open files and locks first.
+func (c *endpoint) newSession(ctx context.Context, old *session) error {
+	c.mu.Lock()
+	conn := c.conn
+	c.mu.Unlock()
+
+	var eir *nfs4.EXCHANGEID4resok
+	var flags uint32
+	switch {
+	case c.dsRole:
+		flags = nfs4.EXCHGID4_FLAG_USE_PNFS_DS
+	case !c.opts.PNFSOff:
+		flags = nfs4.EXCHGID4_FLAG_USE_PNFS_MDS
+	}
+	for {
+		res, err := c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_EXCHANGE_ID, OpexchangeId: &nfs4.EXCHANGEID4args{
+			EiaClientowner:  c.owner,
+			EiaFlags:        nfs4.Uint32T(flags),
+			EiaStateProtect: nfs4.StateProtect4A{SpaHow: nfs4.SP4_NONE},
+		}}})
+		var se *StatusError
+		if errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_MINOR_VERS_MISMATCH && c.minor.Load() > 1 {
+			c.log.Debug("server refuses minor version, falling back", "minor", c.minor.Load())
+			c.minor.Add(^uint32(0))
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("nfs: EXCHANGE_ID: %w", err)
+		}
+		eir = res.Resarray[0].OpexchangeId.EirResok4
+		break
+	}
+	if eir == nil {
+		return errors.New("nfs: EXCHANGE_ID: empty reply")
+	}
+	if !c.dsRole && eir.EirFlags&(nfs4.EXCHGID4_FLAG_USE_PNFS_DS|nfs4.EXCHGID4_FLAG_USE_PNFS_MDS|nfs4.EXCHGID4_FLAG_USE_NON_PNFS) == nfs4.EXCHGID4_FLAG_USE_PNFS_DS {
+		// A data server only: it has no namespace (PUTROOTFH fails
+		// with NFS4ERR_NOTSUPP), which would be a puzzling first error.
+		what := "a pNFS data server"
+		if len(eir.EirServerImplId) > 0 && string(eir.EirServerImplId[0].NiiName) == "shoal" {
+			what = "a Shoal data server"
+		}
+		return fmt.Errorf("nfs: %s is %s: %w", c.addr(), what, ErrDataServer)
+	}
+
+	fore := nfs4.ChannelAttrs4{
+		CaMaxrequestsize:        maxRecord,
+		CaMaxresponsesize:       maxRecord,
+		CaMaxresponsesizeCached: 64 << 10,
+		CaMaxoperations:         64,
+		CaMaxrequests:           uint32(c.opts.MaxInFlight),
+	}
+	back := nfs4.ChannelAttrs4{
+		CaMaxrequestsize:        16 << 10,
+		CaMaxresponsesize:       16 << 10,
+		CaMaxresponsesizeCached: 0,
+		CaMaxoperations:         8,
+		CaMaxrequests:           1,
+	}
+	res, err := c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_CREATE_SESSION, OpcreateSession: &nfs4.CREATESESSION4args{
+		CsaClientid:      eir.EirClientid,
+		CsaSequence:      eir.EirSequenceid,
+		CsaFlags:         nfs4.CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
+		CsaForeChanAttrs: fore,
+		CsaBackChanAttrs: back,
+		CsaCbProgram:     nfs4.NFS4_CALLBACK,
+		CsaSecParms: []nfs4.CallbackSecParms4{{CbSecflavor: rpc.AuthSys, CbspSysCred: &nfs4.AuthsysParms{
+			Stamp: uint32(time.Now().Unix()), Machinename: c.opts.MachineName, Uid: c.opts.UID, Gid: c.opts.GID,
+		}}},
+	}}})
+	if err != nil {
+		return fmt.Errorf("nfs: CREATE_SESSION: %w", err)
+	}
+	csr := res.Resarray[0].OpcreateSession.CsrResok4
+	if csr == nil {
+		return errors.New("nfs: CREATE_SESSION: empty reply")
+	}
+	slots := int(csr.CsrForeChanAttrs.CaMaxrequests)
+	if slots > c.opts.MaxInFlight {
+		slots = c.opts.MaxInFlight
+	}
+	gen := uint64(1)
+	if old != nil {
+		gen = old.gen + 1
+	}
+	s := &session{id: csr.CsrSessionid, clientID: eir.EirClientid, slots: newSlotTable(slots), gen: gen}
+	c.maxOps = int(csr.CsrForeChanAttrs.CaMaxoperations)
+	if c.maxRead == 0 || c.maxRead > csr.CsrForeChanAttrs.CaMaxresponsesize-ioOverhead {
+		// Provisional until readFSInfo; always bounded by the channel.
+		c.maxRead = csr.CsrForeChanAttrs.CaMaxresponsesize - ioOverhead
+	}
+	if c.maxWrite == 0 || c.maxWrite > csr.CsrForeChanAttrs.CaMaxrequestsize-ioOverhead {
+		c.maxWrite = csr.CsrForeChanAttrs.CaMaxrequestsize - ioOverhead
+	}
+	c.mu.Lock()
+	c.sess = s
+	c.mu.Unlock()
+	c.log.Debug("session created", "clientid", eir.EirClientid, "slots", slots, "minor", c.minor.Load())
+
+	var after func(context.Context)
+	if old != nil && c.holder != nil {
+		after = c.holder.reclaimOn(ctx, s)
+	}
+	_, err = c.exec(ctx, s, false, []nfs4.NfsArgop4{{Argop: nfs4.OP_RECLAIM_COMPLETE,
+		OpreclaimComplete: &nfs4.RECLAIMCOMPLETE4args{RcaOneFs: false}}})
+	var se *StatusError
+	if err != nil && !(errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_COMPLETE_ALREADY) {
+		return fmt.Errorf("nfs: RECLAIM_COMPLETE: %w", err)
+	}
+	if after != nil {
+		after(ctx)
+	}
+	return nil
+}
+
+// renewLoop keeps the lease alive with a SEQUENCE-only COMPOUND when the
+// client has been idle for a third of the lease.
+func (c *endpoint) renewLoop() {
+	defer c.wg.Done()
+	period := c.lease / 3
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if time.Since(time.Unix(0, c.lastUse.Load())) < period {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, c.lease)
+		if _, err := c.call(ctx, func() []nfs4.NfsArgop4 { return nil }); err != nil && c.ctx.Err() == nil {
+			c.log.Warn("lease renewal failed", "err", err)
+		}
+		cancel()
+	}
+}
+
+func (c *endpoint) current() (*rpc.Conn, *session, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, nil, ErrClosed
+	}
+	return c.conn, c.sess, nil
+}
+
+// call runs ops in a COMPOUND behind SEQUENCE and returns the results of ops
+// (without SEQUENCE's). build is called for every attempt, so ops that
+// carry state (stateids) pick up state renewed by recovery. It retries
+// NFS4ERR_DELAY and NFS4ERR_GRACE with bounded backoff and recovers from
+// connection loss and server restarts. On an operation error the results
+// so far are returned together with a *StatusError.
+func (c *endpoint) call(ctx context.Context, build func() []nfs4.NfsArgop4) ([]nfs4.NfsResop4, error) {
+	return c.callRetry(ctx, delayBudget(c.lease), build)
+}
+
+// callRelease is call for READ paths that copy the data out: on success,
+// release (never nil then) lets the reply's buffer be reused once nothing
+// references res or anything in it, such as READ data. Not calling it is
+// safe.
+func (c *endpoint) callRelease(ctx context.Context, build func() []nfs4.NfsArgop4) (res []nfs4.NfsResop4, release func(), err error) {
+	return c.callRetryRelease(ctx, delayBudget(c.lease), build)
+}
+
+// callIORelease is callRelease for READ, WRITE and COMMIT: NFS4ERR_DELAY
+// is retried for budget (ioBudget) only. An NFS4ERR_DELAY left when it
+// runs out is returned wrapped, saying how long it was retried.
+func (c *endpoint) callIORelease(ctx context.Context, budget time.Duration, build func() []nfs4.NfsArgop4) ([]nfs4.NfsResop4, func(), error) {
+	res, release, err := c.callRetryRelease(ctx, budget, build)
+	var se *StatusError
+	if errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_DELAY {
+		err = &delayExhausted{se: se, after: budget}
+	}
+	return res, release, err
+}
+
+// delayExhausted is an NFS4ERR_DELAY that was retried until the I/O budget
+// ran out. errors.Is and errors.As see the *StatusError.
+type delayExhausted struct {
+	se    *StatusError
+	after time.Duration
+}
+
+func (e *delayExhausted) Error() string {
+	return fmt.Sprintf("%v, still after retrying for %v", e.se, e.after)
+}
+
+func (e *delayExhausted) Unwrap() error { return e.se }
+
+// delayBudget is how long call keeps retrying NFS4ERR_DELAY, counted from
+// the first DELAY, for a server whose lease is lease (0: not known yet).
+//
+// A server answers DELAY while it waits for another client, for example
+// to return a layout it recalled before a REMOVE of the file's last link.
+// If that client has died, the server waits until its lease runs out and
+// revokes its state (as RFC 8881 allows), which happens at most a lease
+// after the holder's last renewal plus the server's sweep delay, so two
+// leases and a margin outlast it. A fixed retry count would give up first
+// with the usual 90 s lease and turn a dead client into EIO elsewhere.
+func delayBudget(lease time.Duration) time.Duration {
+	if lease <= 0 {
+		lease = defaultLease
+	}
+	return 2*lease + delayMargin
+}
+
+// callRetry is call retrying NFS4ERR_DELAY for up to budget after the
+// first one; budget 0 returns the first DELAY at once.
+func (c *endpoint) callRetry(ctx context.Context, budget time.Duration, build func() []nfs4.NfsArgop4) ([]nfs4.NfsResop4, error) {
+	res, _, err := c.callRetryRelease(ctx, budget, build)
+	return res, err // the reply buffer is left to the garbage collector
+}
+
+// callRetryRelease is callRetry returning the reply's release function with
+// a successful result (see callRelease).
+func (c *endpoint) callRetryRelease(ctx context.Context, budget time.Duration, build func() []nfs4.NfsArgop4) ([]nfs4.NfsResop4, func(), error) {
+	delay := 10 * time.Millisecond
+	var firstDelay time.Time // zero until the first NFS4ERR_DELAY
+	graces, recoveries := 0, 0
+	for {
+		_, sess, err := c.current()
+		if err != nil {
+			return nil, nil, err
+		}
+		ops := build()
+		res, release, err := c.execRelease(ctx, sess, true, ops)
+		var se *StatusError
+		if err == nil || !errors.As(err, &se) {
+			if errors.Is(err, errSessionGone) && recoveries < 5 {
+				recoveries++
+				// The session is being (or was) replaced: a recovery
+				// kills the old session's slots before it creates the
+				// new one. recover waits for a recovery in progress and
+				// returns at once if the session was already replaced;
+				// resending right away would only find the dead session
+				// again and use up the retries.
+				if rerr := c.recover(ctx, sess); rerr != nil {
+					return res, nil, rerr
+				}
+				continue
+			}
+			return res, release, err // release is nil on error
+		}
+		switch se.NFSStatus {
+		case nfs4.NFS4ERR_BADSESSION, nfs4.NFS4ERR_DEADSESSION, nfs4.NFS4ERR_STALE_CLIENTID:
+			if recoveries >= 5 {
+				return res, nil, err
+			}
+			recoveries++
+			if rerr := c.recover(ctx, sess); rerr != nil {
+				return res, nil, rerr
+			}
+			continue
+		case nfs4.NFS4ERR_BAD_STATEID, nfs4.NFS4ERR_STALE_STATEID:
+			// Stateids built before a recovery are stale; rebuild once.
+			if _, now, _ := c.current(); now != nil && now != sess && recoveries < 5 {
+				recoveries++
+				continue
+			}
+			return res, nil, err
+		case nfs4.NFS4ERR_DELAY, nfs4.NFS4ERR_RETRY_UNCACHED_REP:
+			// RETRY_UNCACHED_REP: a replayed request whose reply the server
+			// did not cache; only idempotent requests go uncached, so
+			// sending it again under a new sequence id is safe.
+			// The budget is time, not a count: the backoff is capped at a
+			// second, and what the server waits for ends after a lease.
+			now := time.Now()
+			if firstDelay.IsZero() {
+				firstDelay = now
+			}
+			if budget <= 0 || now.Sub(firstDelay) >= budget {
+				return res, nil, err
+			}
+			c.sstats.retries.Add(1)
+			if werr := sleep(ctx, delay); werr != nil {
+				return res, nil, werr
+			}
+			delay = min(2*delay, time.Second)
+			continue
+		case nfs4.NFS4ERR_SEQ_FALSE_RETRY:
+			// Refused at SEQUENCE, so not executed; the slot has moved
+			// past the lost request (execRelease), and a resend goes out
+			// under the next sequence id.
+			if recoveries >= 5 {
+				return res, nil, err
+			}
+			recoveries++
+			c.sstats.retries.Add(1)
+			continue
+		case nfs4.NFS4ERR_GRACE:
+			if graces >= maxGraceRetries {
+				return res, nil, err
+			}
+			graces++
+			c.sstats.retries.Add(1)
+			if werr := sleep(ctx, time.Second); werr != nil {
+				return res, nil, werr
+			}
+			continue
+		}
+		return res, nil, err
+	}
+}
+
+// needsCache reports whether a COMPOUND must be answered from the reply
+// cache if it is retransmitted (sa_cachethis): everything that changes
+// state except WRITE, whose re-execution is harmless, and COMMIT.
+func needsCache(ops []nfs4.NfsArgop4) bool {
+	for _, op := range ops {
+		switch op.Argop {
+		case nfs4.OP_PUTFH, nfs4.OP_PUTROOTFH, nfs4.OP_LOOKUP, nfs4.OP_GETFH, nfs4.OP_GETATTR,
+			nfs4.OP_SAVEFH, nfs4.OP_RESTOREFH, nfs4.OP_READ, nfs4.OP_READDIR, nfs4.OP_READLINK,
+			nfs4.OP_ACCESS, nfs4.OP_LOCKT, nfs4.OP_WRITE, nfs4.OP_COMMIT, nfs4.OP_SECINFO_NO_NAME:
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// exec sends one COMPOUND on sess using a session slot. When the
+// connection breaks it reconnects (if allowed) and replays the request with
+// the same slot and sequence id, so the server answers from its reply cache
+// if it had already executed it. The round trip runs on its own goroutine so
+// that an abandoned call (ctx cancelled) still completes and frees its slot
+// with a known sequence id.
+func (c *endpoint) exec(ctx context.Context, sess *session, reconnect bool, ops []nfs4.NfsArgop4) ([]nfs4.NfsResop4, error) {
+	res, _, err := c.execRelease(ctx, sess, reconnect, ops)
+	return res, err
+}
+
+// execRelease is exec that also returns, with a successful result, the
+// function that releases the reply's buffer (see callRelease). It is nil on
+// error: results returned with a *StatusError are left to the garbage
+// collector.
+func (c *endpoint) execRelease(ctx context.Context, sess *session, reconnect bool, ops []nfs4.NfsArgop4) ([]nfs4.NfsResop4, func(), error) {
+	slot, seq, highest, err := sess.slots.acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	args := &nfs4.COMPOUND4args{Minorversion: c.minor.Load(), Argarray: make([]nfs4.NfsArgop4, 0, 1+len(ops))}
+	args.Argarray = append(args.Argarray, nfs4.NfsArgop4{Argop: nfs4.OP_SEQUENCE, Opsequence: &nfs4.SEQUENCE4args{
+		SaSessionid: sess.id, SaSequenceid: seq, SaSlotid: uint32(slot), SaHighestSlotid: uint32(highest),
+		SaCachethis: needsCache(ops),
+	}})
+	args.Argarray = append(args.Argarray, ops...)
+	c.lastUse.Store(time.Now().UnixNano())
+	c.ops.count(args.Argarray)
+	// Around the round trip, so that a GETATTR overlapping a change of
+	// this Client's never caches attributes from before it.
+	if c.holder != nil {
+		c.holder.mutating(ops)
+		defer c.holder.mutating(ops)
+	}
+
+	type result struct {
+		res     *nfs4.COMPOUND4res
+		release func()
+		err     error
+	}
+	run := func() result {
+		res, release, err := c.roundTrip(sess, reconnect, args)
+		advance, target := false, -1
+		if res != nil && len(res.Resarray) > 0 && res.Resarray[0].Resop == nfs4.OP_SEQUENCE {
+			if sr := res.Resarray[0].Opsequence; sr != nil && sr.SrStatus == nfs4.NFS4_OK && sr.SrResok4 != nil {
+				advance = true
+				target = int(sr.SrResok4.SrTargetHighestSlotid)
+				if c.holder != nil {
+					c.holder.stateRevoked(uint32(sr.SrResok4.SrStatusFlags))
+				}
+			} else if sr != nil && (sr.SrStatus == nfs4.NFS4ERR_RETRY_UNCACHED_REP || sr.SrStatus == nfs4.NFS4ERR_SEQ_FALSE_RETRY) {
+				// The server did execute a request under this sequence
+				// id. For SEQ_FALSE_RETRY it was an earlier one whose
+				// reply this client never saw (the slot was freed without
+				// moving on); this one was not run.
+				advance = true
+			}
+		}
+		sess.slots.release(slot, advance, target)
+		return result{res, release, err}
+	}
+	var r result
+	if ctx.Done() == nil {
+		r = run()
+	} else {
+		ch := make(chan result, 1)
+		go func() { ch <- run() }()
+		select {
+		case r = <-ch:
+		case <-ctx.Done():
+			// The abandoned reply, if it comes, is left to the garbage
+			// collector.
+			return nil, nil, ctx.Err()
+		}
+	}
+	if r.err != nil {
+		return nil, nil, r.err
+	}
+	res := r.res
+	if res.Status == nfs4.NFS4_OK && len(res.Resarray) != len(args.Argarray) {
+		return nil, nil, fmt.Errorf("nfs: server answered %d of %d operations", len(res.Resarray), len(args.Argarray))
+	}
+	if len(res.Resarray) == 0 {
+		return nil, nil, statusErr(nfs4.OP_SEQUENCE, res.Status)
+	}
+	out := res.Resarray[1:]
+	if res.Status != nfs4.NFS4_OK {
+		return out, nil, statusErr(res.Resarray[len(res.Resarray)-1].Resop, res.Status)
+	}
+	return out, r.release, nil
+}
+
+// roundTrip sends args and decodes the reply, reconnecting and replaying
+// while the connection keeps failing (bounded by the reconnect logic).
+//
+// On success release (never nil) lets the reply's buffer be reused once
+// nothing references res; decoded opaques, such as READ data, alias it.
+func (c *endpoint) roundTrip(sess *session, reconnect bool, args *nfs4.COMPOUND4args) (_ *nfs4.COMPOUND4res, release func(), _ error) {
+	for attempt := 0; ; attempt++ {
+		conn, cur, err := c.current()
+		if err != nil {
+			return nil, nil, err
+		}
+		if cur != sess {
+			return nil, nil, errSessionGone
+		}
+		c.waiting.Add(1)
+		raw, release, err := conn.CallRelease(c.ctx, nfs4.NFS4_PROGRAM, nfs4.NFS_V4, nfs4.NFSPROC4_COMPOUND, c.cred, args)
+		c.waiting.Add(-1)
+		if err == nil {
+			c.lastReply.Store(time.Now().UnixNano())
+		}
+		if err != nil {
+			if !errors.Is(err, rpc.ErrConnClosed) || !reconnect || c.dsRole || c.ctx.Err() != nil || attempt >= 10 {
+				return nil, nil, err
+			}
+			if rerr := c.reconnect(conn); rerr != nil {
+				return nil, nil, rerr
+			}
+			continue
+		}
+		res := new(nfs4.COMPOUND4res)
+		if err := xdr.Unmarshal(raw, res); err != nil {
+			release() // nothing decoded is used
+			return nil, nil, fmt.Errorf("nfs: decoding COMPOUND reply: %w", err)
+		}
+		return res, release, nil
+	}
+}
+
+// reconnect replaces a broken connection: it redials (with backoff, for a
+// server that is restarting) and binds the new connection to the session.
+// If the server no longer knows the session, the session is recovered.
+// Callers that raced on the same broken connection share one reconnect.
+func (c *endpoint) reconnect(broken *rpc.Conn) error {
+	c.recMu.Lock()
+	defer c.recMu.Unlock()
+	c.mu.Lock()
+	if c.conn != broken || c.closed {
+		closed := c.closed
+		c.mu.Unlock()
+		if closed {
+			return ErrClosed
+		}
+		return nil
+	}
+	sess := c.sess
+	c.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(c.ctx, reconnectBudget)
+	defer cancel()
+	// With several addresses, each gets bounded time (dialAny) and must
+	// answer: the address that answered last may be a metadata server
+	// that was paused and lost its leadership, accepting connections
+	// without answering, or answering NULL and nothing else.
+	failover := len(c.addrs) > 1
+	delay := 50 * time.Millisecond
+	for {
+		conn, err := c.dialAny(ctx, failover)
+		if err == nil {
+			c.sstats.reconnects.Add(1)
+			c.log.Info("reconnected", "addr", c.addr(), "local", conn.LocalAddr().String())
+			var lost bool
+			if lost, err = c.bind(ctx, conn, sess, failover); err == nil {
+				c.mu.Lock()
+				if c.closed {
+					conn.Close() // Close ran meanwhile and will not see this one
+				} else {
+					c.conn = conn
+				}
+				c.mu.Unlock()
+				if lost {
+					// Another server instance (a restart, or a
+					// failover to another metadata server).
+					return c.recoverLocked(ctx, sess)
+				}
+				return nil
+			}
+			conn.Close()
+			if !failover {
+				return err
+			}
+			// Answered, then not: the next attempt starts with the next
+			// address.
+			c.good.Store(int32((int(c.good.Load()) + 1) % len(c.addrs)))
+		}
+		c.log.Debug("redial failed", "err", err)
+		if werr := sleep(ctx, delay); werr != nil {
+			return fmt.Errorf("nfs: reconnecting to %s: %w", strings.Join(c.addrs, ","), err)
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// Watchdog bounds (see watchdog).
+const (
+	// silenceProbe is how long COMPOUNDs may wait with no reply at all
+	// before the watchdog asks the server for a NULL reply.
+	silenceProbe = 10 * time.Second
+	// watchdogTick is how often the watchdog looks.
+	watchdogTick = 2 * time.Second
+)
+
+// watchdog runs while the endpoint lives, for a server with several
+// addresses (a metadata server with standbys). A server that was paused,
+// and lost its leadership meanwhile, keeps the connection open and
+// answers nothing, so no call would ever fail over. When COMPOUNDs have
+// waited silenceProbe with no reply coming, the watchdog sends NULL on the
+// connection, which any live server answers at once however busy its
+// COMPOUNDs keep it; if no answer comes within answerTimeout the
+// connection is closed, and the calls waiting on it reconnect (to
+// whichever address answers) and replay, as after any connection loss.
+func (c *endpoint) watchdog() {
+	defer c.wg.Done()
+	t := time.NewTicker(watchdogTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if c.waiting.Load() == 0 || time.Since(time.Unix(0, c.lastReply.Load())) < silenceProbe {
+			continue
+		}
+		conn, _, err := c.current()
+		if err != nil {
+			return
+		}
+		if !c.silent(conn) {
+			c.lastReply.Store(time.Now().UnixNano()) // alive: look again after silenceProbe
+			continue
+		}
+		c.log.Warn("server stopped answering; leaving it for another address", "addr", c.addr(),
+			"waiting", c.waiting.Load(), "silent", time.Since(time.Unix(0, c.lastReply.Load())).Round(time.Second))
+		conn.Close()
+	}
+}
+
+// silent reports whether conn's server leaves a NULL call unanswered for
+// answerTimeout. Any answer, an error included, means it is alive; a
+// connection that is closed already is left to its callers.
+func (c *endpoint) silent(conn *rpc.Conn) bool {
+	ctx, cancel := context.WithTimeout(c.ctx, answerTimeout)
+	defer cancel()
+	_, err := conn.Call(ctx, nfs4.NFS4_PROGRAM, nfs4.NFS_V4, nfs4.NFSPROC4_NULL, c.cred, nil)
+	return errors.Is(err, context.DeadlineExceeded) && c.ctx.Err() == nil
+}
+
+// reconnectBudget bounds one reconnect, dials and recovery together.
+const reconnectBudget = 3 * time.Minute
+
+// bind binds a new connection to sess with BIND_CONN_TO_SESSION. lost
+// reports that the server does not know the session (it is another server
+// instance), which the caller recovers from on conn. With bounded set (the
+// Client has several addresses) the call gets DialTimeout, so a server
+// that stopped answering is left for another address.
+func (c *endpoint) bind(ctx context.Context, conn *rpc.Conn, sess *session, bounded bool) (lost bool, _ error) {
+	if bounded {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.opts.DialTimeout)
+		defer cancel()
+	}
+	_, err := c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_BIND_CONN_TO_SESSION,
+		OpbindConnToSession: &nfs4.BINDCONNTOSESSION4args{BctsaSessid: sess.id, BctsaDir: nfs4.CDFC4_FORE_OR_BOTH}}})
+	var se *StatusError
+	if errors.As(err, &se) && (se.NFSStatus == nfs4.NFS4ERR_BADSESSION || se.NFSStatus == nfs4.NFS4ERR_DEADSESSION ||
+		se.NFSStatus == nfs4.NFS4ERR_STALE_CLIENTID) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("nfs: BIND_CONN_TO_SESSION: %w", err)
+	}
+	return false, nil
+}
+
+// recover replaces a session the server has lost (it restarted or expired
+// our lease).
+func (c *endpoint) recover(ctx context.Context, lost *session) error {
+	c.recMu.Lock()
+	defer c.recMu.Unlock()
+	return c.recoverLocked(ctx, lost)
+}
+
+func (c *endpoint) recoverLocked(ctx context.Context, lost *session) error {
+	c.mu.Lock()
+	cur, closed := c.sess, c.closed
+	c.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	if cur != lost {
+		return nil // someone else already recovered
+	}
+	c.log.Info("server lost our session; establishing a new one and reclaiming state")
+	lost.slots.kill()
+	c.sstats.recoveries.Add(1)
+	if err := c.newSession(ctx, lost); err != nil {
+		return fmt.Errorf("nfs: session recovery: %w", err)
+	}
+	return nil
+}
+
+// SplitAddrs splits a server address list, as [Dial] takes it, into
+// "host:port" addresses: elements are separated by commas, and one
+// without a port takes the port of the next element that has one, so
+// "a,b:2049,c:2050" is a:2049, b:2049 and c:2050. An IPv6 address is
+// written in brackets, with or without a port ("[::1],[fe80::1]:2049").
+// Every address must end up with a port from 1 to 65535.
+func SplitAddrs(list string) ([]string, error) {
+	parts := strings.Split(list, ",")
+	out := make([]string, len(parts))
+	port := ""
+	for i := len(parts) - 1; i >= 0; i-- {
+		p := strings.TrimSpace(parts[i])
+		if p == "" {
+			return nil, fmt.Errorf("nfs: server address list %q has an empty element", list)
+		}
+		host, pt, err := net.SplitHostPort(p)
+		if err != nil {
+			// No port (or not a host:port at all): a host name, an
+			// IPv4 address or a bracketed IPv6 one.
+			host = p
+			if strings.HasPrefix(p, "[") && strings.HasSuffix(p, "]") {
+				host = p[1 : len(p)-1]
+			}
+			if host == "" || strings.ContainsAny(host, "[]") || (strings.Contains(host, ":") && net.ParseIP(host) == nil) {
+				return nil, fmt.Errorf("nfs: %q in server address list %q is not host[:port]", p, list)
+			}
+			if port == "" {
+				return nil, fmt.Errorf("nfs: %q in server address list %q has no port, and no address after it has one", p, list)
+			}
+			pt = port
+		} else if n, err := strconv.Atoi(pt); err != nil || n < 1 || n > 65535 {
+			return nil, fmt.Errorf("nfs: port %q of %q is not a number from 1 to 65535", pt, p)
+		}
+		port = pt
+		out[i] = net.JoinHostPort(host, pt)
+	}
+	return out, nil
+}
