@@ -4,8 +4,8 @@
 # unstable suite's). CI (scripts/test.sh) runs every kind on 6.1 but only
 # the pNFS kinds on the newest kernel; this is the full matrix, about twice
 # CI's kernel step (one VM at a time, TCG), plus the MDS-failover kind
-# (shoal-failover: root, network namespaces, Debian's etcd; 7-10 minutes
-# per kernel, which keeps it out of CI's default list).
+# (shoal-failover: root, network namespaces, Debian's etcd; 3.5-10
+# minutes per kernel, which keeps it out of CI's default list).
 #
 #   KINDS=shoal,shoal-pnfs,shoal-pnfs-grow,shoal-pnfs-mirror,shoal-failover
 #   KERNELS=6.1,newest     (SHOAL_KERNELS: 6.1 and/or newest)

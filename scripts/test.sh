@@ -119,7 +119,7 @@ if [ "$SHOAL_KERNEL" = "1" ]; then
 	# (shoal-pnfs-mirror). A list of kinds runs in one `go test`, so one
 	# JSON file. The MDS-failover kind (shoal-failover: kill -9, SIGSTOP
 	# and step-down of the leading MDS under the mounted client, in
-	# network namespaces) takes 7-10 minutes per kernel and is not in the
+	# network namespaces) takes 3.5-10 minutes per kernel here and is not in the
 	# default list; SHOAL_KERNEL_SERVER=...,shoal-failover adds it, and
 	# scripts/kernel-matrix.sh runs it on both kernels.
 	kinds=$SHOAL_KERNEL_SERVER

@@ -91,8 +91,10 @@
 // The test is skipped unless SHOAL_KERNEL=1 or -kernel is given, so that
 // `go test ./...` stays fast. See README.md for the environment variables
 // that select the server
-// (SHOAL_KERNEL_SERVER=ganesha|shoal|shoal-pnfs|shoal-pnfs-grow|shoal-pnfs-mirror|cmd)
+// (SHOAL_KERNEL_SERVER=ganesha|shoal|shoal-pnfs|shoal-pnfs-grow|shoal-pnfs-mirror|shoal-failover|cmd)
 // and the kernels (SHOAL_KERNELS=6.1,newest). scripts/test.sh runs every
-// kind on 6.1 and shoal-pnfs and shoal-pnfs-mirror on the newest kernel;
-// scripts/kernel-matrix.sh runs every kind on both.
+// kind but shoal-failover on 6.1 and shoal-pnfs and shoal-pnfs-mirror on
+// the newest kernel; scripts/kernel-matrix.sh runs every kind on both.
+// shoal-failover (failover_test.go, failover.sh) takes the leading MDS
+// of two away under the mounted client, in network namespaces.
 package kernel

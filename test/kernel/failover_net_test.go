@@ -241,10 +241,20 @@ func (p *nsProc) wait(d time.Duration) error {
 // cleanup continues and kills it by PID.
 func startIn(t *testing.T, ns, dir, name string, argv ...string) *nsProc {
 	t.Helper()
+	p, err := startInErr(t, ns, dir, name, argv...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// startInErr is startIn for goroutines other than the test's: it returns
+// the error instead of failing the test.
+func startInErr(t *testing.T, ns, dir, name string, argv ...string) (*nsProc, error) {
 	logPath := filepath.Join(dir, name+".log")
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	fmt.Fprintf(f, "=== %s: ip netns exec %s %s\n", time.Now().UTC().Format(time.RFC3339Nano), ns, strings.Join(argv, " "))
 	cmd := exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
@@ -252,7 +262,7 @@ func startIn(t *testing.T, ns, dir, name string, argv ...string) *nsProc {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		f.Close()
-		t.Fatalf("start %s: %v", name, err)
+		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	p := &nsProc{name: name, cmd: cmd, log: logPath, done: make(chan struct{})}
 	go func() {
@@ -267,7 +277,7 @@ func startIn(t *testing.T, ns, dir, name string, argv ...string) *nsProc {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
-	return p
+	return p, nil
 }
 
 // waitFor polls cond every 50 ms until it holds or d has passed.

@@ -131,14 +131,27 @@ func startFOCluster(t *testing.T, bin, dir string) *foCluster {
 	return c
 }
 
-// startMDS starts (or restarts) host m's MDS.
+// startMDS starts host m's MDS.
 func (c *foCluster) startMDS(m *foMDS) {
 	c.t.Helper()
-	m.p = startIn(c.t, c.net.ns(m.host), c.dir, "mds-"+m.host, c.bin, "mds",
-		"--listen", fmt.Sprintf("0.0.0.0:%d", foMDSPort), "--dir", m.dir, "--meta", c.meta, "--node", m.node,
+	if err := c.restartMDS(m); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// restartMDS starts host m's MDS (again); it may run off the test's
+// goroutine.
+func (c *foCluster) restartMDS(m *foMDS) error {
+	p, err := startInErr(c.t, c.net.ns(m.host), c.dir, "mds-"+m.host, c.bin, "mds",
+		"--listen", fmt.Sprintf("0.0.0.0:%d", foMDSPort), "--advertise", m.addr(),
+		"--dir", m.dir, "--meta", c.meta, "--node", m.node,
 		"--join-secret-file", c.secret, "--http", "0.0.0.0:9101", "--mirrors", "2", "--no-root-squash",
 		"--lease", "15s", "--leader-lease", "3s")
-	m.stopped = false
+	if err != nil {
+		return err
+	}
+	m.p, m.stopped = p, false
+	return nil
 }
 
 // leader is the MDS whose process says it leads and listens, or nil. A
@@ -396,12 +409,13 @@ func testFailover(t *testing.T, shoalBin string, img images, vers, out string) {
 	} else {
 		wireErr = errors.New("dumpcap or tshark not installed")
 	}
-	for _, f := range faults {
+	for i, f := range faults {
 		r := rounds[f]
 		t.Run("failover/"+f+"/times", func(t *testing.T) {
 			if r == nil || r.at.IsZero() {
 				t.Fatal("the fault was never injected")
 			}
+			r.finish()
 			if r.injectErr != nil {
 				t.Error(r.injectErr)
 			}
@@ -415,7 +429,11 @@ func testFailover(t *testing.T, shoalBin string, img images, vers, out string) {
 			if wireErr != nil {
 				t.Logf("capture not analysed: %v", wireErr)
 			} else {
-				for _, l := range r.wireSummary(wire) {
+				var next time.Time
+				if i+1 < len(faults) && rounds[faults[i+1]] != nil {
+					next = rounds[faults[i+1]].at
+				}
+				for _, l := range r.wireSummary(wire, next) {
 					t.Logf("wire: %s", l)
 				}
 			}
@@ -437,11 +455,17 @@ func (c *foCluster) followFault(r *foRound, old *foMDS) {
 	defer close(r.done)
 	switch r.fault {
 	case "kill":
-		go func() {
-			time.Sleep(time.Second)
-			_ = old.p.wait(10 * time.Second)
-			c.startMDS(old)
-		}()
+		// Restarted a second after the kill, as systemd would; the new
+		// leader is not seen before (the election lease is 3 s).
+		time.Sleep(time.Second)
+		if err := old.p.wait(10 * time.Second); err != nil {
+			r.injectErr = err
+			return
+		}
+		if err := c.restartMDS(old); err != nil {
+			r.injectErr = fmt.Errorf("restart after kill -9: %w", err)
+			return
+		}
 	case "stepdown":
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		out, err := c.admin(ctx, "step-down")
@@ -489,6 +513,26 @@ func (c *foCluster) followFault(r *foRound, old *foMDS) {
 		r.lost, r.fenced = lost-r.lost, fenced-r.fenced
 		if v, err := c.net.metric(old.http(), "shoal_mds_leader"); err != nil || v != 0 {
 			r.stoppedErr = errors.Join(r.stoppedErr, fmt.Errorf("shoal_mds_leader %v (%v) after the takeover, want 0", v, err))
+		}
+	}
+}
+
+// finish waits for the fault handling and stops the poller and the
+// second client, if the guest did not get as far as "SYNC unlock-KIND".
+func (r *foRound) finish() {
+	if r.at.IsZero() {
+		return
+	}
+	select {
+	case <-r.done:
+	case <-time.After(90 * time.Second):
+	}
+	if r.ioStop != nil {
+		select {
+		case <-r.ioDone:
+		default:
+			close(r.ioStop)
+			<-r.ioDone
 		}
 	}
 }

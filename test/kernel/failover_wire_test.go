@@ -86,9 +86,13 @@ func parseRPCEvents(out string) []rpcEvent {
 }
 
 // wireSummary describes the frames from a second before r's fault to 90 s
-// after it, times relative to the fault.
-func (r *foRound) wireSummary(evs []rpcEvent) []string {
+// after it, or to a second before the next round's fault (next, if not
+// zero), times relative to the fault.
+func (r *foRound) wireSummary(evs []rpcEvent, next time.Time) []string {
 	from, to := r.at.Add(-time.Second), r.at.Add(90*time.Second)
+	if !next.IsZero() && next.Add(-time.Second).Before(to) {
+		to = next.Add(-time.Second)
+	}
 	rel := func(t time.Time) string { return fmt.Sprintf("%+.2fs", t.Sub(r.at).Seconds()) }
 	var syns, rsts, fins, arps []string
 	statuses := map[int]int{}
