@@ -96,6 +96,8 @@ type election struct {
 	prefix string
 	term   *leader.Term
 	log    *slog.Logger
+	// info is what the MDS publishes in the election.
+	info leader.Info
 	// fenced counts this MDS's metadata transactions refused by the fence.
 	fenced   atomic.Uint64
 	stepDown func()
@@ -139,6 +141,7 @@ func campaign(ctx context.Context, cfg *MDSConfig, events *statuspage.EventLog) 
 	if addr == "" {
 		addr = cfg.Listen
 	}
+	e.info = leader.Info{Node: node, Addr: addr}
 	e.log.Info("standing for election", "node", node, "addr", addr, "lease", cfg.LeaderLease)
 	e.term, err = leader.Campaign(ctx, leader.Config{
 		OnLease: func(id int64) {
@@ -146,7 +149,7 @@ func campaign(ctx context.Context, cfg *MDSConfig, events *statuspage.EventLog) 
 				e.log.Warn("recording the election lease", "err", err)
 			}
 		},
-		Client: cli, Prefix: e.prefix, Info: leader.Info{Node: node, Addr: addr}, TTL: cfg.LeaderLease,
+		Client: cli, Prefix: e.prefix, Info: e.info, TTL: cfg.LeaderLease,
 		Logger: e.log,
 		OnStandby: func(place uint64) {
 			e.log.Info("standing by: another MDS leads", "candidate", place)
@@ -213,6 +216,14 @@ func (e *election) end(resign bool) {
 		e.term.Close()
 	}
 	e.cli.Close()
+}
+
+// serving tells the election (and so `shoal vip`) that the leader listens
+// now, so that the service address moves to it.
+func (e *election) serving(ctx context.Context) error {
+	info := e.info
+	info.Serving = true
+	return e.term.Proclaim(ctx, info)
 }
 
 func (e *election) StepDown() error {

@@ -379,6 +379,11 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 	events.Add(statuspage.Event{Kind: "mds started", Subject: m.Addr.String(), Detail: fmt.Sprintf("%d data servers known", len(m.Registry.DataServers()))})
 	go func() { m.done <- srv.Serve(m.ln) }()
 	if e := m.elec; e != nil {
+		pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := e.serving(pctx); err != nil {
+			e.log.Warn("telling the election this MDS serves (the service address waits for it)", "err", err)
+		}
+		cancel()
 		e.stepDown = func() {
 			haCounters.stepDowns.Add(1)
 			e.log.Info("stepping down: a standby takes over", "term", e.term.Number())

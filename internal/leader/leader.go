@@ -59,6 +59,9 @@ type Info struct {
 	Node string `json:"node"`
 	// Addr is the address the MDS serves NFS and data servers on.
 	Addr string `json:"addr"`
+	// Serving says whether the leader listens already (Term.Proclaim):
+	// the service-address supervisor moves the address only then.
+	Serving bool `json:"serving"`
 }
 
 // Prefix is the election's key prefix under a Shoal etcd prefix (which
@@ -316,6 +319,19 @@ func (t *Term) Check() error {
 		return *e
 	}
 	return errors.New("leader: leadership lease expired")
+}
+
+// Proclaim replaces the leader's published Info (its election value)
+// without another election; the term stays.
+func (t *Term) Proclaim(ctx context.Context, info Info) error {
+	val, err := json.Marshal(info)
+	if err != nil {
+		return err
+	}
+	if err := t.elec.Proclaim(ctx, string(val)); err != nil {
+		return fmt.Errorf("leader: proclaim: %w", err)
+	}
+	return nil
 }
 
 // Lost is closed when the term ends: the lease was not renewed in time or

@@ -18,7 +18,10 @@
 // leader's node is its own --node. The leader is the key under the prefix
 // with the lowest create revision (concurrency.Election's rule), so the
 // prefix must hold campaign keys only. When nobody campaigns, or the
-// leader's value is not a Leader, no supervisor wants the address.
+// leader's value is not a Leader, no supervisor wants the address; nor
+// while the leader's value says it does not serve yet ("serving": false,
+// as an elected MDS says until its listener is up), so that clients are
+// not answered with resets by a host without a listener.
 //
 // Wanting is not enough to take it: the address is guarded by one etcd
 // key, PREFIX/vip/IP (see [ClaimKey]), written under the supervisor's own

@@ -85,7 +85,16 @@ type Leader struct {
 	Node string `json:"node"`
 	Addr string `json:"addr"`
 	Term uint64 `json:"term"`
+	// Serving, when present, says whether the leader already listens: an
+	// MDS campaigns with false and proclaims true once its listener is
+	// up, so the address does not move to a host that would answer the
+	// clients' first packets with a reset (the Linux client then waits 3
+	// s before it tries again). Absent means serving.
+	Serving *bool `json:"serving,omitempty"`
 }
+
+// serving reports whether the leader named by l wants the address now.
+func (l Leader) serving() bool { return l.Serving == nil || *l.Serving }
 
 // readLeader returns the current leader under the election prefix: the
 // value of its key with the lowest create revision, which is the rule

@@ -224,6 +224,11 @@ func (s *Supervisor) readLeader(ctx context.Context) (int64, error) {
 	if err != nil {
 		bad = err.Error()
 	}
+	if !l.serving() {
+		// Elected, not listening yet: nobody holds the address
+		// until it is.
+		l.Node = ""
+	}
 	s.mu.Lock()
 	changed := !s.obs.leaderRead || s.obs.leader != l.Node
 	newBad := bad != "" && bad != s.obs.badLeader
