@@ -307,13 +307,10 @@ func (c *Client) Remove(ctx context.Context, path string) error {
 		return pathErr("remove", path, syscall.EBUSY)
 	}
 	ops := append(c.walk(parent), nfs4.NfsArgop4{Argop: nfs4.OP_REMOVE, Opremove: &nfs4.REMOVE4args{Target: []byte(name)}})
-	resent, err := c.callOnce(ctx, ops)
-	if resent && errors.Is(err, fs.ErrNotExist) {
-		// Sent again to a new server instance: the first one removed
-		// it, most likely, and died before answering.
-		c.log.Debug("REMOVE resent after a failover found nothing: taken as done", "path", path)
-		return nil
-	}
+	// A REMOVE resent to a new server instance (a failover) that finds
+	// nothing may be the first one's work or a name that was never
+	// there: the client cannot tell, so it reports what the server said.
+	_, err := c.call(ctx, fixed(ops))
 	return pathErr("remove", path, err)
 }
 
