@@ -154,6 +154,10 @@ func TestPausedLeaderChangesNothing(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	old.P.Signal(syscall.SIGSTOP)
 	paused := time.Now()
+	// No new create after the pause: the one in flight is the only one
+	// that may still be acknowledged (by the new leader, to which the
+	// client moves on, or never).
+	close(stop)
 	mu.Lock()
 	ackedAtPause := len(acked)
 	pending := inflight
@@ -171,7 +175,6 @@ func TestPausedLeaderChangesNothing(t *testing.T) {
 
 	// Wake the old leader: whatever it had in flight must be refused.
 	old.P.Signal(syscall.SIGCONT)
-	close(stop)
 	select {
 	case <-done:
 	case <-time.After(90 * time.Second):
