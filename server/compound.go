@@ -70,7 +70,7 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 	// Counted until its reply is written, so that Quiesce can wait for
 	// every reply of a leader that steps down.
 	s.inflight.Add(1)
-	call.AfterReply(func() { s.inflight.Add(-1) })
+	call.AfterReply(s.replied)
 	// A COMPOUND runs to its end even if its connection closes under it:
 	// its reply goes into the session's slot, and the client's
 	// retransmission on a new connection must find the whole reply there.
@@ -254,6 +254,13 @@ func (c *compound) encodeResult(e *xdr.Encoder, op nfs4.NfsOpnum4, r opReply) {
 func (c *compound) setFH(h fhandle) {
 	c.cfh, c.hasCFH = h, true
 	c.hasCSID = false
+}
+
+// initLife starts the server's life (the context only Close ends) and
+// the counting of COMPOUNDs in flight; every role's constructor calls it.
+func (s *Server) initLife() {
+	s.life, s.endLife = context.WithCancel(context.Background())
+	s.replied = func() { s.inflight.Add(-1) }
 }
 
 // Quiesce prepares a planned hand-over (a leader stepping down): every

@@ -104,6 +104,9 @@ type Server struct {
 	// write; quiescing refuses new ones (Quiesce).
 	inflight  atomic.Int64
 	quiescing atomic.Bool
+	// replied ends a COMPOUND's count; made once, so that registering it
+	// per request allocates nothing.
+	replied func()
 
 	// writeVerf changes on every start, so clients detect that uncommitted
 	// UNSTABLE writes may have been lost (RFC 8881 §18.32.3). verfGen
@@ -170,7 +173,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, bootTime: time.Now(), reports: newLayoutReports(),
 		ops: plainOps, exchangeFlags: nfs4.EXCHGID4_FLAG_USE_NON_PNFS}
-	s.life, s.endLife = context.WithCancel(context.Background())
+	s.initLife()
 	ns, err := newNamespace(cfg.Exports)
 	if err != nil {
 		return nil, fmt.Errorf("server: %w", err)

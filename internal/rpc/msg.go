@@ -107,6 +107,10 @@ type Call struct {
 	Conn *Conn
 
 	afterReply  []func()
+	// afterOne holds the first AfterReply callback, so that a handler
+	// registering one (the NFS server counts every COMPOUND until its
+	// reply is written) costs no allocation per call.
+	afterOne [1]func()
 	releaseArgs bool
 }
 
@@ -130,7 +134,12 @@ func (c *Call) ReleaseArgsAfterReply() { c.releaseArgs = true }
 // failed to be written. Handlers use it to recycle buffers they spliced into
 // the reply with OpaqueRef. Callbacks run in registration order on the
 // goroutine that served the call.
-func (c *Call) AfterReply(f func()) { c.afterReply = append(c.afterReply, f) }
+func (c *Call) AfterReply(f func()) {
+	if c.afterReply == nil {
+		c.afterReply = c.afterOne[:0]
+	}
+	c.afterReply = append(c.afterReply, f)
+}
 
 func (c *Call) runAfterReply() {
 	for _, f := range c.afterReply {
