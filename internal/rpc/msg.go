@@ -106,11 +106,11 @@ type Call struct {
 	// find per-connection state and to send backchannel calls.
 	Conn *Conn
 
-	afterReply  []func()
+	afterReply []func()
 	// afterOne holds the first AfterReply callback, so that a handler
 	// registering one (the NFS server counts every COMPOUND until its
 	// reply is written) costs no allocation per call.
-	afterOne [1]func()
+	afterOne    [1]func()
 	releaseArgs bool
 }
 
