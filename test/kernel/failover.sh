@@ -24,9 +24,11 @@
 # (FOSTATS lines, from /proc/self/mountstats).
 #
 # Settings (besides init.sh's): t_faults (default "kill,stop,stepdown"),
+# t_rounds (default 1: each fault once, named as itself; N > 1: the list N
+# times, rounds named FAULT.NN, as the driver's foRounds does),
 # t_big_mb (default 256), t_step_timeout.
 
-: "${t_host:=10.201.0.100}" "${t_vers:=4.2}" "${t_faults:=kill,stop,stepdown}"
+: "${t_host:=10.201.0.100}" "${t_vers:=4.2}" "${t_faults:=kill,stop,stepdown}" "${t_rounds:=1}"
 : "${t_big_mb:=256}" "${t_step_timeout:=400}"
 M=/mnt/nfs
 PASSED=0
@@ -282,7 +284,19 @@ if ! do_mount; then
 	exit 1
 fi
 pass "mount $(grep " $M " /proc/mounts)"
-for f in $(echo "$t_faults" | tr , ' '); do
+# round_names: the rounds in order (foRounds in failover_test.go).
+round_names() {
+	if [ "$t_rounds" -le 1 ]; then
+		echo "$t_faults" | tr , ' '
+		return
+	fi
+	i=1
+	while [ $i -le "$t_rounds" ]; do
+		for f in $(echo "$t_faults" | tr , ' '); do printf '%s.%02d ' "$f" $i; done
+		i=$((i + 1))
+	done
+}
+for f in $(round_names); do
 	round "$f"
 done
 grep -q " $M " /proc/mounts && mountnfs -u $M

@@ -8,10 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -216,7 +218,8 @@ type ioPoint struct {
 
 // foRound is what the driver learned about one fault.
 type foRound struct {
-	fault     string
+	fault     string // the round's name: its kind, and ".NN" when rounds repeat
+	kind      string // kill, stop or stepdown
 	old, next string
 	at        time.Time
 	detect    time.Duration // the new leader leads and listens
@@ -269,13 +272,19 @@ func testFailover(t *testing.T, shoalBin string, img images, vers, out string) {
 	var mu sync.Mutex
 	var errs []error
 	ctx := context.Background()
-	faults := strings.Fields(env("SHOAL_KERNEL_FAILOVER_FAULTS", strings.Join(foFaults, " ")))
+	faultList := strings.Fields(strings.ReplaceAll(env("SHOAL_KERNEL_FAILOVER_FAULTS", strings.Join(foFaults, " ")), ",", " "))
+	nRounds := env("SHOAL_KERNEL_FAILOVER_ROUNDS", "1")
+	faults, err := foRounds(faultList, nRounds)
+	if err != nil {
+		t.Fatal(err)
+	}
 	roundOf := func(f string) *foRound {
 		mu.Lock()
 		defer mu.Unlock()
 		r := rounds[f]
 		if r == nil {
-			r = &foRound{fault: f, times: map[string]int{}, done: make(chan struct{})}
+			kind, _, _ := strings.Cut(f, ".")
+			r = &foRound{fault: f, kind: kind, times: map[string]int{}, done: make(chan struct{})}
 			rounds[f] = r
 		}
 		return r
@@ -333,7 +342,7 @@ func testFailover(t *testing.T, shoalBin string, img images, vers, out string) {
 			}
 			r.old = old.host
 			r.at = time.Now()
-			switch f {
+			switch r.kind {
 			case "kill":
 				old.p.signal(syscall.SIGKILL)
 			case "stop":
@@ -380,12 +389,14 @@ func testFailover(t *testing.T, shoalBin string, img images, vers, out string) {
 	}
 	params := map[string]string{
 		"t_host": foVIP, "t_path": "/", "t_vers": vers, "t_phase": "failover",
-		"t_ip": foGuest, "t_gw": foVIP, "t_faults": strings.Join(faults, ","),
+		"t_ip": foGuest, "t_gw": foVIP, "t_faults": strings.Join(faultList, ","), "t_rounds": nRounds,
 	}
 	if v := os.Getenv("SHOAL_KERNEL_FAILOVER_MB"); v != "" {
 		params["t_big_mb"] = v
 	}
-	timeout, err := time.ParseDuration(env("SHOAL_KERNEL_FAILOVER_VM_TIMEOUT", "20m"))
+	// A round takes 1-3 minutes under TCG with the 256 MiB file.
+	timeout, err := time.ParseDuration(env("SHOAL_KERNEL_FAILOVER_VM_TIMEOUT",
+		(time.Duration(max(20, 5*len(faults))) * time.Minute).String()))
 	if err != nil {
 		t.Fatalf("SHOAL_KERNEL_FAILOVER_VM_TIMEOUT: %v", err)
 	}
@@ -437,7 +448,7 @@ func testFailover(t *testing.T, shoalBin string, img images, vers, out string) {
 					t.Logf("wire: %s", l)
 				}
 			}
-			if f == "stop" {
+			if r.kind == "stop" {
 				if r.stoppedErr != nil {
 					t.Errorf("stopped MDS after SIGCONT: %v", r.stoppedErr)
 				}
@@ -446,6 +457,22 @@ func testFailover(t *testing.T, shoalBin string, img images, vers, out string) {
 			}
 		})
 	}
+	var ms []foTimes
+	for _, f := range faults {
+		if r := rounds[f]; r != nil && !r.at.IsZero() {
+			ms = append(ms, r.measure())
+		}
+	}
+	if len(ms) > 0 {
+		path := filepath.Join(out, "failover-bench.json")
+		if dir := os.Getenv("SHOAL_KERNEL_FAILOVER_OUT"); dir != "" {
+			path = filepath.Join(dir, "kernel-"+img.label()+".json")
+		}
+		if err := foBench(os.Stdout, img.label(), ms, path); err != nil {
+			t.Error(err)
+		}
+		t.Logf("round times in %s", path)
+	}
 }
 
 // followFault waits for the new leader after r's fault, restarts a killed
@@ -453,7 +480,7 @@ func testFailover(t *testing.T, shoalBin string, img images, vers, out string) {
 // once another leads and reads what it did then, and issues a step-down.
 func (c *foCluster) followFault(r *foRound, old *foMDS) {
 	defer close(r.done)
-	switch r.fault {
+	switch r.kind {
 	case "kill":
 		// Restarted a second after the kill, as systemd would; the new
 		// leader is not seen before (the election lease is 3 s).
@@ -494,7 +521,7 @@ func (c *foCluster) followFault(r *foRound, old *foMDS) {
 	}) {
 		r.vipMoved = time.Since(r.at)
 	}
-	if r.fault == "stop" {
+	if r.kind == "stop" {
 		// r.lost and r.fenced hold the counters from before the stop.
 		old.p.signal(syscall.SIGCONT)
 		old.stopped = false
@@ -601,12 +628,32 @@ func (r *foRound) writeIO(path string) error {
 
 func cs(v int) time.Duration { return time.Duration(v) * 10 * time.Millisecond }
 
-func (r *foRound) summary() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s of the leader (%s): new leader %s after %.2fs, service address on its host after %.2fs",
-		r.fault, r.old, r.next, r.detect.Seconds(), r.vipMoved.Seconds())
-	// First metadata change in the guest that ended after the new leader
-	// led, and the longest one.
+// foTimes is what one round measured, in seconds after the fault (-1:
+// never seen).
+type foTimes struct {
+	Round string `json:"round"`
+	Fault string `json:"fault"`
+	// The new leader leads and listens; its host holds the service
+	// address.
+	Detect   float64 `json:"detect_s"`
+	VIPMoved float64 `json:"vip_moved_s"`
+	// The first metadata change in the guest that ended once the new
+	// leader led, the longest one of the round, and how many ended after
+	// the fault.
+	FirstMeta   float64 `json:"first_meta_s"`
+	LongestMeta float64 `json:"longest_meta_s"`
+	MetaOps     int     `json:"meta_ops"`
+	// Data-server bytes first moved once the new leader led; the longest
+	// time without them moving between the fault and the read-back's end.
+	IOResumed float64 `json:"io_resumed_s"`
+	IOPause   float64 `json:"io_pause_s"`
+	// dd (with fsync) and the read-back ended.
+	BigWritten float64 `json:"big_written_s"`
+	BigRead    float64 `json:"big_read_s"`
+}
+
+func (r *foRound) measure() foTimes {
+	m := foTimes{Round: r.fault, Fault: r.kind, Detect: r.detect.Seconds(), VIPMoved: r.vipMoved.Seconds()}
 	first, longest := time.Duration(-1), time.Duration(0)
 	for _, op := range r.ops {
 		if end := cs(op[1]); end >= r.detect && (first < 0 || end < first) {
@@ -614,17 +661,130 @@ func (r *foRound) summary() string {
 		}
 		longest = max(longest, cs(op[1]-op[0]))
 	}
+	m.FirstMeta, m.LongestMeta, m.MetaOps = first.Seconds(), longest.Seconds(), len(r.ops)
+	pause, resumed := r.ioPause(r.at.Add(cs(r.times["big-read"])))
+	m.IOResumed, m.IOPause = resumed.Seconds(), pause.Seconds()
+	m.BigWritten, m.BigRead = cs(r.times["big-written"]).Seconds(), cs(r.times["big-read"]).Seconds()
+	return m
+}
+
+func (r *foRound) summary() string {
+	m := r.measure()
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s of the leader (%s): new leader %s after %.2fs, service address on its host after %.2fs",
+		r.fault, r.old, r.next, m.Detect, m.VIPMoved)
 	fmt.Fprintf(&b, "; first metadata change in the VM after %.2fs (longest one took %.2fs, %d after the fault)",
-		first.Seconds(), longest.Seconds(), len(r.ops))
-	end := r.at.Add(cs(r.times["big-read"]))
-	pause, resumed := r.ioPause(end)
-	fmt.Fprintf(&b, "; data-server I/O resumed after %.2fs, longest pause of data-server I/O %.2fs", resumed.Seconds(), pause.Seconds())
-	fmt.Fprintf(&b, "; dd with fsync ended %.2fs and the read-back %.2fs after the fault",
-		cs(r.times["big-written"]).Seconds(), cs(r.times["big-read"]).Seconds())
+		m.FirstMeta, m.LongestMeta, m.MetaOps)
+	fmt.Fprintf(&b, "; data-server I/O resumed after %.2fs, longest pause of data-server I/O %.2fs", m.IOResumed, m.IOPause)
+	fmt.Fprintf(&b, "; dd with fsync ended %.2fs and the read-back %.2fs after the fault", m.BigWritten, m.BigRead)
 	if r.thief != nil {
 		fmt.Fprintf(&b, "; other client's lock attempts: %s", r.thief.sum)
 	}
 	return b.String()
+}
+
+// foRounds names the rounds: each fault of the list once, or with
+// rounds > 1 the list again and again, each round named FAULT.NN. The
+// guest names them the same way (failover.sh, t_faults and t_rounds).
+func foRounds(faults []string, rounds string) ([]string, error) {
+	n, err := strconv.Atoi(rounds)
+	if err != nil || n < 1 || n > 99 {
+		return nil, fmt.Errorf("SHOAL_KERNEL_FAILOVER_ROUNDS=%q: want 1 to 99", rounds)
+	}
+	if len(faults) == 0 {
+		return nil, errors.New("SHOAL_KERNEL_FAILOVER_FAULTS names no fault")
+	}
+	for _, f := range faults {
+		if !slices.Contains(foFaults, f) {
+			return nil, fmt.Errorf("SHOAL_KERNEL_FAILOVER_FAULTS: unknown fault %q (want %s)", f, strings.Join(foFaults, ", "))
+		}
+	}
+	if n == 1 {
+		return faults, nil
+	}
+	var out []string
+	for i := range n {
+		for _, f := range faults {
+			out = append(out, fmt.Sprintf("%s.%02d", f, i+1))
+		}
+	}
+	return out, nil
+}
+
+// foBench prints every round's times and, per fault, their median and
+// maximum (the kernel half of the failover benchmark,
+// scripts/kernel-failover-bench.sh), and writes them as JSON to path.
+func foBench(w io.Writer, kernel string, rounds []foTimes, path string) error {
+	fmt.Fprintf(w, "\nfailover under the Linux %s client (qemu TCG), %d rounds, seconds after the fault\n", kernel, len(rounds))
+	fmt.Fprintf(w, "%-12s %7s %7s %11s %10s %9s %9s\n", "round", "detect", "vip", "first meta", "I/O again", "I/O pause", "dd ended")
+	for _, m := range rounds {
+		fmt.Fprintf(w, "%-12s %7.2f %7.2f %11.2f %10.2f %9.2f %9.2f\n", m.Round, m.Detect, m.VIPMoved, m.FirstMeta, m.IOResumed, m.IOPause, m.BigWritten)
+	}
+	type agg struct {
+		Fault                         string  `json:"fault"`
+		Rounds                        int     `json:"rounds"`
+		DetectMedian, DetectMax       float64 `json:",omitempty"`
+		FirstMetaMedian, FirstMetaMax float64 `json:",omitempty"`
+		IOResumeMedian, IOResumeMax   float64 `json:",omitempty"`
+		PauseMedian, PauseMax         float64 `json:",omitempty"`
+	}
+	var aggs []agg
+	fmt.Fprintf(w, "\n%-9s %6s %15s %19s %15s %19s\n", "fault", "rounds", "detect", "first metadata op", "I/O resumed", "longest I/O pause")
+	for _, f := range foFaults {
+		var sel []foTimes
+		for _, m := range rounds {
+			if m.Fault == f {
+				sel = append(sel, m)
+			}
+		}
+		if len(sel) == 0 {
+			continue
+		}
+		a := agg{Fault: f, Rounds: len(sel)}
+		a.DetectMedian, a.DetectMax = medianMax(sel, func(m foTimes) float64 { return m.Detect })
+		a.FirstMetaMedian, a.FirstMetaMax = medianMax(sel, func(m foTimes) float64 { return m.FirstMeta })
+		a.IOResumeMedian, a.IOResumeMax = medianMax(sel, func(m foTimes) float64 { return m.IOResumed })
+		a.PauseMedian, a.PauseMax = medianMax(sel, func(m foTimes) float64 { return m.IOPause })
+		aggs = append(aggs, a)
+		fmt.Fprintf(w, "%-9s %6d %7.2f / %5.2f %11.2f / %5.2f %7.2f / %5.2f %11.2f / %5.2f\n", f, a.Rounds,
+			a.DetectMedian, a.DetectMax, a.FirstMetaMedian, a.FirstMetaMax, a.IOResumeMedian, a.IOResumeMax, a.PauseMedian, a.PauseMax)
+	}
+	b, err := json.MarshalIndent(struct {
+		Kernel  string    `json:"kernel"`
+		Rounds  []foTimes `json:"rounds"`
+		Summary []agg     `json:"summary"`
+	}{kernel, rounds, aggs}, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+// medianMax is the median and maximum of f over ms; a value that was
+// never seen (negative) counts as the largest.
+func medianMax(ms []foTimes, f func(foTimes) float64) (median, maxv float64) {
+	v := make([]float64, 0, len(ms))
+	for _, m := range ms {
+		x := f(m)
+		if x < 0 {
+			x = math.Inf(1)
+		}
+		v = append(v, x)
+	}
+	slices.Sort(v)
+	n := len(v)
+	median, maxv = v[n/2], v[n-1]
+	if n%2 == 0 {
+		median = (v[n/2-1] + v[n/2]) / 2
+	}
+	// JSON has no infinity.
+	if math.IsInf(median, 1) {
+		median = -1
+	}
+	if math.IsInf(maxv, 1) {
+		maxv = -1
+	}
+	return median, maxv
 }
 
 // ---- the second client: Shoal's, trying to take the guest's lock ----------

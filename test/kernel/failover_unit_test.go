@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -97,5 +98,50 @@ func TestParseRPCEvents(t *testing.T) {
 	}
 	if !evs[3].syn || evs[3].ack || !evs[3].fromGuest {
 		t.Errorf("SYN frame parsed as %+v", evs[3])
+	}
+}
+
+func TestFORounds(t *testing.T) {
+	tests := []struct {
+		faults  []string
+		rounds  string
+		want    []string
+		wantErr bool
+	}{
+		{faults: []string{"kill", "stop", "stepdown"}, rounds: "1", want: []string{"kill", "stop", "stepdown"}},
+		{faults: []string{"kill", "stepdown"}, rounds: "2", want: []string{"kill.01", "stepdown.01", "kill.02", "stepdown.02"}},
+		{faults: []string{"kill"}, rounds: "0", wantErr: true},
+		{faults: []string{"kill"}, rounds: "x", wantErr: true},
+		{faults: []string{"reboot"}, rounds: "1", wantErr: true},
+		{faults: nil, rounds: "3", wantErr: true},
+	}
+	for _, tt := range tests {
+		got, err := foRounds(tt.faults, tt.rounds)
+		if (err != nil) != tt.wantErr || !slices.Equal(got, tt.want) {
+			t.Errorf("foRounds(%q, %q) = %q, %v; want %q (error %v)", tt.faults, tt.rounds, got, err, tt.want, tt.wantErr)
+		}
+	}
+}
+
+func TestMedianMax(t *testing.T) {
+	tests := []struct {
+		in               []float64
+		wantMed, wantMax float64
+	}{
+		{in: []float64{3, 1, 2}, wantMed: 2, wantMax: 3},
+		{in: []float64{4, 1, 2, 3}, wantMed: 2.5, wantMax: 4},
+		// A round that never saw the event counts as the slowest.
+		{in: []float64{1, -1, 2}, wantMed: 2, wantMax: -1},
+		{in: []float64{-1, -1, 2}, wantMed: -1, wantMax: -1},
+	}
+	for _, tt := range tests {
+		var ms []foTimes
+		for _, v := range tt.in {
+			ms = append(ms, foTimes{Detect: v})
+		}
+		med, mx := medianMax(ms, func(m foTimes) float64 { return m.Detect })
+		if med != tt.wantMed || mx != tt.wantMax {
+			t.Errorf("medianMax(%v) = %v, %v; want %v, %v", tt.in, med, mx, tt.wantMed, tt.wantMax)
+		}
 	}
 }
