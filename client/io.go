@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"sync"
@@ -90,11 +91,15 @@ func (f *File) readDirect(ctx context.Context, p []byte, off int64) (int, error)
 	return n, nil
 }
 
+// maxEmptyReads bounds how often readChunk asks again after a READ that
+// returned no data and no EOF.
+const maxEmptyReads = 3
+
 // readChunk fills b from off with READs until b is full or the server
 // reports EOF.
 func (c *Client) readChunk(ctx context.Context, f *File, b []byte, off int64) (int, bool, error) {
 	n := 0
-	reopened := 0
+	reopened, empty := 0, 0
 	for n < len(b) {
 		if _, err := f.ioStateid(); err != nil {
 			return n, false, err
@@ -128,8 +133,17 @@ func (c *Client) readChunk(ctx context.Context, f *File, b []byte, off int64) (i
 			return n, true, nil
 		}
 		if got == 0 {
-			return n, true, nil // no progress and no EOF: treat as EOF rather than spin
+			// No data and no EOF below what was asked: a server may
+			// answer a READ short, but taking this for the end of the
+			// file would hand the caller a file cut short. Ask again a
+			// few times, then fail rather than guess.
+			empty++
+			if empty > maxEmptyReads {
+				return n, false, fmt.Errorf("READ at %d: %w (%d empty replies without EOF)", off+int64(n), io.ErrUnexpectedEOF, empty)
+			}
+			continue
 		}
+		empty = 0
 	}
 	return n, false, nil
 }
