@@ -71,6 +71,15 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 	// every reply of a leader that steps down.
 	s.inflight.Add(1)
 	call.AfterReply(s.replied)
+	if s.quiescing.Load() {
+		// A leader stepping down runs nothing new and answers nothing
+		// new: its connections close once the running replies are out,
+		// and the client sends the request again, to the next leader.
+		// (NFS4ERR_DELAY here would park the Linux client: see
+		// notLeading's use below.)
+		s.counters.notLeading.Add(1)
+		return rpc.Drop
+	}
 	// A COMPOUND runs to its end even if its connection closes under it:
 	// its reply goes into the session's slot, and the client's
 	// retransmission on a new connection must find the whole reply there.
@@ -146,9 +155,17 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 		switch {
 		case d.Err() != nil:
 			r = fail(nfs4.NFS4ERR_BADXDR)
-		case c.idx == 0 && s.notLeading():
-			// A deposed or paused leader answers nothing from what it
-			// holds: the client retries, by then at the new leader.
+		case (c.idx == 0 && def.session != sequenceOp || c.idx == 1 && c.seq != nil) && s.notLeading():
+			// A leader that cannot vouch for its term (etcd out of
+			// reach, or paused past its lease) answers nothing from
+			// what it holds: the client retries, by then at this
+			// leader again or at the next one. The first operation
+			// after SEQUENCE says so, not SEQUENCE: the Linux client
+			// parks a slot for 15 s (NFS4_POLL_RETRY_MAX) on a
+			// SEQUENCE answered NFS4ERR_DELAY, and its session
+			// recovery waits for every slot, while an operation's
+			// NFS4ERR_DELAY is retried after 0.1 s, doubling. SEQUENCE
+			// itself touches only this server's memory.
 			r = fail(nfs4.NFS4ERR_DELAY)
 		case def.v40only:
 			r = fail(nfs4.NFS4ERR_NOTSUPP)
@@ -215,10 +232,6 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 
 // notLeading reports whether the server must not act now (Config.Leading).
 func (s *Server) notLeading() bool {
-	if s.quiescing.Load() {
-		s.counters.notLeading.Add(1)
-		return true
-	}
 	if s.cfg.Leading == nil {
 		return false
 	}
@@ -264,7 +277,8 @@ func (s *Server) initLife() {
 }
 
 // Quiesce prepares a planned hand-over (a leader stepping down): every
-// COMPOUND from now on is answered NFS4ERR_DELAY, and Quiesce returns once
+// COMPOUND from now on is dropped unanswered and not run (the client
+// sends it again once the connection closes), and Quiesce returns once
 // the replies of those already running have been written, or when ctx
 // ends. A client then never resends to the next leader a request this one
 // carried out: without the reply cache of this server, the next one would

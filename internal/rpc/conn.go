@@ -401,6 +401,12 @@ func (c *Conn) serve(rec []byte, rb *recBuf) {
 	call.Conn = c
 	statAt := encodeAccepted(e, call.XID, Success)
 	stat, clean := c.invoke(call, e)
+	if stat == Drop {
+		if c.afterReply(call) && clean && call.releaseArgs {
+			rb.release()
+		}
+		return
+	}
 	switch stat {
 	case Success, ProgMismatch:
 		e.PutUint32At(statAt, uint32(stat))
@@ -451,7 +457,7 @@ func (c *Conn) invoke(call *Call, e *xdr.Encoder) (stat AcceptStat, clean bool) 
 		}
 	}()
 	stat = c.h.ServeRPC(c.ctx, call, e)
-	if stat > SystemErr {
+	if stat > SystemErr && stat != Drop {
 		c.log.Error("rpc: handler returned invalid accept_stat", "stat", uint32(stat), "prog", call.Prog, "proc", call.Proc)
 		stat = SystemErr
 	}

@@ -603,3 +603,33 @@ func TestIdlePinned(t *testing.T) {
 		t.Fatalf("Err() = %v, want idle timeout", c.Err())
 	}
 }
+
+// TestDrop: a handler returning Drop sends nothing (the caller waits until
+// its context ends), its AfterReply callbacks still run, and the
+// connection goes on serving.
+func TestDrop(t *testing.T) {
+	checkLeaks(t)
+	after := make(chan struct{}, 1)
+	addr := startServer(t, &Server{Handler: HandlerFunc(func(ctx context.Context, call *Call, res *xdr.Encoder) AcceptStat {
+		if call.Proc == 1 {
+			call.AfterReply(func() { after <- struct{}{} })
+			res.Uint32(7) // ignored: nothing is sent
+			return Drop
+		}
+		return Success
+	})})
+	c := dial(t, addr, nil)
+	ctx, cancel := context.WithTimeout(testCtx(t), 300*time.Millisecond)
+	defer cancel()
+	if _, err := c.Call(ctx, testProg, testVers, 1, OpaqueAuth{}, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("dropped call: err = %v, want no reply (deadline exceeded)", err)
+	}
+	select {
+	case <-after:
+	case <-testCtx(t).Done():
+		t.Fatal("AfterReply of a dropped call never ran")
+	}
+	if _, err := c.Call(testCtx(t), testProg, testVers, 0, OpaqueAuth{}, nil); err != nil {
+		t.Fatalf("call after a dropped one: %v", err)
+	}
+}

@@ -158,6 +158,13 @@ const (
 	ProcUnavail  AcceptStat = 3
 	GarbageArgs  AcceptStat = 4
 	SystemErr    AcceptStat = 5
+
+	// Drop is not on the wire: a Handler returns it to send no reply
+	// at all (and leaves res alone). The call was not carried out,
+	// and the client is expected to send it again on a new connection,
+	// as when a server dies: a server handing over to another does this
+	// until it closes its connections.
+	Drop AcceptStat = ^AcceptStat(0)
 )
 
 func (s AcceptStat) String() string {
