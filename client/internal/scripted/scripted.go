@@ -103,10 +103,10 @@ type client struct {
 }
 
 type session struct {
-	id    nfs4.Sessionid4
-	name  string
-	cl    *client
-	slots []slotState
+	id     nfs4.Sessionid4
+	name   string
+	cl     *client
+	slots  []slotState
 	cbProg uint32
 }
 
