@@ -86,9 +86,13 @@
 // session, and the Client recovers as from a restart, described next.
 //
 // When the server has lost the session (NFS4ERR_BADSESSION,
-// NFS4ERR_DEADSESSION, NFS4ERR_STALE_CLIENTID: it restarted), the client
-// creates a new client ID and session under the same client owner, then
-// reclaims the opens of every open [File] with CLAIM_PREVIOUS and their
+// NFS4ERR_DEADSESSION, NFS4ERR_STALE_CLIENTID), the client runs
+// EXCHANGE_ID under the same client owner and CREATE_SESSION. If the
+// server answers with the same client ID, confirmed
+// (EXCHGID4_FLAG_CONFIRMED_R), it lost the session only and kept the
+// client's state: opens, locks, delegations and layouts carry on, and
+// there is nothing to reclaim. Otherwise (it restarted, or expired the
+// client ID) the client reclaims the opens of every open [File] with CLAIM_PREVIOUS and their
 // byte-range locks with reclaim=true, and sends RECLAIM_COMPLETE. A server
 // without a grace period (NFS4ERR_NO_GRACE) gets ordinary opens (CLAIM_FH)
 // instead; locks are never taken again outside the grace period, since
@@ -121,8 +125,9 @@
 // A Lock on such a File opens it on the server the same way. When
 // SEQUENCE reports revoked state, the Client tests its delegation
 // stateids (TEST_STATEID), frees the revoked ones (FREE_STATEID), reopens
-// their local Files and drops the file's cached data. A new session drops
-// all delegations (their local Files are reclaimed as ordinary opens);
+// their local Files and drops the file's cached data. A new client ID
+// (server restart, lease expired) drops all delegations (their local
+// Files are reclaimed as ordinary opens);
 // Close returns them. [Stats] and [Client.OpCounts] count what this
 // saves.
 //

@@ -81,7 +81,8 @@ type endpoint struct {
 // metadata server's.
 type stateHolder interface {
 	// reclaimOn re-establishes the holder's state on s, which replaces
-	// a session the server lost, before RECLAIM_COMPLETE; what it
+	// a session the server lost with the client ID, before
+	// RECLAIM_COMPLETE; what it
 	// returns, if not nil, runs after RECLAIM_COMPLETE (new opens of
 	// files the server would not let it reclaim).
 	reclaimOn(ctx context.Context, s *session) func(context.Context)
@@ -144,7 +145,14 @@ type session struct {
 	id       nfs4.Sessionid4
 	clientID nfs4.Clientid4
 	slots    *slotTable
-	gen      uint64
+	// gen counts the sessions of the endpoint: a request resent on a
+	// session of another gen found no reply cache of its first send.
+	gen uint64
+	// state is the gen of the session whose stateids are valid on this
+	// one: its own gen after a server restart or an expired client ID,
+	// the lost session's state when only the session was lost and the
+	// client ID, with all its state, lives on.
+	state uint64
 }
 
 var errSessionGone = errors.New("nfs: session replaced")
@@ -280,13 +288,91 @@ func (c *endpoint) plain(ctx context.Context, conn *rpc.Conn, ops []nfs4.NfsArgo
 
 // newSession runs EXCHANGE_ID, CREATE_SESSION and RECLAIM_COMPLETE on the
 // current connection and installs the session. With old set, it replaces a
-// session the server lost and reclaims open files and locks first.
+// session the server lost: if the server kept the client ID, that is all;
+// otherwise it reclaims open files and locks before RECLAIM_COMPLETE.
 func (c *endpoint) newSession(ctx context.Context, old *session) error {
 	c.mu.Lock()
 	conn := c.conn
 	c.mu.Unlock()
 
 	var eir *nfs4.EXCHANGEID4resok
+	var csr *nfs4.CREATESESSION4resok
+	// A CREATE_SESSION refused with NFS4ERR_STALE_CLIENTID found the
+	// client ID gone since EXCHANGE_ID (the server restarted, or purged
+	// it): a new EXCHANGE_ID gets another (RFC 8881 §18.36).
+	for attempt := 0; ; attempt++ {
+		var err error
+		if eir, err = c.exchangeID(ctx, conn); err != nil {
+			return err
+		}
+		csr, err = c.createSession(ctx, conn, eir)
+		var se *StatusError
+		if errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_STALE_CLIENTID && attempt < 2 {
+			c.log.Debug("client ID gone before CREATE_SESSION; exchanging a new one")
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
+	}
+	slots := int(csr.CsrForeChanAttrs.CaMaxrequests)
+	if slots > c.opts.MaxInFlight {
+		slots = c.opts.MaxInFlight
+	}
+	gen := uint64(1)
+	if old != nil {
+		gen = old.gen + 1
+	}
+	// The server lost the session only: it answers EXCHANGE_ID with the
+	// same client ID, confirmed (RFC 8881 §18.35.3:
+	// EXCHGID4_FLAG_CONFIRMED_R), whose state it keeps. A server that
+	// restarted, or expired the client ID, hands out a new one.
+	intact := old != nil && eir.EirClientid == old.clientID && eir.EirFlags&nfs4.EXCHGID4_FLAG_CONFIRMED_R != 0
+	s := &session{id: csr.CsrSessionid, clientID: eir.EirClientid, slots: newSlotTable(slots), gen: gen, state: gen}
+	if intact {
+		s.state = old.state
+	}
+	c.maxOps = int(csr.CsrForeChanAttrs.CaMaxoperations)
+	if c.maxRead == 0 || c.maxRead > csr.CsrForeChanAttrs.CaMaxresponsesize-ioOverhead {
+		// Provisional until readFSInfo; always bounded by the channel.
+		c.maxRead = csr.CsrForeChanAttrs.CaMaxresponsesize - ioOverhead
+	}
+	if c.maxWrite == 0 || c.maxWrite > csr.CsrForeChanAttrs.CaMaxrequestsize-ioOverhead {
+		c.maxWrite = csr.CsrForeChanAttrs.CaMaxrequestsize - ioOverhead
+	}
+	c.mu.Lock()
+	c.sess = s
+	c.mu.Unlock()
+	c.log.Debug("session created", "clientid", eir.EirClientid, "slots", slots, "minor", c.minor.Load())
+	if intact {
+		// Opens, locks, delegations and layouts are as they were:
+		// nothing to reclaim (the server has no grace period for it:
+		// NFS4ERR_NO_GRACE), and RECLAIM_COMPLETE was sent for this
+		// client ID already (§18.51.3).
+		c.log.Info("server lost our session, not our state; new session created")
+		return nil
+	}
+
+	var after func(context.Context)
+	if old != nil && c.holder != nil {
+		after = c.holder.reclaimOn(ctx, s)
+	}
+	_, err := c.exec(ctx, s, false, []nfs4.NfsArgop4{{Argop: nfs4.OP_RECLAIM_COMPLETE,
+		OpreclaimComplete: &nfs4.RECLAIMCOMPLETE4args{RcaOneFs: false}}})
+	var se *StatusError
+	if err != nil && !(errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_COMPLETE_ALREADY) {
+		return fmt.Errorf("nfs: RECLAIM_COMPLETE: %w", err)
+	}
+	if after != nil {
+		after(ctx)
+	}
+	return nil
+}
+
+// exchangeID runs EXCHANGE_ID on conn, stepping the minor version down
+// while the server refuses it.
+func (c *endpoint) exchangeID(ctx context.Context, conn *rpc.Conn) (*nfs4.EXCHANGEID4resok, error) {
 	var flags uint32
 	switch {
 	case c.dsRole:
@@ -294,6 +380,7 @@ func (c *endpoint) newSession(ctx context.Context, old *session) error {
 	case !c.opts.PNFSOff:
 		flags = nfs4.EXCHGID4_FLAG_USE_PNFS_MDS
 	}
+	var eir *nfs4.EXCHANGEID4resok
 	for {
 		res, err := c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_EXCHANGE_ID, OpexchangeId: &nfs4.EXCHANGEID4args{
 			EiaClientowner:  c.owner,
@@ -307,13 +394,13 @@ func (c *endpoint) newSession(ctx context.Context, old *session) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("nfs: EXCHANGE_ID: %w", err)
+			return nil, fmt.Errorf("nfs: EXCHANGE_ID: %w", err)
 		}
 		eir = res.Resarray[0].OpexchangeId.EirResok4
 		break
 	}
 	if eir == nil {
-		return errors.New("nfs: EXCHANGE_ID: empty reply")
+		return nil, errors.New("nfs: EXCHANGE_ID: empty reply")
 	}
 	if !c.dsRole && eir.EirFlags&(nfs4.EXCHGID4_FLAG_USE_PNFS_DS|nfs4.EXCHGID4_FLAG_USE_PNFS_MDS|nfs4.EXCHGID4_FLAG_USE_NON_PNFS) == nfs4.EXCHGID4_FLAG_USE_PNFS_DS {
 		// A data server only: it has no namespace (PUTROOTFH fails
@@ -322,9 +409,14 @@ func (c *endpoint) newSession(ctx context.Context, old *session) error {
 		if len(eir.EirServerImplId) > 0 && string(eir.EirServerImplId[0].NiiName) == "shoal" {
 			what = "a Shoal data server"
 		}
-		return fmt.Errorf("nfs: %s is %s: %w", c.addr(), what, ErrDataServer)
+		return nil, fmt.Errorf("nfs: %s is %s: %w", c.addr(), what, ErrDataServer)
 	}
+	return eir, nil
+}
 
+// createSession runs CREATE_SESSION on conn for the client ID eir
+// returned, with conn as the back channel too.
+func (c *endpoint) createSession(ctx context.Context, conn *rpc.Conn, eir *nfs4.EXCHANGEID4resok) (*nfs4.CREATESESSION4resok, error) {
 	fore := nfs4.ChannelAttrs4{
 		CaMaxrequestsize:        maxRecord,
 		CaMaxresponsesize:       maxRecord,
@@ -351,48 +443,13 @@ func (c *endpoint) newSession(ctx context.Context, old *session) error {
 		}}},
 	}}})
 	if err != nil {
-		return fmt.Errorf("nfs: CREATE_SESSION: %w", err)
+		return nil, fmt.Errorf("nfs: CREATE_SESSION: %w", err)
 	}
 	csr := res.Resarray[0].OpcreateSession.CsrResok4
 	if csr == nil {
-		return errors.New("nfs: CREATE_SESSION: empty reply")
+		return nil, errors.New("nfs: CREATE_SESSION: empty reply")
 	}
-	slots := int(csr.CsrForeChanAttrs.CaMaxrequests)
-	if slots > c.opts.MaxInFlight {
-		slots = c.opts.MaxInFlight
-	}
-	gen := uint64(1)
-	if old != nil {
-		gen = old.gen + 1
-	}
-	s := &session{id: csr.CsrSessionid, clientID: eir.EirClientid, slots: newSlotTable(slots), gen: gen}
-	c.maxOps = int(csr.CsrForeChanAttrs.CaMaxoperations)
-	if c.maxRead == 0 || c.maxRead > csr.CsrForeChanAttrs.CaMaxresponsesize-ioOverhead {
-		// Provisional until readFSInfo; always bounded by the channel.
-		c.maxRead = csr.CsrForeChanAttrs.CaMaxresponsesize - ioOverhead
-	}
-	if c.maxWrite == 0 || c.maxWrite > csr.CsrForeChanAttrs.CaMaxrequestsize-ioOverhead {
-		c.maxWrite = csr.CsrForeChanAttrs.CaMaxrequestsize - ioOverhead
-	}
-	c.mu.Lock()
-	c.sess = s
-	c.mu.Unlock()
-	c.log.Debug("session created", "clientid", eir.EirClientid, "slots", slots, "minor", c.minor.Load())
-
-	var after func(context.Context)
-	if old != nil && c.holder != nil {
-		after = c.holder.reclaimOn(ctx, s)
-	}
-	_, err = c.exec(ctx, s, false, []nfs4.NfsArgop4{{Argop: nfs4.OP_RECLAIM_COMPLETE,
-		OpreclaimComplete: &nfs4.RECLAIMCOMPLETE4args{RcaOneFs: false}}})
-	var se *StatusError
-	if err != nil && !(errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_COMPLETE_ALREADY) {
-		return fmt.Errorf("nfs: RECLAIM_COMPLETE: %w", err)
-	}
-	if after != nil {
-		after(ctx)
-	}
-	return nil
+	return csr, nil
 }
 
 // renewLoop keeps the lease alive with a SEQUENCE-only COMPOUND when the

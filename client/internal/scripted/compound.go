@@ -77,24 +77,31 @@ func (s *Server) serve(_ context.Context, call *rpc.Call, res *xdr.Encoder) rpc.
 		return rpc.GarbageArgs
 	}
 	s.mu.Lock()
-	out, hold := s.compoundLocked(call.Conn, &args)
-	var h *heldReply
-	if hold != 0 {
-		h = &heldReply{op: hold, release: make(chan struct{})}
-		s.held = append(s.held, h)
-		s.notifyLocked()
+	out, line, hold := s.compoundLocked(call.Conn, &args)
+	if hold == 0 {
+		s.logLocked(line)
+		s.mu.Unlock()
+		res.Append(out)
+		return rpc.Success
 	}
+	// Held: processed now, logged and answered when the script releases
+	// it, so that a trace shows it where its reply goes out.
+	h := &heldReply{op: hold, release: make(chan struct{})}
+	s.held = append(s.held, h)
+	s.notifyLocked()
 	s.mu.Unlock()
-	if h != nil {
-		<-h.release // Release or Close
-	}
+	<-h.release // Release or Close
+	s.mu.Lock()
+	s.logLocked(line + " (held)")
+	s.mu.Unlock()
 	res.Append(out)
 	return rpc.Success
 }
 
-// compoundLocked runs one COMPOUND and returns its encoded result, and the
-// operation whose rule asks for the reply to be held (0: none).
-func (s *Server) compoundLocked(conn *rpc.Conn, args *nfs4.COMPOUND4args) ([]byte, nfs4.NfsOpnum4) {
+// compoundLocked runs one COMPOUND and returns its encoded result, its
+// trace line, and the operation whose rule asks for the reply to be held
+// (0: none).
+func (s *Server) compoundLocked(conn *rpc.Conn, args *nfs4.COMPOUND4args) ([]byte, string, nfs4.NfsOpnum4) {
 	var req []string
 	for i := range args.Argarray {
 		req = append(req, s.renderArg(&args.Argarray[i]))
@@ -120,8 +127,7 @@ func (s *Server) compoundLocked(conn *rpc.Conn, args *nfs4.COMPOUND4args) ([]byt
 			res, replay = s.opLocked(&st, i, op, r)
 		}
 		if replay != nil {
-			s.logLocked(strings.Join(req, " | ") + " -> replay")
-			return replay, hold
+			return replay, strings.Join(req, " | ") + " -> replay", hold
 		}
 		out.rs = append(out.rs, res)
 		if res.res != nil {
@@ -142,12 +148,11 @@ func (s *Server) compoundLocked(conn *rpc.Conn, args *nfs4.COMPOUND4args) ([]byt
 	if len(notes) > 0 {
 		line += " " + strings.Join(notes, " ")
 	}
-	s.logLocked(line)
 	enc := xdr.Marshal(out)
 	if st.slot != nil {
 		st.slot.reply = enc
 	}
-	return enc, hold
+	return enc, line, hold
 }
 
 func statusText(st nfs4.Nfsstat4) string {
