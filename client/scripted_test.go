@@ -28,7 +28,7 @@ import (
 //	dial                      client.Dial
 //	reply OP [status=S] [flags=F,...] [seqid=N] [deleg] [codes=S,...] [hold] [times=N]
 //	                          override the next answer to OP (scripted.Rule)
-//	stat PATH | open NAME as=F [rw] | layout F | close F
+//	stat PATH | open NAME as=F [rw] | layout F | close F | lock F [write] | unlock F
 //	                          client actions; with async=ID they run in
 //	                          the background and print nothing
 //	wait ID                   wait for a background action, print as above
@@ -225,6 +225,18 @@ func (r *scriptRunner) action(t *testing.T, td *datadriven.TestData) func() stri
 				addr = "server"
 			}
 			return outcome(err, fmt.Sprintf("layout: data server %s stripe %d of %d", addr, stripe, stripes))
+		}
+	case "lock", "unlock":
+		f := r.file(t, td.CmdArgs[0].Key)
+		write := td.HasArg("write")
+		unlock := td.Cmd == "unlock"
+		return func() string {
+			ctx, cancel := ctxFor()
+			defer cancel()
+			if unlock {
+				return outcome(f.Unlock(ctx, 0, 100), "ok")
+			}
+			return outcome(f.Lock(ctx, 0, 100, write, false), "ok")
 		}
 	case "close":
 		name := td.CmdArgs[0].Key

@@ -272,6 +272,16 @@ func (s *Server) opLocked(st *compoundState, i int, op *nfs4.NfsArgop4, r *Rule)
 		return s.deviceInfo(op.Opgetdeviceinfo), nil
 	case nfs4.OP_LAYOUTRETURN:
 		return s.layoutReturn(st, op.Oplayoutreturn), nil
+	case nfs4.OP_LOCK:
+		return s.lock(st, op.Oplock), nil
+	case nfs4.OP_LOCKU:
+		for _, sid := range st.cur.locks {
+			if sid.Other == op.Oplocku.LockStateid.Other {
+				sid.Seqid++
+				return result{res: &nfs4.NfsResop4{Resop: op.Argop, Oplocku: &nfs4.LOCKU4res{LockStateid: sid}}, note: s.sidName(*sid)}, nil
+			}
+		}
+		return fail(op.Argop, nfs4.NFS4ERR_BAD_STATEID), nil
 	case nfs4.OP_TEST_STATEID:
 		codes := make([]nfs4.Nfsstat4, len(op.OptestStateid.TsStateids))
 		for i, sid := range op.OptestStateid.TsStateids {
@@ -492,6 +502,54 @@ func (s *Server) layoutGet(st *compoundState, a *nfs4.LAYOUTGET4args, r *Rule) r
 		LogrLayout: []nfs4.Layout4{{LoOffset: 0, LoLength: nfs4.NFS4_UINT64_MAX, LoIomode: a.LogaIomode,
 			LoContent: nfs4.LayoutContent4{LocType: nfs4.LAYOUT4_NFSV4_1_FILES, LocBody: body}}},
 	}}}, note: note + s.sidName(*f.layout)}
+}
+
+// lock grants every lock asked for (no conflicts: one client): a new lock
+// owner's under an open stateid of the file, a known one's under its lock
+// stateid. Reclaims are taken in the grace period only, other locks
+// outside it only.
+func (s *Server) lock(st *compoundState, a *nfs4.LOCK4args) result {
+	f := st.cur
+	if f == nil {
+		return fail(nfs4.OP_LOCK, nfs4.NFS4ERR_NOFILEHANDLE)
+	}
+	switch {
+	case a.Reclaim && (!s.grace || st.cl.reclaimed):
+		return fail(nfs4.OP_LOCK, nfs4.NFS4ERR_NO_GRACE)
+	case !a.Reclaim && s.grace:
+		return fail(nfs4.OP_LOCK, nfs4.NFS4ERR_GRACE)
+	}
+	var sid *nfs4.Stateid4
+	switch l := a.Locker; {
+	case l.NewLockOwner && l.OpenOwner != nil:
+		if !s.isOpenOf(f, l.OpenOwner.OpenStateid) {
+			return fail(nfs4.OP_LOCK, nfs4.NFS4ERR_BAD_STATEID)
+		}
+		owner := string(l.OpenOwner.LockOwner.Owner)
+		if f.locks == nil {
+			f.locks = map[string]*nfs4.Stateid4{}
+		}
+		if sid = f.locks[owner]; sid == nil {
+			sid = s.newStateid('k')
+			f.locks[owner] = sid
+		} else {
+			sid.Seqid++
+		}
+	case !l.NewLockOwner && l.LockOwner != nil:
+		for _, k := range f.locks {
+			if k.Other == l.LockOwner.LockStateid.Other {
+				sid = k
+			}
+		}
+		if sid == nil {
+			return fail(nfs4.OP_LOCK, nfs4.NFS4ERR_BAD_STATEID)
+		}
+		sid.Seqid++
+	default:
+		return fail(nfs4.OP_LOCK, nfs4.NFS4ERR_BADXDR)
+	}
+	return result{res: &nfs4.NfsResop4{Resop: nfs4.OP_LOCK, Oplock: &nfs4.LOCK4res{Resok4: &nfs4.LOCK4resok{LockStateid: *sid}}},
+		note: s.sidName(*sid)}
 }
 
 func (s *Server) isOpenOf(f *file, sid nfs4.Stateid4) bool {

@@ -122,6 +122,7 @@ type file struct {
 	size   uint64
 	fileid uint64
 	opens  map[string]*nfs4.Stateid4 // by open owner
+	locks  map[string]*nfs4.Stateid4 // by lock owner
 	layout *nfs4.Stateid4            // the client's layout state of the file, if any
 }
 
@@ -156,7 +157,7 @@ func (s *Server) reset() {
 	s.names = map[[12]byte]string{}
 	s.backConn, s.backSess = nil, nil
 	for _, f := range s.files {
-		f.opens, f.layout = nil, nil
+		f.opens, f.locks, f.layout = nil, nil, nil
 	}
 }
 
@@ -312,7 +313,7 @@ func (s *Server) takeRule(op nfs4.NfsOpnum4) *Rule {
 	return nil
 }
 
-// newStateid makes a stateid of kind ('o'pen, 'l'ayout, 'd'elegation)
+// newStateid makes a stateid of kind ('o'pen, 'l'ayout, 'd'elegation, loc'k')
 // named kind+counter in traces.
 func (s *Server) newStateid(kind byte) *nfs4.Stateid4 {
 	s.nextOther[kind]++
@@ -322,7 +323,7 @@ func (s *Server) newStateid(kind byte) *nfs4.Stateid4 {
 	sid.Other[0] = kind
 	binary.BigEndian.PutUint32(sid.Other[4:8], uint32(n))
 	binary.BigEndian.PutUint32(sid.Other[8:12], uint32(s.epoch))
-	s.names[sid.Other] = map[byte]string{'o': "open", 'l': "layout", 'd': "deleg"}[kind] + strconv.Itoa(n)
+	s.names[sid.Other] = map[byte]string{'o': "open", 'l': "layout", 'd': "deleg", 'k': "lock"}[kind] + strconv.Itoa(n)
 	return &sid
 }
 
@@ -477,6 +478,21 @@ func (s *Server) renderArg(op *nfs4.NfsArgop4) string {
 		return "LAYOUTRETURN " + a.LoraLayoutreturn.LrReturntype.String()
 	case nfs4.OP_LAYOUTCOMMIT:
 		return "LAYOUTCOMMIT " + s.sidName(op.Oplayoutcommit.LocaStateid)
+	case nfs4.OP_LOCK:
+		a := op.Oplock
+		d := ""
+		if a.Reclaim {
+			d = " reclaim"
+		}
+		if a.Locker.NewLockOwner && a.Locker.OpenOwner != nil {
+			return "LOCK new " + s.sidName(a.Locker.OpenOwner.OpenStateid) + d
+		}
+		if a.Locker.LockOwner != nil {
+			return "LOCK " + s.sidName(a.Locker.LockOwner.LockStateid) + d
+		}
+		return "LOCK ?"
+	case nfs4.OP_LOCKU:
+		return "LOCKU " + s.sidName(op.Oplocku.LockStateid)
 	case nfs4.OP_TEST_STATEID:
 		var ns []string
 		for _, sid := range op.OptestStateid.TsStateids {
