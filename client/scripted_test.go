@@ -25,7 +25,7 @@ import (
 // Commands:
 //
 //	file name=N size=S        a regular file in the server's root
-//	dial                      client.Dial
+//	dial [slots=N]            client.Dial; the server grants N slots (default 1)
 //	reply OP [status=S] [flags=F,...] [seqid=N] [deleg] [codes=S,...] [hold] [times=N]
 //	                          override the next answer to OP (scripted.Rule)
 //	stat PATH | open NAME as=F [rw] | layout F | close F | lock F [write] | unlock F
@@ -185,6 +185,10 @@ func (r *scriptRunner) action(t *testing.T, td *datadriven.TestData) func() stri
 	ctxFor := func() (context.Context, context.CancelFunc) { return context.WithTimeout(r.ctx, actionTimeout) }
 	switch td.Cmd {
 	case "dial":
+		if n, ok := td.Arg("slots"); ok {
+			k, _ := strconv.Atoi(n.Vals[0])
+			r.srv.SetSlots(k)
+		}
 		return func() string {
 			ctx, cancel := ctxFor()
 			defer cancel()

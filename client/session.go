@@ -75,6 +75,11 @@ type endpoint struct {
 		reconnects, recoveries, retries atomic.Uint64
 	}
 	ops opCounter // operations sent, for OpCounts
+
+	// rebinding is set while rebindBack runs; lastRebind is when it last
+	// started (unix nanos).
+	rebinding  atomic.Bool
+	lastRebind atomic.Int64
 }
 
 // stateHolder is what holds state on a session: the Client, on the
@@ -349,7 +354,12 @@ func (c *endpoint) newSession(ctx context.Context, old *session) error {
 		// Opens, locks, delegations and layouts are as they were:
 		// nothing to reclaim (the server has no grace period for it:
 		// NFS4ERR_NO_GRACE), and RECLAIM_COMPLETE was sent for this
-		// client ID already (§18.51.3).
+		// client ID already (§18.51.3). The old session may still exist
+		// (NFS4ERR_DEADSESSION, NFS4ERR_SEQ_MISORDERED): destroy it, best
+		// effort, so that its slots do not linger and DESTROY_CLIENTID
+		// at Close finds no session left but the current one.
+		_, _ = c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_DESTROY_SESSION,
+			OpdestroySession: &nfs4.DESTROYSESSION4args{DsaSessionid: old.id}}})
 		c.log.Info("server lost our session, not our state; new session created")
 		return nil
 	}
@@ -450,6 +460,47 @@ func (c *endpoint) createSession(ctx context.Context, conn *rpc.Conn, eir *nfs4.
 		return nil, errors.New("nfs: CREATE_SESSION: empty reply")
 	}
 	return csr, nil
+}
+
+// rebindMinInterval spaces the back channel rebinds of rebindBack: a
+// server that keeps reporting its back channel down after a rebind must
+// not get one with every COMPOUND.
+const rebindMinInterval = 10 * time.Second
+
+// rebindBack gives the server a back channel on sess again after a
+// SEQUENCE reply said it has none (SEQ4_STATUS_CB_PATH_DOWN,
+// SEQ4_STATUS_CB_PATH_DOWN_SESSION: RFC 8881 §18.46.3): without one it
+// cannot recall delegations or layouts. It binds the current connection
+// for both directions with BIND_CONN_TO_SESSION, in the background, one
+// at a time. An endpoint that serves no callbacks (a data server's) has
+// nothing to rebind.
+func (c *endpoint) rebindBack(sess *session) {
+	if c.callbacks == nil {
+		return
+	}
+	if last := c.lastRebind.Load(); last != 0 && time.Since(time.Unix(0, last)) < rebindMinInterval {
+		return
+	}
+	if !c.rebinding.CompareAndSwap(false, true) {
+		return
+	}
+	c.lastRebind.Store(time.Now().UnixNano())
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer c.rebinding.Store(false)
+		conn, cur, err := c.current()
+		if err != nil || cur != sess {
+			return // closed, or a new session came with its own back channel
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, c.opts.DialTimeout)
+		defer cancel()
+		_, err = c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_BIND_CONN_TO_SESSION,
+			OpbindConnToSession: &nfs4.BINDCONNTOSESSION4args{BctsaSessid: sess.id, BctsaDir: nfs4.CDFC4_BACK_OR_BOTH}}})
+		if err != nil && c.ctx.Err() == nil {
+			c.log.Warn("rebinding the back channel failed", "err", err)
+		}
+	}()
 }
 
 // renewLoop keeps the lease alive with a SEQUENCE-only COMPOUND when the
@@ -618,6 +669,22 @@ func (c *endpoint) callRetryRelease(ctx context.Context, budget time.Duration, b
 			}
 			delay = min(2*delay, time.Second)
 			continue
+		case nfs4.NFS4ERR_SEQ_MISORDERED:
+			// Refused at SEQUENCE, so not run: the server's slot and
+			// the client's disagree, and no sequence ID the client could
+			// pick mends that for sure; a slot kept in use would fail
+			// every request that lands on it. A new session has new
+			// slots; the client ID and its state are unaffected
+			// (newSession finds them intact).
+			if se.Op != "SEQUENCE" || recoveries >= 5 {
+				return res, nil, err
+			}
+			recoveries++
+			c.log.Warn("server and client disagree on a session slot; replacing the session")
+			if rerr := c.recover(ctx, sess); rerr != nil {
+				return res, nil, rerr
+			}
+			continue
 		case nfs4.NFS4ERR_SEQ_FALSE_RETRY:
 			// Refused at SEQUENCE, so not executed; the slot has moved
 			// past the lost request (execRelease), and a resend goes out
@@ -719,6 +786,9 @@ func (c *endpoint) execRelease(ctx context.Context, sess *session, reconnect boo
 				target = int(sr.SrResok4.SrTargetHighestSlotid)
 				if c.holder != nil {
 					c.holder.stateRevoked(uint32(sr.SrResok4.SrStatusFlags))
+				}
+				if uint32(sr.SrResok4.SrStatusFlags)&(nfs4.SEQ4_STATUS_CB_PATH_DOWN|nfs4.SEQ4_STATUS_CB_PATH_DOWN_SESSION) != 0 {
+					c.rebindBack(sess)
 				}
 			} else if sr != nil && (sr.SrStatus == nfs4.NFS4ERR_RETRY_UNCACHED_REP || sr.SrStatus == nfs4.NFS4ERR_SEQ_FALSE_RETRY) {
 				// The server did execute a request under this sequence

@@ -17,7 +17,6 @@ import (
 // Model constants the client learns from GETATTR and CREATE_SESSION.
 const (
 	leaseSeconds = 300 // long enough that no lease renewal runs during a test
-	foreSlots    = 4
 	stripeUnit   = 64 << 10
 )
 
@@ -337,7 +336,7 @@ func (s *Server) createSession(st *compoundState, a *nfs4.CREATESESSION4args) re
 	c.csSeq++
 	c.confirmed = true
 	s.nextSess++
-	se := &session{name: fmt.Sprintf("s%d", s.nextSess), cl: c, slots: make([]slotState, foreSlots), cbProg: uint32(a.CsaCbProgram)}
+	se := &session{name: fmt.Sprintf("s%d", s.nextSess), cl: c, slots: make([]slotState, s.slots), cbProg: uint32(a.CsaCbProgram)}
 	se.id[0] = 's'
 	binary.BigEndian.PutUint32(se.id[4:8], uint32(s.nextSess))
 	binary.BigEndian.PutUint32(se.id[8:12], uint32(s.epoch))
@@ -346,7 +345,7 @@ func (s *Server) createSession(st *compoundState, a *nfs4.CREATESESSION4args) re
 		s.backConn, s.backSess = st.conn, se
 	}
 	fore := a.CsaForeChanAttrs
-	fore.CaMaxrequests = min(fore.CaMaxrequests, foreSlots)
+	fore.CaMaxrequests = min(fore.CaMaxrequests, uint32(s.slots))
 	return result{res: &nfs4.NfsResop4{Resop: nfs4.OP_CREATE_SESSION, OpcreateSession: &nfs4.CREATESESSION4res{
 		CsrResok4: &nfs4.CREATESESSION4resok{
 			CsrSessionid: se.id, CsrSequence: a.CsaSequence, CsrFlags: a.CsaFlags & nfs4.CREATE_SESSION4_FLAG_CONN_BACK_CHAN,
@@ -387,7 +386,7 @@ func (s *Server) sequence(st *compoundState, a *nfs4.SEQUENCE4args, r *Rule) (re
 	}
 	res.res = &nfs4.NfsResop4{Resop: nfs4.OP_SEQUENCE, Opsequence: &nfs4.SEQUENCE4res{SrResok4: &nfs4.SEQUENCE4resok{
 		SrSessionid: se.id, SrSequenceid: a.SaSequenceid, SrSlotid: a.SaSlotid,
-		SrHighestSlotid: foreSlots - 1, SrTargetHighestSlotid: foreSlots - 1, SrStatusFlags: nfs4.Uint32T(flags),
+		SrHighestSlotid: nfs4.Slotid4(len(se.slots) - 1), SrTargetHighestSlotid: nfs4.Slotid4(len(se.slots) - 1), SrStatusFlags: nfs4.Uint32T(flags),
 	}}}
 	return res, nil
 }

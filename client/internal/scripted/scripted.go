@@ -88,6 +88,7 @@ type Server struct {
 	byFH       map[string]*file
 	names      map[[12]byte]string // stateid other -> name for traces
 	grace      bool                // after Restart, until the client's RECLAIM_COMPLETE
+	slots      int                 // fore channel slots of new sessions
 	backConn   *rpc.Conn           // the last connection a session's back channel was bound to
 	backSess   *session
 	cbSeq      uint32
@@ -137,7 +138,7 @@ func Start(ctx context.Context) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("scripted: listen: %w", err)
 	}
-	s := &Server{ln: ln, changed: make(chan struct{})}
+	s := &Server{ln: ln, changed: make(chan struct{}), slots: 1}
 	s.reset()
 	root := &file{name: "", fh: []byte("fh:/"), dir: true, fileid: 1}
 	s.files = map[string]*file{"": root}
@@ -182,6 +183,15 @@ func (s *Server) AddFile(name string, size uint64) {
 	f := &file{name: name, fh: []byte("fh:/" + name), size: size, fileid: uint64(len(s.files) + 1)}
 	s.files[name] = f
 	s.byFH[string(f.fh)] = f
+}
+
+// SetSlots sets the number of fore channel slots new sessions get
+// (default 1: every request of the client waits for the one before, so
+// that requests its background work sends go in a deterministic order).
+func (s *Server) SetSlots(n int) {
+	s.mu.Lock()
+	s.slots = max(n, 1)
+	s.mu.Unlock()
 }
 
 // AddRule queues r.
