@@ -50,7 +50,7 @@ func TestScripted(t *testing.T) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		srv, err := scripted.Start(ctx)
+		srv, err := scripted.Start()
 		if err != nil {
 			t.Fatal(err)
 		}

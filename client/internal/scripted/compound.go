@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
@@ -35,6 +36,8 @@ type compoundRes struct {
 	tag    []byte
 	rs     []result
 }
+
+var _ xdr.Marshaler = (*compoundRes)(nil)
 
 func (c *compoundRes) EncodeXDR(e *xdr.Encoder) {
 	e.Int32(int32(c.status))
@@ -398,6 +401,9 @@ func (s *Server) open(st *compoundState, a *nfs4.OPEN4args, r *Rule) result {
 	var f *file
 	switch a.Claim.Claim {
 	case nfs4.CLAIM_NULL:
+		if a.Claim.File == nil {
+			return fail(nfs4.OP_OPEN, nfs4.NFS4ERR_BADXDR)
+		}
 		if s.grace {
 			return fail(nfs4.OP_OPEN, nfs4.NFS4ERR_GRACE)
 		}
@@ -564,9 +570,9 @@ func (s *Server) deviceInfo(a *nfs4.GETDEVICEINFO4args) result {
 	if a.GdiaDeviceId != (nfs4.Deviceid4{1}) {
 		return fail(nfs4.OP_GETDEVICEINFO, nfs4.NFS4ERR_NOENT)
 	}
+	// The device is the server itself; the tests never do I/O to it.
 	host, port, _ := strings.Cut(s.Addr(), ":")
-	p := 0
-	fmt.Sscan(port, &p)
+	p, _ := strconv.Atoi(port)
 	uaddr := fmt.Sprintf("%s.%d.%d", host, p>>8, p&0xff)
 	body := xdr.Marshal(&nfs4.Nfsv41FileLayoutDsAddr4{NfldaStripeIndices: []nfs4.Uint32T{0},
 		NfldaMultipathDsList: []nfs4.MultipathList4{{{NaRNetid: "tcp", NaRAddr: uaddr}}}})

@@ -132,8 +132,8 @@ type heldReply struct {
 	release chan struct{}
 }
 
-// Start listens on 127.0.0.1 and serves until the test ends.
-func Start(ctx context.Context) (*Server, error) {
+// Start listens on 127.0.0.1 and serves until Close.
+func Start() (*Server, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("scripted: listen: %w", err)
@@ -413,12 +413,13 @@ func StatusByName(name string) (nfs4.Nfsstat4, bool) {
 	if name == "NFS4_OK" || name == "OK" {
 		return nfs4.NFS4_OK, true
 	}
+	// nfsstat4 values are the errno-like 1..99 and 10001 on.
 	for v := nfs4.Nfsstat4(1); v < 10200; v++ {
 		if v.String() == name {
 			return v, true
 		}
-		if v == 100 {
-			v = 9999
+		if v == 99 {
+			v = 10000
 		}
 	}
 	return 0, false
