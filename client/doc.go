@@ -60,6 +60,14 @@
 // minutes). Callers see neither unless the wait runs out or their context
 // is cancelled.
 //
+// An error of SEQUENCE itself leaves the slot as it was (the server ran
+// nothing), so NFS4ERR_DELAY there is resent under the same sequence id;
+// NFS4ERR_SEQ_MISORDERED, a slot the server and the client disagree on,
+// replaces the session. A SEQUENCE reply saying the server has no back
+// channel for the session (SEQ4_STATUS_CB_PATH_DOWN, _SESSION) makes the
+// client bind its connection for the back channel again
+// (BIND_CONN_TO_SESSION).
+//
 // # Failures and recovery
 //
 // When the connection breaks, the calls in flight redial (with backoff, for
@@ -349,6 +357,12 @@
 //
 // Methods of those types that act for a File take the File as a
 // parameter; the File's mu guards what they change of it.
+//
+// What the session and pNFS layers send in answer to what a server says
+// is pinned down by the contract scripts in testdata/ (TestScripted),
+// played against a server whose every answer the script dictates
+// (package client/internal/scripted), with RFC 8881's rules in their
+// comments.
 //
 // # Errors
 //
