@@ -412,8 +412,9 @@ func (c *Client) callIO(ctx context.Context, build func() []nfs4.NfsArgop4) ([]n
 }
 
 // reclaimOn re-establishes the Client's state on s, a new session that
-// replaces one the server lost (stateHolder). Delegations went with the
-// old session: the server recalls nothing of them, and Files opened
+// replaces one the server lost together with the client ID
+// (stateHolder). Delegations went with the old client ID: the server
+// recalls nothing of them, and Files opened
 // locally under them are reclaimed as ordinary opens.
 func (c *Client) reclaimOn(ctx context.Context, s *session) func(context.Context) {
 	c.dropAllDelegations()

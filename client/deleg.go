@@ -52,7 +52,7 @@ import (
 // delegation stateids with TEST_STATEID, frees the revoked ones with
 // FREE_STATEID and drops them: their Files opened locally are opened on
 // the server (CLAIM_FH) and cached data of the file is dropped, since
-// another client may have written it meanwhile. A new session (server
+// another client may have written it meanwhile. A new client ID (server
 // restart, lease expired) drops all delegations; Close returns them.
 //
 // Lock order: File.convMu (serializes turning a local open into a server

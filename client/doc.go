@@ -60,6 +60,14 @@
 // minutes). Callers see neither unless the wait runs out or their context
 // is cancelled.
 //
+// An error of SEQUENCE itself leaves the slot as it was (the server ran
+// nothing), so NFS4ERR_DELAY there is resent under the same sequence id;
+// NFS4ERR_SEQ_MISORDERED, a slot the server and the client disagree on,
+// replaces the session. A SEQUENCE reply saying the server has no back
+// channel for the session (SEQ4_STATUS_CB_PATH_DOWN, _SESSION) makes the
+// client bind its connection for the back channel again
+// (BIND_CONN_TO_SESSION).
+//
 // # Failures and recovery
 //
 // When the connection breaks, the calls in flight redial (with backoff, for
@@ -86,9 +94,13 @@
 // session, and the Client recovers as from a restart, described next.
 //
 // When the server has lost the session (NFS4ERR_BADSESSION,
-// NFS4ERR_DEADSESSION, NFS4ERR_STALE_CLIENTID: it restarted), the client
-// creates a new client ID and session under the same client owner, then
-// reclaims the opens of every open [File] with CLAIM_PREVIOUS and their
+// NFS4ERR_DEADSESSION, NFS4ERR_STALE_CLIENTID), the client runs
+// EXCHANGE_ID under the same client owner and CREATE_SESSION. If the
+// server answers with the same client ID, confirmed
+// (EXCHGID4_FLAG_CONFIRMED_R), it lost the session only and kept the
+// client's state: opens, locks, delegations and layouts carry on, and
+// there is nothing to reclaim. Otherwise (it restarted, or expired the
+// client ID) the client reclaims the opens of every open [File] with CLAIM_PREVIOUS and their
 // byte-range locks with reclaim=true, and sends RECLAIM_COMPLETE. A server
 // without a grace period (NFS4ERR_NO_GRACE) gets ordinary opens (CLAIM_FH)
 // instead; locks are never taken again outside the grace period, since
@@ -121,8 +133,9 @@
 // A Lock on such a File opens it on the server the same way. When
 // SEQUENCE reports revoked state, the Client tests its delegation
 // stateids (TEST_STATEID), frees the revoked ones (FREE_STATEID), reopens
-// their local Files and drops the file's cached data. A new session drops
-// all delegations (their local Files are reclaimed as ordinary opens);
+// their local Files and drops the file's cached data. A new client ID
+// (server restart, lease expired) drops all delegations (their local
+// Files are reclaimed as ordinary opens);
 // Close returns them. [Stats] and [Client.OpCounts] count what this
 // saves.
 //
@@ -344,6 +357,12 @@
 //
 // Methods of those types that act for a File take the File as a
 // parameter; the File's mu guards what they change of it.
+//
+// What the session and pNFS layers send in answer to what a server says
+// is pinned down by the contract scripts in testdata/ (TestScripted),
+// played against a server whose every answer the script dictates
+// (package client/internal/scripted), with RFC 8881's rules in their
+// comments.
 //
 // # Errors
 //

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
@@ -35,6 +36,9 @@ func StripeOf(ctx context.Context, f *File, off int64) (addr string, stripe, str
 		f.mu.Lock()
 		err = f.layRefused
 		f.mu.Unlock()
+		if err == nil {
+			err = errors.New("none held (recalled, or being returned)")
+		}
 		return "", 0, 0, fmt.Errorf("no layout for %s: %w", f.path, err)
 	}
 	defer l.release(f)

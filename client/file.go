@@ -36,11 +36,12 @@ type File struct {
 	dirty   bool // UNSTABLE data written through the MDS not yet committed
 	closed  bool
 
-	// sgen is the generation of the session that stateid (and
+	// sgen is the state generation (session.state) that stateid (and
 	// lockStateid) belong to, 0 if unknown (opened under a delegation);
 	// guarded by mu. A recovery that reclaims the File moves it on; a
-	// stateid of an earlier session is one the server instance found by
-	// the recovery does not know (see recoverOpen).
+	// stateid of an earlier generation is one the server instance found
+	// by the recovery does not know (see recoverOpen). A new session on
+	// a client ID the server kept keeps the generation.
 	sgen uint64
 
 	// Data written UNSTABLE, kept until a COMMIT vouches for it
@@ -152,7 +153,7 @@ func (c *Client) openIn(ctx context.Context, path string, start []nfs4.NfsArgop4
 		// OPEN succeeded, what followed it did not: ask for the handle
 		// and attributes instead of opening again.
 		ok := res[len(start)].Opopen.Resok4
-		f.stateid, f.sgen = ok.Stateid, used.gen
+		f.stateid, f.sgen = ok.Stateid, used.state
 		if f.fh, a, err = c.lookupIn(ctx, start, name); err != nil {
 			// Without the handle there is nothing to CLOSE: the open
 			// ends with the Client's lease.
@@ -166,7 +167,7 @@ func (c *Client) openIn(ctx context.Context, path string, start []nfs4.NfsArgop4
 		}
 		n := len(res)
 		ok := res[n-3].Opopen.Resok4
-		f.stateid, f.sgen = ok.Stateid, used.gen
+		f.stateid, f.sgen = ok.Stateid, used.state
 		f.fh = append([]byte(nil), res[n-2].Opgetfh.Resok4.Object...)
 		if a, err = lastAttr(res); err != nil {
 			c.dropDelegation(f.fh, &ok.Delegation)
@@ -198,7 +199,7 @@ func (c *Client) opened(ctx context.Context, f *File, a *Attr, access Access) (*
 	// looked before f was there (it installs the session before it
 	// collects the files), while the OPEN's answer from the server
 	// instance it replaced was still on its way.
-	if _, cur, err := c.current(); err == nil && gen != 0 && cur.gen != gen {
+	if _, cur, err := c.current(); err == nil && gen != 0 && cur.state != gen {
 		if _, err := c.recoverOpen(ctx, f, gen); err != nil {
 			// The File's I/O tries again (recoverOpen) when the
 			// server refuses the stale stateid.
@@ -340,7 +341,7 @@ func (c *Client) OpenHandle(ctx context.Context, fh []byte, flag int) (*File, er
 		return nil, pathErr("open", name, err)
 	}
 	ok := res[1].Opopen.Resok4
-	f.stateid, f.sgen = ok.Stateid, used.gen
+	f.stateid, f.sgen = ok.Stateid, used.state
 	var ap *Attr
 	if a, err := lastAttr(res); err == nil {
 		ap = &a
@@ -524,7 +525,7 @@ func (f *File) Close() error {
 		return append(ops, nfs4.NfsArgop4{Argop: nfs4.OP_CLOSE, Opclose: &nfs4.CLOSE4args{OpenStateid: sid}})
 	})
 	if staleState(err) {
-		if _, cur, cerr := f.c.current(); cerr == nil && f.openGen() != 0 && f.openGen() != cur.gen {
+		if _, cur, cerr := f.c.current(); cerr == nil && f.openGen() != 0 && f.openGen() != cur.state {
 			// Opened at a server instance that a recovery replaced, and
 			// not reopened since: the server has no open to close.
 			err = nil
@@ -551,7 +552,7 @@ var errNotReclaimed = errors.New("nfs: server refused the reclaim")
 // open (after RECLAIM_COMPLETE), whose locks are lost.
 func (f *File) reclaim(ctx context.Context, s *session, grace bool) error {
 	f.mu.Lock()
-	if f.closed || f.sgen == s.gen {
+	if f.closed || f.sgen == s.state {
 		// Closed, or reopened on s already (recoverOpen).
 		f.mu.Unlock()
 		return nil
@@ -599,7 +600,7 @@ func (f *File) reclaim(ctx context.Context, s *session, grace bool) error {
 	}
 	ok := res[1].Opopen.Resok4
 	f.mu.Lock()
-	f.stateid, f.sgen = ok.Stateid, s.gen
+	f.stateid, f.sgen = ok.Stateid, s.state
 	f.mu.Unlock()
 	f.c.dropDelegation(f.fh, &ok.Delegation)
 	// Locks are reclaimed, never taken anew: outside the grace period
@@ -690,7 +691,7 @@ func (c *Client) recoverOpen(ctx context.Context, f *File, gen uint64) (bool, er
 		return false, nil // not an open of this Client's on the server
 	case now != gen:
 		return true, nil // reclaimed or reopened meanwhile
-	case now == cur.gen:
+	case now == cur.state:
 		return false, nil
 	}
 	var used *session
@@ -715,10 +716,10 @@ func (c *Client) recoverOpen(ctx context.Context, f *File, gen uint64) (bool, er
 	ok := res[1].Opopen.Resok4
 	var locks []lockRange
 	f.mu.Lock()
-	if used.gen > f.sgen {
+	if used.state > f.sgen {
 		// Not reclaimed by a recovery meanwhile (the same open owner's
 		// open of the file: the same open, whichever answer wins).
-		f.stateid, f.sgen = ok.Stateid, used.gen
+		f.stateid, f.sgen = ok.Stateid, used.state
 		f.lk.stateid = nil // of the lost session, like the locks
 		locks = append(locks, f.lk.held...)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -314,13 +315,18 @@ func (l *fileLayout) startRetireLocked(f *File, retry time.Duration) {
 
 // retire waits for the I/O on l, commits what was written through it
 // (COMMIT to the data servers, LAYOUTCOMMIT to the MDS) and returns it.
-// Commit failures surface at the next Sync or Close.
+// Commit failures surface at the next Sync or Close. Until it is
+// returned, l is among f.retiring, where a CB_LAYOUTRECALL finds it
+// (Close calls retire directly, not through startRetireLocked).
 func (l *fileLayout) retire(ctx context.Context, f *File) {
 	l.retireOnce.Do(func() {
 		defer close(l.returned)
 		f.mu.Lock()
 		if f.lay == l {
 			f.lay = nil
+		}
+		if !slices.Contains(f.retiring, l) {
+			f.retiring = append(f.retiring, l)
 		}
 		l.invalid = true
 		l.maybeIdleLocked()

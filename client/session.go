@@ -75,13 +75,19 @@ type endpoint struct {
 		reconnects, recoveries, retries atomic.Uint64
 	}
 	ops opCounter // operations sent, for OpCounts
+
+	// rebinding is set while rebindBack runs; lastRebind is when it last
+	// started (unix nanos).
+	rebinding  atomic.Bool
+	lastRebind atomic.Int64
 }
 
 // stateHolder is what holds state on a session: the Client, on the
 // metadata server's.
 type stateHolder interface {
 	// reclaimOn re-establishes the holder's state on s, which replaces
-	// a session the server lost, before RECLAIM_COMPLETE; what it
+	// a session the server lost with the client ID, before
+	// RECLAIM_COMPLETE; what it
 	// returns, if not nil, runs after RECLAIM_COMPLETE (new opens of
 	// files the server would not let it reclaim).
 	reclaimOn(ctx context.Context, s *session) func(context.Context)
@@ -144,7 +150,14 @@ type session struct {
 	id       nfs4.Sessionid4
 	clientID nfs4.Clientid4
 	slots    *slotTable
-	gen      uint64
+	// gen counts the sessions of the endpoint: a request resent on a
+	// session of another gen found no reply cache of its first send.
+	gen uint64
+	// state is the gen of the session whose stateids are valid on this
+	// one: its own gen after a server restart or an expired client ID,
+	// the lost session's state when only the session was lost and the
+	// client ID, with all its state, lives on.
+	state uint64
 }
 
 var errSessionGone = errors.New("nfs: session replaced")
@@ -280,13 +293,96 @@ func (c *endpoint) plain(ctx context.Context, conn *rpc.Conn, ops []nfs4.NfsArgo
 
 // newSession runs EXCHANGE_ID, CREATE_SESSION and RECLAIM_COMPLETE on the
 // current connection and installs the session. With old set, it replaces a
-// session the server lost and reclaims open files and locks first.
+// session the server lost: if the server kept the client ID, that is all;
+// otherwise it reclaims open files and locks before RECLAIM_COMPLETE.
 func (c *endpoint) newSession(ctx context.Context, old *session) error {
 	c.mu.Lock()
 	conn := c.conn
 	c.mu.Unlock()
 
 	var eir *nfs4.EXCHANGEID4resok
+	var csr *nfs4.CREATESESSION4resok
+	// A CREATE_SESSION refused with NFS4ERR_STALE_CLIENTID found the
+	// client ID gone since EXCHANGE_ID (the server restarted, or purged
+	// it): a new EXCHANGE_ID gets another (RFC 8881 §18.36).
+	for attempt := 0; ; attempt++ {
+		var err error
+		if eir, err = c.exchangeID(ctx, conn); err != nil {
+			return err
+		}
+		csr, err = c.createSession(ctx, conn, eir)
+		var se *StatusError
+		if errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_STALE_CLIENTID && attempt < 2 {
+			c.log.Debug("client ID gone before CREATE_SESSION; exchanging a new one")
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
+	}
+	slots := int(csr.CsrForeChanAttrs.CaMaxrequests)
+	if slots > c.opts.MaxInFlight {
+		slots = c.opts.MaxInFlight
+	}
+	gen := uint64(1)
+	if old != nil {
+		gen = old.gen + 1
+	}
+	// The server lost the session only: it answers EXCHANGE_ID with the
+	// same client ID, confirmed (RFC 8881 §18.35.3:
+	// EXCHGID4_FLAG_CONFIRMED_R), whose state it keeps. A server that
+	// restarted, or expired the client ID, hands out a new one.
+	intact := old != nil && eir.EirClientid == old.clientID && eir.EirFlags&nfs4.EXCHGID4_FLAG_CONFIRMED_R != 0
+	s := &session{id: csr.CsrSessionid, clientID: eir.EirClientid, slots: newSlotTable(slots), gen: gen, state: gen}
+	if intact {
+		s.state = old.state
+	}
+	c.maxOps = int(csr.CsrForeChanAttrs.CaMaxoperations)
+	if c.maxRead == 0 || c.maxRead > csr.CsrForeChanAttrs.CaMaxresponsesize-ioOverhead {
+		// Provisional until readFSInfo; always bounded by the channel.
+		c.maxRead = csr.CsrForeChanAttrs.CaMaxresponsesize - ioOverhead
+	}
+	if c.maxWrite == 0 || c.maxWrite > csr.CsrForeChanAttrs.CaMaxrequestsize-ioOverhead {
+		c.maxWrite = csr.CsrForeChanAttrs.CaMaxrequestsize - ioOverhead
+	}
+	c.mu.Lock()
+	c.sess = s
+	c.mu.Unlock()
+	c.log.Debug("session created", "clientid", eir.EirClientid, "slots", slots, "minor", c.minor.Load())
+	if intact {
+		// Opens, locks, delegations and layouts are as they were:
+		// nothing to reclaim (the server has no grace period for it:
+		// NFS4ERR_NO_GRACE), and RECLAIM_COMPLETE was sent for this
+		// client ID already (§18.51.3). The old session may still exist
+		// (NFS4ERR_DEADSESSION, NFS4ERR_SEQ_MISORDERED): destroy it, best
+		// effort, so that its slots do not linger and DESTROY_CLIENTID
+		// at Close finds no session left but the current one.
+		_, _ = c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_DESTROY_SESSION,
+			OpdestroySession: &nfs4.DESTROYSESSION4args{DsaSessionid: old.id}}})
+		c.log.Info("server lost our session, not our state; new session created")
+		return nil
+	}
+
+	var after func(context.Context)
+	if old != nil && c.holder != nil {
+		after = c.holder.reclaimOn(ctx, s)
+	}
+	_, err := c.exec(ctx, s, false, []nfs4.NfsArgop4{{Argop: nfs4.OP_RECLAIM_COMPLETE,
+		OpreclaimComplete: &nfs4.RECLAIMCOMPLETE4args{RcaOneFs: false}}})
+	var se *StatusError
+	if err != nil && !(errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_COMPLETE_ALREADY) {
+		return fmt.Errorf("nfs: RECLAIM_COMPLETE: %w", err)
+	}
+	if after != nil {
+		after(ctx)
+	}
+	return nil
+}
+
+// exchangeID runs EXCHANGE_ID on conn, stepping the minor version down
+// while the server refuses it.
+func (c *endpoint) exchangeID(ctx context.Context, conn *rpc.Conn) (*nfs4.EXCHANGEID4resok, error) {
 	var flags uint32
 	switch {
 	case c.dsRole:
@@ -294,6 +390,7 @@ func (c *endpoint) newSession(ctx context.Context, old *session) error {
 	case !c.opts.PNFSOff:
 		flags = nfs4.EXCHGID4_FLAG_USE_PNFS_MDS
 	}
+	var eir *nfs4.EXCHANGEID4resok
 	for {
 		res, err := c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_EXCHANGE_ID, OpexchangeId: &nfs4.EXCHANGEID4args{
 			EiaClientowner:  c.owner,
@@ -307,13 +404,13 @@ func (c *endpoint) newSession(ctx context.Context, old *session) error {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("nfs: EXCHANGE_ID: %w", err)
+			return nil, fmt.Errorf("nfs: EXCHANGE_ID: %w", err)
 		}
 		eir = res.Resarray[0].OpexchangeId.EirResok4
 		break
 	}
 	if eir == nil {
-		return errors.New("nfs: EXCHANGE_ID: empty reply")
+		return nil, errors.New("nfs: EXCHANGE_ID: empty reply")
 	}
 	if !c.dsRole && eir.EirFlags&(nfs4.EXCHGID4_FLAG_USE_PNFS_DS|nfs4.EXCHGID4_FLAG_USE_PNFS_MDS|nfs4.EXCHGID4_FLAG_USE_NON_PNFS) == nfs4.EXCHGID4_FLAG_USE_PNFS_DS {
 		// A data server only: it has no namespace (PUTROOTFH fails
@@ -322,9 +419,14 @@ func (c *endpoint) newSession(ctx context.Context, old *session) error {
 		if len(eir.EirServerImplId) > 0 && string(eir.EirServerImplId[0].NiiName) == "shoal" {
 			what = "a Shoal data server"
 		}
-		return fmt.Errorf("nfs: %s is %s: %w", c.addr(), what, ErrDataServer)
+		return nil, fmt.Errorf("nfs: %s is %s: %w", c.addr(), what, ErrDataServer)
 	}
+	return eir, nil
+}
 
+// createSession runs CREATE_SESSION on conn for the client ID eir
+// returned, with conn as the back channel too.
+func (c *endpoint) createSession(ctx context.Context, conn *rpc.Conn, eir *nfs4.EXCHANGEID4resok) (*nfs4.CREATESESSION4resok, error) {
 	fore := nfs4.ChannelAttrs4{
 		CaMaxrequestsize:        maxRecord,
 		CaMaxresponsesize:       maxRecord,
@@ -351,48 +453,54 @@ func (c *endpoint) newSession(ctx context.Context, old *session) error {
 		}}},
 	}}})
 	if err != nil {
-		return fmt.Errorf("nfs: CREATE_SESSION: %w", err)
+		return nil, fmt.Errorf("nfs: CREATE_SESSION: %w", err)
 	}
 	csr := res.Resarray[0].OpcreateSession.CsrResok4
 	if csr == nil {
-		return errors.New("nfs: CREATE_SESSION: empty reply")
+		return nil, errors.New("nfs: CREATE_SESSION: empty reply")
 	}
-	slots := int(csr.CsrForeChanAttrs.CaMaxrequests)
-	if slots > c.opts.MaxInFlight {
-		slots = c.opts.MaxInFlight
-	}
-	gen := uint64(1)
-	if old != nil {
-		gen = old.gen + 1
-	}
-	s := &session{id: csr.CsrSessionid, clientID: eir.EirClientid, slots: newSlotTable(slots), gen: gen}
-	c.maxOps = int(csr.CsrForeChanAttrs.CaMaxoperations)
-	if c.maxRead == 0 || c.maxRead > csr.CsrForeChanAttrs.CaMaxresponsesize-ioOverhead {
-		// Provisional until readFSInfo; always bounded by the channel.
-		c.maxRead = csr.CsrForeChanAttrs.CaMaxresponsesize - ioOverhead
-	}
-	if c.maxWrite == 0 || c.maxWrite > csr.CsrForeChanAttrs.CaMaxrequestsize-ioOverhead {
-		c.maxWrite = csr.CsrForeChanAttrs.CaMaxrequestsize - ioOverhead
-	}
-	c.mu.Lock()
-	c.sess = s
-	c.mu.Unlock()
-	c.log.Debug("session created", "clientid", eir.EirClientid, "slots", slots, "minor", c.minor.Load())
+	return csr, nil
+}
 
-	var after func(context.Context)
-	if old != nil && c.holder != nil {
-		after = c.holder.reclaimOn(ctx, s)
+// rebindMinInterval spaces the back channel rebinds of rebindBack: a
+// server that keeps reporting its back channel down after a rebind must
+// not get one with every COMPOUND.
+const rebindMinInterval = 10 * time.Second
+
+// rebindBack gives the server a back channel on sess again after a
+// SEQUENCE reply said it has none (SEQ4_STATUS_CB_PATH_DOWN,
+// SEQ4_STATUS_CB_PATH_DOWN_SESSION: RFC 8881 §18.46.3): without one it
+// cannot recall delegations or layouts. It binds the current connection
+// for both directions with BIND_CONN_TO_SESSION, in the background, one
+// at a time. An endpoint that serves no callbacks (a data server's) has
+// nothing to rebind.
+func (c *endpoint) rebindBack(sess *session) {
+	if c.callbacks == nil {
+		return
 	}
-	_, err = c.exec(ctx, s, false, []nfs4.NfsArgop4{{Argop: nfs4.OP_RECLAIM_COMPLETE,
-		OpreclaimComplete: &nfs4.RECLAIMCOMPLETE4args{RcaOneFs: false}}})
-	var se *StatusError
-	if err != nil && !(errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_COMPLETE_ALREADY) {
-		return fmt.Errorf("nfs: RECLAIM_COMPLETE: %w", err)
+	if last := c.lastRebind.Load(); last != 0 && time.Since(time.Unix(0, last)) < rebindMinInterval {
+		return
 	}
-	if after != nil {
-		after(ctx)
+	if !c.rebinding.CompareAndSwap(false, true) {
+		return
 	}
-	return nil
+	c.lastRebind.Store(time.Now().UnixNano())
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		defer c.rebinding.Store(false)
+		conn, cur, err := c.current()
+		if err != nil || cur != sess {
+			return // closed, or a new session came with its own back channel
+		}
+		ctx, cancel := context.WithTimeout(c.ctx, c.opts.DialTimeout)
+		defer cancel()
+		_, err = c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_BIND_CONN_TO_SESSION,
+			OpbindConnToSession: &nfs4.BINDCONNTOSESSION4args{BctsaSessid: sess.id, BctsaDir: nfs4.CDFC4_BACK_OR_BOTH}}})
+		if err != nil && c.ctx.Err() == nil {
+			c.log.Warn("rebinding the back channel failed", "err", err)
+		}
+	}()
 }
 
 // renewLoop keeps the lease alive with a SEQUENCE-only COMPOUND when the
@@ -561,6 +669,22 @@ func (c *endpoint) callRetryRelease(ctx context.Context, budget time.Duration, b
 			}
 			delay = min(2*delay, time.Second)
 			continue
+		case nfs4.NFS4ERR_SEQ_MISORDERED:
+			// Refused at SEQUENCE, so not run: the server's slot and
+			// the client's disagree, and no sequence ID the client could
+			// pick mends that for sure; a slot kept in use would fail
+			// every request that lands on it. A new session has new
+			// slots; the client ID and its state are unaffected
+			// (newSession finds them intact).
+			if se.Op != "SEQUENCE" || recoveries >= 5 {
+				return res, nil, err
+			}
+			recoveries++
+			c.log.Warn("server and client disagree on a session slot; replacing the session")
+			if rerr := c.recover(ctx, sess); rerr != nil {
+				return res, nil, rerr
+			}
+			continue
 		case nfs4.NFS4ERR_SEQ_FALSE_RETRY:
 			// Refused at SEQUENCE, so not executed; the slot has moved
 			// past the lost request (execRelease), and a resend goes out
@@ -662,6 +786,9 @@ func (c *endpoint) execRelease(ctx context.Context, sess *session, reconnect boo
 				target = int(sr.SrResok4.SrTargetHighestSlotid)
 				if c.holder != nil {
 					c.holder.stateRevoked(uint32(sr.SrResok4.SrStatusFlags))
+				}
+				if uint32(sr.SrResok4.SrStatusFlags)&(nfs4.SEQ4_STATUS_CB_PATH_DOWN|nfs4.SEQ4_STATUS_CB_PATH_DOWN_SESSION) != 0 {
+					c.rebindBack(sess)
 				}
 			} else if sr != nil && (sr.SrStatus == nfs4.NFS4ERR_RETRY_UNCACHED_REP || sr.SrStatus == nfs4.NFS4ERR_SEQ_FALSE_RETRY) {
 				// The server did execute a request under this sequence
