@@ -14,8 +14,8 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/wiring"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/wiring"
 )
 
 // deadHolder is a pNFS cluster with a file that client A, reaching the MDS

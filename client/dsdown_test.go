@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/client"
-	"github.com/shoalfs/shoal/cluster"
+	"github.com/shoalfs/shoal/internal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/wiring"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/wiring"
 )
 
 // mdsDownAfter is how long the metadata server of these tests answers

@@ -20,8 +20,8 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/wiring"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/wiring"
 )
 
 func TestParseURL(t *testing.T) {

@@ -31,14 +31,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/shoalfs/shoal/cluster"
+	"github.com/shoalfs/shoal/internal/cluster"
 	"github.com/shoalfs/shoal/internal/ctlproto"
 	"github.com/shoalfs/shoal/internal/rpc"
+	"github.com/shoalfs/shoal/internal/statuspage"
 	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/statuspage"
 	"github.com/shoalfs/shoal/store"
 )
 
