@@ -63,7 +63,7 @@ func TestParseAccess(t *testing.T) {
 
 func TestToErrno(t *testing.T) {
 	status := func(s nfs4.Nfsstat4) error {
-		return &fs.PathError{Op: "open", Path: "/x", Err: &client.StatusError{Op: "OPEN", NFSStatus: s}}
+		return &fs.PathError{Op: "open", Path: "/x", Err: &client.StatusError{Op: "OPEN", NFSStatus: uint32(s)}}
 	}
 	for _, tc := range []struct {
 		err  error
