@@ -9,10 +9,11 @@
 // Config field of type map[uint32]rpc.Handler would put internal/rpc into
 // server's API, where no caller outside the module could fill it anyway.
 // So server.Config and server.DataServerConfig keep the programs in an
-// unexported field, and this package is the one way to set it, after the
-// standard library's internal/testlog, whose hook package os installs:
-// package server sets [SetPrograms] in its init function, and
-// internal/wiring calls it on a configuration before server.New or
+// unexported field, and this package is the one way to set it: a hook
+// variable in an internal package, as in the standard library's
+// internal/testlog (which package testing installs and package os
+// consults). Package server installs [SetPrograms] in its init function,
+// and internal/wiring calls it on a configuration before server.New or
 // server.NewDataServer.
 //
 // The configuration travels as an any because this package cannot import
