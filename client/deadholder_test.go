@@ -14,8 +14,8 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/wiring"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/wiring"
 )
 
 // deadHolder is a pNFS cluster with a file that client A, reaching the MDS
@@ -187,7 +187,7 @@ func TestRemoveWaitsOutDeadLayoutHolder(t *testing.T) {
 	// NFS4ERR_DELAY sees it at once.
 	err := client.RemoveNoDelayRetry(ctx, b, deadHolderPath)
 	var se *client.StatusError
-	if !errors.As(err, &se) || se.NFSStatus != nfs4.NFS4ERR_DELAY {
+	if !errors.As(err, &se) || nfs4.Nfsstat4(se.NFSStatus) != nfs4.NFS4ERR_DELAY {
 		t.Fatalf("remove with no DELAY retries: %v, want NFS4ERR_DELAY", err)
 	}
 	// Cancelling the caller's context ends the wait (the FUSE mount relies

@@ -262,7 +262,7 @@ func (c *Client) returnDelegation(fh []byte, sid nfs4.Stateid4) {
 	switch {
 	case err == nil:
 		c.stats.deleg.returned.Add(1)
-	case errors.As(err, &se) && (se.NFSStatus == nfs4.NFS4ERR_DELEG_REVOKED || se.NFSStatus == nfs4.NFS4ERR_ADMIN_REVOKED):
+	case errors.As(err, &se) && (se.status() == nfs4.NFS4ERR_DELEG_REVOKED || se.status() == nfs4.NFS4ERR_ADMIN_REVOKED):
 		// Revoked while we were returning it: the server keeps it until
 		// FREE_STATEID (RFC 8881 §8.2.3).
 		c.freeStateid(ctx, sid)
@@ -386,7 +386,7 @@ func (d *delegation) unlocal(ctx context.Context, f *File, cur bool) error {
 	}
 	res, err := open(claim)
 	var se *StatusError
-	if cur && errors.As(err, &se) && (se.NFSStatus == nfs4.NFS4ERR_NOTSUPP || se.NFSStatus == nfs4.NFS4ERR_INVAL) {
+	if cur && errors.As(err, &se) && (se.status() == nfs4.NFS4ERR_NOTSUPP || se.status() == nfs4.NFS4ERR_INVAL) {
 		// A server without CLAIM_DELEG_CUR_FH: a plain open by handle
 		// conflicts with nothing a read delegation allows.
 		res, err = open(nfs4.OpenClaim4{Claim: nfs4.CLAIM_FH})

@@ -14,10 +14,10 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/client"
-	"github.com/shoalfs/shoal/cluster"
+	"github.com/shoalfs/shoal/internal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/wiring"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/wiring"
 )
 
 // mdsDownAfter is how long the metadata server of these tests answers
@@ -292,7 +292,7 @@ func TestPNFSDataServerDown(t *testing.T) {
 			}
 			checkFreshError(t, err)
 			var se *client.StatusError
-			if !errors.As(err, &se) || (se.NFSStatus != nfs4.NFS4ERR_DELAY && se.NFSStatus != nfs4.NFS4ERR_IO) {
+			if !errors.As(err, &se) || (nfs4.Nfsstat4(se.NFSStatus) != nfs4.NFS4ERR_DELAY && nfs4.Nfsstat4(se.NFSStatus) != nfs4.NFS4ERR_IO) {
 				t.Errorf("read %d: want NFS4ERR_DELAY or NFS4ERR_IO from the metadata server: %v", i, err)
 			}
 		}

@@ -13,26 +13,33 @@ import (
 // other than NFS4_OK. Namespace and file methods return it wrapped in an
 // *fs.PathError, so both errors.Is(err, fs.ErrNotExist) and
 // errors.As(err, &statusErr) work.
+//
+// NFSStatus is the raw nfsstat4 number (RFC 8881 §15.1, for example 2 for
+// NFS4ERR_NOENT and 10008 for NFS4ERR_DELAY); Error names it.
 type StatusError struct {
-	Op        string        // the failing operation, such as "LOOKUP"
-	NFSStatus nfs4.Nfsstat4 // the server's nfsstat4
+	Op        string // the failing operation, such as "LOOKUP"
+	NFSStatus uint32 // the server's nfsstat4
 }
 
 var _ error = (*StatusError)(nil)
 
 // Status returns the raw nfsstat4 value.
-func (e *StatusError) Status() uint32 { return uint32(e.NFSStatus) }
+func (e *StatusError) Status() uint32 { return e.NFSStatus }
+
+// status is NFSStatus as the protocol's type, for comparisons with the
+// NFS4ERR_* constants.
+func (e *StatusError) status() nfs4.Nfsstat4 { return nfs4.Nfsstat4(e.NFSStatus) }
 
 func (e *StatusError) Error() string {
 	if errno := e.Errno(); errno != 0 {
-		return fmt.Sprintf("%s: %s (%s)", e.Op, errno.Error(), e.NFSStatus)
+		return fmt.Sprintf("%s: %s (%s)", e.Op, errno.Error(), e.status())
 	}
-	return fmt.Sprintf("%s: %s", e.Op, e.NFSStatus)
+	return fmt.Sprintf("%s: %s", e.Op, e.status())
 }
 
 // Errno returns the POSIX errno that corresponds to the status, or 0 when
 // there is no natural one.
-func (e *StatusError) Errno() syscall.Errno { return statusErrno(e.NFSStatus) }
+func (e *StatusError) Errno() syscall.Errno { return statusErrno(e.status()) }
 
 // Is reports whether target is the fs sentinel or syscall.Errno matching the
 // status: NFS4ERR_NOENT is fs.ErrNotExist and syscall.ENOENT, NFS4ERR_EXIST
@@ -180,7 +187,7 @@ func (e *DataServerError) Error() string {
 func (e *DataServerError) Unwrap() error { return e.Err }
 
 func statusErr(op nfs4.NfsOpnum4, s nfs4.Nfsstat4) error {
-	return &StatusError{Op: opName(op), NFSStatus: s}
+	return &StatusError{Op: opName(op), NFSStatus: uint32(s)}
 }
 
 func opName(op nfs4.NfsOpnum4) string {

@@ -55,7 +55,7 @@ func TestLostReplyThenNewRequest(t *testing.T) {
 			name := "after-" + lost
 			if err := c.Mkdir(ctx, "/"+name, 0o755); err != nil {
 				var se *StatusError
-				if errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_EXIST {
+				if errors.As(err, &se) && se.status() == nfs4.NFS4ERR_EXIST {
 					t.Fatalf("Mkdir %s got the lost CREATE's reply or ran twice: %v", name, err)
 				}
 				t.Fatalf("Mkdir %s after a lost reply on its slot: %v", name, err)

@@ -582,8 +582,8 @@ func (f *File) reclaim(ctx context.Context, s *session, grace bool) error {
 	}
 	res, err := open(claim)
 	var se *StatusError
-	if grace && errors.As(err, &se) && (se.NFSStatus == nfs4.NFS4ERR_NO_GRACE || se.NFSStatus == nfs4.NFS4ERR_RECLAIM_BAD ||
-		se.NFSStatus == nfs4.NFS4ERR_NOTSUPP) {
+	if grace && errors.As(err, &se) && (se.status() == nfs4.NFS4ERR_NO_GRACE || se.status() == nfs4.NFS4ERR_RECLAIM_BAD ||
+		se.status() == nfs4.NFS4ERR_NOTSUPP) {
 		// No reclaim: the file is opened anew once RECLAIM_COMPLETE
 		// allows new state (RFC 8881 §18.51.3: before it, NFS4ERR_GRACE),
 		// and its locks are lost.
@@ -653,7 +653,7 @@ const maxReopens = 3
 // or of an earlier client ID of this Client (NFS4ERR_BAD_STATEID).
 func staleState(err error) bool {
 	var se *StatusError
-	return errors.As(err, &se) && (se.NFSStatus == nfs4.NFS4ERR_STALE_STATEID || se.NFSStatus == nfs4.NFS4ERR_BAD_STATEID)
+	return errors.As(err, &se) && (se.status() == nfs4.NFS4ERR_STALE_STATEID || se.status() == nfs4.NFS4ERR_BAD_STATEID)
 }
 
 // recoverOpen re-establishes f's open on the current session if its

@@ -28,8 +28,8 @@ import (
 // object on the server (NFS4ERR_STALE, NFS4ERR_FHEXPIRED, NFS4ERR_BADHANDLE).
 func IsStale(err error) bool {
 	var se *StatusError
-	return errors.As(err, &se) && (se.NFSStatus == nfs4.NFS4ERR_STALE || se.NFSStatus == nfs4.NFS4ERR_FHEXPIRED ||
-		se.NFSStatus == nfs4.NFS4ERR_BADHANDLE)
+	return errors.As(err, &se) && (se.status() == nfs4.NFS4ERR_STALE || se.status() == nfs4.NFS4ERR_FHEXPIRED ||
+		se.status() == nfs4.NFS4ERR_BADHANDLE)
 }
 
 func handleName(fh []byte) string { return fmt.Sprintf("handle:%x", fh) }
@@ -211,7 +211,7 @@ func (c *Client) callCreating(ctx context.Context, idx int, build func() []nfs4.
 	for {
 		res, err = c.callRetry(ctx, 0, build)
 		var se *StatusError
-		if err == nil || !errors.As(err, &se) || se.NFSStatus != nfs4.NFS4ERR_DELAY {
+		if err == nil || !errors.As(err, &se) || se.status() != nfs4.NFS4ERR_DELAY {
 			return res, false, err
 		}
 		if len(res)-1 > idx {

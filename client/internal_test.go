@@ -29,7 +29,7 @@ func TestStatusErrorIs(t *testing.T) {
 		{nfs4.NFS4ERR_DENIED, syscall.EAGAIN, true},
 		{nfs4.NFS4ERR_NOENT, fs.ErrExist, false},
 		{nfs4.NFS4ERR_BADSESSION, fs.ErrNotExist, false},
-		{nfs4.NFS4ERR_NOENT, &StatusError{NFSStatus: nfs4.NFS4ERR_NOENT}, true},
+		{nfs4.NFS4ERR_NOENT, &StatusError{NFSStatus: uint32(nfs4.NFS4ERR_NOENT)}, true},
 	}
 	for _, tc := range tests {
 		err := pathErr("op", "/p", statusErr(nfs4.OP_LOOKUP, tc.status))
@@ -39,7 +39,7 @@ func TestStatusErrorIs(t *testing.T) {
 	}
 	var se *StatusError
 	err := pathErr("stat", "/x", statusErr(nfs4.OP_LOOKUP, nfs4.NFS4ERR_NOENT))
-	if !errors.As(err, &se) || se.Status() != 2 || se.Op != "LOOKUP" {
+	if !errors.As(err, &se) || se.NFSStatus != 2 || se.Status() != 2 || se.Op != "LOOKUP" {
 		t.Fatalf("errors.As: %#v", se)
 	}
 	if want := "stat /x: LOOKUP: no such file or directory (NFS4ERR_NOENT)"; err.Error() != want {

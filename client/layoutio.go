@@ -182,7 +182,7 @@ func (f *File) blameDataServer(ctx context.Context, off int64, err error) error 
 	var se *StatusError
 	p := f.c.pnfs
 	if p == nil || ctx.Err() != nil || !errors.As(err, &se) ||
-		(se.NFSStatus != nfs4.NFS4ERR_IO && se.NFSStatus != nfs4.NFS4ERR_DELAY) {
+		(se.status() != nfs4.NFS4ERR_IO && se.status() != nfs4.NFS4ERR_DELAY) {
 		return err
 	}
 	var de *DataServerError

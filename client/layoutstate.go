@@ -121,7 +121,7 @@ func (f *File) layoutRefused(err error) {
 	var se *StatusError
 	short := false
 	if errors.As(err, &se) {
-		switch se.NFSStatus {
+		switch se.status() {
 		case nfs4.NFS4ERR_NOTSUPP, nfs4.NFS4ERR_UNKNOWN_LAYOUTTYPE, nfs4.NFS4ERR_BADIOMODE,
 			nfs4.NFS4ERR_INVAL, nfs4.NFS4ERR_WRONG_TYPE, nfs4.NFS4ERR_ISDIR:
 			f.layOff = true
@@ -180,7 +180,7 @@ func (p *pnfsClient) getLayout(ctx context.Context, f *File) (*fileLayout, error
 			break
 		}
 		retry := false
-		switch se.NFSStatus {
+		switch se.status() {
 		case nfs4.NFS4ERR_BAD_STATEID, nfs4.NFS4ERR_STALE_STATEID, nfs4.NFS4ERR_BADLAYOUT, nfs4.NFS4ERR_EXPIRED:
 			// The server has no layout state under it any more (returned,
 			// revoked, or of its previous boot): start afresh from the
@@ -445,12 +445,12 @@ func (l *fileLayout) returnLocked(ctx context.Context, f *File) {
 			p.forgetStateid(f.fh, sid)
 			f.c.stats.layoutReturns.Add(1)
 			return
-		case errors.As(err, &se) && (se.NFSStatus == nfs4.NFS4ERR_BAD_STATEID || se.NFSStatus == nfs4.NFS4ERR_STALE_STATEID ||
-			se.NFSStatus == nfs4.NFS4ERR_BADLAYOUT || se.NFSStatus == nfs4.NFS4ERR_NOMATCHING_LAYOUT):
+		case errors.As(err, &se) && (se.status() == nfs4.NFS4ERR_BAD_STATEID || se.status() == nfs4.NFS4ERR_STALE_STATEID ||
+			se.status() == nfs4.NFS4ERR_BADLAYOUT || se.status() == nfs4.NFS4ERR_NOMATCHING_LAYOUT):
 			// The server holds none of it (revoked, or of its previous
 			// boot).
 			p.forgetStateid(f.fh, sid)
-		case attempt == 0 && errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_OLD_STATEID:
+		case attempt == 0 && errors.As(err, &se) && se.status() == nfs4.NFS4ERR_OLD_STATEID:
 			// A recall moved the seqid (its CB_LAYOUTRECALL is on its
 			// way), or a sibling's LAYOUTGET did.
 			if next, ok := p.waitNewer(ctx, f.fh, sid, layoutSeqidWait); ok && next.Other == sid.Other && !inUse() {
@@ -566,7 +566,7 @@ func (l *fileLayout) sync(ctx context.Context, f *File) error {
 		var se *StatusError
 		switch {
 		case err == nil:
-		case errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_STALE:
+		case errors.As(err, &se) && se.status() == nfs4.NFS4ERR_STALE:
 			// The file was removed: nothing left to update.
 		case ctx.Err() != nil:
 			undo(false)
@@ -619,7 +619,7 @@ func (l *fileLayout) commit(ctx context.Context, f *File, end uint64, mtime time
 		}
 		var next nfs4.Stateid4
 		var ok bool
-		switch se.NFSStatus {
+		switch se.status() {
 		case nfs4.NFS4ERR_OLD_STATEID:
 			next, ok = p.waitNewer(ctx, f.fh, sid, layoutSeqidWait)
 		case nfs4.NFS4ERR_BAD_STATEID, nfs4.NFS4ERR_BADLAYOUT:

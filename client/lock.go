@@ -113,7 +113,7 @@ func (lk *lockState) lock(ctx context.Context, f *File, off, length uint64, writ
 	for {
 		err := lk.lockOnce(ctx, f, off, length, write, wait, false)
 		var se *StatusError
-		if !wait || !errors.As(err, &se) || se.NFSStatus != nfs4.NFS4ERR_DENIED {
+		if !wait || !errors.As(err, &se) || se.status() != nfs4.NFS4ERR_DENIED {
 			return pathErr("lock", f.path, err)
 		}
 		if werr := sleep(ctx, delay); werr != nil {
@@ -251,7 +251,7 @@ func (f *File) TestLock(ctx context.Context, off, length uint64, write bool) (*L
 		}}}
 	})
 	var se *StatusError
-	if errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_DENIED && len(res) > 1 && res[1].Oplockt != nil && res[1].Oplockt.Denied != nil {
+	if errors.As(err, &se) && se.status() == nfs4.NFS4ERR_DENIED && len(res) > 1 && res[1].Oplockt != nil && res[1].Oplockt.Denied != nil {
 		d := res[1].Oplockt.Denied
 		return &LockConflict{
 			Offset: d.Offset, Length: d.Length,

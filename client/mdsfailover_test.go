@@ -16,10 +16,10 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/client"
-	"github.com/shoalfs/shoal/cluster"
+	"github.com/shoalfs/shoal/internal/cluster"
+	"github.com/shoalfs/shoal/internal/wiring"
 	"github.com/shoalfs/shoal/meta/etcdtest"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/wiring"
 )
 
 // freeAddr returns a loopback address where nothing listens (a port that

@@ -11,8 +11,8 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/client/clienttest"
+	"github.com/shoalfs/shoal/internal/wiring"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/wiring"
 )
 
 // startCluster runs a metadata server and n data servers in-process on

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/client"
+	"github.com/shoalfs/shoal/internal/wiring"
 	"github.com/shoalfs/shoal/meta/etcdtest"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/wiring"
 )
 
 // failoverPair starts a metadata server on embedded etcd and returns its

@@ -312,7 +312,7 @@ func (c *endpoint) newSession(ctx context.Context, old *session) error {
 		}
 		csr, err = c.createSession(ctx, conn, eir)
 		var se *StatusError
-		if errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_STALE_CLIENTID && attempt < 2 {
+		if errors.As(err, &se) && se.status() == nfs4.NFS4ERR_STALE_CLIENTID && attempt < 2 {
 			c.log.Debug("client ID gone before CREATE_SESSION; exchanging a new one")
 			continue
 		}
@@ -371,7 +371,7 @@ func (c *endpoint) newSession(ctx context.Context, old *session) error {
 	_, err := c.exec(ctx, s, false, []nfs4.NfsArgop4{{Argop: nfs4.OP_RECLAIM_COMPLETE,
 		OpreclaimComplete: &nfs4.RECLAIMCOMPLETE4args{RcaOneFs: false}}})
 	var se *StatusError
-	if err != nil && !(errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_COMPLETE_ALREADY) {
+	if err != nil && !(errors.As(err, &se) && se.status() == nfs4.NFS4ERR_COMPLETE_ALREADY) {
 		return fmt.Errorf("nfs: RECLAIM_COMPLETE: %w", err)
 	}
 	if after != nil {
@@ -398,7 +398,7 @@ func (c *endpoint) exchangeID(ctx context.Context, conn *rpc.Conn) (*nfs4.EXCHAN
 			EiaStateProtect: nfs4.StateProtect4A{SpaHow: nfs4.SP4_NONE},
 		}}})
 		var se *StatusError
-		if errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_MINOR_VERS_MISMATCH && c.minor.Load() > 1 {
+		if errors.As(err, &se) && se.status() == nfs4.NFS4ERR_MINOR_VERS_MISMATCH && c.minor.Load() > 1 {
 			c.log.Debug("server refuses minor version, falling back", "minor", c.minor.Load())
 			c.minor.Add(^uint32(0))
 			continue
@@ -560,7 +560,7 @@ func (c *endpoint) callRelease(ctx context.Context, build func() []nfs4.NfsArgop
 func (c *endpoint) callIORelease(ctx context.Context, budget time.Duration, build func() []nfs4.NfsArgop4) ([]nfs4.NfsResop4, func(), error) {
 	res, release, err := c.callRetryRelease(ctx, budget, build)
 	var se *StatusError
-	if errors.As(err, &se) && se.NFSStatus == nfs4.NFS4ERR_DELAY {
+	if errors.As(err, &se) && se.status() == nfs4.NFS4ERR_DELAY {
 		err = &delayExhausted{se: se, after: budget}
 	}
 	return res, release, err
@@ -633,7 +633,7 @@ func (c *endpoint) callRetryRelease(ctx context.Context, budget time.Duration, b
 			}
 			return res, release, err // release is nil on error
 		}
-		switch se.NFSStatus {
+		switch se.status() {
 		case nfs4.NFS4ERR_BADSESSION, nfs4.NFS4ERR_DEADSESSION, nfs4.NFS4ERR_STALE_CLIENTID:
 			if recoveries >= 5 {
 				return res, nil, err
@@ -1006,8 +1006,8 @@ func (c *endpoint) bind(ctx context.Context, conn *rpc.Conn, sess *session, boun
 	_, err := c.plain(ctx, conn, []nfs4.NfsArgop4{{Argop: nfs4.OP_BIND_CONN_TO_SESSION,
 		OpbindConnToSession: &nfs4.BINDCONNTOSESSION4args{BctsaSessid: sess.id, BctsaDir: nfs4.CDFC4_FORE_OR_BOTH}}})
 	var se *StatusError
-	if errors.As(err, &se) && (se.NFSStatus == nfs4.NFS4ERR_BADSESSION || se.NFSStatus == nfs4.NFS4ERR_DEADSESSION ||
-		se.NFSStatus == nfs4.NFS4ERR_STALE_CLIENTID) {
+	if errors.As(err, &se) && (se.status() == nfs4.NFS4ERR_BADSESSION || se.status() == nfs4.NFS4ERR_DEADSESSION ||
+		se.status() == nfs4.NFS4ERR_STALE_CLIENTID) {
 		return true, nil
 	}
 	if err != nil {

@@ -432,7 +432,7 @@ func (u *unstable) resendHeld(ctx context.Context, f *File, match func(*held) bo
 		case r.err == nil:
 			done = append(done, p)
 			resent += uint64(len(p.data))
-		case errors.As(r.err, &se) && se.NFSStatus == nfs4.NFS4ERR_STALE:
+		case errors.As(r.err, &se) && se.status() == nfs4.NFS4ERR_STALE:
 			done = append(done, p) // the file is gone: nothing to keep
 		default:
 			done = append(done, p)

@@ -17,9 +17,9 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/client"
-	"github.com/shoalfs/shoal/cluster"
+	"github.com/shoalfs/shoal/internal/cluster"
+	"github.com/shoalfs/shoal/internal/wiring"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/wiring"
 )
 
 // mirroredCluster is a metadata server and data servers in one process,

@@ -20,8 +20,8 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/wiring"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/wiring"
 )
 
 func TestParseURL(t *testing.T) {
@@ -63,7 +63,7 @@ func TestParseAccess(t *testing.T) {
 
 func TestToErrno(t *testing.T) {
 	status := func(s nfs4.Nfsstat4) error {
-		return &fs.PathError{Op: "open", Path: "/x", Err: &client.StatusError{Op: "OPEN", NFSStatus: s}}
+		return &fs.PathError{Op: "open", Path: "/x", Err: &client.StatusError{Op: "OPEN", NFSStatus: uint32(s)}}
 	}
 	for _, tc := range []struct {
 		err  error

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
-	"github.com/shoalfs/shoal/server/state"
+	"github.com/shoalfs/shoal/server/internal/state"
 )
 
 // TestCallbacks drives the backchannel: CB_NULL after CREATE_SESSION, then

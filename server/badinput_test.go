@@ -346,7 +346,7 @@ func inProcess(t testing.TB, srv *Server, conn *rpc.Conn, args []byte) ([]byte, 
 	e := xdr.NewEncoder(512)
 	call := &rpc.Call{XID: 1, Prog: nfs4.NFS4_PROGRAM, Vers: nfs4.NFS_V4, Proc: nfs4.NFSPROC4_COMPOUND,
 		Cred: wiretest.Cred(0, 0), Sys: &rpc.AuthSysParams{Machine: "fuzz"}, Args: args, Conn: conn}
-	st := srv.ServeRPC(context.Background(), call, e)
+	st := srv.serveRPC(context.Background(), call, e)
 	return e.Bytes(), st
 }
 

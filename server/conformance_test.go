@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoalfs/shoal/internal/wiring"
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/server"
 	"github.com/shoalfs/shoal/store"
 	"github.com/shoalfs/shoal/store/storetest"
-	"github.com/shoalfs/shoal/wiring"
 )
 
 // TestInlineStoreConformance runs the backend conformance suite on the

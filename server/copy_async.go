@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
-	"github.com/shoalfs/shoal/server/state"
+	"github.com/shoalfs/shoal/server/internal/state"
 )
 
 // Asynchronous COPY (RFC 7862 §15.2.3, §15.8, §15.9, §16.1): a client

@@ -96,7 +96,7 @@
 // # Delegations
 //
 // Read and write delegations (RFC 8881 §10.4; deleg.go here, the rules in
-// state/deleg.go) are on unless Config.NoDelegations is set.
+// internal/state/deleg.go) are on unless Config.NoDelegations is set.
 //
 // When granted: on OPEN, a read delegation for a reader when no other
 // client has the file open for writing or holds a write delegation of

@@ -34,9 +34,6 @@ type DataServerConfig struct {
 	// MaxRead and MaxWrite bound READ and WRITE sizes (default 1 MiB).
 	MaxRead, MaxWrite uint32
 	Logger            *slog.Logger
-	// Programs serves other ONC RPC programs on the same listener (the
-	// data servers' replication protocol).
-	Programs map[uint32]rpc.Handler
 	// Metrics, if set, receives the server's Prometheus collector, with
 	// MetricLabels (for example role and instance) on every series.
 	Metrics      prometheus.Registerer
@@ -61,6 +58,10 @@ type DataServerConfig struct {
 	FileSize func(ctx context.Context, ino uint64) (uint64, error)
 	// Store keeps the data; default a store.Local under Dir.
 	Store store.Backend
+
+	// programs serves other ONC RPC programs on the same listener (the
+	// data servers' replication protocol); see Config.programs.
+	programs map[uint32]rpc.Handler
 }
 
 // NewDataServer builds a pNFS data server. It shares the COMPOUND and
@@ -75,7 +76,7 @@ func NewDataServer(ds DataServerConfig) (*Server, error) {
 	}
 	// The core's settings; the rest of Config is the MDS's.
 	cfg := Config{Dir: ds.Dir, Lease: ds.Lease, MaxRead: ds.MaxRead, MaxWrite: ds.MaxWrite, Logger: ds.Logger,
-		Programs: ds.Programs, Metrics: ds.Metrics, MetricLabels: ds.MetricLabels}
+		programs: ds.programs, Metrics: ds.Metrics, MetricLabels: ds.MetricLabels}
 	cfg.fillDefaults()
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
@@ -109,7 +110,7 @@ func NewDataServer(ds DataServerConfig) (*Server, error) {
 	if err := s.registerMetrics(); err != nil {
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
-	s.rpc = &rpc.Server{Handler: s, Logger: s.log, ConnState: s.connState}
+	s.rpc = &rpc.Server{Handler: (*rpcHandler)(s), Logger: s.log, ConnState: s.connState}
 	return s, nil
 }
 

@@ -12,9 +12,9 @@ import (
 
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/wiretest"
+	"github.com/shoalfs/shoal/internal/wiring"
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/wiring"
 )
 
 // TestLayoutCommitStateid sends LAYOUTCOMMIT over the wire to a real pNFS

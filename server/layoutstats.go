@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
-	"github.com/shoalfs/shoal/server/state"
+	"github.com/shoalfs/shoal/server/internal/state"
 )
 
 // LAYOUTERROR and LAYOUTSTATS (RFC 7862 §15.6, §15.7): what clients tell

@@ -4,7 +4,7 @@ import (
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/internal/xdr"
-	"github.com/shoalfs/shoal/server/state"
+	"github.com/shoalfs/shoal/server/internal/state"
 )
 
 // Session channel limits (RFC 8881 §2.10.6.4, §18.36.3). The sizes of

@@ -9,7 +9,7 @@ import (
 	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/pnfs"
-	"github.com/shoalfs/shoal/server/state"
+	"github.com/shoalfs/shoal/server/internal/state"
 )
 
 // pNFS operations of the metadata server (RFC 8881 §18.40–18.44) for the

@@ -5,7 +5,7 @@ import (
 
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/xdr"
-	"github.com/shoalfs/shoal/server/state"
+	"github.com/shoalfs/shoal/server/internal/state"
 )
 
 // checkRange validates a lock range (RFC 8881 §18.10.3): a zero length is

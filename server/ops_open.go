@@ -7,7 +7,7 @@ import (
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/meta"
-	"github.com/shoalfs/shoal/server/state"
+	"github.com/shoalfs/shoal/server/internal/state"
 )
 
 // openResult is OPEN4resok, with its delegation (deleg.go).

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/meta"
-	"github.com/shoalfs/shoal/server/state"
+	"github.com/shoalfs/shoal/server/internal/state"
 )
 
 // Orphans: POSIX keeps the data of an unlinked file until its last close,

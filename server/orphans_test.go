@@ -18,9 +18,9 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/client"
+	"github.com/shoalfs/shoal/internal/wiring"
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/wiring"
 )
 
 // These tests cover unlinked files kept for their opens (server/orphans.go)

@@ -14,7 +14,7 @@ import (
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/pnfs"
-	"github.com/shoalfs/shoal/server/state"
+	"github.com/shoalfs/shoal/server/internal/state"
 	"github.com/shoalfs/shoal/store"
 )
 

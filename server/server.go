@@ -19,6 +19,7 @@ import (
 
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/rpc"
+	"github.com/shoalfs/shoal/internal/serverhook"
 	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/store"
@@ -55,9 +56,6 @@ type Config struct {
 	// PNFS, if set, makes the server a pNFS metadata server whose file data
 	// lives on data servers.
 	PNFS *PNFSConfig
-	// Programs serves other ONC RPC programs on the same listener (the
-	// metadata server's control protocol for data servers).
-	Programs map[uint32]rpc.Handler
 	// Metrics, if set, receives the server's Prometheus collector, with
 	// MetricLabels (for example role and instance) on every series.
 	Metrics      prometheus.Registerer
@@ -75,6 +73,12 @@ type Config struct {
 	// it off. Only files written through the metadata server start
 	// inline.
 	InlineMax int
+
+	// programs serves other ONC RPC programs on the same listener (the
+	// metadata server's control protocol for data servers). Only the
+	// module's wiring sets it, through internal/serverhook, so that
+	// Config names no internal type.
+	programs map[uint32]rpc.Handler
 }
 
 // Server is a single-node NFSv4.1/4.2 server.
@@ -248,7 +252,7 @@ func New(cfg Config) (*Server, error) {
 		m.Close()
 		return nil, fmt.Errorf("server: metrics: %w", err)
 	}
-	s.rpc = &rpc.Server{Handler: s, Logger: s.log, ConnState: s.connState}
+	s.rpc = &rpc.Server{Handler: (*rpcHandler)(s), Logger: s.log, ConnState: s.connState}
 	return s, nil
 }
 
@@ -322,10 +326,11 @@ func (s *Server) Close() error {
 	return err
 }
 
-// ServeRPC implements rpc.Handler for the NFS program.
-func (s *Server) ServeRPC(ctx context.Context, call *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
+// serveRPC serves one call on the server's listener: the NFS program, and
+// the programs internal/serverhook attached.
+func (s *Server) serveRPC(ctx context.Context, call *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
 	if call.Prog != nfs4.NFS4_PROGRAM {
-		if h := s.cfg.Programs[call.Prog]; h != nil {
+		if h := s.cfg.programs[call.Prog]; h != nil {
 			return h.ServeRPC(ctx, call, res)
 		}
 		return rpc.ProgUnavail
@@ -344,7 +349,29 @@ func (s *Server) ServeRPC(ctx context.Context, call *rpc.Call, res *xdr.Encoder)
 	return rpc.ProcUnavail
 }
 
-var _ rpc.Handler = (*Server)(nil)
+// rpcHandler is the Server as the rpc.Handler of its listener. The
+// dispatch is not API, and its signature names internal/rpc types, so it
+// stays out of Server's method set.
+type rpcHandler Server
+
+func (h *rpcHandler) ServeRPC(ctx context.Context, call *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
+	return (*Server)(h).serveRPC(ctx, call, res)
+}
+
+var _ rpc.Handler = (*rpcHandler)(nil)
+
+func init() {
+	serverhook.SetPrograms = func(cfg any, progs map[uint32]rpc.Handler) {
+		switch c := cfg.(type) {
+		case *Config:
+			c.programs = progs
+		case *DataServerConfig:
+			c.programs = progs
+		default:
+			panic(fmt.Sprintf("server: serverhook.SetPrograms on a %T, want *server.Config or *server.DataServerConfig", cfg))
+		}
+	}
+}
 
 // fillWriteVerf sets a write verifier unique to this start.
 func fillWriteVerf(s *Server) {

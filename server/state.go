@@ -11,7 +11,7 @@ import (
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/meta"
-	"github.com/shoalfs/shoal/server/state"
+	"github.com/shoalfs/shoal/server/internal/state"
 )
 
 // stateGlue connects the protocol-independent state manager to the server:
@@ -291,7 +291,7 @@ func (s *Server) connState(c *rpc.Conn, st rpc.ConnState) {
 	}
 }
 
-// stateErrs maps state-manager errors to statuses (see state/errors.go).
+// stateErrs maps state-manager errors to statuses (see internal/state/errors.go).
 // The stateid verdicts the state manager returns (pnfs.ErrBadStateid and
 // the like) are package pnfs's: errTable (errors.go) maps them.
 var stateErrs = []struct {

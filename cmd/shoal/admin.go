@@ -14,8 +14,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shoalfs/shoal/cluster"
-	"github.com/shoalfs/shoal/wiring"
+	"github.com/shoalfs/shoal/internal/cluster"
+	"github.com/shoalfs/shoal/internal/wiring"
 )
 
 // adminFlags are the flags every `shoal admin` command takes.

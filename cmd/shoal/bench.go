@@ -15,7 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shoalfs/shoal/bench"
+	"github.com/shoalfs/shoal/internal/bench"
 	"github.com/shoalfs/shoal/internal/bytesize"
 )
 

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/shoalfs/shoal/bench"
+	"github.com/shoalfs/shoal/internal/bench"
 )
 
 // TestBenchSmallIOThresholdFlag: --small-io-threshold reaches the ior and

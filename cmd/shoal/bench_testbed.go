@@ -14,9 +14,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/shoalfs/shoal/bench"
+	"github.com/shoalfs/shoal/internal/bench"
 	"github.com/shoalfs/shoal/internal/bytesize"
-	"github.com/shoalfs/shoal/testbed"
+	"github.com/shoalfs/shoal/internal/testbed"
 )
 
 // groupMeta is the --workloads name of the mdtest- and postmark-like

@@ -16,7 +16,7 @@ import (
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/bytesize"
-	"github.com/shoalfs/shoal/pcopy"
+	"github.com/shoalfs/shoal/internal/pcopy"
 )
 
 func newCpCmd() *cobra.Command {

@@ -222,10 +222,11 @@ func statusWords(se *client.StatusError) string {
 	if errno := se.Errno(); errno != 0 {
 		return errno.Error()
 	}
-	if se.NFSStatus == nfs4.NFS4ERR_DELAY {
+	st := nfs4.Nfsstat4(se.NFSStatus)
+	if st == nfs4.NFS4ERR_DELAY {
 		return "server busy, try again later (NFS4ERR_DELAY)"
 	}
-	return strings.ToLower(strings.TrimPrefix(se.NFSStatus.String(), "NFS4ERR_"))
+	return strings.ToLower(strings.TrimPrefix(st.String(), "NFS4ERR_"))
 }
 
 // withClient parses urls (which must all name one server), connects, and

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoalfs/shoal/cluster"
+	"github.com/shoalfs/shoal/internal/cluster"
+	"github.com/shoalfs/shoal/internal/wiring"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/wiring"
 )
 
 // startServer runs Shoal's server in-process on a loopback port and returns

@@ -14,7 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
-	"github.com/shoalfs/shoal/statuspage"
+	"github.com/shoalfs/shoal/internal/statuspage"
 )
 
 // webServer is a server's HTTP listener (--http): Prometheus metrics at

@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shoalfs/shoal/testbed"
+	"github.com/shoalfs/shoal/internal/testbed"
 )
 
 // The testbed commands emulate a cluster on one machine with network

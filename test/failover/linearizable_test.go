@@ -19,7 +19,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	"github.com/shoalfs/shoal/client"
-	"github.com/shoalfs/shoal/wiring"
+	"github.com/shoalfs/shoal/internal/wiring"
 )
 
 // The linearizability check: concurrent clients (Shoal's client, given

@@ -15,11 +15,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/shoalfs/shoal/bench"
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/fusemount"
+	"github.com/shoalfs/shoal/internal/bench"
+	"github.com/shoalfs/shoal/internal/wiring"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/wiring"
 )
 
 // helperEnv makes the test binary act as a helper process (see TestMain).

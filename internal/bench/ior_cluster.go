@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/shoalfs/shoal/internal/wiring"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/wiring"
 )
 
 var (

@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/shoalfs/shoal/cluster"
+	"github.com/shoalfs/shoal/internal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/wiretest"
 	"github.com/shoalfs/shoal/internal/xdr"

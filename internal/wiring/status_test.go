@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/shoalfs/shoal/internal/statuspage"
 	"github.com/shoalfs/shoal/meta"
-	"github.com/shoalfs/shoal/statuspage"
 )
 
 // snapshotUntil polls the MDS's status source until cond holds of a

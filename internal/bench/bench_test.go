@@ -13,14 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoalfs/shoal/bench"
+	"github.com/shoalfs/shoal/internal/bench"
 	"github.com/shoalfs/shoal/internal/bytesize"
 )
 
 // repoRoot is the checkout this test file lives in, for scripts/ganesha.sh.
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Dir(filepath.Dir(file))
+	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
 // TestQuick runs the --quick benchmark against an in-process Shoal server

@@ -8,9 +8,9 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/shoalfs/shoal/cluster"
+	"github.com/shoalfs/shoal/internal/cluster"
+	"github.com/shoalfs/shoal/internal/statuspage"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/statuspage"
 )
 
 // statusMaxAge is how old the part of a status page snapshot that scans

@@ -31,14 +31,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/shoalfs/shoal/cluster"
+	"github.com/shoalfs/shoal/internal/cluster"
 	"github.com/shoalfs/shoal/internal/ctlproto"
 	"github.com/shoalfs/shoal/internal/rpc"
+	"github.com/shoalfs/shoal/internal/serverhook"
+	"github.com/shoalfs/shoal/internal/statuspage"
 	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/statuspage"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -282,7 +283,7 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 	// the server is built with an adapter whose fields are filled in
 	// before it serves anything.
 	ds := &dataServers{}
-	srv, err := server.New(server.Config{
+	scfg := server.Config{
 		Dir:     cfg.Dir,
 		MetaURL: cfg.MetaURL,
 		Meta:    eng,
@@ -295,11 +296,12 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 		NoDelegations: cfg.NoDelegations,
 		InlineMax:     cfg.InlineMax,
 		OnEvent:       func(ev server.Event) { events.Add(serverEvent(ev)) },
-		Programs: map[uint32]rpc.Handler{ctlproto.SHOAL_CONTROL: rpc.HandlerFunc(
-			func(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
-				return m.Registry.Handler().ServeRPC(ctx, c, res)
-			})},
-	})
+	}
+	serverhook.SetPrograms(&scfg, map[uint32]rpc.Handler{ctlproto.SHOAL_CONTROL: rpc.HandlerFunc(
+		func(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
+			return m.Registry.Handler().ServeRPC(ctx, c, res)
+		})})
+	srv, err := server.New(scfg)
 	if err != nil {
 		if eng != nil {
 			eng.Close()
@@ -589,17 +591,18 @@ func StartDS(ctx context.Context, cfg DSConfig) (*DS, error) {
 	// the other copies of its stripe (REPLICA_WRITE to the peers, served
 	// on this same listener); the MDS's object calls reach d.Store
 	// directly through the agent.
-	d.Server, err = server.NewDataServer(server.DataServerConfig{
+	dcfg := server.DataServerConfig{
 		Dir:     cfg.Dir,
 		Lease:   cfg.Lease,
 		Logger:  cfg.Logger.With("role", "ds", "id", ident.ID),
 		Metrics: cfg.Metrics, MetricLabels: prometheus.Labels{"role": "ds", "instance": ident.ID},
-		Programs:     map[uint32]rpc.Handler{ctlproto.SHOAL_CONTROL: d.Agent.PeerHandler()},
 		Secret:       d.Agent.DataKey,
 		CheckStateid: d.Agent.CheckStateid,
 		FileSize:     d.Agent.FileSize,
 		Store:        cluster.NewReplicaStore(d.Agent, d.Store),
-	})
+	}
+	serverhook.SetPrograms(&dcfg, map[uint32]rpc.Handler{ctlproto.SHOAL_CONTROL: d.Agent.PeerHandler()})
+	d.Server, err = server.NewDataServer(dcfg)
 	if err != nil {
 		d.Agent.Close()
 		d.ln.Close()

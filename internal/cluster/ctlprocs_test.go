@@ -51,7 +51,7 @@ func TestCtlProcsDeclared(t *testing.T) {
 // package, read from its source.
 func ctlprotoProcs(t *testing.T) map[string]uint32 {
 	t.Helper()
-	files, err := filepath.Glob("../internal/ctlproto/*_xdr.go")
+	files, err := filepath.Glob("../ctlproto/*_xdr.go")
 	if err != nil || len(files) == 0 {
 		t.Fatalf("generated ctlproto source: %v (%d files)", err, len(files))
 	}

@@ -17,10 +17,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/shoalfs/shoal/cluster"
+	"github.com/shoalfs/shoal/internal/cluster"
 	"github.com/shoalfs/shoal/internal/leader"
+	"github.com/shoalfs/shoal/internal/statuspage"
 	"github.com/shoalfs/shoal/meta"
-	"github.com/shoalfs/shoal/statuspage"
 )
 
 // Metadata servers on etcd elect one leader (internal/leader); only the

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/shoalfs/shoal/pcopy"
+	"github.com/shoalfs/shoal/internal/pcopy"
 )
 
 // BenchmarkCopy copies a 256 MiB tree (8 files of 32 MiB) from one

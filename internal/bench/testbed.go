@@ -13,7 +13,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/shoalfs/shoal/testbed"
+	"github.com/shoalfs/shoal/internal/testbed"
 )
 
 // TestbedCluster runs the benchmarks on an emulated cluster (package

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/shoalfs/shoal/cluster"
+	"github.com/shoalfs/shoal/internal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/wiretest"
 )

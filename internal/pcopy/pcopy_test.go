@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/client"
-	"github.com/shoalfs/shoal/pcopy"
+	"github.com/shoalfs/shoal/internal/pcopy"
+	"github.com/shoalfs/shoal/internal/wiring"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/wiring"
 )
 
 func testCtx(t testing.TB) context.Context {

@@ -6,7 +6,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/shoalfs/shoal/cluster"
+	"github.com/shoalfs/shoal/internal/cluster"
 	"github.com/shoalfs/shoal/meta"
 )
 

@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/statuspage"
 	"github.com/shoalfs/shoal/internal/wiretest"
 	"github.com/shoalfs/shoal/internal/xdr"
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/server"
-	"github.com/shoalfs/shoal/statuspage"
 )
 
 func startCluster(t *testing.T, n int, lease time.Duration) *Cluster {

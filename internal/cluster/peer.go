@@ -246,7 +246,7 @@ func (a *Agent) replicaCommit(ctx context.Context, id string, ino, gen uint64) (
 // REPLICA_WRITE and REPLICA_COMMIT (and NULL); every other procedure is
 // PROC_UNAVAIL, since the listener is the NFS port, open to clients. Route
 // calls to SHOAL_CONTROL on the data server's NFS listener here
-// (server.Config.Programs).
+// (internal/serverhook.SetPrograms).
 func (a *Agent) PeerHandler() rpc.Handler { return rpc.HandlerFunc(a.servePeer) }
 
 func (a *Agent) servePeer(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
