@@ -25,7 +25,8 @@
 # MAXDS (default 6), STONEWALL (per phase, default 6s), BLOCK (bytes per
 # client, default 512MiB: more than a stonewall's worth, so every cell runs
 # for the stonewall time), REPS (repetitions of sweep 1, default 3; the
-# tables give median [min-max]), SHOAL_BIN (a prebuilt shoal; default: go build),
+# tables give median [min-max]), SHOAL_BIN (a prebuilt shoal, built without -tags noplot, so not the
+# Debian package's; default: go build),
 # STEPS (which of the sweeps 1-6 to run, default all; given, earlier
 # results in OUTDIR are kept), NAME (testbed name, default shoalbench), RATE2 (a second data-server
 # sweep at this rate, default 1gbit; empty: none; RATE2_DS its data-server

@@ -40,8 +40,12 @@ chmod 0755 "$root" # mktemp made it 0700; it becomes /
 mkdir -p "$out"
 
 # A static binary (no cgo) depends on no library version. -X stamps what
-# `shoal version` prints, whatever GOFLAGS says about -buildvcs.
-CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath \
+# `shoal version` prints, whatever GOFLAGS says about -buildvcs. -tags
+# noplot leaves out the charts of `shoal bench plot` and the plotting
+# library (gonum.org/v1/plot, its fonts and encoders): the package runs
+# servers; `shoal bench` still measures and writes JSON, which a build from
+# a checkout draws.
+CGO_ENABLED=0 GOOS=linux GOARCH=$arch go build -trimpath -tags noplot \
 	-ldflags "-s -w -X main.version=$version -X main.commit=$commit" \
 	-o "$root/usr/bin/shoal" ./cmd/shoal
 

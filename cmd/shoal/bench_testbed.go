@@ -253,36 +253,21 @@ func writeJSONFile(path string, write func(w io.Writer) error) error {
 }
 
 // newBenchPlotCmd is `shoal bench plot`: the plots and the Markdown
-// tables of the JSON reports in a directory.
+// tables of the JSON reports in a directory. benchPlot, which does it, is
+// in bench_plot.go, or in bench_noplot.go for a shoal built with -tags
+// noplot that refuses, so that binary does not link the plotting library.
 func newBenchPlotCmd() *cobra.Command {
 	var dir, md string
+	short := "Draw the benchmark plots (PNG and SVG) and tables from the JSON reports in a directory"
+	if !plotsIncluded {
+		short += " (not in this build: -tags noplot)"
+	}
 	cmd := &cobra.Command{
 		Use:   "plot",
-		Short: "Draw the benchmark plots (PNG and SVG) and tables from the JSON reports in a directory",
+		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			res, err := bench.LoadResults(dir)
-			if err != nil {
-				return err
-			}
-			if len(res.IOR)+len(res.Meta) == 0 {
-				return fmt.Errorf("no ior or meta JSON reports in %s", dir)
-			}
-			files, err := res.WritePlots(dir)
-			for _, f := range files {
-				fmt.Fprintln(cmd.OutOrStdout(), f)
-			}
-			if err != nil {
-				return err
-			}
-			if md == "" {
-				md = filepath.Join(dir, "results.md")
-			}
-			err = writeJSONFile(md, res.WriteMarkdown)
-			if err == nil {
-				fmt.Fprintln(cmd.OutOrStdout(), md)
-			}
-			return err
+			return benchPlot(cmd.OutOrStdout(), dir, md)
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", "docs/bench", "directory holding the JSON reports; the plots are written there")

@@ -268,8 +268,9 @@ func TestCLIErrors(t *testing.T) {
 	}
 }
 
-// buildShoal builds the shoal binary into a directory of the test.
-func buildShoal(t *testing.T) string {
+// buildShoal builds the shoal binary into a directory of the test, with
+// the go build flags given (-tags noplot).
+func buildShoal(t *testing.T, flags ...string) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "shoal")
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
@@ -278,7 +279,7 @@ func buildShoal(t *testing.T) string {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, goBin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, goBin, append(append([]string{"build"}, flags...), "-o", bin, ".")...).CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin

@@ -319,7 +319,7 @@ func (r *runner) measure(res *Result, rep int, amount float64, fn func() error) 
 	}
 	if r.cfg.Progress != nil {
 		fmt.Fprintf(r.cfg.Progress, "%s: %s rep %d/%d: %s %s (%.2fs%s)\n",
-			r.name, res.Workload, rep+1, r.cfg.Reps, num(rate), res.Unit, secs, cpu)
+			r.name, res.Workload, rep+1, r.cfg.Reps, FormatRate(rate), res.Unit, secs, cpu)
 	}
 	return nil
 }

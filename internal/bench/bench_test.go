@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/internal/bench"
+	"github.com/shoalfs/shoal/internal/bench/benchtest"
 	"github.com/shoalfs/shoal/internal/bytesize"
 )
 
@@ -547,79 +547,18 @@ func TestMetaConfigValidate(t *testing.T) {
 	}
 }
 
-// TestPlots writes reports of every sweep as JSON, reads them back as
-// `shoal bench plot` does and checks the plots and tables are produced.
-func TestPlots(t *testing.T) {
+// TestResults writes reports of every sweep as JSON, reads them back as
+// `shoal bench plot` does and checks the tables (the charts are
+// benchplot's).
+func TestResults(t *testing.T) {
 	dir := t.TempDir()
-	cell := func(n int, on bool, phase string, mbps float64) bench.IORCell {
-		return bench.IORCell{DataServers: n, PNFS: on, Phase: phase, Summary: bench.Summarize([]float64{mbps}),
-			ServerCores: 0.5, ClientCores: 0.2, Busy: 0.9, CeilingMBps: 125 * float64(n), Runs: 1}
-	}
-	write := func(name string, v interface{ WriteJSON(io.Writer) error }) {
-		f, err := os.Create(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		if err := v.WriteJSON(f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ds := &bench.IORReport{Kind: bench.IOR, Config: bench.DefaultIORConfig()}
-	ds.Config.Label, ds.Config.LinkBitsPerSec, ds.Config.DataServers = bench.SweepDS, 1e9, []int{1, 2}
-	for _, n := range []int{1, 2} {
-		ds.Cells = append(ds.Cells, cell(n, true, bench.PhaseWrite, 100*float64(n)), cell(n, false, bench.PhaseWrite, 100))
-	}
-	write("ds.json", ds)
-	for _, c := range []int{1, 2} {
-		for _, target := range []string{bench.TargetShoal, bench.TargetGanesha} {
-			r := &bench.IORReport{Kind: bench.IOR, Config: bench.DefaultIORConfig()}
-			r.Config.Label, r.Config.Clients, r.Config.Target, r.Config.DataServers = bench.SweepClients, c, target, []int{2}
-			r.Cells = []bench.IORCell{cell(2, target == bench.TargetShoal, bench.PhaseRead, 90*float64(c))}
-			write(fmt.Sprintf("clients-%s-%d.json", target, c), r)
-		}
-	}
-	for _, tr := range []int{32 << 10, 1 << 20} {
-		r := &bench.IORReport{Kind: bench.IOR, Config: bench.DefaultIORConfig()}
-		r.Config.Label, r.Config.TransferSize = bench.SweepBlock, tr
-		r.Cells = []bench.IORCell{cell(4, true, bench.PhaseWrite, float64(tr>>12))}
-		write(fmt.Sprintf("block-%d.json", tr), r)
-	}
-	mir := &bench.IORReport{Kind: bench.IOR, Config: bench.DefaultIORConfig()}
-	mir.Config.Label, mir.Config.LinkBitsPerSec, mir.Config.DataServers, mir.Config.Mirrors = bench.SweepMirrors, 1e9, []int{4}, []int{1, 2}
-	mir.Config.PNFS = []bool{true}
-	for _, m := range []int{1, 2} {
-		w, r := cell(4, true, bench.PhaseWrite, 470/float64(m)), cell(4, true, bench.PhaseRead, 470)
-		w.Mirrors, r.Mirrors, w.CeilingMBps = m, m, 500/float64(m)
-		mir.Cells = append(mir.Cells, w, r)
-	}
-	write("mirrors.json", mir)
-	write("meta.json", &bench.MetaReport{Kind: "meta", Config: bench.DefaultMetaConfig(), Runs: []bench.MetaRun{
-		{Dir: bench.DirUnique, Phase: bench.PhaseMDCreate, Ops: 10, Rate: 100},
-		{Phase: bench.PhasePostmark, Ops: 10, Rate: 50},
-	}})
-	if err := os.WriteFile(filepath.Join(dir, "other.json"), []byte(`{"x": 1}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-
+	benchtest.WriteSweeps(t, dir)
 	res, err := bench.LoadResults(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res.IOR) != 8 || len(res.Meta) != 1 {
-		t.Fatalf("loaded %d ior and %d meta reports, want 8 and 1", len(res.IOR), len(res.Meta))
-	}
-	files, err := res.WritePlots(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{"scaling-ds", "scaling-clients", "blocksize", "smallfiles", "mirrors"} {
-		for _, ext := range []string{".png", ".svg"} {
-			p := filepath.Join(dir, name+ext)
-			if st, err := os.Stat(p); err != nil || st.Size() == 0 {
-				t.Errorf("%s missing or empty (wrote %v)", p, files)
-			}
-		}
+	if len(res.IOR) != benchtest.IORReports || len(res.Meta) != benchtest.MetaReports {
+		t.Fatalf("loaded %d ior and %d meta reports, want %d and %d", len(res.IOR), len(res.Meta), benchtest.IORReports, benchtest.MetaReports)
 	}
 	var md bytes.Buffer
 	if err := res.WriteMarkdown(&md); err != nil {

@@ -71,7 +71,7 @@ func CheckDS(reps []*IORReport) []Check {
 				}
 				if prev > 0 && on.Median < growSlack*prev {
 					grows = false
-					flat = append(flat, fmt.Sprintf("%d DS %s < %s", n, num(on.Median), num(prev)))
+					flat = append(flat, fmt.Sprintf("%d DS %s < %s", n, FormatRate(on.Median), FormatRate(prev)))
 				}
 				prev = on.Median
 			}
@@ -99,7 +99,7 @@ func CheckDS(reps []*IORReport) []Check {
 		if okOn && okOff && off.Median > 0 {
 			r := on.Median / off.Median
 			out = append(out, Check{fmt.Sprintf("%s: pNFS / pNFS off at %d DS >= %.1f", phase, top, MinRatio), r >= MinRatio,
-				fmt.Sprintf("%s / %s MB/s = %.1f", num(on.Median), num(off.Median), r)})
+				fmt.Sprintf("%s / %s MB/s = %.1f", FormatRate(on.Median), FormatRate(off.Median), r)})
 		}
 	}
 	return out
@@ -142,7 +142,7 @@ func CheckMirrors(reps []*IORReport) []Check {
 			if got < share {
 				ok, mark = false, " (miss)"
 			}
-			parts = append(parts, fmt.Sprintf("%d DS x%d: %s of %s MB/s = %.0f%%%s", c.DataServers, max(c.Mirrors, 1), num(c.Median), num(c.CeilingMBps), 100*got, mark))
+			parts = append(parts, fmt.Sprintf("%d DS x%d: %s of %s MB/s = %.0f%%%s", c.DataServers, max(c.Mirrors, 1), FormatRate(c.Median), FormatRate(c.CeilingMBps), 100*got, mark))
 		}
 		return ok, strings.Join(parts, "; ")
 	}

@@ -116,5 +116,8 @@
 // servers/m) links, see ceilingMBps), and the
 // machine-wide CPU use over the phase: on a shared 2-core machine that is
 // what tells a network-bound figure from a CPU-bound one. [Results] reads
-// the JSON reports of a sweep back and draws the plots (gonum.org/v1/plot).
+// the JSON reports of a sweep back and writes their tables; package
+// benchplot draws their plots (gonum.org/v1/plot), apart so that this
+// package, and a shoal built with -tags noplot, do not link the plotting
+// library.
 package bench

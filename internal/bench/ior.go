@@ -629,7 +629,7 @@ func runPhase(ctx context.Context, cfg IORConfig, launcher ClientLauncher, ep *C
 		cores += fmt.Sprintf(", machine %.0f%% busy", 100*run.Busy)
 	}
 	progress(cfg.Progress, "ior: %s, pNFS %s, %s rep %d/%d: %s MB/s (%.2fs%s; %.0f%% of bytes via data servers, %d failovers)\n",
-		where, modeName(on), phase, r+1, cfg.Reps, num(run.MBps), run.Seconds, cores, 100*run.DSShare, run.Failovers)
+		where, modeName(on), phase, r+1, cfg.Reps, FormatRate(run.MBps), run.Seconds, cores, 100*run.DSShare, run.Failovers)
 	return run, err
 }
 

@@ -77,7 +77,7 @@ func (r *IORReport) WriteTable(w io.Writer) error {
 		stonewall += fmt.Sprintf(", copies of every stripe unit %s", joinInts(c.Copies()))
 	}
 	fmt.Fprintf(w, "ior (%s): %d clients x %s in %s transfers, %s, %s%s, %d reps; servers %s, clients %s\n",
-		targetName(c.Target), c.Clients, FormatSize(c.BlockSize), FormatSize(int64(c.TransferSize)), layout, order, stonewall, c.Reps, r.Servers, r.Clients)
+		TargetName(c.Target), c.Clients, FormatSize(c.BlockSize), FormatSize(int64(c.TransferSize)), layout, order, stonewall, c.Reps, r.Servers, r.Clients)
 	if c.LinkBitsPerSec > 0 {
 		fmt.Fprintf(w, "links: %.0f Mbit/s each; ceiling = raw capacity of the links the traffic crosses\n", c.LinkBitsPerSec/1e6)
 		if r.replicated() {
@@ -126,7 +126,7 @@ func (r *IORReport) WriteTable(w io.Writer) error {
 				}
 				extra := ""
 				if cell.CeilingMBps > 0 {
-					extra = fmt.Sprintf(" (%.0f%% of %s", 100*cell.Median/cell.CeilingMBps, num(cell.CeilingMBps))
+					extra = fmt.Sprintf(" (%.0f%% of %s", 100*cell.Median/cell.CeilingMBps, FormatRate(cell.CeilingMBps))
 					if cell.Busy >= 0 {
 						extra += fmt.Sprintf("; %.0f%%", 100*cell.Busy)
 					}
@@ -134,7 +134,7 @@ func (r *IORReport) WriteTable(w io.Writer) error {
 				} else if cell.Busy >= 0 {
 					extra = fmt.Sprintf(" (%.0f%% busy)", 100*cell.Busy)
 				}
-				fmt.Fprintf(tw, "\t%s [%s-%s]%s%s", num(cell.Median), num(cell.Min), num(cell.Max), extra, mark)
+				fmt.Fprintf(tw, "\t%s [%s-%s]%s%s", FormatRate(cell.Median), FormatRate(cell.Min), FormatRate(cell.Max), extra, mark)
 			}
 		}
 	})

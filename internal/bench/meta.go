@@ -521,7 +521,7 @@ func (r *MetaReport) WriteJSON(w io.Writer) error {
 func (r *MetaReport) WriteTable(w io.Writer) error {
 	c := r.Config
 	fmt.Fprintf(w, "meta (%s): %d clients, %d files of %s each (mdtest); postmark %d files of %s-%s, %d transactions each, seed %d; %d DS, pNFS %s",
-		targetName(c.Target), c.Clients, c.Files, FormatSize(int64(c.FileSize)), c.PoolFiles,
+		TargetName(c.Target), c.Clients, c.Files, FormatSize(int64(c.FileSize)), c.PoolFiles,
 		FormatSize(int64(c.MinSize)), FormatSize(int64(c.MaxSize)), c.Transactions, c.Seed, c.DataServers, modeName(c.PNFS))
 	if c.SmallIOThreshold != 0 {
 		fmt.Fprintf(w, ", small-I/O threshold %d", c.SmallIOThreshold)
@@ -551,7 +551,9 @@ func dsShare(ds, mds uint64) string {
 	return fmt.Sprintf("%.0f%%", 100*float64(ds)/float64(ds+mds))
 }
 
-func targetName(t string) string {
+// TargetName is the server a report's Target names: reports from before
+// the target was recorded leave it empty, and measured Shoal.
+func TargetName(t string) string {
 	if t == "" {
 		return TargetShoal
 	}

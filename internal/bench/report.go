@@ -214,7 +214,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 				cores = fmt.Sprintf("%.2f cores", c)
 			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t[%s-%s]\t%s\t%s\n", t.Name, res.Workload,
-				num(res.Median), num(res.Min), num(res.Max), res.Unit, cores)
+				FormatRate(res.Median), FormatRate(res.Min), FormatRate(res.Max), res.Unit, cores)
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -261,8 +261,9 @@ func (r *Report) measured() bool {
 	return false
 }
 
-// num prints a rate with three significant digits or more.
-func num(v float64) string {
+// FormatRate prints a rate (MB/s, operations per second) with three
+// significant digits or more, as the tables and plots show it.
+func FormatRate(v float64) string {
 	switch {
 	case v >= 100:
 		return strconv.FormatFloat(v, 'f', 0, 64)

@@ -1,12 +1,14 @@
-package bench
+// Package benchplot draws the charts of `shoal bench plot` (PNG and SVG,
+// with gonum.org/v1/plot) from the reports that package bench reads back
+// from JSON. It is a package of its own so that package bench, and the
+// shoal binary built with -tags noplot, do not link the plotting library
+// and its fonts and image encoders: a server has no use for them.
+package benchplot
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"image/color"
-	"io"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -17,90 +19,9 @@ import (
 	"gonum.org/v1/plot/text"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/shoalfs/shoal/internal/bench"
 )
-
-// Sweep labels: the plots group reports by IORConfig.Label.
-const (
-	SweepDS      = "ds"      // one report, several data-server counts
-	SweepClients = "clients" // one report per client count
-	SweepBlock   = "block"   // one report per transfer size
-	SweepMirrors = "mirrors" // one report, several numbers of copies
-)
-
-// Results is a set of reports read back from JSON, as `shoal bench plot`
-// sees a directory.
-type Results struct {
-	IOR  []*IORReport
-	Meta []*MetaReport
-}
-
-// LoadResults reads every *.json report in dir (ior and meta; other JSON
-// is skipped).
-func LoadResults(dir string) (*Results, error) {
-	paths, err := filepath.Glob(filepath.Join(dir, "*.json"))
-	if err != nil {
-		return nil, err
-	}
-	sort.Strings(paths)
-	res := &Results{}
-	for _, p := range paths {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return nil, err
-		}
-		var kind struct {
-			Kind string `json:"kind"`
-		}
-		if json.Unmarshal(b, &kind) != nil {
-			continue
-		}
-		switch kind.Kind {
-		case IOR:
-			var r IORReport
-			if err := json.Unmarshal(b, &r); err != nil {
-				return nil, fmt.Errorf("%s: %w", p, err)
-			}
-			// Reports from before copies were recorded kept one.
-			for i := range r.Cells {
-				r.Cells[i].Mirrors = max(r.Cells[i].Mirrors, 1)
-			}
-			for i := range r.Runs {
-				r.Runs[i].Mirrors = max(r.Runs[i].Mirrors, 1)
-			}
-			res.IOR = append(res.IOR, &r)
-		case "meta":
-			var r MetaReport
-			if err := json.Unmarshal(b, &r); err != nil {
-				return nil, fmt.Errorf("%s: %w", p, err)
-			}
-			res.Meta = append(res.Meta, &r)
-		}
-	}
-	return res, nil
-}
-
-// labels returns the distinct labels that are prefix or start with
-// prefix+"-", in order of appearance.
-func (r *Results) labels(prefix string) []string {
-	var out []string
-	for _, rep := range r.IOR {
-		l := rep.Config.Label
-		if (l == prefix || strings.HasPrefix(l, prefix+"-")) && !slices.Contains(out, l) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
-func (r *Results) label(l string) []*IORReport {
-	var out []*IORReport
-	for _, rep := range r.IOR {
-		if rep.Config.Label == l {
-			out = append(out, rep)
-		}
-	}
-	return out
-}
 
 // series is one line of a plot.
 type series struct {
@@ -108,17 +29,6 @@ type series struct {
 	pts    plotter.XYs
 	dashed bool
 	color  color.Color
-}
-
-// seriesKey names a line by target, pNFS mode and phase.
-func seriesKey(target string, on bool, phase string) string {
-	if targetName(target) == TargetGanesha {
-		return "NFS-Ganesha " + phase
-	}
-	if on {
-		return "Shoal pNFS " + phase
-	}
-	return "Shoal pNFS off " + phase
 }
 
 var palette = map[string]color.Color{
@@ -133,12 +43,12 @@ var palette = map[string]color.Color{
 // collect adds, for every cell of every report, the point (x(rep, cell),
 // median MB/s) to the line of its target, mode and phase, and returns the
 // lines in a stable order.
-func collect(reps []*IORReport, x func(*IORReport, *IORCell) float64) []series {
+func collect(reps []*bench.IORReport, x func(*bench.IORReport, *bench.IORCell) float64) []series {
 	m := map[string]*series{}
 	for _, rep := range reps {
 		for i := range rep.Cells {
 			c := &rep.Cells[i]
-			k := seriesKey(rep.Config.Target, c.PNFS, c.Phase)
+			k := bench.SeriesName(rep.Config.Target, c.PNFS, c.Phase)
 			s := m[k]
 			if s == nil {
 				s = &series{name: k, color: palette[k]}
@@ -162,7 +72,7 @@ func collect(reps []*IORReport, x func(*IORReport, *IORCell) float64) []series {
 // server when the reports measured one. Where a write's ceiling differs
 // from a read's (more than one copy: min(clients, DS/copies) links) each
 // phase gets a line of its own.
-func ceilingLines(reps []*IORReport, x func(*IORReport, *IORCell) float64) []series {
+func ceilingLines(reps []*bench.IORReport, x func(*bench.IORReport, *bench.IORCell) float64) []series {
 	write, read := map[float64]float64{}, map[float64]float64{}
 	link := map[float64]float64{}
 	single := false
@@ -172,12 +82,12 @@ func ceilingLines(reps []*IORReport, x func(*IORReport, *IORCell) float64) []ser
 			if c.CeilingMBps <= 0 {
 				continue
 			}
-			if !c.PNFS || targetName(rep.Config.Target) != TargetShoal {
+			if !c.PNFS || bench.TargetName(rep.Config.Target) != bench.TargetShoal {
 				single = true
 				continue
 			}
 			xv := x(rep, c)
-			if c.Phase == PhaseWrite {
+			if c.Phase == bench.PhaseWrite {
 				if _, ok := write[xv]; !ok {
 					write[xv] = c.CeilingMBps
 					link[xv] = rep.Config.LinkBitsPerSec / 8 / 1e6
@@ -263,11 +173,12 @@ func save(p *plot.Plot, dir, name string) ([]string, error) {
 	return out, nil
 }
 
-// WritePlots draws what the results hold into dir: throughput against
-// data servers (sweep "ds"), clients (sweep "clients") and transfer size
-// (sweep "block"), each with the link ceiling, and the small-file rates.
-// It returns the files written.
-func (r *Results) WritePlots(dir string) ([]string, error) {
+// Write draws what r holds into dir: throughput against data servers
+// (sweep "ds"), clients (sweep "clients") and transfer size (sweep
+// "block"), each with the link ceiling, the cost of copies (sweep
+// "mirrors") and the small-file rates. It returns the files written, also
+// when drawing some of them failed.
+func Write(r *bench.Results, dir string) ([]string, error) {
 	var files []string
 	var errs []error
 	add := func(f []string, err error) {
@@ -279,9 +190,9 @@ func (r *Results) WritePlots(dir string) ([]string, error) {
 	mb := "aggregate MB/s (10^6 B/s)"
 	// A data-server sweep may be repeated at other link rates under
 	// labels "ds-RATE"; each gets a plot of its own.
-	for _, l := range r.labels(SweepDS) {
-		reps := r.label(l)
-		x := func(_ *IORReport, c *IORCell) float64 { return float64(c.DataServers) }
+	for _, l := range r.Labels(bench.SweepDS) {
+		reps := r.Sweep(l)
+		x := func(_ *bench.IORReport, c *bench.IORCell) float64 { return float64(c.DataServers) }
 		lines := append(collect(reps, x), ceilingLines(reps, x)...)
 		title := fmt.Sprintf("Throughput vs data servers (%d clients, %.0f Mbit/s links)", reps[0].Config.Clients, reps[0].Config.LinkBitsPerSec/1e6)
 		p, err := linePlot(title, "data servers", mb, lines)
@@ -291,8 +202,8 @@ func (r *Results) WritePlots(dir string) ([]string, error) {
 			errs = append(errs, err)
 		}
 	}
-	if reps := r.label(SweepClients); len(reps) > 0 {
-		x := func(rep *IORReport, _ *IORCell) float64 { return float64(rep.Config.Clients) }
+	if reps := r.Sweep(bench.SweepClients); len(reps) > 0 {
+		x := func(rep *bench.IORReport, _ *bench.IORCell) float64 { return float64(rep.Config.Clients) }
 		lines := append(collect(reps, x), ceilingLines(reps, x)...)
 		title := fmt.Sprintf("Throughput vs clients (%d data servers)", maxDS(reps))
 		p, err := linePlot(title, "clients", mb, lines)
@@ -302,8 +213,8 @@ func (r *Results) WritePlots(dir string) ([]string, error) {
 			errs = append(errs, err)
 		}
 	}
-	if reps := r.label(SweepBlock); len(reps) > 0 {
-		x := func(rep *IORReport, _ *IORCell) float64 { return float64(rep.Config.TransferSize) / 1024 }
+	if reps := r.Sweep(bench.SweepBlock); len(reps) > 0 {
+		x := func(rep *bench.IORReport, _ *bench.IORCell) float64 { return float64(rep.Config.TransferSize) / 1024 }
 		lines := append(collect(reps, x), ceilingLines(reps, x)...)
 		title := fmt.Sprintf("Throughput vs transfer size (%d clients, %d data servers)", reps[0].Config.Clients, maxDS(reps))
 		p, err := linePlot(title, "transfer (block) size, KiB, log scale", mb, lines)
@@ -312,7 +223,7 @@ func (r *Results) WritePlots(dir string) ([]string, error) {
 			p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 			var ticks []plot.Tick
 			for kib := 32.0; kib <= 4096; kib *= 2 {
-				ticks = append(ticks, plot.Tick{Value: kib, Label: FormatSize(int64(kib * 1024))})
+				ticks = append(ticks, plot.Tick{Value: kib, Label: bench.FormatSize(int64(kib * 1024))})
 			}
 			p.X.Tick.Marker = plot.ConstantTicks(ticks)
 			add(save(p, dir, "blocksize"))
@@ -322,11 +233,11 @@ func (r *Results) WritePlots(dir string) ([]string, error) {
 	}
 	// The cost of copies: a bar per phase for every number of copies, at
 	// the largest data-server count of each "mirrors" sweep.
-	for _, l := range r.labels(SweepMirrors) {
-		add(mirrorsPlot(r.label(l), dir, l))
+	for _, l := range r.Labels(bench.SweepMirrors) {
+		add(mirrorsPlot(r.Sweep(l), dir, l))
 	}
 	if len(r.Meta) > 0 {
-		add(r.metaPlot(dir))
+		add(metaPlot(r, dir))
 	}
 	return files, errors.Join(errs...)
 }
@@ -340,7 +251,7 @@ var seriesOrder = []string{"Shoal pNFS write", "Shoal pNFS read", "Shoal pNFS of
 // with m copies a write's is min(clients, DS/m) links, a read's
 // min(clients, DS)) and labelled with its share of it. The bars are drawn
 // as polygons in data coordinates so the marks sit exactly over them.
-func mirrorsPlot(reps []*IORReport, dir, name string) ([]string, error) {
+func mirrorsPlot(reps []*bench.IORReport, dir, name string) ([]string, error) {
 	reps = largestDS(reps)
 	type bar struct {
 		key        string
@@ -353,7 +264,7 @@ func mirrorsPlot(reps []*IORReport, dir, name string) ([]string, error) {
 	top := 0.0
 	for _, rep := range reps {
 		for _, c := range rep.Cells {
-			b := bar{seriesKey(rep.Config.Target, c.PNFS, c.Phase), max(c.Mirrors, 1), c.Median, c.CeilingMBps}
+			b := bar{bench.SeriesName(rep.Config.Target, c.PNFS, c.Phase), max(c.Mirrors, 1), c.Median, c.CeilingMBps}
 			bars = append(bars, b)
 			top = max(top, b.mbps, b.ceil)
 			if !slices.Contains(copies, b.copies) {
@@ -406,7 +317,7 @@ func mirrorsPlot(reps []*IORReport, dir, name string) ([]string, error) {
 			poly.Color, poly.LineStyle.Width = palette[k], 0
 			p.Add(poly)
 			legend = poly
-			text := num(b.mbps)
+			text := bench.FormatRate(b.mbps)
 			y := b.mbps
 			if b.ceil > 0 {
 				mark, err := plotter.NewLine(plotter.XYs{{X: lo - 0.05*slot, Y: b.ceil}, {X: hi + 0.05*slot, Y: b.ceil}})
@@ -417,7 +328,7 @@ func mirrorsPlot(reps []*IORReport, dir, name string) ([]string, error) {
 				mark.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
 				p.Add(mark)
 				ceilLine = mark
-				text += fmt.Sprintf("\n%.0f%% of %s", 100*b.mbps/b.ceil, num(b.ceil))
+				text += fmt.Sprintf("\n%.0f%% of %s", 100*b.mbps/b.ceil, bench.FormatRate(b.ceil))
 				y = max(y, b.ceil)
 			}
 			labels.XYs = append(labels.XYs, plotter.XY{X: x, Y: y})
@@ -444,18 +355,18 @@ func mirrorsPlot(reps []*IORReport, dir, name string) ([]string, error) {
 
 // largestDS returns reps with only the cells of their largest
 // data-server count.
-func largestDS(reps []*IORReport) []*IORReport {
+func largestDS(reps []*bench.IORReport) []*bench.IORReport {
 	n := maxDS(reps)
-	out := make([]*IORReport, len(reps))
+	out := make([]*bench.IORReport, len(reps))
 	for i, rep := range reps {
 		cp := *rep
-		cp.Cells = slices.DeleteFunc(slices.Clone(rep.Cells), func(c IORCell) bool { return c.DataServers != n })
+		cp.Cells = slices.DeleteFunc(slices.Clone(rep.Cells), func(c bench.IORCell) bool { return c.DataServers != n })
 		out[i] = &cp
 	}
 	return out
 }
 
-func maxDS(reps []*IORReport) int {
+func maxDS(reps []*bench.IORReport) int {
 	n := 0
 	for _, r := range reps {
 		n = max(n, slices.Max(r.Config.DataServers))
@@ -463,20 +374,9 @@ func maxDS(reps []*IORReport) int {
 	return n
 }
 
-// metaName labels a metadata report in the plots and tables.
-func metaLabel(r *MetaReport) string {
-	if targetName(r.Config.Target) == TargetGanesha {
-		return "NFS-Ganesha"
-	}
-	if r.Config.PNFS {
-		return fmt.Sprintf("Shoal pNFS (%d DS)", r.Config.DataServers)
-	}
-	return fmt.Sprintf("Shoal pNFS off (%d DS)", r.Config.DataServers)
-}
-
 // metaColumns are the bars' groups: every mdtest phase per layout, then
 // postmark.
-func (r *Results) metaColumns() []string {
+func metaColumns(r *bench.Results) []string {
 	var cols []string
 	for _, rep := range r.Meta {
 		for _, m := range rep.Runs {
@@ -489,8 +389,10 @@ func (r *Results) metaColumns() []string {
 	return cols
 }
 
-func (r *Results) metaPlot(dir string) ([]string, error) {
-	cols := r.metaColumns()
+// metaPlot draws the small-file rates: a group of bars per column, a bar
+// per report.
+func metaPlot(r *bench.Results, dir string) ([]string, error) {
+	cols := metaColumns(r)
 	p := plot.New()
 	p.Title.Text = "Small-file rates (mdtest- and postmark-like)"
 	p.Y.Label.Text = "operations per second (postmark: transactions)"
@@ -511,66 +413,10 @@ func (r *Results) metaPlot(dir string) ([]string, error) {
 		b.Color = colors[i%len(colors)]
 		b.Offset = w * vg.Length(float64(i)-float64(len(r.Meta)-1)/2)
 		p.Add(b)
-		p.Legend.Add(metaLabel(rep), b)
+		p.Legend.Add(bench.MetaLabel(rep), b)
 	}
 	p.NominalX(cols...)
 	p.X.Tick.Label.Rotation = 0.5
 	p.X.Tick.Label.XAlign = draw.XRight
 	return save(p, dir, "smallfiles")
-}
-
-// WriteMarkdown writes every result as Markdown tables: bandwidth with
-// its ceiling and the CPU use per run, so a reader can tell whether the
-// network or the CPU was the limit.
-func (r *Results) WriteMarkdown(w io.Writer) error {
-	sweeps := append(r.labels(SweepDS), SweepClients, SweepBlock)
-	for _, sweep := range append(sweeps, r.labels(SweepMirrors)...) {
-		reps := r.label(sweep)
-		if len(reps) == 0 {
-			continue
-		}
-		fmt.Fprintf(w, "\n### Sweep: %s\n\n", sweep)
-		fmt.Fprintln(w, "| target | clients | DS | copies | transfer | phase | MB/s median [min-max] | ceiling MB/s | % of ceiling | via DS | server cores (MDS/DS) | client cores | machine CPU busy |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-		for _, rep := range reps {
-			c := rep.Config
-			for _, cell := range rep.Cells {
-				name := seriesKey(c.Target, cell.PNFS, "")
-				pct := "-"
-				if cell.CeilingMBps > 0 {
-					pct = fmt.Sprintf("%.0f%%", 100*cell.Median/cell.CeilingMBps)
-				}
-				role := cores(cell.ServerCores)
-				if _, ok := cell.RoleCores[RoleMDS]; ok {
-					role = fmt.Sprintf("%s (%s/%s)", role, roleCores(&cell, RoleMDS), roleCores(&cell, RoleDS))
-				}
-				busy := "-"
-				if cell.Busy >= 0 {
-					busy = fmt.Sprintf("%.0f%%", 100*cell.Busy)
-				}
-				fmt.Fprintf(w, "| %s | %d | %d | %d | %s | %s | %s [%s-%s] | %.0f | %s | %.0f%% | %s | %s | %s |\n",
-					strings.TrimSpace(name), c.Clients, cell.DataServers, max(cell.Mirrors, 1), FormatSize(int64(c.TransferSize)), cell.Phase,
-					num(cell.Median), num(cell.Min), num(cell.Max), cell.CeilingMBps, pct, 100*cell.DSShare,
-					role, cores(cell.ClientCores), busy)
-			}
-		}
-		switch {
-		case sweep == SweepDS || strings.HasPrefix(sweep, SweepDS+"-"):
-			writeChecks(w, "pNFS issue: scaling shape", CheckDS(reps))
-		case sweep == SweepMirrors || strings.HasPrefix(sweep, SweepMirrors+"-"):
-			writeChecks(w, "replication issue: cost of copies", CheckMirrors(reps))
-		}
-	}
-	if len(r.Meta) > 0 {
-		fmt.Fprint(w, "\n### Small files\n\n")
-		fmt.Fprintln(w, "| target | clients | phase | dir | ops/s | ops | seconds | server cores | client cores | machine CPU busy |")
-		fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
-		for _, rep := range r.Meta {
-			for _, m := range rep.Runs {
-				fmt.Fprintf(w, "| %s | %d | %s | %s | %.0f | %d | %.2f | %s | %s | %.0f%% |\n", metaLabel(rep), rep.Config.Clients,
-					m.Phase, m.Dir, m.Rate, m.Ops, m.Seconds, cores(m.ServerCores), cores(m.ClientCores), 100*m.Busy)
-			}
-		}
-	}
-	return nil
 }
