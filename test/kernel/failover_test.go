@@ -718,7 +718,8 @@ func foBench(w io.Writer, kernel string, rounds []foTimes, path string) error {
 	fmt.Fprintf(w, "\nfailover under the Linux %s client (qemu TCG), %d rounds, seconds after the fault\n", kernel, len(rounds))
 	fmt.Fprintf(w, "%-12s %7s %7s %11s %10s %9s %9s\n", "round", "detect", "vip", "first meta", "I/O again", "I/O pause", "dd ended")
 	for _, m := range rounds {
-		fmt.Fprintf(w, "%-12s %7.2f %7.2f %11.2f %10.2f %9.2f %9.2f\n", m.Round, m.Detect, m.VIPMoved, m.FirstMeta, m.IOResumed, m.IOPause, m.BigWritten)
+		fmt.Fprintf(w, "%-12s %7s %7s %11s %10s %9s %9s\n", m.Round, secs(m.Detect), secs(m.VIPMoved), secs(m.FirstMeta),
+			secs(m.IOResumed), secs(m.IOPause), secs(m.BigWritten))
 	}
 	type agg struct {
 		Fault                         string  `json:"fault"`
@@ -746,8 +747,9 @@ func foBench(w io.Writer, kernel string, rounds []foTimes, path string) error {
 		a.IOResumeMedian, a.IOResumeMax = medianMax(sel, func(m foTimes) float64 { return m.IOResumed })
 		a.PauseMedian, a.PauseMax = medianMax(sel, func(m foTimes) float64 { return m.IOPause })
 		aggs = append(aggs, a)
-		fmt.Fprintf(w, "%-9s %6d %7.2f / %5.2f %11.2f / %5.2f %7.2f / %5.2f %11.2f / %5.2f\n", f, a.Rounds,
-			a.DetectMedian, a.DetectMax, a.FirstMetaMedian, a.FirstMetaMax, a.IOResumeMedian, a.IOResumeMax, a.PauseMedian, a.PauseMax)
+		fmt.Fprintf(w, "%-9s %6d %7s / %5s %11s / %5s %7s / %5s %11s / %5s\n", f, a.Rounds,
+			secs(a.DetectMedian), secs(a.DetectMax), secs(a.FirstMetaMedian), secs(a.FirstMetaMax),
+			secs(a.IOResumeMedian), secs(a.IOResumeMax), secs(a.PauseMedian), secs(a.PauseMax))
 	}
 	b, err := json.MarshalIndent(struct {
 		Kernel  string    `json:"kernel"`
@@ -758,6 +760,15 @@ func foBench(w io.Writer, kernel string, rounds []foTimes, path string) error {
 		return err
 	}
 	return os.WriteFile(path, b, 0o644)
+}
+
+// secs prints seconds, or "never" for a time that was not seen (a round
+// whose application failed before it).
+func secs(v float64) string {
+	if v < 0 {
+		return "never"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
 }
 
 // medianMax is the median and maximum of f over ms; a value that was
