@@ -34,6 +34,7 @@
 //	'M' ino(8)                       stripe map of a regular file on the data servers (stripemap.go)
 //	'P' ino(8)                       replication policy of a directory or regular file (policy.go)
 //	'X' ino(8)                       extended attributes of an inode, all in one record (xattr.go)
+//	'R' owner(16) digest(16) writer(4) seq(8)  replay record of a namespace change (replay.go)
 //
 // An inode record is a version byte (1) followed by fixed-width fields:
 // type, mode, nlink, uid, gid, rdev, size, four timestamps as seconds(8) +
