@@ -315,6 +315,12 @@ func (b *replayBook) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
+			// A server stopping in order deletes what it knows to be
+			// obsolete, so that the next instance starts with only the
+			// records of requests whose replies may have been lost.
+			fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			b.flush(fctx)
+			cancel()
 			return
 		case <-flush.C:
 			b.flush(ctx)
