@@ -47,13 +47,17 @@ func replayOps() []replayOp {
 			again: nfs4.NFS4ERR_NOENT},
 		{name: "CREATE",
 			setup: func(*testing.T, *wiretest.Client) {},
-			req:   func(*wiretest.Client) []nfs4.NfsArgop4 { return []nfs4.NfsArgop4{opPutRoot(), opMkdir("new"), opGetFH()} },
+			req: func(*wiretest.Client) []nfs4.NfsArgop4 {
+				return []nfs4.NfsArgop4{opPutRoot(), opMkdir("new"), opGetFH()}
+			},
 			again: nfs4.NFS4ERR_EXIST, check: sameFH},
 		{name: "LINK",
 			setup: func(t *testing.T, c *wiretest.Client) {
 				fifo = fhOf(t, must(t)(c.Compound(opPutRoot(), opCreate("fifo", nfs4.Createtype4{Type: nfs4.NF4FIFO}, nfs4.Fattr4{}), opGetFH())))
 			},
-			req:   func(*wiretest.Client) []nfs4.NfsArgop4 { return []nfs4.NfsArgop4{opPutFH(fifo), opSaveFH(), opPutRoot(), opLink("hard")} },
+			req: func(*wiretest.Client) []nfs4.NfsArgop4 {
+				return []nfs4.NfsArgop4{opPutFH(fifo), opSaveFH(), opPutRoot(), opLink("hard")}
+			},
 			again: nfs4.NFS4ERR_EXIST},
 		{name: "OPEN_GUARDED",
 			setup: func(*testing.T, *wiretest.Client) {},
@@ -149,7 +153,7 @@ func TestReplayAfterRestart(t *testing.T) {
 					op.check(t, orig, res)
 				}
 				// The record is consumed: a third copy is a new request.
-						want(t, op.again)(c.Compound(op.req(c)...))
+				want(t, op.again)(c.Compound(op.req(c)...))
 			})
 		}
 	}
