@@ -104,14 +104,20 @@ type replayBook struct {
 	// may change them before serving.
 	window, maxAge time.Duration
 
-	// mu guards the maps below; it is never held while calling the
-	// engine or the state manager.
+	// mu guards the maps below. It is never held while calling the
+	// engine; it may be held while calling into the state Manager
+	// (which never calls back with its locks held), never the other way
+	// round.
 	mu sync.Mutex
 	// bySlot are the records written by the last request of each slot:
 	// retired when the slot's next request arrives.
 	bySlot map[slotRef][]meta.ReplayID
 	// retired are confirmed obsolete and wait to be deleted.
-	retired                             []meta.ReplayID
+	retired []meta.ReplayID
+	// owners caches the owner digest of each session's client, so that
+	// a change costs no state lookup and no hash of the owner.
+	owners map[state.SessionID][16]byte
+
 	answered, written, dropped, expired atomic.Uint64
 }
 
@@ -122,7 +128,8 @@ type slotRef struct {
 
 func newReplayBook(s *Server, writer uint32) *replayBook {
 	return &replayBook{s: s, writer: writer, window: replayWindow(s.cfg.Lease),
-		maxAge: replayMaxAge(s.cfg.Lease), bySlot: map[slotRef][]meta.ReplayID{}}
+		maxAge: replayMaxAge(s.cfg.Lease), bySlot: map[slotRef][]meta.ReplayID{},
+		owners: map[state.SessionID][16]byte{}}
 }
 
 // replayDigest is the digest of a request: the operation and its
@@ -163,13 +170,27 @@ func (c *compound) replayStart(op nfs4.NfsOpnum4, digest [16]byte) (context.Cont
 	if b == nil || c.seq == nil {
 		return c.ctx, nil
 	}
-	rec, err := c.s.st.m.Recovery(c.seq.clientID)
-	if err != nil {
-		return c.ctx, nil
+	sid := c.seq.session.ID()
+	b.mu.Lock()
+	owner, ok := b.owners[sid]
+	b.mu.Unlock()
+	if !ok {
+		rec, err := c.s.st.m.Recovery(c.seq.clientID)
+		if err != nil {
+			return c.ctx, nil
+		}
+		owner = ownerDigest(rec.Owner)
+		b.mu.Lock()
+		if _, err := c.s.st.m.Session(sid); err == nil {
+			// Only for a live session: sessionsGone, which follows
+			// the Manager's removal, must find what it is to forget.
+			b.owners[sid] = owner
+		}
+		b.mu.Unlock()
 	}
 	w := &meta.ReplayWrite{Record: meta.ReplayRecord{
 		ReplayID: meta.ReplayID{
-			Key:    meta.ReplayKey{Owner: ownerDigest(rec.Owner), Digest: digest},
+			Key:    meta.ReplayKey{Owner: owner, Digest: digest},
 			Writer: b.writer,
 			Seq:    b.seq.Add(1),
 		},
@@ -270,6 +291,9 @@ func (b *replayBook) sessionsGone(ids ...state.SessionID) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	for _, id := range ids {
+		delete(b.owners, id)
+	}
 	for ref, recs := range b.bySlot {
 		for _, id := range ids {
 			if ref.sess == id {
