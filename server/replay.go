@@ -100,9 +100,10 @@ type replayBook struct {
 	s      *Server
 	writer uint32 // this instance's boot epoch
 	seq    atomic.Uint64
-	// window is replayWindow, maxAge replayMaxAge of the lease; tests
-	// may change them before serving.
-	window, maxAge time.Duration
+	// window is replayWindow of the lease, in nanoseconds (tests
+	// change it while serving); maxAge is replayMaxAge.
+	window atomic.Int64
+	maxAge time.Duration
 
 	// mu guards the maps below. It is never held while calling the
 	// engine; it may be held while calling into the state Manager
@@ -127,9 +128,10 @@ type slotRef struct {
 }
 
 func newReplayBook(s *Server, writer uint32) *replayBook {
-	return &replayBook{s: s, writer: writer, window: replayWindow(s.cfg.Lease),
-		maxAge: replayMaxAge(s.cfg.Lease), bySlot: map[slotRef][]meta.ReplayID{},
-		owners: map[state.SessionID][16]byte{}}
+	b := &replayBook{s: s, writer: writer, maxAge: replayMaxAge(s.cfg.Lease),
+		bySlot: map[slotRef][]meta.ReplayID{}, owners: map[state.SessionID][16]byte{}}
+	b.window.Store(int64(replayWindow(s.cfg.Lease)))
+	return b
 }
 
 // replayDigest is the digest of a request: the operation and its
@@ -238,7 +240,7 @@ func (c *compound) replayAnswer(w *meta.ReplayWrite, match func(meta.ReplayRecor
 	if since.IsZero() {
 		since = rec.Confirmed
 	}
-	if since.IsZero() || time.Since(since) > b.window {
+	if since.IsZero() || time.Since(since) > time.Duration(b.window.Load()) {
 		return meta.ReplayRecord{}, false
 	}
 	recs, err := c.s.meta.Replays(c.ctx, w.Record.Key)

@@ -119,7 +119,7 @@ func TestReplayAfterRestart(t *testing.T) {
 				if !sc.noRestart {
 					ts.restart()
 					if sc.window != 0 {
-						ts.srv.replays.window = sc.window
+						ts.srv.replays.window.Store(int64(sc.window))
 					}
 					// The client recovers: a new client ID and session
 					// under its owner, then RECLAIM_COMPLETE (nothing to
