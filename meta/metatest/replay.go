@@ -20,6 +20,7 @@ func runReplays(t *testing.T, open Opener) {
 		{"WrittenWithChange", testReplayWritten},
 		{"NotWrittenOnFailure", testReplayFailed},
 		{"DropPiggybacked", testReplayDrop},
+		{"LargestChangeWithDrops", testReplayLargest},
 		{"ListDeleteExpire", testReplayListExpire},
 		{"Persistence", testReplayPersistence},
 	}
@@ -285,4 +286,42 @@ func testReplayPersistence(t *testing.T, v *env) {
 	nd := v.createCtx(ctx, meta.RootIno, "f")
 	v.reopen()
 	v.wantRecord(id, 6, nd.Ino, w.Record.Time)
+}
+
+// testReplayLargest: the largest change (a RENAME across directories over
+// a regular file whose last link it is) with a record and the most drops
+// fits one transaction (etcd limits its operations), and a longer drop
+// list is cut at meta.MaxReplayDrop.
+func testReplayLargest(t *testing.T, v *env) {
+	var ids []meta.ReplayID
+	for i := range meta.MaxReplayDrop + 2 {
+		id := replayID(5, byte(i), 7, uint64(i))
+		ctx, _ := withRecord(v.ctx, id, 6)
+		v.createCtx(ctx, meta.RootIno, fmt.Sprintf("f%d", i))
+		ids = append(ids, id)
+	}
+	a := v.create(meta.RootIno, "a", meta.TypeDirectory)
+	b := v.create(meta.RootIno, "b", meta.TypeDirectory)
+	src := v.create(a.Ino, "src", meta.TypeRegular)
+	v.create(b.Ino, "dst", meta.TypeRegular)
+	rec := replayID(6, 1, 8, 1)
+	ctx, _ := withRecord(v.ctx, rec, 29, ids...)
+	rr, err := v.e.Rename(ctx, a.Ino, "src", b.Ino, "dst", v.tick())
+	if err != nil {
+		t.Fatalf("rename with a record and %d drops: %v", len(ids), err)
+	}
+	if rr.Replaced.Ino == 0 || rr.Replaced.Attr.Nlink != 0 {
+		t.Fatalf("rename replaced %+v, want an orphan", rr.Replaced)
+	}
+	v.wantRecord(rec, 29, src.Ino, v.replays(rec.Key)[0].Time)
+	got := v.allReplays()
+	// The record, and the ids past MaxReplayDrop, stay.
+	if len(got) != 3 {
+		t.Fatalf("after the rename: %d records, want 3: %+v", len(got), got)
+	}
+	for _, r := range got {
+		if r.ReplayID != rec && !slices.Contains(ids[meta.MaxReplayDrop:], r.ReplayID) {
+			t.Fatalf("record %+v survived its drop", r.ReplayID)
+		}
+	}
 }
