@@ -208,6 +208,12 @@
 // answers a resent request that fails with exactly the replay status from
 // it, for the same client owner, within two leases of that client's
 // recovery. The next SEQUENCE on a slot retires the records of the slot's
-// previous request. The rules, and the residual hazard of answering a
-// new request from a stale record, are in replay.go.
+// previous request (the client had its reply), and their deletes ride in
+// the next change's transaction. The residual hazard: a record whose
+// reply did arrive but was not yet known to have (its slot not used
+// again, or its delete still pending, when the server died) answers
+// success to an identical request the same client sends soon after its
+// recovery, if that request fails with the replay status while the names
+// still say what the record says (a repeated "mv a b" after the move).
+// The full rules are at replayFlushEvery in replay.go.
 package server
