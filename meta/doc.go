@@ -230,6 +230,17 @@
 // local file system does. Attributes are not copied by Create or Link; they
 // belong to the inode, so a renamed or linked file keeps them.
 //
+// # Replay records
+//
+// Create, Link, Remove and Rename called with a context from WithReplay
+// also put the caller's replay record (what a server needs to answer a
+// retransmission of the request that a previous server instance carried
+// out, see the server package) and delete the records the caller retires,
+// in the change's own transaction: a record exists exactly when its
+// change was committed, and keeping records costs no transaction of its
+// own. Replays, ListReplays, DeleteReplays and ExpireReplays read and
+// remove them; the engine attaches no meaning to them.
+//
 // # Readdir cookies
 //
 // NFS clients resume READDIR from a cookie, possibly after other clients
