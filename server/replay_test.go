@@ -95,8 +95,11 @@ func TestReplayAfterRestart(t *testing.T) {
 		// answered: the resent request is answered from the record;
 		// otherwise it gets the status of a second execution.
 		answered bool
+		// reclaiming: the client resends before its RECLAIM_COMPLETE.
+		reclaiming bool
 	}{
 		{name: "Resent", answered: true},
+		{name: "BeforeReclaimComplete", reclaiming: true, answered: true},
 		{name: "OtherOwner", stranger: true, answered: true},
 		{name: "OutsideWindow", window: time.Nanosecond},
 		{name: "Confirmed", beforeRestart: func(t *testing.T, c *wiretest.Client) {
@@ -111,6 +114,9 @@ func TestReplayAfterRestart(t *testing.T) {
 	for _, op := range replayOps() {
 		for _, sc := range scenarios {
 			t.Run(op.name+"/"+sc.name, func(t *testing.T) {
+				if sc.reclaiming && op.name == "OPEN_GUARDED" {
+					t.Skip("a new OPEN before RECLAIM_COMPLETE is refused (NFS4ERR_GRACE)")
+				}
 				ts := startServer(t, Config{Lease: 30 * time.Second})
 				ctx := testCtx(t)
 				c := ts.clientOwner(owner)
@@ -127,8 +133,12 @@ func TestReplayAfterRestart(t *testing.T) {
 					// The client recovers: a new client ID and session
 					// under its owner, then RECLAIM_COMPLETE (nothing to
 					// reclaim), which also ends the grace period.
+					setup := wiretest.Setup
+					if sc.reclaiming {
+						setup = wiretest.SetupReclaiming
+					}
 					var err error
-					if c, err = wiretest.Setup(ctx, ts.addr, []byte(owner)); err != nil {
+					if c, err = setup(ctx, ts.addr, []byte(owner)); err != nil {
 						t.Fatal(err)
 					}
 					t.Cleanup(func() { c.Close() })
