@@ -175,10 +175,14 @@ func (c *compound) replayStart(op nfs4.NfsOpnum4, digest [16]byte) (context.Cont
 	sid := c.seq.session.ID()
 	b.mu.Lock()
 	owner, ok := b.owners[sid]
+	drop := b.takeRetiredLocked()
 	b.mu.Unlock()
 	if !ok {
 		rec, err := c.s.st.m.Recovery(c.seq.clientID)
 		if err != nil {
+			b.mu.Lock()
+			b.retireLocked(drop...)
+			b.mu.Unlock()
 			return c.ctx, nil
 		}
 		owner = ownerDigest(rec.Owner)
@@ -197,8 +201,7 @@ func (c *compound) replayStart(op nfs4.NfsOpnum4, digest [16]byte) (context.Cont
 			Seq:    b.seq.Add(1),
 		},
 		Op: uint32(op),
-	}}
-	w.Drop = b.takeRetired()
+	}, Drop: drop}
 	return meta.WithReplay(c.ctx, w), w
 }
 
@@ -311,11 +314,9 @@ func (b *replayBook) retireLocked(ids ...meta.ReplayID) {
 	b.retired = append(b.retired, ids[:max(n, 0)]...)
 }
 
-// takeRetired takes up to meta.MaxReplayDrop retired records for a
+// takeRetiredLocked takes up to meta.MaxReplayDrop retired records for a
 // transaction to delete.
-func (b *replayBook) takeRetired() []meta.ReplayID {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+func (b *replayBook) takeRetiredLocked() []meta.ReplayID {
 	n := min(len(b.retired), meta.MaxReplayDrop)
 	if n == 0 {
 		return nil
