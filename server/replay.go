@@ -120,6 +120,9 @@ type replayBook struct {
 	owners map[state.SessionID][16]byte
 
 	answered, written, dropped, expired atomic.Uint64
+	// failing: flush's last attempt failed (it logs a failure once
+	// until it succeeds again); only run touches it.
+	failing bool
 }
 
 type slotRef struct {
@@ -367,14 +370,16 @@ func (b *replayBook) flush(ctx context.Context) {
 		return
 	}
 	if err := b.s.meta.DeleteReplays(ctx, ids); err != nil {
-		if ctx.Err() == nil && !errors.Is(err, meta.ErrClosed) && !errors.Is(err, meta.ErrFenced) {
-			b.s.log.Warn("delete retired replay records", "n", len(ids), "err", err)
+		if !b.failing && ctx.Err() == nil && !errors.Is(err, meta.ErrClosed) && !errors.Is(err, meta.ErrFenced) {
+			b.s.log.Warn("delete retired replay records; retrying every 200ms", "n", len(ids), "err", err)
 		}
+		b.failing = true
 		b.mu.Lock()
 		b.retireLocked(ids...)
 		b.mu.Unlock()
 		return
 	}
+	b.failing = false
 	b.dropped.Add(uint64(len(ids)))
 }
 
