@@ -12,6 +12,7 @@ import (
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/wiretest"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/meta/etcdtest"
 )
 
 // replayOp is a non-idempotent namespace request and what a second
@@ -82,6 +83,24 @@ func replayOps() []replayOp {
 // was confirmed (the slot was used again) before the restart, and a
 // second copy in the same instance.
 func TestReplayAfterRestart(t *testing.T) {
+	runReplayScenarios(t, func(*testing.T) Config { return Config{Lease: 30 * time.Second} })
+}
+
+// TestReplayAfterRestartEtcd is TestReplayAfterRestart with the metadata
+// in a real etcd: each restart is a new server on the same prefix, as an
+// MDS takeover is.
+func TestReplayAfterRestartEtcd(t *testing.T) {
+	etcd := etcdtest.Start(t, 1, etcdtest.Options{NoFsync: true})
+	n := 0
+	runReplayScenarios(t, func(*testing.T) Config {
+		n++
+		return Config{Lease: 30 * time.Second, MetaURL: fmt.Sprintf("etcd://%s/replay%d", etcd.Endpoints[0], n)}
+	})
+}
+
+// runReplayScenarios runs TestReplayAfterRestart's cases on servers
+// configured by config (called once per case).
+func runReplayScenarios(t *testing.T, config func(*testing.T) Config) {
 	const owner = "replay-owner"
 	scenarios := []struct {
 		name string
@@ -117,7 +136,7 @@ func TestReplayAfterRestart(t *testing.T) {
 				if sc.reclaiming && op.name == "OPEN_GUARDED" {
 					t.Skip("a new OPEN before RECLAIM_COMPLETE is refused (NFS4ERR_GRACE)")
 				}
-				ts := startServer(t, Config{Lease: 30 * time.Second})
+				ts := startServer(t, config(t))
 				ctx := testCtx(t)
 				c := ts.clientOwner(owner)
 				op.setup(t, c)
