@@ -150,3 +150,50 @@ func BenchmarkReadDir(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkReplayRecords measures what replay records (meta.WithReplay)
+// add to a namespace change, serially, as the NFS server asks for them:
+// each iteration creates a directory and removes it, and with records on
+// each change writes its record and deletes the one before (retired by
+// the client's next request on the slot, piggybacked on this change).
+func BenchmarkReplayRecords(b *testing.B) {
+	for _, eng := range []struct {
+		name string
+		opts meta.BoltOptions
+	}{
+		{"bolt-wal", meta.BoltOptions{WAL: true, GroupCommit: true}},
+		{"bolt-wal-nosync", meta.BoltOptions{WAL: true, GroupCommit: true, NoSync: true}},
+	} {
+		for _, records := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/records=%v", eng.name, records), func(b *testing.B) {
+				e := benchEngine(b, eng.opts)
+				ctx := context.Background()
+				var seq uint64
+				var prev []meta.ReplayID
+				change := func() context.Context {
+					if !records {
+						return ctx
+					}
+					seq++
+					w := &meta.ReplayWrite{Drop: prev}
+					w.Record.Key.Owner[0] = 1
+					w.Record.Key.Digest[0] = byte(seq)
+					w.Record.Writer, w.Record.Seq, w.Record.Op = 1, seq, 6
+					prev = []meta.ReplayID{w.Record.ReplayID}
+					return meta.WithReplay(ctx, w)
+				}
+				i := 0
+				for b.Loop() {
+					i++
+					name := "d" + strconv.Itoa(i)
+					if _, _, err := e.Create(change(), meta.RootIno, name, meta.CreateArgs{Type: meta.TypeDirectory, Mode: 0o755}, time.Time{}); err != nil {
+						b.Fatal(err)
+					}
+					if _, _, err := e.Remove(change(), meta.RootIno, name, time.Time{}); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -34,6 +34,7 @@
 //	'M' ino(8)                       stripe map of a regular file on the data servers (stripemap.go)
 //	'P' ino(8)                       replication policy of a directory or regular file (policy.go)
 //	'X' ino(8)                       extended attributes of an inode, all in one record (xattr.go)
+//	'R' owner(16) digest(16) writer(4) seq(8)  replay record of a namespace change (replay.go)
 //
 // An inode record is a version byte (1) followed by fixed-width fields:
 // type, mode, nlink, uid, gid, rdev, size, four timestamps as seconds(8) +
@@ -228,6 +229,17 @@
 // transaction, sets the inode's ctime and bumps its change attribute, as a
 // local file system does. Attributes are not copied by Create or Link; they
 // belong to the inode, so a renamed or linked file keeps them.
+//
+// # Replay records
+//
+// Create, Link, Remove and Rename called with a context from WithReplay
+// also put the caller's replay record (what a server needs to answer a
+// retransmission of the request that a previous server instance carried
+// out, see the server package) and delete the records the caller retires,
+// in the change's own transaction: a record exists exactly when its
+// change was committed, and keeping records costs no transaction of its
+// own. Replays, ListReplays, DeleteReplays and ExpireReplays read and
+// remove them; the engine attaches no meaning to them.
 //
 // # Readdir cookies
 //

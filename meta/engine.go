@@ -592,7 +592,7 @@ func (e *kvEngine) Create(ctx context.Context, parent Ino, name string, args Cre
 		x.touch(parent, dir, now, true)
 		ci.After = dir.Change
 		nd = Node{ino, n.Attr}
-		return nil
+		return x.replayed(ctx, ino, now)
 	})
 	return nd, ci, err
 }
@@ -636,7 +636,7 @@ func (e *kvEngine) Link(ctx context.Context, ino Ino, parent Ino, name string, n
 		n.Nlink++
 		x.touch(ino, n, now, false)
 		a = n.Attr
-		return nil
+		return x.replayed(ctx, ino, now)
 	})
 	return a, ci, err
 }
@@ -708,7 +708,7 @@ func (e *kvEngine) Remove(ctx context.Context, parent Ino, name string, now time
 		x.touch(parent, dir, now, true)
 		ci.After = dir.Change
 		nd = Node{d.ino, a}
-		return nil
+		return x.replayed(ctx, d.ino, now)
 	})
 	return nd, ci, err
 }
@@ -811,7 +811,7 @@ func (e *kvEngine) Rename(ctx context.Context, srcParent Ino, srcName string, ds
 		}
 		res.Src.After = sdir.Change
 		res.Dst.After = ddir.Change
-		return nil
+		return x.replayed(ctx, sd.ino, now)
 	})
 	return res, err
 }

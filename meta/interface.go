@@ -175,6 +175,9 @@ const FirstCookie = 3
 // means time.Now().
 //
 // Errors are (or wrap) the sentinel values below; match them with errors.Is.
+//
+// Create, Link, Remove and Rename also write a replay record, and delete
+// obsolete ones, in their transaction when ctx asks for it (WithReplay).
 type Engine interface {
 	// Init creates the root directory if it does not exist. It is idempotent.
 	Init(ctx context.Context) error
@@ -319,6 +322,19 @@ type Engine interface {
 	// RemoveXattr removes the extended attribute name of ino, or fails
 	// with ErrNoXattr; ctime and change move as for SetXattr.
 	RemoveXattr(ctx context.Context, ino Ino, name string, now time.Time) (ChangeInfo, error)
+
+	// Replays returns the replay records stored under key, in ID order
+	// (see ReplayRecord and WithReplay, which writes them).
+	Replays(ctx context.Context, key ReplayKey) ([]ReplayRecord, error)
+	// ListReplays returns up to max replay records (capped at 256) whose
+	// IDs follow after (nil: from the first), in ID order.
+	ListReplays(ctx context.Context, after *ReplayID, max int) ([]ReplayRecord, error)
+	// DeleteReplays deletes the replay records ids; missing ones are no
+	// error. Each batch of MaxReplayDrop is one transaction.
+	DeleteReplays(ctx context.Context, ids []ReplayID) error
+	// ExpireReplays deletes the replay records written before before and
+	// returns how many it deleted.
+	ExpireReplays(ctx context.Context, before time.Time) (int, error)
 
 	// GetConfig returns the value stored under key, or ErrNotFound.
 	GetConfig(ctx context.Context, key string) ([]byte, error)

@@ -196,6 +196,9 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 			t0 := time.Now()
 			r = def.run(c, &args)
 			s.counters.opTime(op, time.Since(t0))
+			if dropReplyAfter != 0 {
+				s.testDropReply(op, r.status)
+			}
 		}
 		opStart := e.Mark()
 		c.encodeResult(e, op, r)

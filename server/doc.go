@@ -197,4 +197,23 @@
 // not sent its global RECLAIM_COMPLETE gets NFS4ERR_GRACE for new opens and
 // locks (RFC 8881 §18.51.3), so a client must send it after CREATE_SESSION
 // even with nothing to reclaim, as the Linux client and Shoal's own do.
+//
+// # Replies lost with the server
+//
+// The session reply cache is memory: a REMOVE, RENAME, LINK, CREATE or
+// GUARDED4 OPEN committed by a server that died before replying would,
+// resent to the next instance (a restart, an MDS takeover), run again and
+// fail (NOENT, EXIST). Each such change therefore writes a replay record
+// in its own metadata transaction (meta.WithReplay), and a later instance
+// answers a resent request that fails with exactly the replay status from
+// it, for the same client owner, within two leases of that client's
+// recovery. The next SEQUENCE on a slot retires the records of the slot's
+// previous request (the client had its reply), and their deletes ride in
+// the next change's transaction. The residual hazard: a record whose
+// reply did arrive but was not yet known to have (its slot not used
+// again, or its delete still pending, when the server died) answers
+// success to an identical request the same client sends soon after its
+// recovery, if that request fails with the replay status while the names
+// still say what the record says (a repeated "mv a b" after the move).
+// The full rules are at replayFlushEvery in replay.go.
 package server

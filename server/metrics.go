@@ -66,6 +66,11 @@ type Stats struct {
 	// revoked, and outstanding now.
 	DelegGranted, DelegRecalled, DelegReturned, DelegRevoked uint64
 	Delegations                                              int
+	// Replay records (replay.go): retransmissions answered from a record
+	// of another server instance; records written with a namespace
+	// change; deleted once their reply was known to have arrived;
+	// deleted for their age.
+	ReplaysAnswered, ReplaysWritten, ReplaysRetired, ReplaysExpired uint64
 }
 
 // Stats returns a snapshot of the server's counters.
@@ -86,6 +91,12 @@ func (s *Server) Stats() Stats {
 	st.DelegReturned = s.counters.delegReturned.Load()
 	st.DelegRevoked = s.counters.delegRevoked.Load()
 	st.Delegations = s.st.m.Delegations()
+	if b := s.replays; b != nil {
+		st.ReplaysAnswered = b.answered.Load()
+		st.ReplaysWritten = b.written.Load()
+		st.ReplaysRetired = b.dropped.Load()
+		st.ReplaysExpired = b.expired.Load()
+	}
 	return st
 }
 
@@ -97,6 +108,7 @@ type collector struct {
 	ops, opErrs, bytes, events *prometheus.Desc
 	opSeconds                  *prometheus.Desc
 	delegs, delegsHeld         *prometheus.Desc
+	replays, replaysAnswered   *prometheus.Desc
 	layout                     layoutCollector
 }
 
@@ -113,6 +125,10 @@ func newCollector(s *Server, labels prometheus.Labels) *collector {
 		delegs: prometheus.NewDesc("shoal_nfs_delegation_events_total",
 			"Delegations granted, recalled (CB_RECALL delivered), returned and revoked, and CB_GETATTR answers used.", []string{"event"}, labels),
 		delegsHeld: prometheus.NewDesc("shoal_nfs_delegations", "Delegations outstanding.", nil, labels),
+		replaysAnswered: prometheus.NewDesc("shoal_mds_replays_answered_total",
+			"Retransmitted namespace changes that another server instance carried out, answered from its replay record.", nil, labels),
+		replays: prometheus.NewDesc("shoal_mds_replay_records_total",
+			"Replay records written with namespace changes, deleted once their reply arrived (retired), deleted for their age (expired).", []string{"event"}, labels),
 	}
 }
 
@@ -124,6 +140,8 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.events
 	ch <- c.delegs
 	ch <- c.delegsHeld
+	ch <- c.replaysAnswered
+	ch <- c.replays
 	c.layout.describe(ch)
 }
 
@@ -150,6 +168,12 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.delegs, prometheus.CounterValue, float64(e.n.Load()), e.name)
 	}
 	ch <- prometheus.MustNewConstMetric(c.delegsHeld, prometheus.GaugeValue, float64(c.s.st.m.Delegations()))
+	if b := c.s.replays; b != nil {
+		ch <- prometheus.MustNewConstMetric(c.replaysAnswered, prometheus.CounterValue, float64(b.answered.Load()))
+		ch <- prometheus.MustNewConstMetric(c.replays, prometheus.CounterValue, float64(b.written.Load()), "written")
+		ch <- prometheus.MustNewConstMetric(c.replays, prometheus.CounterValue, float64(b.dropped.Load()), "retired")
+		ch <- prometheus.MustNewConstMetric(c.replays, prometheus.CounterValue, float64(b.expired.Load()), "expired")
+	}
 	c.layout.collect(c.s.reports, ch)
 }
 

@@ -33,6 +33,13 @@ func cinfo(ci meta.ChangeInfo) nfs4.ChangeInfo4 {
 	return nfs4.ChangeInfo4{Atomic: true, Before: ci.Before, After: ci.After}
 }
 
+// replayCinfo is the change_info4 of dir in a reply answered from a
+// replay record (replay.go): the values taken with the change are gone,
+// so it is not atomic, and before and after are the change attribute now.
+func replayCinfo(dir *object) nfs4.ChangeInfo4 {
+	return nfs4.ChangeInfo4{Atomic: false, Before: dir.attr.Change, After: dir.attr.Change}
+}
+
 // newOwner returns the owner of a new object: the caller, with the group of
 // a set-gid parent directory.
 func (c *compound) newOwner(dir *object) (uint32, uint32) {
@@ -98,8 +105,17 @@ func (c *compound) create(a *nfs4.CREATE4args) opReply {
 	if sa.sa.Mask&meta.SetSize != 0 {
 		return fail(nfs4.NFS4ERR_INVAL)
 	}
-	nd, ci, err := c.s.meta.Create(c.ctx, dir.fh.ino, string(a.Objname), args, time.Time{})
+	ctx, rw := c.replayStart(nfs4.OP_CREATE, replayDigest(nfs4.OP_CREATE, []meta.Ino{dir.fh.ino},
+		a.Objname, []byte{byte(args.Type)}, []byte(args.Target)))
+	nd, ci, err := c.s.meta.Create(ctx, dir.fh.ino, string(a.Objname), args, time.Time{})
+	c.replayEnd(rw, err)
 	if err != nil {
+		if errors.Is(err, meta.ErrExist) {
+			if r, found := c.replayAnswer(rw, func(r meta.ReplayRecord) bool { return r.Ino == nd.Ino }); found {
+				c.setFH(fhandle{kind: fhObject, export: dir.fh.export, ino: r.Ino})
+				return ok(&nfs4.CREATE4resok{Cinfo: replayCinfo(dir), Attrset: sa.set})
+			}
+		}
 		return failErr(err)
 	}
 	ino, attr := nd.Ino, nd.Attr
@@ -162,8 +178,15 @@ func (c *compound) remove(a *nfs4.REMOVE4args) opReply {
 	if !c.s.pnfs.recallLastLink(c, dir, string(a.Target)) {
 		return fail(nfs4.NFS4ERR_DELAY)
 	}
-	nd, ci, err := c.s.meta.Remove(c.ctx, dir.fh.ino, string(a.Target), time.Time{})
+	ctx, rw := c.replayStart(nfs4.OP_REMOVE, replayDigest(nfs4.OP_REMOVE, []meta.Ino{dir.fh.ino}, a.Target))
+	nd, ci, err := c.s.meta.Remove(ctx, dir.fh.ino, string(a.Target), time.Time{})
+	c.replayEnd(rw, err)
 	if err != nil {
+		if errors.Is(err, meta.ErrNotFound) {
+			if _, found := c.replayAnswer(rw, func(meta.ReplayRecord) bool { return true }); found {
+				return ok(&nfs4.REMOVE4resok{Cinfo: replayCinfo(dir)})
+			}
+		}
 		return failErr(err)
 	}
 	c.released(nd.Ino, nd.Attr)
@@ -210,8 +233,20 @@ func (c *compound) rename(a *nfs4.RENAME4args) opReply {
 	if !c.s.pnfs.recallLastLink(c, dst, string(a.Newname)) {
 		return fail(nfs4.NFS4ERR_DELAY)
 	}
-	rr, err := c.s.meta.Rename(c.ctx, src.fh.ino, string(a.Oldname), dst.fh.ino, string(a.Newname), time.Time{})
+	ctx, rw := c.replayStart(nfs4.OP_RENAME, replayDigest(nfs4.OP_RENAME, []meta.Ino{src.fh.ino, dst.fh.ino}, a.Oldname, a.Newname))
+	rr, err := c.s.meta.Rename(ctx, src.fh.ino, string(a.Oldname), dst.fh.ino, string(a.Newname), time.Time{})
+	c.replayEnd(rw, err)
 	if err != nil {
+		if errors.Is(err, meta.ErrNotFound) {
+			// A second execution finds the source gone; the first put
+			// the object under the target name.
+			if _, found := c.replayAnswer(rw, func(r meta.ReplayRecord) bool {
+				nd, err := c.s.meta.Lookup(c.ctx, dst.fh.ino, string(a.Newname))
+				return err == nil && nd.Ino == r.Ino
+			}); found {
+				return ok(&nfs4.RENAME4resok{SourceCinfo: replayCinfo(src), TargetCinfo: replayCinfo(dst)})
+			}
+		}
 		return failErr(err)
 	}
 	if rr.Replaced.Ino != 0 {
@@ -244,8 +279,18 @@ func (c *compound) link(a *nfs4.LINK4args) opReply {
 	if st := c.breakDelegations(src.fh.ino, true); st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	_, ci, err := c.s.meta.Link(c.ctx, src.fh.ino, dir.fh.ino, string(a.Newname), time.Time{})
+	ctx, rw := c.replayStart(nfs4.OP_LINK, replayDigest(nfs4.OP_LINK, []meta.Ino{src.fh.ino, dir.fh.ino}, a.Newname))
+	_, ci, err := c.s.meta.Link(ctx, src.fh.ino, dir.fh.ino, string(a.Newname), time.Time{})
+	c.replayEnd(rw, err)
 	if err != nil {
+		if errors.Is(err, meta.ErrExist) {
+			if _, found := c.replayAnswer(rw, func(r meta.ReplayRecord) bool {
+				nd, err := c.s.meta.Lookup(c.ctx, dir.fh.ino, string(a.Newname))
+				return err == nil && nd.Ino == r.Ino && r.Ino == src.fh.ino
+			}); found {
+				return ok(&nfs4.LINK4resok{Cinfo: replayCinfo(dir)})
+			}
+		}
 		return failErr(err)
 	}
 	return ok(&nfs4.LINK4resok{Cinfo: cinfo(ci)})

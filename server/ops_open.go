@@ -293,7 +293,15 @@ func (c *compound) openName(dir *object, name string, how *nfs4.Openflag4) (*obj
 	if sa.sa.Mask&meta.SetMode != 0 {
 		args.Mode = sa.sa.Mode
 	}
-	nd, mci, err := c.s.meta.Create(c.ctx, dir.fh.ino, name, args, time.Time{})
+	// A GUARDED4 create is the one that a second execution fails
+	// (EXCLUSIVE4 has its verifier, UNCHECKED4 opens what exists): it
+	// leaves a replay record (replay.go).
+	ctx, rw := c.ctx, (*meta.ReplayWrite)(nil)
+	if h.Mode == nfs4.GUARDED4 {
+		ctx, rw = c.replayStart(nfs4.OP_OPEN, replayDigest(nfs4.OP_OPEN, []meta.Ino{dir.fh.ino}, []byte(name)))
+	}
+	nd, mci, err := c.s.meta.Create(ctx, dir.fh.ino, name, args, time.Time{})
+	c.replayEnd(rw, err)
 	switch {
 	case err == nil:
 		o := mkobj(nd)
@@ -325,6 +333,11 @@ func (c *compound) openName(dir *object, name string, how *nfs4.Openflag4) (*obj
 		ci = nfs4.ChangeInfo4{Atomic: true, Before: dir.attr.Change, After: dir.attr.Change}
 		switch h.Mode {
 		case nfs4.GUARDED4:
+			if _, found := c.replayAnswer(rw, func(r meta.ReplayRecord) bool { return r.Ino == nd.Ino }); found {
+				// The create was carried out by the previous server;
+				// this OPEN opens what it made, as its reply would have.
+				return o, true, replayCinfo(dir), sa.set, nfs4.NFS4_OK
+			}
 			return nil, false, ci, nil, nfs4.NFS4ERR_EXIST
 		case nfs4.EXCLUSIVE4, nfs4.EXCLUSIVE4_1:
 			// A retransmission of our own exclusive create succeeds.

@@ -85,6 +85,9 @@ func (c *compound) sequence(a *nfs4.SEQUENCE4args, tag, ops []byte) (opReply, []
 		return failErr(err), nil
 	}
 	c.seq = &seqContext{slot: res.Slot, cacheThis: a.SaCachethis, clientID: res.ClientID, session: sess}
+	// The client reuses a slot only once it has the reply of the slot's
+	// previous request: that request's replay records are obsolete.
+	c.s.replays.confirm(sess.ID(), a.SaSlotid)
 	var flags uint32
 	if res.CBPathDown {
 		flags |= nfs4.SEQ4_STATUS_CB_PATH_DOWN_SESSION

@@ -132,6 +132,9 @@ type Server struct {
 	// servers; nil on a plain server, where its methods that the shared
 	// MDS code calls answer for a server without layouts (pnfs.go).
 	pnfs *pnfsState
+	// replays are the durable replay records of namespace changes
+	// (replay.go); nil on a data server.
+	replays *replayBook
 	// ds is a data server's configuration; nil on an MDS. Only the
 	// data server's handlers (ds.go) use it.
 	ds       *DataServerConfig
@@ -239,6 +242,7 @@ func New(cfg Config) (*Server, error) {
 		m.Close()
 		return nil, err
 	}
+	s.replays = newReplayBook(s, epoch)
 	if s.st.orphans, err = newOrphanSet(s.st.ctx, s); err != nil {
 		s.st.cancel()
 		m.Close()

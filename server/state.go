@@ -153,6 +153,12 @@ func (g *stateGlue) run() {
 	if g.orphans != nil {
 		kick = g.orphans.kick
 	}
+	replaysDone := make(chan struct{})
+	go func() {
+		defer close(replaysDone)
+		g.s.replays.run(g.ctx)
+	}()
+	defer func() { <-replaysDone }()
 	g.orphans.sweep()
 	for {
 		select {
@@ -263,6 +269,7 @@ func (g *stateGlue) sessionsGone(ids ...state.SessionID) {
 	for _, u := range unpins {
 		u()
 	}
+	g.s.replays.sessionsGone(ids...)
 }
 
 // connClosed forgets the pins of a closed connection, whose bindings the

@@ -146,6 +146,7 @@ func Run(t *testing.T, open Opener) {
 	runOrphans(t, open)
 	runPolicies(t, open)
 	runXattrs(t, open)
+	runReplays(t, open)
 }
 
 func testRoot(t *testing.T, v *env) {

@@ -90,6 +90,9 @@ func (p *Proc) Pid() int { return p.cmd.Process.Pid }
 type MDS struct {
 	Node, Addr, HTTP, Dir string
 	P                     *Proc
+	// Env is added to the environment of the node's processes (test
+	// hooks such as server.DropReplyAfterEnv).
+	Env []string
 }
 
 // DS is one data server.
@@ -157,6 +160,12 @@ func (w *World) DumpLogs() {
 // waited for when the test ends.
 func (w *World) start(name, bin string, args ...string) *Proc {
 	w.T.Helper()
+	return w.startEnv(name, nil, bin, args...)
+}
+
+// startEnv is start with env added to the test's environment.
+func (w *World) startEnv(name string, env []string, bin string, args ...string) *Proc {
+	w.T.Helper()
 	w.seq++
 	logPath := filepath.Join(w.LogDir, fmt.Sprintf("%02d-%s.log", w.seq, name))
 	lf, err := os.Create(logPath)
@@ -165,6 +174,9 @@ func (w *World) start(name, bin string, args ...string) *Proc {
 	}
 	fmt.Fprintf(lf, "$ %s %s\n", filepath.Base(bin), strings.Join(args, " "))
 	cmd := exec.Command(bin, args...)
+	if env != nil {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = lf, lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -309,8 +321,14 @@ func (w *World) MDSAddrs() string {
 // AddMDS adds an MDS node and starts it; it leads or stands by.
 func (w *World) AddMDS(extra ...string) *MDS {
 	w.T.Helper()
+	return w.AddMDSEnv(nil, extra...)
+}
+
+// AddMDSEnv is AddMDS with env added to the node's environment.
+func (w *World) AddMDSEnv(env []string, extra ...string) *MDS {
+	w.T.Helper()
 	i := len(w.MDS) + 1
-	m := &MDS{Node: fmt.Sprintf("mds%d", i), Addr: w.addr(), HTTP: w.addr(), Dir: filepath.Join(w.Base, fmt.Sprintf("mds%d", i))}
+	m := &MDS{Node: fmt.Sprintf("mds%d", i), Addr: w.addr(), HTTP: w.addr(), Dir: filepath.Join(w.Base, fmt.Sprintf("mds%d", i)), Env: env}
 	w.MDS = append(w.MDS, m)
 	if w.Secret == "" {
 		w.Secret = filepath.Join(m.Dir, "join-secret")
@@ -325,7 +343,7 @@ func (w *World) StartMDS(m *MDS, extra ...string) {
 	args := append([]string{"mds", "--listen", m.Addr, "--dir", m.Dir, "--meta", w.MetaURL(), "--node", m.Node,
 		"--http", m.HTTP, "--mirrors", strconv.Itoa(w.Mirrors), "--no-root-squash", "--lease", "10s",
 		"--leader-lease", "3s", "--ds-down-after", "60s"}, extra...)
-	m.P = w.start(m.Node, w.Bin, args...)
+	m.P = w.startEnv(m.Node, m.Env, w.Bin, args...)
 }
 
 // Metric returns the value of the first sample of metric (with labels, as

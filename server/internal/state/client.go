@@ -34,6 +34,10 @@ type client struct {
 
 	reclaimable bool // existed before the restart: may reclaim in grace
 	reclaimDone bool // sent a global RECLAIM_COMPLETE
+
+	// When CREATE_SESSION confirmed the record and when its global
+	// RECLAIM_COMPLETE came (Recovery).
+	confirmedAt, reclaimedAt time.Time
 }
 
 func (c *client) hasState() bool {
@@ -218,6 +222,7 @@ func (m *Manager) confirmLocked(ctx context.Context, c *client, purged *[]PurgeI
 		e.unconfirmed = nil
 	}
 	c.confirmed = true
+	c.confirmedAt = m.clock.Now()
 	if r := m.reclaim[key]; r != nil && m.grace {
 		c.reclaimable = true
 	}
@@ -271,11 +276,36 @@ func (m *Manager) ReclaimComplete(id ClientID, oneFS bool) error {
 		return ErrCompleteAlready
 	}
 	c.reclaimDone = true
+	now := m.clock.Now()
+	c.reclaimedAt = now
 	if r := m.reclaim[string(c.owner)]; r != nil && c.reclaimable {
 		r.done = true
 	}
-	m.maybeEndGraceLocked(m.clock.Now())
+	m.maybeEndGraceLocked(now)
 	return nil
+}
+
+// Recovery is where a confirmed client stands in its recovery with this
+// server: the server answers a request the previous server carried out
+// from its replay records only shortly after the client came back.
+type Recovery struct {
+	// Owner is co_ownerid, stable across the client's recoveries; it
+	// must not be modified.
+	Owner []byte
+	// Confirmed is when CREATE_SESSION confirmed the client ID;
+	// Reclaimed when its global RECLAIM_COMPLETE came, zero before.
+	Confirmed, Reclaimed time.Time
+}
+
+// Recovery returns the recovery of the confirmed client id.
+func (m *Manager) Recovery(id ClientID) (Recovery, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	c, err := m.confirmedClient(id)
+	if err != nil {
+		return Recovery{}, err
+	}
+	return Recovery{Owner: c.owner, Confirmed: c.confirmedAt, Reclaimed: c.reclaimedAt}, nil
 }
 
 // InGrace reports whether the server is in its post-restart grace period.
