@@ -46,6 +46,20 @@ func TestBoltWALCheckpoints(t *testing.T) {
 	metatest.Run(t, openBolt(meta.BoltOptions{WAL: true, MaxBatch: 8, WALCheckpointBytes: 4 << 10}))
 }
 
+// TestBoltWALDeferred runs the suite with every change made under
+// meta.Deferred, as the NFS server makes them: answered once written to
+// the log, made durable by Sync, a later synced change, the commit
+// interval or Close.
+func TestBoltWALDeferred(t *testing.T) {
+	metatest.RunDeferred(t, openBolt(meta.BoltOptions{WAL: true, MaxBatch: 8}))
+}
+
+// TestBoltWALDeferredCheckpoints is TestBoltWALCheckpoints in the deferred
+// mode: a checkpoint's switch to a new log file syncs the old one first.
+func TestBoltWALDeferredCheckpoints(t *testing.T) {
+	metatest.RunDeferred(t, openBolt(meta.BoltOptions{WAL: true, MaxBatch: 8, WALCheckpointBytes: 4 << 10}))
+}
+
 func benchEngine(b *testing.B, opts meta.BoltOptions) meta.Engine {
 	e, err := meta.OpenBolt(filepath.Join(b.TempDir(), "meta.db"), opts)
 	if err != nil {

@@ -46,7 +46,11 @@
 //
 // Every mutating Engine call is exactly one KV transaction, and returns only
 // after the transaction is durable: NFS requires metadata operations to be
-// stable when they are answered. Plain bbolt commits cost one bbolt commit
+// stable when they are answered. The exception is a call made under a
+// Deferred context, which returns once its transaction is written to the
+// write-ahead log (below) and leaves the fdatasync to Sync, to a later
+// synced call, or to the commit interval; engines without the log ignore
+// it. Plain bbolt commits cost one bbolt commit
 // (page writes, two fdatasyncs, the freelist) per transaction, 0.7-1 ms.
 // BoltOptions.GroupCommit lets concurrent callers share one transaction and
 // one commit: the first caller commits immediately and everyone who arrived
@@ -67,13 +71,39 @@
 // leaves no writes (its part of the buffer is reverted, which gives the
 // same result as GroupCommit's replay). The round's writes are then
 // appended to the log as one record (length, CRC32C, sequence number,
-// and the round's net puts and deletes in key order), the log is
-// fdatasynced once, the writes are published to the overlay, and only
-// then do the callers return: no reader ever sees a change that is not
-// durable. A round whose transactions wrote nothing
-// (reads only) appends nothing. A failed append or fdatasync stops all
-// further updates until restart, because the log's content is then in
-// doubt (the next open recovers what reached the disk); reads go on.
+// the last sequence number known durable, and the round's net puts and
+// deletes in key order) with one write(2), the writes are published to
+// the overlay, and the callers are answered. A caller that wants its
+// change durable (every call not made under Deferred) then waits for an
+// fdatasync covering its record; concurrent callers share them (the
+// first starts one, those who come meanwhile wait for it and then start
+// at most one more), and the commit loop writes the next round while the
+// log is being synced. A Deferred caller returns at once: its change is
+// visible to everyone, and safe from a crash of the process (the kernel
+// has it), but not from a crash of the machine until the log is synced.
+// Whoever acts outside the engine on a change (the NFS server answering a
+// client) calls Sync first, which syncs up to the last record written,
+// so it covers everything a reader can have seen. A timer makes sure a
+// written record waits at most BoltOptions.CommitInterval (default 100
+// ms) for its fdatasync when nobody asks for one. A round whose
+// transactions wrote nothing (reads only) appends nothing. A failed
+// append or fdatasync stops all further updates until restart, because
+// the log's content is then in doubt (the next open recovers what reached
+// the disk); reads go on.
+//
+// What a machine crash can do to records written but not synced: any of
+// them may be lost, and since the page cache writes back in no particular
+// order, a later one may reach the disk while an earlier one does not.
+// Recovery replays the log up to the first record missing or damaged and
+// drops what follows, which is a prefix of the transactions in commit
+// order, each whole, so the namespace is the one of some earlier moment
+// (never an entry without its inode). It tells that torn tail from damage
+// to a durable record by the durable mark of the records after the gap:
+// if one of them was written when the missing record was already known
+// durable, the gap is damage, and opening fails rather than drop
+// acknowledged changes. A log file's first record is synced before any
+// other is written to it, and a checkpoint syncs the old file before
+// switching to the next, so a gap never spans files.
 //
 // The overlay is an ordered in-memory map (github.com/google/btree) from
 // key to value or tombstone, in two layers: active, what rounds committed

@@ -286,7 +286,7 @@ func (e *kvEngine) update(ctx context.Context, fn func(x *tx) error) error {
 			e.cache.end(last)
 		}
 	}()
-	return e.kv.Update(func(t kvTxn) error {
+	run := func(t kvTxn) error {
 		x := newTx(t)
 		if err := fn(x); err != nil {
 			return err
@@ -297,7 +297,13 @@ func (e *kvEngine) update(ctx context.Context, fn func(x *tx) error) error {
 		last = x
 		e.cache.begin(x)
 		return x.flush()
-	})
+	}
+	if isDeferred(ctx) {
+		if d, ok := e.kv.(kvDeferrer); ok {
+			return d.UpdateDeferred(run)
+		}
+	}
+	return e.kv.Update(run)
 }
 
 func (e *kvEngine) view(ctx context.Context, fn func(x *tx) error) error {
