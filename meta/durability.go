@@ -109,3 +109,9 @@ func (s *walKV) logStats() LogStats {
 		Pending: s.written.Load() - min(s.durable.Load(), s.written.Load()),
 	}
 }
+
+// Durable returns ctx with Deferred undone: mutating calls made with it
+// return only once durable, whatever ctx said.
+func Durable(ctx context.Context) context.Context {
+	return context.WithValue(ctx, deferredKey{}, false)
+}

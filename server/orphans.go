@@ -276,6 +276,17 @@ func (o *orphanSet) removeData(ino meta.Ino) bool {
 		o.drop(ino)
 		return false
 	}
+	// The change that made it an orphan (a REMOVE or RENAME, possibly
+	// still only in the metadata log: durability.go) must be durable
+	// before its data goes, or a machine crash would bring back a name
+	// whose data is gone.
+	if sy := o.s.syncer; sy != nil {
+		if err := sy.Sync(o.ctx); err != nil {
+			log.Warn("free unlinked file: sync metadata", "err", err)
+			o.retryLater(ino)
+			return false
+		}
+	}
 	o.s.cache.forget(ino)
 	if err := o.s.data.Remove(uint64(ino)); err != nil {
 		log.Warn("free unlinked file: remove data", "err", err)
