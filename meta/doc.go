@@ -103,7 +103,18 @@
 // durable, the gap is damage, and opening fails rather than drop
 // acknowledged changes. A log file's first record is synced before any
 // other is written to it, and a checkpoint syncs the old file before
-// switching to the next, so a gap never spans files.
+// switching to the next, so a gap never spans files. A Deferred caller
+// waits for an fdatasync when more than 4096 records are pending, so the
+// loss stays bounded even if the disk cannot keep up with the interval.
+//
+// A create lost that way gave its inode number, in a file handle, to a
+// client. So that the number is never handed out again (handles must not
+// alias), opening a database whose last run did not Close (log files
+// present) advances the inode counter past every number the records that
+// can have been lost could have allocated (walKV.inoGap: about a million).
+// Per-inode counters (the change attribute, a directory's readdir
+// sequence) can go back by the lost interval, as on any file system that
+// answers before its journal commits.
 //
 // The overlay is an ordered in-memory map (github.com/google/btree) from
 // key to value or tombstone, in two layers: active, what rounds committed

@@ -52,6 +52,9 @@ type Syncer interface {
 	Sync(ctx context.Context) error
 	// LogStats reports the log's counters.
 	LogStats() LogStats
+	// Defers reports whether the engine honours Deferred at all; for
+	// one that does not, every change is durable when its call returns.
+	Defers() bool
 }
 
 // LogStats counts what the engine's write-ahead log did since it opened.
@@ -93,6 +96,11 @@ func (e *kvEngine) Sync(ctx context.Context) error {
 		return err
 	}
 	return nil
+}
+
+func (e *kvEngine) Defers() bool {
+	_, ok := e.kv.(kvDeferrer)
+	return ok
 }
 
 func (e *kvEngine) LogStats() LogStats {

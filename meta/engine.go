@@ -306,6 +306,17 @@ func (e *kvEngine) update(ctx context.Context, fn func(x *tx) error) error {
 	return e.kv.Update(run)
 }
 
+// skipInodes advances the inode counter by n, durably (see walKV.inoGap).
+func (e *kvEngine) skipInodes(ctx context.Context, n uint64) error {
+	return e.update(ctx, func(x *tx) error {
+		next, err := x.counter(keyNextIno)
+		if err != nil {
+			return err
+		}
+		return x.t.Put(keyNextIno, be.AppendUint64(nil, next+n))
+	})
+}
+
 func (e *kvEngine) view(ctx context.Context, fn func(x *tx) error) error {
 	if err := e.check(ctx); err != nil {
 		return err

@@ -232,5 +232,13 @@ func OpenBolt(path string, opts BoltOptions) (Engine, error) {
 		kv.Close()
 		return nil, err
 	}
+	if w, ok := kv.(*walKV); ok {
+		if gap := w.inoGap(); gap > 0 {
+			if err := e.skipInodes(context.Background(), gap); err != nil {
+				kv.Close()
+				return nil, err
+			}
+		}
+	}
 	return e, nil
 }

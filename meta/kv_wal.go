@@ -47,6 +47,11 @@ type walKV struct {
 	closed  bool
 	failed  error // a log write or checkpoint failed: no more updates
 
+	// unclean: log files were found at open, so the last run did not
+	// Close, and changes it answered under Deferred may be lost
+	// (OpenBolt then skips inode numbers: inoGap).
+	unclean bool
+
 	// Owned by the commit loop.
 	wal      *walFile
 	seq      uint64
@@ -145,6 +150,7 @@ func (s *walKV) recover() error {
 		return err
 	}
 	s.seq = l.lastSeq
+	s.unclean = l.lastGen != 0
 	s.wal, err = createWALFile(s.path, l.lastGen+1, s.prealloc, s.sync)
 	return err
 }
@@ -247,10 +253,31 @@ func (s *walKV) Update(fn func(kvTxn) error) error {
 }
 
 // UpdateDeferred is Update that returns once the transaction's record is
-// written to the log, before it is durable (see kvDeferrer).
+// written to the log, before it is durable (see kvDeferrer). If more than
+// maxPending records are waiting for an fdatasync (the disk is slower
+// than the writers), it waits for one: what a machine crash can lose
+// stays bounded even when the commit interval's timer cannot keep up.
 func (s *walKV) UpdateDeferred(fn func(kvTxn) error) error {
-	_, err := s.update(fn)
-	return err
+	seq, err := s.update(fn)
+	if err != nil || seq == 0 || seq-min(seq, s.durable.Load()) <= maxPending {
+		return err
+	}
+	return s.syncTo(seq)
+}
+
+// maxPending bounds the log records written and not yet durable.
+const maxPending = 1 << 12
+
+// inoGap returns how many inode numbers OpenBolt skips after an unclean
+// shutdown: more than the unsynced records a machine crash can have
+// lost could have allocated (each transaction allocates at most one), so
+// that no number a client may have been given before the crash is
+// handed out again (file handles never alias). 0 after a clean Close.
+func (s *walKV) inoGap() uint64 {
+	if !s.unclean {
+		return 0
+	}
+	return uint64(maxPending+1) * uint64(s.maxBatch) * 2
 }
 
 // update runs fn in a commit round and returns the sequence number of the

@@ -86,10 +86,19 @@ func (s *Server) setDurability() {
 		}
 	}
 	s.cctx = s.life
-	if sy, ok := s.meta.(meta.Syncer); ok {
+	if sy, ok := s.meta.(meta.Syncer); ok && sy.Defers() {
 		s.syncer = sy
 		// Made once: a COMPOUND allocates nothing for it.
 		s.cctx = meta.Deferred(s.life)
+		return
+	}
+	// etcd: every change is committed to a quorum before its call
+	// returns, so there is nothing to answer early.
+	for _, e := range s.ns.exports {
+		if e.async {
+			s.log.Warn("sync: false has no effect with this metadata engine: every change is durable when answered", "export", e.Path)
+			e.async = false
+		}
 	}
 }
 
@@ -116,7 +125,7 @@ type Durability struct {
 
 // Durability reports the server's durability settings.
 func (s *Server) Durability() Durability {
-	d := Durability{Sync: !s.cfg.Async, CommitInterval: s.commitInterval(), Exports: map[string]bool{}}
+	d := Durability{Sync: !s.cfg.Async || s.syncer == nil, CommitInterval: s.commitInterval(), Exports: map[string]bool{}}
 	if s.ns != nil {
 		for _, e := range s.ns.exports {
 			d.Exports[e.Path] = e.async
