@@ -645,6 +645,10 @@ func (s *walKV) Close() error {
 		s.idle.Wait()
 	}
 	s.mu.Unlock()
+	// Callers whose records are written but not yet synced get their
+	// sync rather than an error (the checkpoint below would make their
+	// changes durable anyway).
+	s.Sync()
 	s.stopSyncs()
 	if s.ckptDone != nil {
 		<-s.ckptDone
