@@ -14,6 +14,7 @@
 #   OUT=/tmp/meta.json scripts/fuse-meta.sh    # also write the JSON there
 #   TARGET=moosefs scripts/fuse-meta.sh        # the same through MooseFS's mfsmount
 #   TARGET=moosefs MOOSEFS_CHANGELOG_SAVE_MODE=2 scripts/fuse-meta.sh
+#   UP_ARGS=--sync=false scripts/fuse-meta.sh  # Shoal's MDS in async mode
 #
 # TARGET=moosefs runs the same workload on a MooseFS 3.0 cluster of DS chunk
 # servers (scripts/moosefs.sh: Debian's packages, installed on first use,
@@ -25,7 +26,8 @@
 # Environment: SHOAL (binary; default: built from this checkout), DS, PROCS,
 # FILES, SIZE, ACCESS (cached, odirect, direct), RUNS (the table shows the
 # median rate; ops per file are the same in every run), TIMEOUT (seconds
-# for the whole workload, default 300), OUT, KEEP=1 (keep the work dir).
+# for the whole workload, default 300), OUT, KEEP=1 (keep the work dir),
+# UP_ARGS (more `shoal up` flags, split on spaces).
 #
 # The rates are wall-clock: from the barrier that starts a phase until the
 # last process finished it. The operations of a phase are counted from the
@@ -91,8 +93,9 @@ fi
 
 # 1. The cluster, with its metrics on a kernel-chosen port.
 if [[ $TARGET == shoal ]]; then
+# shellcheck disable=SC2086 # UP_ARGS is a list of flags
 "$SHOAL" up --dir "$work/cluster" --ds "$DS" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
-	--ready-file "$work/ready" --log-level warn >"$work/up.log" 2>&1 &
+	--ready-file "$work/ready" --log-level warn ${UP_ARGS:-} >"$work/up.log" 2>&1 &
 up_pid=$!
 for _ in $(seq 1 300); do
 	[[ -s $work/ready ]] && break
