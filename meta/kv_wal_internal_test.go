@@ -941,3 +941,27 @@ func TestWALInodesNotReusedAfterPowerCut(t *testing.T) {
 		t.Fatalf("after a clean Close the next inode is %d, want %d", got, next+1)
 	}
 }
+
+// TestWALSyncFailure: an fdatasync that fails leaves the deferred changes
+// in doubt, so Sync reports it (the server then fails the COMPOUND that
+// waited) and every later update is refused until a restart recovers
+// what reached the disk.
+func TestWALSyncFailure(t *testing.T) {
+	s := newWALTestStore(t, BoltOptions{CommitInterval: time.Hour})
+	s.mustPut("a", "1")
+	s.putDeferred("b", "2")
+	s.kv.wal.f.Close() // the next fdatasync fails, as on an I/O error
+	if err := s.kv.Sync(); err == nil {
+		t.Fatal("Sync with a broken log succeeded")
+	}
+	if err := s.put("c", "3"); err == nil || !strings.Contains(err.Error(), "updates stopped") {
+		t.Fatalf("put after a failed sync: %v", err)
+	}
+	if err := s.kv.Close(); err == nil {
+		t.Fatal("Close of a failed store reported no error")
+	}
+	s.open(nil)
+	if got := s.dump(); got != "a=1 b=2" {
+		t.Fatalf("after reopening: %s", got)
+	}
+}
