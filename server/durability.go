@@ -33,9 +33,21 @@ import (
 // machine crash can lose. A crash of the server process loses nothing.
 // Operations that promise stability still wait, whatever the export
 // says: COMMIT, WRITE answered FILE_SYNC4 (every stable WRITE, and every
-// WRITE of inline data, which is metadata), and LAYOUTCOMMIT, the pNFS
-// commit of a file's size. Their wait covers every change made before,
-// the log being one sequence.
+// WRITE of inline data, which is metadata), LAYOUTCOMMIT, the pNFS
+// commit of a file's size, and a truncation that cuts data off (its data
+// goes first: applySetAttr). Their wait covers every change made before,
+// the log being one sequence. The orphan freer syncs before it removes an
+// unlinked file's data (orphans.go), and client records are stored
+// durably (state.go), so a machine crash never brings back a name whose
+// data is gone, nor forgets a client that holds state.
+//
+// Where it pays: a COMPOUND with several changes (OPEN that creates and
+// truncates or sets attributes, SETATTR after cached WRITE attributes,
+// an inline WRITE and a SETATTR sent together) costs one fdatasync. A
+// client that sends a small file's WRITE and its mtime SETATTR in two
+// COMPOUNDs, as Shoal's FUSE mount does at close today, still pays one
+// for each in the default mode; in async mode only the FILE_SYNC WRITE
+// pays.
 //
 // A failed fdatasync stops the engine's updates until restart (see meta);
 // the COMPOUND's last result then becomes NFS4ERR_IO, so the client is

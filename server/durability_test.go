@@ -84,3 +84,33 @@ func TestCompoundDurability(t *testing.T) {
 		})
 	}
 }
+
+// TestTruncateDurableOnAsync: on an async export, a SETATTR that cuts a
+// file's data off is still answered only once its size is durable (the
+// data goes first; a lost size would leave the old size over bytes that
+// are gone), while one that grows the file is answered early.
+func TestTruncateDurableOnAsync(t *testing.T) {
+	ts := startServer(t, Config{Async: true, CommitInterval: time.Hour})
+	c := ts.client()
+	current := nfs4.Stateid4{Seqid: 1}
+	res := must(t)(c.Compound(opPutRoot(),
+		opOpen(c.ClientID, openArgs{name: "f", owner: "o", access: nfs4.OPEN4_SHARE_ACCESS_BOTH, create: true, mode: nfs4.UNCHECKED4}),
+		opWrite(current, 0, nfs4.FILE_SYNC4, make([]byte, 8192)), opGetFH()))
+	fh := find(t, res, nfs4.OP_GETFH).Opgetfh.Resok4.Object
+	sid := find(t, res, nfs4.OP_OPEN).Opopen.Resok4.Stateid
+	for _, tc := range []struct {
+		name      string
+		size      uint64
+		wantSyncs uint64
+	}{
+		{"grow", 16384, 0},
+		{"cut", 100, 1},
+		{"grow again", 200, 0},
+	} {
+		before := ts.srv.Stats()
+		must(t)(c.Compound(opPutFH(fh), opSetattr(sid, fattr(aSize(tc.size)))))
+		if got := ts.srv.Stats().Log.Syncs - before.Log.Syncs; got != tc.wantSyncs {
+			t.Fatalf("%s to %d: %d fdatasyncs before the reply, want %d", tc.name, tc.size, got, tc.wantSyncs)
+		}
+	}
+}
