@@ -267,6 +267,13 @@ func (c *compound) encodeResult(e *xdr.Encoder, op nfs4.NfsOpnum4, r opReply) {
 func (c *compound) setFH(h fhandle) {
 	c.cfh, c.hasCFH = h, true
 	c.hasCSID = false
+	if h.kind == fhObject && c.s.ns != nil {
+		// Also for operations that use the handle without loading its
+		// object (load marks it too).
+		if e := c.s.ns.byID[h.export]; e != nil {
+			c.touched(e)
+		}
+	}
 }
 
 // initLife starts the server's life (the context only Close ends) and

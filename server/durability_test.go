@@ -114,3 +114,30 @@ func TestTruncateDurableOnAsync(t *testing.T) {
 		}
 	}
 }
+
+// TestMixedExportsDurability: a COMPOUND is answered early only if every
+// export it touches is async; one that also touches a sync export waits.
+func TestMixedExportsDurability(t *testing.T) {
+	no := false
+	ts := startServer(t, Config{CommitInterval: time.Hour, Exports: []*Export{
+		{Path: "/a", RootSquash: &noSquash, Sync: &no},
+		{Path: "/b", RootSquash: &noSquash},
+	}})
+	c := ts.client()
+	must(t)(c.Compound(opPutRoot(), opLookup("b"), opMkdir("warm")))
+	for _, tc := range []struct {
+		name      string
+		ops       []nfs4.NfsArgop4
+		wantSyncs uint64
+	}{
+		{"async export only", []nfs4.NfsArgop4{opPutRoot(), opLookup("a"), opMkdir("x")}, 0},
+		{"sync export", []nfs4.NfsArgop4{opPutRoot(), opLookup("b"), opMkdir("y")}, 1},
+		{"both", []nfs4.NfsArgop4{opPutRoot(), opLookup("a"), opMkdir("z"), opPutRoot(), opLookup("b"), opGetattr(nfs4.FATTR4_TYPE)}, 1},
+	} {
+		before := ts.srv.Stats()
+		must(t)(c.Compound(tc.ops...))
+		if got := ts.srv.Stats().Log.Syncs - before.Log.Syncs; got != tc.wantSyncs {
+			t.Fatalf("%s: %d fdatasyncs before the reply, want %d", tc.name, got, tc.wantSyncs)
+		}
+	}
+}
