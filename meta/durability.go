@@ -50,6 +50,11 @@ type Syncer interface {
 	// durable. It costs nothing when nothing is pending, and concurrent
 	// calls share fdatasyncs.
 	Sync(ctx context.Context) error
+	// Await is Sync without an fdatasync of its own: it returns once
+	// the engine's next one (another caller's, or the commit
+	// interval's) has made every change visible now durable, so work
+	// that can wait that long adds no fdatasyncs.
+	Await(ctx context.Context) error
 	// LogStats reports the log's counters.
 	LogStats() LogStats
 	// Defers reports whether the engine honours Deferred at all; for
@@ -76,6 +81,9 @@ type kvDeferrer interface {
 	UpdateDeferred(fn func(kvTxn) error) error
 	// Sync makes every transaction committed so far durable.
 	Sync() error
+	// Await waits until every transaction committed so far is durable,
+	// without starting an fdatasync.
+	Await() error
 	logStats() LogStats
 }
 
@@ -93,6 +101,23 @@ func (e *kvEngine) Sync(ctx context.Context) error {
 		return ErrClosed
 	}
 	if err := d.Sync(); err != nil {
+		if errors.Is(err, errKVClosed) {
+			return ErrClosed
+		}
+		return err
+	}
+	return nil
+}
+
+func (e *kvEngine) Await(ctx context.Context) error {
+	d, ok := e.kv.(kvDeferrer)
+	if !ok {
+		return nil
+	}
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	if err := d.Await(); err != nil {
 		if errors.Is(err, errKVClosed) {
 			return ErrClosed
 		}

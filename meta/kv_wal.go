@@ -346,6 +346,30 @@ func (s *walKV) syncTo(target uint64) error {
 	return nil
 }
 
+// Await returns once every record written so far is durable, like Sync,
+// but without an fdatasync of its own: it waits for the next one, which
+// a synced caller or the commit interval's timer starts. For work that
+// may wait (freeing an orphan's data), so that it adds no fdatasyncs.
+func (s *walKV) Await() error {
+	target := s.written.Load()
+	if s.durable.Load() >= target {
+		return nil
+	}
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	for s.durable.Load() < target {
+		if s.syncClosed {
+			return s.syncFailure()
+		}
+		if !s.flushArmed && !s.syncing {
+			s.flushArmed = true
+			s.flushTimer.Reset(s.interval)
+		}
+		s.syncCond.Wait()
+	}
+	return nil
+}
+
 // syncFailure is the error of a sync that cannot be done: the store
 // failed, or is closed.
 func (s *walKV) syncFailure() error {
@@ -391,6 +415,7 @@ func (s *walKV) stopSyncs() {
 		s.syncCond.Wait()
 	}
 	s.flushTimer.Stop()
+	s.syncCond.Broadcast() // Await's waiters
 	s.syncMu.Unlock()
 }
 

@@ -965,3 +965,48 @@ func TestWALSyncFailure(t *testing.T) {
 		t.Fatalf("after reopening: %s", got)
 	}
 }
+
+// TestWALAwait: Await waits for the log's next fdatasync, started by
+// someone else, and adds none of its own; the commit interval's timer
+// makes sure one comes.
+func TestWALAwait(t *testing.T) {
+	s := newWALTestStore(t, BoltOptions{CommitInterval: time.Hour})
+	s.mustPut("first", "x")
+	s.putDeferred("a", "1")
+	before := s.kv.logStats()
+	done := make(chan error, 1)
+	go func() { done <- s.kv.Await() }()
+	if err := s.kv.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Await did not return after a Sync covered its changes")
+	}
+	if st := s.kv.logStats(); st.Syncs != before.Syncs+1 || st.Pending != 0 {
+		t.Fatalf("after Sync and Await: %+v (before %+v): Await must add no fdatasync", st, before)
+	}
+
+	// Alone, it waits for the timer.
+	s.crash()
+	s.opts.CommitInterval = time.Millisecond
+	s.open(nil)
+	s.mustPut("first", "y")
+	s.putDeferred("b", "2")
+	go func() { done <- s.kv.Await() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Await alone did not return within 10 s with a 1 ms commit interval")
+	}
+	if st := s.kv.logStats(); st.Pending != 0 {
+		t.Fatalf("Await returned with %d records pending", st.Pending)
+	}
+}

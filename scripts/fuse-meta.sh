@@ -6,7 +6,8 @@
 # `shoal up --ds DS` cluster on loopback. Prints a table (creates/s,
 # stats/s, deletes/s, and what each file cost at the MDS: COMPOUNDs,
 # operations, LOOKUPs and COMMITs per file, from the MDS's
-# shoal_nfs_ops_total counters, and the mean time the MDS spent in each
+# shoal_nfs_ops_total counters, the metadata log's fdatasyncs per file
+# (shoal_metadata_log_syncs_total), and the mean time the MDS spent in each
 # operation from shoal_nfs_op_seconds_total) and the same as one JSON line.
 #
 #   scripts/fuse-meta.sh                       # 4 x 500 files of 4 KiB, 4 DS, cached, 3 runs
@@ -144,6 +145,9 @@ def mds_ops():
                 if line.startswith(metric) and 'role="mds"' in line:
                     op = line.split('op="', 1)[1].split('"', 1)[0] + suffix
                     ops[op] = ops.get(op, 0) + float(line.rsplit(" ", 1)[1])
+            # fdatasyncs of the metadata log (servers since issue 27)
+            if line.startswith("shoal_metadata_log_syncs_total{") and 'role="mds"' in line:
+                ops["@syncs"] = ops.get("@syncs", 0) + float(line.rsplit(" ", 1)[1])
     return ops
 
 def worker(i, run, start, end):
@@ -185,6 +189,7 @@ for run in range(runs):
         results[phase].append(n / dt)
         diff = {k: after.get(k, 0) - before.get(k, 0) for k in after}
         secs = {k[:-2]: v for k, v in diff.items() if k.endswith("_s")}
+        syncs = diff.pop("@syncs", None)
         diff = {k: v for k, v in diff.items() if not k.endswith("_s")}
         per_file[phase] = {
             "compounds": diff.get("SEQUENCE", 0) / n,
@@ -196,6 +201,8 @@ for run in range(runs):
             # (empty from a server without shoal_nfs_op_seconds_total)
             "us_per_op": {k: round(1e6 * secs[k] / v, 1) for k, v in sorted(diff.items()) if v and k in secs},
         }
+        if syncs is not None:
+            per_file[phase]["log_syncs"] = round(syncs / n, 3)
         before = after
     for w in ws:
         w.join()
@@ -218,6 +225,8 @@ for phase in PHASES:
     print(f"  {phase} ops per file: " + " ".join(f"{k}={v}" for k, v in per_file[phase]["by_op"].items()))
     if per_file[phase]["us_per_op"]:
         print(f"  {phase} MDS µs per op:  " + " ".join(f"{k}={v}" for k, v in per_file[phase]["us_per_op"].items()))
+    if "log_syncs" in per_file[phase]:
+        print(f"  {phase} metadata log fdatasyncs per file: {per_file[phase]['log_syncs']}")
 print(json.dumps(out))
 EOF
 timeout "$TIMEOUT" python3 "$work/meta.py" "$mnt" "$metrics" "$PROCS" "$FILES" "$SIZE" "$RUNS" | tee "$work/out.txt"
