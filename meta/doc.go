@@ -83,7 +83,9 @@
 // has it), but not from a crash of the machine until the log is synced.
 // Whoever acts outside the engine on a change (the NFS server answering a
 // client) calls Sync first, which syncs up to the last record written,
-// so it covers everything a reader can have seen. A timer makes sure a
+// so it covers everything a reader can have seen; Await does the same
+// without starting an fdatasync of its own, for background work that can
+// wait for the next one (the server's orphan freer). A timer makes sure a
 // written record waits at most BoltOptions.CommitInterval (default 100
 // ms) for its fdatasync when nobody asks for one. A round whose
 // transactions wrote nothing (reads only) appends nothing. A failed
