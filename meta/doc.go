@@ -163,7 +163,10 @@
 // Opening without the log (WAL unset) first replays and removes any log
 // files too, so the option can be switched either way between runs; a
 // binary from before the log does not know to, so going back to one needs
-// a clean Close (which leaves no log) first.
+// a clean Close (which leaves no log) first. The same holds for a binary
+// that writes version 1 of the log (before the durable marks): it refuses
+// a version 2 file rather than misread it, and reads none after a clean
+// Close; this one reads both.
 //
 // The log is hand-written because no library offers one over bbolt: bbolt
 // has no log of its own to relax (its NoSync mode gives up durability, and
