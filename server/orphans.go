@@ -89,8 +89,8 @@ type retry struct {
 
 // orphanSet tracks the orphans the server has not freed yet.
 type orphanSet struct {
-	s       *Server
-	ctx     context.Context // the state glue's: frees outlive requests
+	s   *Server
+	ctx context.Context // the state glue's: frees outlive requests
 	// freeCtx is ctx marked meta.Deferred, for freeing inodes: a free
 	// that a machine crash takes back leaves the orphan recorded, and
 	// it is freed again after the restart (its data is gone already,
