@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -46,6 +47,20 @@ func TestBoltWALCheckpoints(t *testing.T) {
 	metatest.Run(t, openBolt(meta.BoltOptions{WAL: true, MaxBatch: 8, WALCheckpointBytes: 4 << 10}))
 }
 
+// TestBoltWALDeferred runs the suite with every change made under
+// meta.Deferred, as the NFS server makes them: answered once written to
+// the log, made durable by Sync, a later synced change, the commit
+// interval or Close.
+func TestBoltWALDeferred(t *testing.T) {
+	metatest.RunDeferred(t, openBolt(meta.BoltOptions{WAL: true, MaxBatch: 8}))
+}
+
+// TestBoltWALDeferredCheckpoints is TestBoltWALCheckpoints in the deferred
+// mode: a checkpoint's switch to a new log file syncs the old one first.
+func TestBoltWALDeferredCheckpoints(t *testing.T) {
+	metatest.RunDeferred(t, openBolt(meta.BoltOptions{WAL: true, MaxBatch: 8, WALCheckpointBytes: 4 << 10}))
+}
+
 func benchEngine(b *testing.B, opts meta.BoltOptions) meta.Engine {
 	e, err := meta.OpenBolt(filepath.Join(b.TempDir(), "meta.db"), opts)
 	if err != nil {
@@ -58,7 +73,9 @@ func benchEngine(b *testing.B, opts meta.BoltOptions) meta.Engine {
 // BenchmarkCreate measures durable creates on each bbolt configuration,
 // from 1, 4 and 16 goroutines: plain bbolt (a commit per create), group
 // commit (concurrent creates share a bbolt commit) and the write-ahead log
-// (concurrent creates share one log append and fdatasync).
+// (concurrent creates share one log append and fdatasync), and the log
+// with creates answered before their fdatasync (meta.Deferred, which is
+// what an export with sync: false gets).
 func BenchmarkCreate(b *testing.B) {
 	for _, eng := range []struct {
 		name string
@@ -69,11 +86,15 @@ func BenchmarkCreate(b *testing.B) {
 		{"bolt-wal", meta.BoltOptions{WAL: true}},
 		{"bolt-nosync", meta.BoltOptions{NoSync: true, GroupCommit: true}},
 		{"bolt-wal-nosync", meta.BoltOptions{WAL: true, NoSync: true}},
+		{"bolt-wal-deferred", meta.BoltOptions{WAL: true}},
 	} {
 		for _, par := range []int{1, 4, 16} {
 			b.Run(fmt.Sprintf("%s/par%d", eng.name, par), func(b *testing.B) {
 				e := benchEngine(b, eng.opts)
 				ctx := context.Background()
+				if strings.HasSuffix(eng.name, "-deferred") {
+					ctx = meta.Deferred(ctx) // sync: false
+				}
 				var n atomic.Int64
 				b.ResetTimer()
 				var wg sync.WaitGroup
@@ -193,6 +214,58 @@ func BenchmarkReplayRecords(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
+			})
+		}
+	}
+}
+
+// BenchmarkSmallFile measures the metadata side of writing one small file
+// through the MDS, as its COMPOUNDs change the engine: the create, the
+// inline write (data, size, mtime) and the SETATTR of the writeback
+// mtime. synced makes each change durable on its own (each call, as
+// before the durability barrier); compound defers the three and syncs
+// once, as a COMPOUND that carries them does in the default mode (the
+// server syncs at the end of every COMPOUND, so a client that sends them
+// in separate COMPOUNDs pays a sync for each); async defers them and
+// leaves the sync to the commit interval (sync: false).
+func BenchmarkSmallFile(b *testing.B) {
+	data := make([]byte, 4096)
+	for _, mode := range []string{"synced", "compound", "async"} {
+		for _, par := range []int{1, 4} {
+			b.Run(fmt.Sprintf("%s/par%d", mode, par), func(b *testing.B) {
+				e := benchEngine(b, meta.BoltOptions{WAL: true})
+				ctx := context.Background()
+				if mode != "synced" {
+					ctx = meta.Deferred(ctx)
+				}
+				var n atomic.Int64
+				b.ResetTimer()
+				var wg sync.WaitGroup
+				for range par {
+					wg.Go(func() {
+						for {
+							i := n.Add(1)
+							if i > int64(b.N) {
+								return
+							}
+							nd, _, err := e.Create(ctx, meta.RootIno, "f"+strconv.FormatInt(i, 10), meta.CreateArgs{Type: meta.TypeRegular, Mode: 0o644}, time.Time{})
+							if err == nil {
+								_, err = e.WriteInline(ctx, nd.Ino, 0, data, 32<<10, time.Time{})
+							}
+							if err == nil {
+								_, err = e.SetAttr(ctx, nd.Ino, meta.SetAttr{Mask: meta.SetMtime, Mtime: time.Unix(1_700_000_000, 0)}, time.Time{})
+							}
+							if err == nil && mode == "compound" {
+								err = e.(meta.Syncer).Sync(ctx)
+							}
+							if err != nil {
+								b.Error(err)
+								return
+							}
+						}
+					})
+				}
+				wg.Wait()
 			})
 		}
 	}

@@ -31,15 +31,30 @@ var crashOpts = meta.BoltOptions{WAL: true, WALCheckpointBytes: 256 << 10}
 // (kill -9, at a random moment) and checks, after reopening its database,
 // that every create it acknowledged is there and that the namespace is
 // consistent. Each trial adds to the same database, so recovery also runs
-// over the previous trials' state.
+// over the previous trials' state. In the deferred mode (meta.Deferred,
+// what an export with sync: false gets) creates are acknowledged before
+// their fdatasync; a killed process must lose none of them either, since
+// they were written to the log.
 func TestCrashAcknowledgedCreates(t *testing.T) {
 	if path := os.Getenv(crashChildEnv); path != "" {
-		crashChild(path)
+		crashChild(path, os.Getenv(crashDeferredEnv) != "")
 		return
 	}
 	if testing.Short() {
 		t.Skip("re-executes the test binary")
 	}
+	for _, tc := range []struct {
+		name     string
+		deferred bool
+	}{{"sync", false}, {"deferred", true}} {
+		t.Run(tc.name, func(t *testing.T) { crashTrials(t, tc.deferred) })
+	}
+}
+
+// crashDeferredEnv makes the crash test's child create under meta.Deferred.
+const crashDeferredEnv = "SHOAL_META_CRASH_DEFERRED"
+
+func crashTrials(t *testing.T, deferred bool) {
 	dbPath := filepath.Join(t.TempDir(), "meta.db")
 	const trials = 20
 	deadline := time.Now().Add(60 * time.Second)
@@ -49,7 +64,7 @@ func TestCrashAcknowledgedCreates(t *testing.T) {
 			t.Logf("stopping after %d trials: time budget used", trial)
 			break
 		}
-		got := runCrashChild(t, dbPath, trial, time.Duration(50+rand.IntN(400))*time.Millisecond)
+		got := runCrashChild(t, dbPath, trial, deferred, time.Duration(50+rand.IntN(400))*time.Millisecond)
 		for name, ino := range got {
 			acked[name] = ino
 		}
@@ -67,10 +82,13 @@ func TestCrashAcknowledgedCreates(t *testing.T) {
 
 // runCrashChild starts the child, kills it with SIGKILL after d and
 // returns the creates it acknowledged.
-func runCrashChild(t *testing.T, dbPath string, trial int, d time.Duration) map[string]meta.Ino {
+func runCrashChild(t *testing.T, dbPath string, trial int, deferred bool, d time.Duration) map[string]meta.Ino {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashAcknowledgedCreates$", "-test.count=1")
 	cmd.Env = append(os.Environ(), crashChildEnv+"="+dbPath, "SHOAL_META_CRASH_TRIAL="+strconv.Itoa(trial))
+	if deferred {
+		cmd.Env = append(cmd.Env, crashDeferredEnv+"=1")
+	}
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -125,7 +143,7 @@ func runCrashChild(t *testing.T, dbPath string, trial int, d time.Duration) map[
 
 // crashChild creates files from several goroutines until it is killed,
 // printing each create once it is acknowledged.
-func crashChild(dbPath string) {
+func crashChild(dbPath string, deferred bool) {
 	e, err := meta.OpenBolt(dbPath, crashOpts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
@@ -133,6 +151,9 @@ func crashChild(dbPath string) {
 	}
 	trial := os.Getenv("SHOAL_META_CRASH_TRIAL")
 	ctx := context.Background()
+	if deferred {
+		ctx = meta.Deferred(ctx)
+	}
 	dir, _, err := e.Create(ctx, meta.RootIno, "t"+trial, meta.CreateArgs{Type: meta.TypeDirectory, Mode: 0o755}, time.Now())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)

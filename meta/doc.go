@@ -47,7 +47,11 @@
 //
 // Every mutating Engine call is exactly one KV transaction, and returns only
 // after the transaction is durable: NFS requires metadata operations to be
-// stable when they are answered. Plain bbolt commits cost one bbolt commit
+// stable when they are answered. The exception is a call made under a
+// Deferred context, which returns once its transaction is written to the
+// write-ahead log (below) and leaves the fdatasync to Sync, to a later
+// synced call, or to the commit interval; engines without the log ignore
+// it. Plain bbolt commits cost one bbolt commit
 // (page writes, two fdatasyncs, the freelist) per transaction, 0.7-1 ms.
 // BoltOptions.GroupCommit lets concurrent callers share one transaction and
 // one commit: the first caller commits immediately and everyone who arrived
@@ -68,13 +72,52 @@
 // leaves no writes (its part of the buffer is reverted, which gives the
 // same result as GroupCommit's replay). The round's writes are then
 // appended to the log as one record (length, CRC32C, sequence number,
-// and the round's net puts and deletes in key order), the log is
-// fdatasynced once, the writes are published to the overlay, and only
-// then do the callers return: no reader ever sees a change that is not
-// durable. A round whose transactions wrote nothing
-// (reads only) appends nothing. A failed append or fdatasync stops all
-// further updates until restart, because the log's content is then in
-// doubt (the next open recovers what reached the disk); reads go on.
+// the last sequence number known durable, and the round's net puts and
+// deletes in key order) with one write(2), the writes are published to
+// the overlay, and the callers are answered. A caller that wants its
+// change durable (every call not made under Deferred) then waits for an
+// fdatasync covering its record; concurrent callers share them (the
+// first starts one, those who come meanwhile wait for it and then start
+// at most one more), and the commit loop writes the next round while the
+// log is being synced. A Deferred caller returns at once: its change is
+// visible to everyone, and safe from a crash of the process (the kernel
+// has it), but not from a crash of the machine until the log is synced.
+// Whoever acts outside the engine on a change (the NFS server answering a
+// client) calls Sync first, which syncs up to the last record written,
+// so it covers everything a reader can have seen; Await does the same
+// without starting an fdatasync of its own, for background work that can
+// wait for the next one (the server's orphan freer). A timer makes sure a
+// written record waits at most BoltOptions.CommitInterval (default 100
+// ms) for its fdatasync when nobody asks for one. A round whose
+// transactions wrote nothing (reads only) appends nothing. A failed
+// append or fdatasync stops all further updates until restart, because
+// the log's content is then in doubt (the next open recovers what reached
+// the disk); reads go on.
+//
+// What a machine crash can do to records written but not synced: any of
+// them may be lost, and since the page cache writes back in no particular
+// order, a later one may reach the disk while an earlier one does not.
+// Recovery replays the log up to the first record missing or damaged and
+// drops what follows, which is a prefix of the transactions in commit
+// order, each whole, so the namespace is the one of some earlier moment
+// (never an entry without its inode). It tells that torn tail from damage
+// to a durable record by the durable mark of the records after the gap:
+// if one of them was written when the missing record was already known
+// durable, the gap is damage, and opening fails rather than drop
+// acknowledged changes. A log file's first record is synced before any
+// other is written to it, and a checkpoint syncs the old file before
+// switching to the next, so a gap never spans files. A Deferred caller
+// waits for an fdatasync when more than 4096 records are pending, so the
+// loss stays bounded even if the disk cannot keep up with the interval.
+//
+// A create lost that way gave its inode number, in a file handle, to a
+// client. So that the number is never handed out again (handles must not
+// alias), opening a database whose last run did not Close (log files
+// present) advances the inode counter past every number the records that
+// can have been lost could have allocated (walKV.inoGap: about a million).
+// Per-inode counters (the change attribute, a directory's readdir
+// sequence) can go back by the lost interval, as on any file system that
+// answers before its journal commits.
 //
 // The overlay is an ordered in-memory map (github.com/google/btree) from
 // key to value or tombstone, in two layers: active, what rounds committed
@@ -121,7 +164,10 @@
 // Opening without the log (WAL unset) first replays and removes any log
 // files too, so the option can be switched either way between runs; a
 // binary from before the log does not know to, so going back to one needs
-// a clean Close (which leaves no log) first.
+// a clean Close (which leaves no log) first. The same holds for a binary
+// that writes version 1 of the log (before the durable marks): it refuses
+// a version 2 file rather than misread it, and reads none after a clean
+// Close; this one reads both.
 //
 // The log is hand-written because no library offers one over bbolt: bbolt
 // has no log of its own to relax (its NoSync mode gives up durability, and

@@ -286,7 +286,7 @@ func (e *kvEngine) update(ctx context.Context, fn func(x *tx) error) error {
 			e.cache.end(last)
 		}
 	}()
-	return e.kv.Update(func(t kvTxn) error {
+	run := func(t kvTxn) error {
 		x := newTx(t)
 		if err := fn(x); err != nil {
 			return err
@@ -297,6 +297,23 @@ func (e *kvEngine) update(ctx context.Context, fn func(x *tx) error) error {
 		last = x
 		e.cache.begin(x)
 		return x.flush()
+	}
+	if isDeferred(ctx) {
+		if d, ok := e.kv.(kvDeferrer); ok {
+			return d.UpdateDeferred(run)
+		}
+	}
+	return e.kv.Update(run)
+}
+
+// skipInodes advances the inode counter by n, durably (see walKV.inoGap).
+func (e *kvEngine) skipInodes(ctx context.Context, n uint64) error {
+	return e.update(ctx, func(x *tx) error {
+		next, err := x.counter(keyNextIno)
+		if err != nil {
+			return err
+		}
+		return x.t.Put(keyNextIno, be.AppendUint64(nil, next+n))
 	})
 }
 

@@ -36,6 +36,10 @@ type BoltOptions struct {
 	// starts (default 16 MiB). The log file is preallocated to a little
 	// more than this.
 	WALCheckpointBytes int64
+	// CommitInterval bounds how long a change made under a Deferred
+	// context waits, at most, for the fdatasync that makes it durable
+	// when nobody calls Sync (default DefaultCommitInterval). WAL only.
+	CommitInterval time.Duration
 }
 
 var bucketName = []byte("shoal")
@@ -54,6 +58,9 @@ type boltKV struct {
 type boltCall struct {
 	fn  func(kvTxn) error
 	err chan error
+	// seq (write-ahead log only) is set to the sequence number of the
+	// record holding the call's writes (0 if none) before err is sent.
+	seq uint64
 }
 
 var _ kvStore = (*boltKV)(nil)
@@ -224,6 +231,14 @@ func OpenBolt(path string, opts BoltOptions) (Engine, error) {
 	if err := e.Init(context.Background()); err != nil {
 		kv.Close()
 		return nil, err
+	}
+	if w, ok := kv.(*walKV); ok {
+		if gap := w.inoGap(); gap > 0 {
+			if err := e.skipInodes(context.Background(), gap); err != nil {
+				kv.Close()
+				return nil, err
+			}
+		}
 	}
 	return e, nil
 }

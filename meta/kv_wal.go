@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/google/btree"
 	bolt "go.etcd.io/bbolt"
@@ -16,12 +18,13 @@ import (
 // an in-memory overlay, in two layers: active (written since the last
 // checkpoint began) over frozen (being applied to bbolt by a checkpoint).
 //
-// Locks, in order: mu, then stateMu. The commit loop (one goroutine at a
-// time, marked by running) owns wal, seq, master and ckptDone; Close takes
-// them over once the loop has stopped. Nothing holds a bbolt read
-// transaction while waiting for stateMu, because a bbolt commit that grows
-// the file waits for every read transaction to end, and snapshot begins one
-// under stateMu.
+// Locks, in order: syncMu, then mu, then stateMu. The commit loop (one
+// goroutine at a time, marked by running) owns wal, seq, master and
+// ckptDone; Close takes them over once the loop has stopped. Nothing holds
+// a bbolt read transaction while waiting for stateMu, because a bbolt
+// commit that grows the file waits for every read transaction to end, and
+// snapshot begins one under stateMu. Nothing holds syncMu during an
+// fdatasync (syncing marks one in progress).
 type walKV struct {
 	db        *bolt.DB
 	path      string
@@ -29,7 +32,10 @@ type walKV struct {
 	ckptBytes int64
 	prealloc  int64
 	sync      bool
-	log       *slog.Logger
+	// interval bounds how long a written record waits for its fdatasync
+	// (BoltOptions.CommitInterval).
+	interval time.Duration
+	log      *slog.Logger
 	// hook, if set (tests), runs after each step of a checkpoint; an
 	// error stops the checkpoint there, as a crash would.
 	hook func(step string) error
@@ -41,6 +47,11 @@ type walKV struct {
 	closed  bool
 	failed  error // a log write or checkpoint failed: no more updates
 
+	// unclean: log files were found at open, so the last run did not
+	// Close, and changes it answered under Deferred may be lost
+	// (OpenBolt then skips inode numbers: inoGap).
+	unclean bool
+
 	// Owned by the commit loop.
 	wal      *walFile
 	seq      uint64
@@ -50,9 +61,28 @@ type walKV struct {
 	stateMu sync.RWMutex
 	active  *ovTree // immutable once published
 	frozen  *ovTree // immutable; nil when no checkpoint runs
+
+	// written is the sequence number of the last record written to the
+	// log (write(2) done: a killed process loses nothing up to it), and
+	// durable of the last one known to be on stable storage. written is
+	// raised before a record's writes are published, so whatever a reader
+	// can see is covered by a sync to written.
+	written, durable atomic.Uint64
+	syncs, appends   atomic.Uint64 // for LogStats
+
+	syncMu     sync.Mutex
+	syncCond   *sync.Cond // signalled when syncing turns false
+	syncing    bool       // an fdatasync runs, without syncMu held
+	syncFile   *walFile   // the file a sync makes durable
+	syncClosed bool       // Close or a failure: no more syncs
+	flushTimer *time.Timer
+	flushArmed bool
 }
 
-var _ kvStore = (*walKV)(nil)
+var (
+	_ kvStore    = (*walKV)(nil)
+	_ kvDeferrer = (*walKV)(nil)
+)
 
 // ovEntry is an overlay entry: a value, or a tombstone hiding the key in
 // the layers beneath.
@@ -87,19 +117,28 @@ func openWALKV(path string, opts BoltOptions, hook func(string) error) (*walKV, 
 		return nil, err
 	}
 	s := &walKV{db: db, path: path, maxBatch: opts.MaxBatch, ckptBytes: opts.WALCheckpointBytes,
-		sync: !opts.NoSync, log: slog.Default().With("db", path), hook: hook}
+		sync: !opts.NoSync, interval: opts.CommitInterval, log: slog.Default().With("db", path), hook: hook}
 	if s.maxBatch <= 0 {
 		s.maxBatch = 128
+	}
+	if s.interval <= 0 {
+		s.interval = DefaultCommitInterval
 	}
 	if s.ckptBytes <= 0 {
 		s.ckptBytes = defaultCheckpointBytes
 	}
 	s.prealloc = s.ckptBytes + min(s.ckptBytes, walPreallocSlack)
 	s.idle = sync.NewCond(&s.mu)
+	s.syncCond = sync.NewCond(&s.syncMu)
 	if err := s.recover(); err != nil {
 		db.Close()
 		return nil, err
 	}
+	s.syncFile = s.wal
+	s.written.Store(s.seq)
+	s.durable.Store(s.seq)
+	s.flushTimer = time.AfterFunc(time.Hour, s.flush)
+	s.flushTimer.Stop()
 	s.master = newOvTree()
 	s.active = s.master.Clone()
 	return s, nil
@@ -111,6 +150,7 @@ func (s *walKV) recover() error {
 		return err
 	}
 	s.seq = l.lastSeq
+	s.unclean = l.lastGen != 0
 	s.wal, err = createWALFile(s.path, l.lastGen+1, s.prealloc, s.sync)
 	return err
 }
@@ -205,11 +245,50 @@ func (s *walKV) View(fn func(kvTxn) error) error {
 }
 
 func (s *walKV) Update(fn func(kvTxn) error) error {
+	seq, err := s.update(fn)
+	if err != nil || seq == 0 {
+		return err
+	}
+	return s.syncTo(seq)
+}
+
+// UpdateDeferred is Update that returns once the transaction's record is
+// written to the log, before it is durable (see kvDeferrer). If more than
+// maxPending records are waiting for an fdatasync (the disk is slower
+// than the writers), it waits for one: what a machine crash can lose
+// stays bounded even when the commit interval's timer cannot keep up.
+func (s *walKV) UpdateDeferred(fn func(kvTxn) error) error {
+	seq, err := s.update(fn)
+	if err != nil || seq == 0 || seq-min(seq, s.durable.Load()) <= maxPending {
+		return err
+	}
+	return s.syncTo(seq)
+}
+
+// maxPending bounds the log records written and not yet durable.
+const maxPending = 1 << 12
+
+// inoGap returns how many inode numbers OpenBolt skips after an unclean
+// shutdown: more than the unsynced records a machine crash can have
+// lost could have allocated (each transaction allocates at most one), so
+// that no number a client may have been given before the crash is
+// handed out again (file handles never alias). 0 after a clean Close.
+func (s *walKV) inoGap() uint64 {
+	if !s.unclean {
+		return 0
+	}
+	return uint64(maxPending+1) * uint64(s.maxBatch) * 2
+}
+
+// update runs fn in a commit round and returns the sequence number of the
+// record that holds its writes once that record is written (0 if the
+// round wrote nothing).
+func (s *walKV) update(fn func(kvTxn) error) (uint64, error) {
 	c := &boltCall{fn: fn, err: make(chan error, 1)}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		return errKVClosed
+		return 0, errKVClosed
 	}
 	s.pending = append(s.pending, c)
 	lead := !s.running
@@ -218,7 +297,126 @@ func (s *walKV) Update(fn func(kvTxn) error) error {
 	if lead {
 		s.commitLoop()
 	}
-	return <-c.err
+	err := <-c.err
+	return c.seq, err
+}
+
+// Sync returns once every record written so far, and so every change a
+// reader can see, is durable.
+func (s *walKV) Sync() error { return s.syncTo(s.written.Load()) }
+
+// syncTo returns once the record with sequence number target, and every
+// one before it, is durable. Concurrent callers share fdatasyncs: one
+// that finds a sync running waits for it and starts the next only if
+// that one did not cover its target, so a burst of commits costs about
+// two fdatasyncs however many callers it has.
+func (s *walKV) syncTo(target uint64) error {
+	if s.durable.Load() >= target {
+		return nil
+	}
+	s.syncMu.Lock()
+	for s.durable.Load() < target {
+		if s.syncClosed {
+			s.syncMu.Unlock()
+			return s.syncFailure()
+		}
+		if s.syncing {
+			s.syncCond.Wait()
+			continue
+		}
+		f, w := s.syncFile, s.written.Load()
+		s.syncing = true
+		s.syncMu.Unlock()
+		err := f.datasync()
+		s.syncMu.Lock()
+		s.syncing = false
+		s.syncCond.Broadcast()
+		if err != nil {
+			s.syncClosed = true
+			s.syncMu.Unlock()
+			s.fail(err)
+			return s.syncFailure()
+		}
+		s.syncs.Add(1)
+		if w > s.durable.Load() {
+			s.durable.Store(w)
+		}
+	}
+	s.syncMu.Unlock()
+	return nil
+}
+
+// Await returns once every record written so far is durable, like Sync,
+// but without an fdatasync of its own: it waits for the next one, which
+// a synced caller or the commit interval's timer starts. For work that
+// may wait (freeing an orphan's data), so that it adds no fdatasyncs.
+func (s *walKV) Await() error {
+	target := s.written.Load()
+	if s.durable.Load() >= target {
+		return nil
+	}
+	s.syncMu.Lock()
+	defer s.syncMu.Unlock()
+	for s.durable.Load() < target {
+		if s.syncClosed {
+			return s.syncFailure()
+		}
+		if !s.flushArmed && !s.syncing {
+			s.flushArmed = true
+			s.flushTimer.Reset(s.interval)
+		}
+		s.syncCond.Wait()
+	}
+	return nil
+}
+
+// syncFailure is the error of a sync that cannot be done: the store
+// failed, or is closed.
+func (s *walKV) syncFailure() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failed != nil {
+		return s.failed
+	}
+	return errKVClosed
+}
+
+// armFlush makes sure the records written so far become durable within
+// the commit interval, also when nobody asks for it.
+func (s *walKV) armFlush() {
+	s.syncMu.Lock()
+	if !s.flushArmed && !s.syncClosed {
+		s.flushArmed = true
+		s.flushTimer.Reset(s.interval)
+	}
+	s.syncMu.Unlock()
+}
+
+// flush is the commit interval's timer: it syncs what was written.
+func (s *walKV) flush() {
+	s.syncMu.Lock()
+	s.flushArmed = false
+	closed := s.syncClosed
+	s.syncMu.Unlock()
+	if closed {
+		return
+	}
+	if err := s.Sync(); err != nil && !errors.Is(err, errKVClosed) {
+		s.log.Error("meta: timed sync of the write-ahead log failed", "err", err)
+	}
+}
+
+// stopSyncs ends syncing for Close: it waits for a running fdatasync and
+// stops the timer.
+func (s *walKV) stopSyncs() {
+	s.syncMu.Lock()
+	s.syncClosed = true
+	for s.syncing {
+		s.syncCond.Wait()
+	}
+	s.flushTimer.Stop()
+	s.syncCond.Broadcast() // Await's waiters
+	s.syncMu.Unlock()
 }
 
 // commitLoop runs in the goroutine of the caller that found no round in
@@ -276,6 +474,7 @@ func (s *walKV) commitRound(batch []*boltCall) {
 	}
 	// End the read transaction before waiting for anything (see walKV).
 	sn.tx.Rollback()
+	var seq uint64
 	if buf.Len() > 0 {
 		if err := s.commitWrites(buf); err != nil {
 			s.fail(err)
@@ -284,23 +483,45 @@ func (s *walKV) commitRound(batch []*boltCall) {
 			}
 			return
 		}
+		seq = s.seq
+		if s.wal.records == 1 {
+			// A file's first record is synced before any other is
+			// written, so that recovery always knows which record a
+			// torn tail begins with (parseWALFile).
+			if err := s.syncTo(seq); err != nil {
+				for _, c := range batch {
+					c.err <- err
+				}
+				return
+			}
+		} else {
+			s.armFlush()
+		}
 	}
+	// Callers that want their change durable sync themselves (syncTo),
+	// so that the next round is written while the log is synced.
 	for i, c := range batch {
+		if results[i] == nil {
+			c.seq = seq
+		}
 		c.err <- results[i]
 	}
 }
 
-// commitWrites makes buf durable in the log and then visible.
+// commitWrites writes buf to the log and then makes it visible; the
+// record is not synced yet (syncTo).
 func (s *walKV) commitWrites(buf *ovTree) error {
 	ops := make([]walOp, 0, buf.Len())
 	buf.Ascend(func(e *ovEntry) bool {
 		ops = append(ops, walOp{key: e.key, val: e.val, del: e.del})
 		return true
 	})
-	if err := s.wal.append(s.seq+1, ops); err != nil {
+	if err := s.wal.append(s.seq+1, s.durable.Load(), ops); err != nil {
 		return err
 	}
 	s.seq++
+	s.appends.Add(1)
+	s.written.Store(s.seq)
 	buf.Ascend(func(e *ovEntry) bool {
 		s.master.ReplaceOrInsert(e)
 		return true
@@ -345,6 +566,11 @@ func (s *walKV) maybeCheckpoint() {
 	if failed != nil {
 		return
 	}
+	// Records of the new file must never be durable while some of the
+	// old file's are not: recovery would find a gap in the sequence.
+	if err := s.syncTo(s.seq); err != nil {
+		return // failed already
+	}
 	old := s.wal
 	nw, err := createWALFile(s.path, old.gen+1, s.prealloc, s.sync)
 	if err != nil {
@@ -352,6 +578,12 @@ func (s *walKV) maybeCheckpoint() {
 		return
 	}
 	s.wal = nw
+	s.syncMu.Lock()
+	for s.syncing {
+		s.syncCond.Wait()
+	}
+	s.syncFile = nw
+	s.syncMu.Unlock()
 	if err := s.step("created"); err != nil {
 		old.f.Close()
 		s.fail(err)
@@ -438,6 +670,11 @@ func (s *walKV) Close() error {
 		s.idle.Wait()
 	}
 	s.mu.Unlock()
+	// Callers whose records are written but not yet synced get their
+	// sync rather than an error (the checkpoint below would make their
+	// changes durable anyway).
+	s.Sync()
+	s.stopSyncs()
 	if s.ckptDone != nil {
 		<-s.ckptDone
 	}

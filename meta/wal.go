@@ -21,16 +21,27 @@ import (
 //
 //	header: magic "shoalWAL"(8) version(4) crc(4) generation(8)
 //	record: len(4) crc(4) seq(8) payload(len) zero padding to 8
-//	payload: op('P' or 'D')(1) uvarint(len(key)) key [uvarint(len(val)) val] ...
+//	payload: 'M'(1) uvarint(durable) then
+//	         op('P' or 'D')(1) uvarint(len(key)) key [uvarint(len(val)) val] ...
 //
 // All integers are little-endian. The header's crc is CRC32C of its
 // version and generation; a record's crc is CRC32C of its len, seq and
 // payload, so a torn or misread length cannot pass for a record. Sequence
 // numbers rise by one per record, across files too; a payload holds at
 // least one operation, so an all-zero header marks the end of the log.
+//
+// Since version 2 a payload starts with a mark: the sequence number of
+// the last record known durable when this one was written. Records are
+// written before they are synced, several at a time, so after a machine
+// crash a later record may have reached the disk while an earlier one did
+// not; the mark tells such a torn tail (the later record was written
+// before the missing one was durable) from a durable record damaged since
+// (the later record's mark covers it). Version 1 files, which have no
+// marks, are still read, with the stricter rule.
 const (
 	walMagic      = "shoalWAL"
-	walVersion    = 1
+	walVersion    = 2
+	walVersion1   = 1
 	walHeaderLen  = 24
 	walRecHdrLen  = 16
 	walMaxPayload = 1 << 30 // a round is at most MaxBatch transactions of a few hundred KiB
@@ -51,15 +62,30 @@ type walOp struct {
 // walRecord is one decoded record: the writes of one commit round.
 type walRecord struct {
 	seq uint64
-	ops []walOp
+	// mark (if hasMark) is the last sequence number known durable when
+	// the record was written.
+	mark    uint64
+	hasMark bool
+	ops     []walOp
 }
 
 func walPad(n int) int { return (n + 7) &^ 7 }
 
-// appendWALRecord appends the encoding of a record with ops to b.
-func appendWALRecord(b []byte, seq uint64, ops []walOp) []byte {
+// appendWALRecord appends the encoding of a record with ops to b; mark
+// is the last sequence number known durable.
+func appendWALRecord(b []byte, seq, mark uint64, ops []walOp) []byte {
+	return encodeWALRecord(b, seq, mark, true, ops)
+}
+
+// encodeWALRecord is appendWALRecord that can leave out the mark, as
+// version 1 did.
+func encodeWALRecord(b []byte, seq, mark uint64, hasMark bool, ops []walOp) []byte {
 	start := len(b)
 	b = append(b, make([]byte, walRecHdrLen)...)
+	if hasMark {
+		b = append(b, 'M')
+		b = binary.AppendUvarint(b, mark)
+	}
 	for _, op := range ops {
 		if op.del {
 			b = append(b, 'D')
@@ -110,12 +136,22 @@ func decodeWALRecord(b []byte) (walRecord, int, error) {
 	if walRecordCRC(h, payload) != binary.LittleEndian.Uint32(h[4:]) {
 		return walRecord{}, 0, errWALTorn
 	}
+	rec := walRecord{seq: binary.LittleEndian.Uint64(h[8:])}
+	if payload[0] == 'M' {
+		m, w := binary.Uvarint(payload[1:])
+		if w <= 0 {
+			return walRecord{}, 0, fmt.Errorf("%w: bad mark", errWALTorn)
+		}
+		rec.mark, rec.hasMark = m, true
+		payload = payload[1+w:]
+	}
 	ops, err := decodeWALPayload(payload)
 	if err != nil {
 		return walRecord{}, 0, err
 	}
+	rec.ops = ops
 	n := min(walPad(walRecHdrLen+int(plen)), len(b))
-	return walRecord{seq: binary.LittleEndian.Uint64(h[8:]), ops: ops}, n, nil
+	return rec, n, nil
 }
 
 func decodeWALPayload(p []byte) ([]walOp, error) {
@@ -194,8 +230,8 @@ func parseWALFile(data []byte, gen uint64) (recs []walRecord, torn bool, err err
 		binary.LittleEndian.Uint32(data[12:]) != walHeaderCRC(data) {
 		return nil, false, fmt.Errorf("bad header")
 	}
-	if v := binary.LittleEndian.Uint32(data[8:]); v != walVersion {
-		return nil, false, fmt.Errorf("version %d, want %d", v, walVersion)
+	if v := binary.LittleEndian.Uint32(data[8:]); v != walVersion && v != walVersion1 {
+		return nil, false, fmt.Errorf("version %d, want %d or %d", v, walVersion1, walVersion)
 	}
 	if g := binary.LittleEndian.Uint64(data[16:]); g != gen {
 		return nil, false, fmt.Errorf("header names generation %d", g)
@@ -218,14 +254,26 @@ func parseWALFile(data []byte, gen uint64) (recs []walRecord, torn bool, err err
 		last = rec.seq
 		off += n
 	}
-	// Whatever stopped the reading, nothing valid may follow it.
+	// Whatever stopped the reading, nothing valid may follow it, unless
+	// it was written before the record missing at off was durable: then
+	// the missing record and everything after it were never synced, and
+	// a machine crash let some later pages reach the disk but not that
+	// one. The first record of a file is synced before any other is
+	// written (walKV.commitRound), so last is known here when that
+	// applies.
 	for o := walPad(off + 1); o+walRecHdrLen <= len(data); o += 8 {
 		if binary.LittleEndian.Uint64(data[o+8:]) <= last {
 			continue
 		}
-		if rec, _, err := decodeWALRecord(data[o:]); err == nil {
-			return nil, false, fmt.Errorf("damaged record at offset %d followed by valid record %d at offset %d", off, rec.seq, o)
+		rec, _, err := decodeWALRecord(data[o:])
+		if err != nil {
+			continue
 		}
+		if last != 0 && rec.hasMark && rec.mark <= last {
+			torn = true
+			continue
+		}
+		return nil, false, fmt.Errorf("damaged record at offset %d followed by valid record %d at offset %d", off, rec.seq, o)
 	}
 	return recs, torn, nil
 }
@@ -304,11 +352,12 @@ func readWAL(dbPath string, gens []uint64) (walLog, error) {
 
 // walFile is the log file being appended to.
 type walFile struct {
-	f    *os.File
-	gen  uint64
-	off  int64 // where the next record goes
-	sync bool
-	buf  []byte
+	f       *os.File
+	gen     uint64
+	off     int64 // where the next record goes
+	records int   // appended so far
+	sync    bool
+	buf     []byte
 }
 
 // createWALFile makes log file gen durable before it is used: written
@@ -356,20 +405,30 @@ func createWALFile(dbPath string, gen uint64, prealloc int64, sync bool) (*walFi
 	return &walFile{f: f, gen: gen, off: walHeaderLen, sync: sync}, nil
 }
 
-// append writes one record and makes it durable: one write, one fdatasync.
-func (w *walFile) append(seq uint64, ops []walOp) error {
-	w.buf = appendWALRecord(w.buf[:0], seq, ops)
+// append writes one record (one write(2); sync makes it durable). Only
+// the commit loop calls it.
+func (w *walFile) append(seq, mark uint64, ops []walOp) error {
+	w.buf = appendWALRecord(w.buf[:0], seq, mark, ops)
 	if _, err := w.f.WriteAt(w.buf, w.off); err != nil {
 		return fmt.Errorf("meta: WAL append: %w", err)
 	}
-	if w.sync {
-		if err := unix.Fdatasync(int(w.f.Fd())); err != nil {
-			return fmt.Errorf("meta: WAL fdatasync: %w", err)
-		}
-	}
 	w.off += int64(len(w.buf))
+	w.records++
 	if cap(w.buf) > 1<<20 {
 		w.buf = nil // do not pin a large round's buffer
+	}
+	return nil
+}
+
+// datasync makes every record appended so far durable: one fdatasync. It may
+// run while append writes the next record; that one may or may not be
+// covered.
+func (w *walFile) datasync() error {
+	if !w.sync {
+		return nil
+	}
+	if err := unix.Fdatasync(int(w.f.Fd())); err != nil {
+		return fmt.Errorf("meta: WAL fdatasync: %w", err)
 	}
 	return nil
 }

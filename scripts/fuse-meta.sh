@@ -6,7 +6,8 @@
 # `shoal up --ds DS` cluster on loopback. Prints a table (creates/s,
 # stats/s, deletes/s, and what each file cost at the MDS: COMPOUNDs,
 # operations, LOOKUPs and COMMITs per file, from the MDS's
-# shoal_nfs_ops_total counters, and the mean time the MDS spent in each
+# shoal_nfs_ops_total counters, the metadata log's fdatasyncs per file
+# (shoal_metadata_log_syncs_total), and the mean time the MDS spent in each
 # operation from shoal_nfs_op_seconds_total) and the same as one JSON line.
 #
 #   scripts/fuse-meta.sh                       # 4 x 500 files of 4 KiB, 4 DS, cached, 3 runs
@@ -14,6 +15,7 @@
 #   OUT=/tmp/meta.json scripts/fuse-meta.sh    # also write the JSON there
 #   TARGET=moosefs scripts/fuse-meta.sh        # the same through MooseFS's mfsmount
 #   TARGET=moosefs MOOSEFS_CHANGELOG_SAVE_MODE=2 scripts/fuse-meta.sh
+#   UP_ARGS=--sync=false scripts/fuse-meta.sh  # Shoal's MDS in async mode
 #
 # TARGET=moosefs runs the same workload on a MooseFS 3.0 cluster of DS chunk
 # servers (scripts/moosefs.sh: Debian's packages, installed on first use,
@@ -25,7 +27,8 @@
 # Environment: SHOAL (binary; default: built from this checkout), DS, PROCS,
 # FILES, SIZE, ACCESS (cached, odirect, direct), RUNS (the table shows the
 # median rate; ops per file are the same in every run), TIMEOUT (seconds
-# for the whole workload, default 300), OUT, KEEP=1 (keep the work dir).
+# for the whole workload, default 300), OUT, KEEP=1 (keep the work dir),
+# UP_ARGS (more `shoal up` flags, split on spaces).
 #
 # The rates are wall-clock: from the barrier that starts a phase until the
 # last process finished it. The operations of a phase are counted from the
@@ -91,8 +94,9 @@ fi
 
 # 1. The cluster, with its metrics on a kernel-chosen port.
 if [[ $TARGET == shoal ]]; then
+# shellcheck disable=SC2086 # UP_ARGS is a list of flags
 "$SHOAL" up --dir "$work/cluster" --ds "$DS" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
-	--ready-file "$work/ready" --log-level warn >"$work/up.log" 2>&1 &
+	--ready-file "$work/ready" --log-level warn ${UP_ARGS:-} >"$work/up.log" 2>&1 &
 up_pid=$!
 for _ in $(seq 1 300); do
 	[[ -s $work/ready ]] && break
@@ -141,6 +145,9 @@ def mds_ops():
                 if line.startswith(metric) and 'role="mds"' in line:
                     op = line.split('op="', 1)[1].split('"', 1)[0] + suffix
                     ops[op] = ops.get(op, 0) + float(line.rsplit(" ", 1)[1])
+            # fdatasyncs of the metadata log (servers since issue 27)
+            if line.startswith("shoal_metadata_log_syncs_total{") and 'role="mds"' in line:
+                ops["@syncs"] = ops.get("@syncs", 0) + float(line.rsplit(" ", 1)[1])
     return ops
 
 def worker(i, run, start, end):
@@ -182,6 +189,7 @@ for run in range(runs):
         results[phase].append(n / dt)
         diff = {k: after.get(k, 0) - before.get(k, 0) for k in after}
         secs = {k[:-2]: v for k, v in diff.items() if k.endswith("_s")}
+        syncs = diff.pop("@syncs", None)
         diff = {k: v for k, v in diff.items() if not k.endswith("_s")}
         per_file[phase] = {
             "compounds": diff.get("SEQUENCE", 0) / n,
@@ -193,6 +201,8 @@ for run in range(runs):
             # (empty from a server without shoal_nfs_op_seconds_total)
             "us_per_op": {k: round(1e6 * secs[k] / v, 1) for k, v in sorted(diff.items()) if v and k in secs},
         }
+        if syncs is not None:
+            per_file[phase]["log_syncs"] = round(syncs / n, 3)
         before = after
     for w in ws:
         w.join()
@@ -215,6 +225,8 @@ for phase in PHASES:
     print(f"  {phase} ops per file: " + " ".join(f"{k}={v}" for k, v in per_file[phase]["by_op"].items()))
     if per_file[phase]["us_per_op"]:
         print(f"  {phase} MDS µs per op:  " + " ".join(f"{k}={v}" for k, v in per_file[phase]["us_per_op"].items()))
+    if "log_syncs" in per_file[phase]:
+        print(f"  {phase} metadata log fdatasyncs per file: {per_file[phase]['log_syncs']}")
 print(json.dumps(out))
 EOF
 timeout "$TIMEOUT" python3 "$work/meta.py" "$mnt" "$metrics" "$PROCS" "$FILES" "$SIZE" "$RUNS" | tee "$work/out.txt"

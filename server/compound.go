@@ -63,6 +63,10 @@ type compound struct {
 	// opened: an OPEN of this COMPOUND succeeded, so a LAYOUTGET after
 	// it is the client's guess made before any I/O (layoutGet).
 	opened bool
+	// durable: the reply must wait until the COMPOUND's changes are
+	// durable (it touched a sync export, or promised stable storage);
+	// async: it touched an async export (durability.go).
+	durable, async bool
 }
 
 // compoundRequest evaluates a COMPOUND procedure.
@@ -91,7 +95,7 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 	// connection's context carries no values, and using the server's
 	// costs no allocation per request.)
 	connCtx := ctx
-	ctx = s.life
+	ctx = s.cctx // s.life, marked meta.Deferred (durability.go)
 	d := xdr.NewDecoder(call.Args)
 	tag := d.Opaque(0)
 	minor := d.Uint32()
@@ -130,6 +134,7 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 	// per operation was most of a small COMPOUND's garbage. Handlers keep
 	// only the operation's own arguments, which each decode allocates anew.
 	var args nfs4.NfsArgop4
+	lastStart, lastOp := -1, nfs4.NfsOpnum4(0)
 	for c.idx = 0; c.idx < n; c.idx++ {
 		peek := xdr.NewDecoder(d.Rest())
 		op := nfs4.NfsOpnum4(peek.Uint32())
@@ -201,6 +206,7 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 			}
 		}
 		opStart := e.Mark()
+		lastStart, lastOp = opStart, op
 		c.encodeResult(e, op, r)
 		if c.seq != nil && c.idx > 0 {
 			// The result must fit the session's limits; if it does
@@ -224,6 +230,13 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 			}
 			break
 		}
+	}
+	// The reply goes into the slot and out only once what it tells of
+	// is durable (durability.go).
+	if !c.waitDurable() && lastStart >= 0 {
+		e.Truncate(lastStart)
+		st = nfs4.NFS4ERR_IO
+		c.encodeResult(e, lastOp, fail(st))
 	}
 	e.PutUint32At(statusPos, uint32(st))
 	e.PutUint32At(countPos, uint32(done))
@@ -270,6 +283,13 @@ func (c *compound) encodeResult(e *xdr.Encoder, op nfs4.NfsOpnum4, r opReply) {
 func (c *compound) setFH(h fhandle) {
 	c.cfh, c.hasCFH = h, true
 	c.hasCSID = false
+	if h.kind == fhObject && c.s.ns != nil {
+		// Also for operations that use the handle without loading its
+		// object (load marks it too).
+		if e := c.s.ns.byID[h.export]; e != nil {
+			c.touched(e)
+		}
+	}
 }
 
 // initLife starts the server's life (the context only Close ends) and

@@ -187,7 +187,14 @@
 //
 // # Durability and restart
 //
-// Metadata operations are durable when answered. Data is durable after
+// Metadata operations are durable when answered: a COMPOUND's changes are
+// written to the metadata engine's log as they are made and the log is
+// synced once, at the COMPOUND's end, before the reply (durability.go).
+// With sync: false (Config.Async, or Export.Sync for one export; knfsd's
+// async export) the reply does not wait, and the log is synced within
+// Config.CommitInterval: a crash of the machine may lose the changes of
+// that last interval (never the namespace's consistency), a crash of the
+// process none; COMMIT, stable WRITEs and LAYOUTCOMMIT still wait. Data is durable after
 // COMMIT or a FILE_SYNC/DATA_SYNC WRITE; the write verifier changes on every
 // start so clients resend UNSTABLE data the server may have lost. Confirmed
 // client records are persisted, and after a restart the server is in grace

@@ -84,6 +84,7 @@ func NewDataServer(ds DataServerConfig) (*Server, error) {
 	s := &Server{cfg: cfg, log: cfg.Logger, bootTime: time.Now(), ds: &ds, ops: dsOps,
 		exchangeFlags: nfs4.EXCHGID4_FLAG_USE_PNFS_DS}
 	s.initLife()
+	s.cctx = s.life // no metadata engine: nothing to sync
 	var err error
 	s.data = ds.Store
 	if s.data == nil {

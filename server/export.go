@@ -26,9 +26,16 @@ type Export struct {
 	AllSquash  bool     `yaml:"all_squash"`
 	AnonUID    *uint32  `yaml:"anonuid"` // nil means 65534
 	AnonGID    *uint32  `yaml:"anongid"` // nil means 65534
+	// Sync says whether changes through the export are answered only
+	// once durable (true) or once written to the metadata log (false,
+	// knfsd's async); nil follows the server (Config.Async). See
+	// durability.go.
+	Sync *bool `yaml:"sync"`
 
 	nets []netip.Prefix
 	root meta.Ino
+	// async is the resolved Sync.
+	async bool
 }
 
 func (e *Export) rootSquash() bool { return e.RootSquash == nil || *e.RootSquash }

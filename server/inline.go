@@ -335,8 +335,11 @@ func (f *inlineFile) ReadAt(p []byte, off int64) (int, error) {
 	return n, nil
 }
 
-// writeAt writes p at off, inline if it can; inline reports which.
-func (f *inlineFile) writeAt(p []byte, off int64) (inline bool, err error) {
+// writeAt writes p at off, inline if it can; inline reports which. The
+// inline write is made under ctx, so a COMPOUND's WRITE is deferred with
+// the rest of its changes (durability.go); writes through WriteAt (COPY,
+// no COMPOUND context) are durable when they return.
+func (f *inlineFile) writeAt(ctx context.Context, p []byte, off int64) (inline bool, err error) {
 	s := f.s
 	l := s.lock(f.ino)
 	l.Lock()
@@ -347,7 +350,7 @@ func (f *inlineFile) writeAt(p []byte, off int64) (inline bool, err error) {
 	}
 	if !placed && off >= 0 && uint64(off)+uint64(len(p)) <= uint64(s.limit) {
 		defer l.Unlock()
-		ctx, cancel := bg()
+		ctx, cancel := context.WithTimeout(ctx, engineTimeout)
 		defer cancel()
 		// No map can appear meanwhile: every path that places one holds
 		// this lock.
@@ -377,7 +380,7 @@ func (f *inlineFile) WriteAt(p []byte, off int64) (int, error) {
 	if err := f.check(); err != nil {
 		return 0, err
 	}
-	if _, err := f.writeAt(p, off); err != nil {
+	if _, err := f.writeAt(context.Background(), p, off); err != nil {
 		return 0, err
 	}
 	return len(p), nil

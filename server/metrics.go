@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/meta"
 )
 
 // counters are the server's activity counters. They are plain atomics on
@@ -33,6 +34,12 @@ type counters struct {
 	delegReturned atomic.Uint64 // DELEGRETURN
 	delegRevoked  atomic.Uint64 // revoked after an unanswered recall
 	cbGetattr     atomic.Uint64 // CB_GETATTR answers used
+
+	// syncedReplies and earlyReplies count COMPOUNDs answered after the
+	// metadata log was durable and, for async exports, before
+	// (durability.go).
+	syncedReplies atomic.Uint64
+	earlyReplies  atomic.Uint64
 }
 
 func (c *counters) op(op nfs4.NfsOpnum4, st nfs4.Nfsstat4) {
@@ -71,6 +78,13 @@ type Stats struct {
 	// change; deleted once their reply was known to have arrived;
 	// deleted for their age.
 	ReplaysAnswered, ReplaysWritten, ReplaysRetired, ReplaysExpired uint64
+	// SyncedReplies counts COMPOUNDs answered once the metadata log was
+	// durable, EarlyReplies those of async exports answered before
+	// (durability.go).
+	SyncedReplies, EarlyReplies uint64
+	// Log is the metadata engine's write-ahead log: records written and
+	// fdatasyncs (zero for engines without one).
+	Log meta.LogStats
 }
 
 // Stats returns a snapshot of the server's counters.
@@ -97,6 +111,11 @@ func (s *Server) Stats() Stats {
 		st.ReplaysRetired = b.dropped.Load()
 		st.ReplaysExpired = b.expired.Load()
 	}
+	st.SyncedReplies = s.counters.syncedReplies.Load()
+	st.EarlyReplies = s.counters.earlyReplies.Load()
+	if s.syncer != nil {
+		st.Log = s.syncer.LogStats()
+	}
 	return st
 }
 
@@ -109,6 +128,9 @@ type collector struct {
 	opSeconds                  *prometheus.Desc
 	delegs, delegsHeld         *prometheus.Desc
 	replays, replaysAnswered   *prometheus.Desc
+	metaSync, commitInterval   *prometheus.Desc
+	replies, logAppends        *prometheus.Desc
+	logSyncs                   *prometheus.Desc
 	layout                     layoutCollector
 }
 
@@ -129,6 +151,14 @@ func newCollector(s *Server, labels prometheus.Labels) *collector {
 			"Retransmitted namespace changes that another server instance carried out, answered from its replay record.", nil, labels),
 		replays: prometheus.NewDesc("shoal_mds_replay_records_total",
 			"Replay records written with namespace changes, deleted once their reply arrived (retired), deleted for their age (expired).", []string{"event"}, labels),
+		metaSync: prometheus.NewDesc("shoal_metadata_sync",
+			"1 if changes through the export are answered once durable (sync), 0 if once written to the metadata log (async: sync: false).", []string{"export"}, labels),
+		commitInterval: prometheus.NewDesc("shoal_metadata_commit_interval_seconds",
+			"Longest time a change answered early waits for the metadata log's fdatasync.", nil, labels),
+		replies: prometheus.NewDesc("shoal_metadata_replies_total",
+			"COMPOUNDs answered after waiting for the metadata log to be durable (synced) or, on async exports, before (early).", []string{"wait"}, labels),
+		logAppends: prometheus.NewDesc("shoal_metadata_log_appends_total", "Records written to the metadata engine's write-ahead log (one per commit round).", nil, labels),
+		logSyncs:   prometheus.NewDesc("shoal_metadata_log_syncs_total", "fdatasyncs of the metadata engine's write-ahead log.", nil, labels),
 	}
 }
 
@@ -142,6 +172,11 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.delegsHeld
 	ch <- c.replaysAnswered
 	ch <- c.replays
+	ch <- c.metaSync
+	ch <- c.commitInterval
+	ch <- c.replies
+	ch <- c.logAppends
+	ch <- c.logSyncs
 	c.layout.describe(ch)
 }
 
@@ -173,6 +208,23 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.replays, prometheus.CounterValue, float64(b.written.Load()), "written")
 		ch <- prometheus.MustNewConstMetric(c.replays, prometheus.CounterValue, float64(b.dropped.Load()), "retired")
 		ch <- prometheus.MustNewConstMetric(c.replays, prometheus.CounterValue, float64(b.expired.Load()), "expired")
+	}
+	if c.s.ns != nil {
+		for _, e := range c.s.ns.exports {
+			v := 1.0
+			if e.async {
+				v = 0
+			}
+			ch <- prometheus.MustNewConstMetric(c.metaSync, prometheus.GaugeValue, v, e.Path)
+		}
+		ch <- prometheus.MustNewConstMetric(c.commitInterval, prometheus.GaugeValue, c.s.commitInterval().Seconds())
+	}
+	ch <- prometheus.MustNewConstMetric(c.replies, prometheus.CounterValue, float64(k.syncedReplies.Load()), "synced")
+	ch <- prometheus.MustNewConstMetric(c.replies, prometheus.CounterValue, float64(k.earlyReplies.Load()), "early")
+	if c.s.syncer != nil {
+		ls := c.s.syncer.LogStats()
+		ch <- prometheus.MustNewConstMetric(c.logAppends, prometheus.CounterValue, float64(ls.Appends))
+		ch <- prometheus.MustNewConstMetric(c.logSyncs, prometheus.CounterValue, float64(ls.Syncs))
 	}
 	c.layout.collect(c.s.reports, ch)
 }

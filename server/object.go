@@ -47,6 +47,7 @@ func (c *compound) load(h fhandle) (*object, nfs4.Nfsstat4) {
 	if e == nil {
 		return nil, nfs4.NFS4ERR_STALE
 	}
+	c.touched(e)
 	if s.st.orphans.isDoomed(h.ino) {
 		// Unlinked with no open, and about to be freed: gone for
 		// clients already (orphans.go).

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"context"
 	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
@@ -141,7 +140,7 @@ func (c *compound) setattr(a *nfs4.SETATTR4args) opReply {
 	if st := c.breakDelegations(o.fh.ino, true); st != nfs4.NFS4_OK {
 		return fail(st).withBody(empty)
 	}
-	if _, err := c.s.applySetAttr(c.ctx, o, sa.sa); err != nil {
+	if _, err := c.applySetAttr(o, sa.sa); err != nil {
 		return failErr(err).withBody(empty)
 	}
 	return ok(bitmapVal(sa.set))
@@ -178,11 +177,20 @@ func (c *compound) setattrAllowed(o *object, sa *meta.SetAttr) nfs4.Nfsstat4 {
 // applySetAttr changes attributes, truncating file data when the size
 // changes. Pending write attributes are persisted first, so the result never
 // goes back in time.
-func (s *Server) applySetAttr(ctx context.Context, o *object, sa meta.SetAttr) (meta.Attr, error) {
+//
+// A truncation that cuts data off is answered only once its size is
+// durable, on async exports too (durability.go): the data goes first, and
+// a machine crash that took the new size back would leave the old size
+// over bytes that are gone.
+func (c *compound) applySetAttr(o *object, sa meta.SetAttr) (meta.Attr, error) {
+	s, ctx := c.s, c.ctx
 	if err := s.cache.flush(ctx, o.fh.ino); err != nil {
 		return meta.Attr{}, err
 	}
 	if sa.Mask&meta.SetSize != 0 {
+		if sa.Size < o.attr.Size {
+			c.needStable()
+		}
 		if err := s.data.Truncate(uint64(o.fh.ino), sa.Size); err != nil {
 			return meta.Attr{}, err
 		}

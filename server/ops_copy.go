@@ -112,6 +112,7 @@ func (c *compound) copy(a *nfs4.COPY4args) opReply {
 	if err := c.s.copyFile(c.ctx, src.fh.ino, dst, a.CaSrcOffset, a.CaDstOffset, n, n); err != nil {
 		return failErr(err)
 	}
+	c.needStable() // FILE_SYNC4
 	return ok(&nfs4.COPY4resok{
 		CrResponse: nfs4.WriteResponse4{WrCount: n, WrCommitted: nfs4.FILE_SYNC4, WrWriteverf: c.s.verifier()},
 		// Always consecutive; synchronous even when asked otherwise.

@@ -90,7 +90,7 @@ func (c *compound) write(a *nfs4.WRITE4args) opReply {
 	defer f.Close()
 	inline := false
 	if inf, isInline := f.(*inlineFile); isInline {
-		inline, err = inf.writeAt(a.Data, int64(a.Offset))
+		inline, err = inf.writeAt(c.ctx, a.Data, int64(a.Offset))
 	} else {
 		_, err = f.WriteAt(a.Data, int64(a.Offset))
 	}
@@ -99,7 +99,9 @@ func (c *compound) write(a *nfs4.WRITE4args) opReply {
 	}
 	c.s.counters.writeBytes.Add(uint64(len(a.Data)))
 	if inline {
-		// Data, size and mtime were committed together.
+		// Data, size and mtime were committed together, and are
+		// durable when the reply goes (durability.go).
+		c.needStable()
 		return ok(&nfs4.WRITE4resok{Count: uint32(len(a.Data)), Committed: nfs4.FILE_SYNC4, Writeverf: c.s.verifier()})
 	}
 	c.s.cache.wrote(o.fh.ino, o.attr, end, time.Now())
@@ -111,6 +113,7 @@ func (c *compound) write(a *nfs4.WRITE4args) opReply {
 		if err := c.s.cache.flush(c.ctx, o.fh.ino); err != nil {
 			return failErr(err)
 		}
+		c.needStable()
 		committed = nfs4.FILE_SYNC4
 	}
 	return ok(&nfs4.WRITE4resok{Count: uint32(len(a.Data)), Committed: committed, Writeverf: c.s.verifier()})
@@ -139,6 +142,7 @@ func (c *compound) commit(a *nfs4.COMMIT4args) opReply {
 	if err := c.s.cache.flush(c.ctx, o.fh.ino); err != nil {
 		return failErr(err)
 	}
+	c.needStable()
 	return ok(&nfs4.COMMIT4resok{Writeverf: c.s.verifier()})
 }
 

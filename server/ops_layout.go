@@ -303,6 +303,9 @@ func (c *compound) layoutCommit(a *nfs4.LAYOUTCOMMIT4args) opReply {
 			return failErr(err)
 		}
 	}
+	// The pNFS commit of the file's size and mtime: stable when
+	// answered, also on an async export (durability.go).
+	c.needStable()
 	res := &nfs4.LAYOUTCOMMIT4resok{}
 	if after.Size != before.Size {
 		size := after.Size

@@ -204,7 +204,7 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 		// only now, so an OPEN refused for a share conflict or grace
 		// leaves the file alone.
 		sa, _ := decodeSetAttrs(a.Openhow.How.Createattrs, c.supported())
-		if _, err := c.s.applySetAttr(c.ctx, file, meta.SetAttr{Mask: meta.SetSize, Size: sa.sa.Size}); err != nil {
+		if _, err := c.applySetAttr(file, meta.SetAttr{Mask: meta.SetSize, Size: sa.sa.Size}); err != nil {
 			return failErr(err)
 		}
 	}
@@ -314,7 +314,7 @@ func (c *compound) openName(dir *object, name string, how *nfs4.Openflag4) (*obj
 		if rest.Mask != 0 {
 			applied := false
 			if st := c.setattrAllowed(o, &rest); st == nfs4.NFS4_OK {
-				if a, err := c.s.applySetAttr(c.ctx, o, rest); err == nil {
+				if a, err := c.applySetAttr(o, rest); err == nil {
 					o.attr, applied = a, true
 				}
 			}

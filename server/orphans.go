@@ -89,8 +89,14 @@ type retry struct {
 
 // orphanSet tracks the orphans the server has not freed yet.
 type orphanSet struct {
-	s       *Server
-	ctx     context.Context // the state glue's: frees outlive requests
+	s   *Server
+	ctx context.Context // the state glue's: frees outlive requests
+	// freeCtx is ctx marked meta.Deferred, for freeing inodes: a free
+	// that a machine crash takes back leaves the orphan recorded, and
+	// it is freed again after the restart (its data is gone already,
+	// which removeData takes in its stride), so it need not wait for an
+	// fdatasync of its own.
+	freeCtx context.Context
 	stripes [orphanStripes]sync.Mutex
 	// gen counts frees; it is bumped under the stripe lock after the
 	// engine has committed the free.
@@ -125,7 +131,7 @@ func newOrphanSet(ctx context.Context, s *Server) (*orphanSet, error) {
 		return nil, fmt.Errorf("server: loading orphans: %w", err)
 	}
 	o := &orphanSet{
-		s: s, ctx: ctx, pending: make(map[meta.Ino]retry, len(inos)),
+		s: s, ctx: ctx, freeCtx: meta.Deferred(ctx), pending: make(map[meta.Ino]retry, len(inos)),
 		wake: make(chan struct{}, 1), kick: make(chan struct{}, 1),
 	}
 	for _, ino := range inos {
@@ -276,6 +282,19 @@ func (o *orphanSet) removeData(ino meta.Ino) bool {
 		o.drop(ino)
 		return false
 	}
+	// The change that made it an orphan (a REMOVE or RENAME, possibly
+	// still only in the metadata log: durability.go) must be durable
+	// before its data goes, or a machine crash would bring back a name
+	// whose data is gone. The freer can wait for the log's next
+	// fdatasync (at most the commit interval) rather than add one per
+	// file.
+	if sy := o.s.syncer; sy != nil {
+		if err := sy.Await(o.ctx); err != nil {
+			log.Warn("free unlinked file: sync metadata", "err", err)
+			o.retryLater(ino)
+			return false
+		}
+	}
 	o.s.cache.forget(ino)
 	if err := o.s.data.Remove(uint64(ino)); err != nil {
 		log.Warn("free unlinked file: remove data", "err", err)
@@ -295,7 +314,7 @@ func (o *orphanSet) freeInodes(inos []meta.Ino) int {
 		return 0
 	}
 	if len(inos) > 1 {
-		if err := o.s.meta.FreeOrphans(o.ctx, inos); err == nil {
+		if err := o.s.meta.FreeOrphans(o.freeCtx, inos); err == nil {
 			for _, ino := range inos {
 				o.s.cache.forget(ino)
 			}
@@ -304,7 +323,7 @@ func (o *orphanSet) freeInodes(inos []meta.Ino) int {
 	}
 	freed := 0
 	for _, ino := range inos {
-		if _, err := o.s.meta.FreeOrphan(o.ctx, ino); err != nil {
+		if _, err := o.s.meta.FreeOrphan(o.freeCtx, ino); err != nil {
 			o.s.log.Warn("free unlinked file: free inode", "ino", uint64(ino), "err", err)
 			o.retryLater(ino)
 			continue

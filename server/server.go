@@ -67,6 +67,14 @@ type Config struct {
 	// NoDelegations turns delegations off: OPEN and WANT_DELEGATION never
 	// grant one. The zero value grants them when it is safe (deleg.go).
 	NoDelegations bool
+	// Async answers the COMPOUNDs that change metadata of an export
+	// without sync: true once the changes are written to the metadata
+	// engine's log, before they are durable (knfsd's async export; see
+	// durability.go). The zero value answers once durable.
+	Async bool
+	// CommitInterval bounds how long a change answered early waits for
+	// the log's fdatasync (default meta.DefaultCommitInterval).
+	CommitInterval time.Duration
 	// InlineMax is the size up to which a pNFS metadata server keeps a
 	// file's data in its metadata engine rather than on data servers
 	// (inline.go); 0 means DefaultInlineMax and a negative value turns
@@ -101,6 +109,11 @@ type Server struct {
 	// short (see compoundRequest).
 	life    context.Context
 	endLife context.CancelFunc
+	// cctx is the context COMPOUNDs run under: life, marked
+	// meta.Deferred when the engine can sync later (syncer); see
+	// durability.go.
+	cctx   context.Context
+	syncer meta.Syncer
 
 	testHookBeforeOp atomic.Pointer[opHook] // set by tests only
 
@@ -191,6 +204,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: open metadata: %w", err)
 	}
 	s.meta = m
+	s.setDurability()
 	ctx := context.Background()
 	if err := m.Init(ctx); err != nil {
 		m.Close()
@@ -267,7 +281,7 @@ func openMeta(cfg Config) (meta.Engine, error) {
 	}
 	switch u := cfg.MetaURL; {
 	case u == "" || u == "bolt":
-		return meta.OpenBolt(filepath.Join(cfg.Dir, "meta.db"), meta.BoltOptions{GroupCommit: true, WAL: true})
+		return meta.OpenBolt(filepath.Join(cfg.Dir, "meta.db"), meta.BoltOptions{GroupCommit: true, WAL: true, CommitInterval: cfg.CommitInterval})
 	case strings.HasPrefix(u, "etcd://"):
 		opts, err := meta.ParseEtcdURL(u)
 		if err != nil {

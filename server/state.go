@@ -50,11 +50,14 @@ type stateGlue struct {
 // metaClients adapts the metadata engine to state.ClientStore.
 type metaClients struct{ e meta.Engine }
 
+// Client records are durable when stored, whatever the COMPOUND's
+// durability (durability.go): a client whose record a crash took back
+// could not reclaim its opens and locks.
 func (m metaClients) PutClient(ctx context.Context, key, rec []byte) error {
-	return m.e.PutClient(ctx, key, rec)
+	return m.e.PutClient(durableCtx(ctx), key, rec)
 }
 func (m metaClients) DeleteClient(ctx context.Context, key []byte) error {
-	return m.e.DeleteClient(ctx, key)
+	return m.e.DeleteClient(durableCtx(ctx), key)
 }
 func (m metaClients) Clients(ctx context.Context, fn func(key, rec []byte) error) error {
 	recs, err := m.e.Clients(ctx)

@@ -46,6 +46,7 @@ func newMDSCmd() *cobra.Command {
 		node         string
 		leaderLease  time.Duration
 		advertise    string
+		durability   durabilityFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "mds",
@@ -72,6 +73,9 @@ func newMDSCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if err := durability.check(); err != nil {
+				return err
+			}
 			if err := checkAddr("--listen", listen, true); err != nil {
 				return err
 			}
@@ -89,6 +93,7 @@ func newMDSCmd() *cobra.Command {
 				JoinSecretFile: secretFile, DownAfter: downAfter, Mirrors: mirrors, HealRate: rate,
 				Exports: squashExports(file.Exports, noRootSquash), Logger: slog.Default(), Metrics: web.registerer(),
 				NoDelegations: !delegations, InlineMax: inline, Node: node, LeaderLease: leaderLease, Advertise: advertise,
+				Async: !durability.sync, CommitInterval: durability.interval,
 			}
 			// On etcd the MDS stands for election and serves only while it
 			// leads; RunMDS stands it again whenever a term ends.
@@ -100,6 +105,7 @@ func newMDSCmd() *cobra.Command {
 					readied = true
 				}
 				slog.Info("shoal mds ready", "listen", m.Addr.String(), statusAttr(web), "dir", dir, "meta", metaURL, "term", m.Term(),
+					"durability", m.Server.Durability().String(),
 					"cluster_id", fmt.Sprintf("%x", m.Registry.ClusterID()), "join_secret_file", m.JoinSecretFile,
 					"ds", fmt.Sprintf("%s ds --mds %s --join-secret-file %s --listen HOST:PORT --dir DIR", selfCommand(), m.Addr, m.JoinSecretFile),
 					"admin", fmt.Sprintf("%s admin status --mds %s --join-secret-file %s", selfCommand(), m.Addr, m.JoinSecretFile))
@@ -124,6 +130,7 @@ func newMDSCmd() *cobra.Command {
 	cmd.Flags().StringVar(&inlineMax, "inline-max", inlineMaxDefault, inlineMaxHelp)
 	cmd.Flags().StringVar(&node, "node", "", "this MDS's name among the MDS nodes sharing an etcd prefix (default: the host name); `shoal vip --node` on the same host matches it")
 	cmd.Flags().StringVar(&advertise, "advertise", "", "with --meta etcd://...: the address this MDS is reached at, as `shoal admin status` lists it (default: --listen)")
+	durability.register(cmd)
 	cmd.Flags().DurationVar(&leaderLease, "leader-lease", leader.DefaultTTL, "with --meta etcd://...: the election lease; a standby takes over this long after the leader stops renewing it (whole seconds)")
 	return cmd
 }
@@ -213,6 +220,7 @@ func newUpCmd() *cobra.Command {
 		rootSquash             bool
 		delegations            bool
 		inlineMax              string
+		durability             durabilityFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "up",
@@ -226,6 +234,9 @@ func newUpCmd() *cobra.Command {
 			}
 			inline, err := parseInlineMax(inlineMax)
 			if err != nil {
+				return err
+			}
+			if err := durability.check(); err != nil {
 				return err
 			}
 			if err := checkAddr("--listen", listen, true); err != nil {
@@ -263,6 +274,7 @@ func newUpCmd() *cobra.Command {
 				Dir: dir, DataServers: n, Listen: listen, AdvertiseHost: advertise,
 				StripeUnit: unit, Lease: lease, Exports: exportsFor(!rootSquash), Logger: slog.Default(),
 				Metrics: web.registerer(), Mirrors: mirrors, NoDelegations: !delegations, InlineMax: inline,
+				Async: !durability.sync, CommitInterval: durability.interval,
 			})
 			if err != nil {
 				return err
@@ -277,6 +289,7 @@ func newUpCmd() *cobra.Command {
 			fmt.Printf("shoal up: ready: MDS %s, %d data servers [%s], stripe unit %d, data in %s\n",
 				addr, len(c.DS), strings.Join(ds, " "), c.MDS.Striped.StripeUnit(), dir)
 			self := selfCommand()
+			fmt.Printf("  meta:   %s\n", c.MDS.Server.Durability())
 			fmt.Printf("  mount:  mount -t nfs4 -o vers=4.2,port=%d %s:/ /mnt\n", addr.Port, addr.IP)
 			fmt.Printf("  files:  %s ls nfs://%s/\n", self, addr)
 			fmt.Printf("  bench:  %s bench --addr %s\n", self, addr)
@@ -316,6 +329,7 @@ func newUpCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&rootSquash, "root-squash", false, "map root to the anonymous user (off for a local development cluster)")
 	cmd.Flags().BoolVar(&delegations, "delegations", true, delegationsHelp)
 	cmd.Flags().StringVar(&inlineMax, "inline-max", inlineMaxDefault, inlineMaxHelp)
+	durability.register(cmd)
 	httpFlag(cmd, &httpAddr, "serve the status page (/, /status.json) and Prometheus metrics of all servers (/metrics) on this address (e.g. 127.0.0.1:9100)")
 	cmd.Flags().StringVar(&readyFile, "ready-file", "", `once every data server is in service, write {"mds": HOST:PORT, "data_servers": [...], "pid": N} to this file (for --listen 127.0.0.1:0)`)
 	// --cpuprofile is for `shoal bench --workloads ior --cpuprofile`: the

@@ -31,6 +31,8 @@ type serveConfig struct {
 	Metrics string
 	// Delegations grants NFSv4 delegations (--delegations).
 	Delegations bool
+	// Durability is --sync and --commit-interval.
+	Durability durabilityFlags
 }
 
 // serveFile is the part of serve's configuration file that no flag sets.
@@ -49,6 +51,7 @@ func newServeCmd() *cobra.Command {
 		lease               time.Duration
 		noRootSquash        bool
 		delegations         bool
+		durability          durabilityFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -67,10 +70,13 @@ func newServeCmd() *cobra.Command {
 			if dir == "" {
 				return errors.New("--dir is required: where Shoal keeps metadata and file data")
 			}
+			if err := durability.check(); err != nil {
+				return err
+			}
 			cfg := &serveConfig{
 				Listen: listen, Dir: dir, Meta: metaURL, Lease: lease, Metrics: metrics,
 				MaxIO: file.MaxIO, Exports: squashExports(file.Exports, noRootSquash),
-				Delegations: delegations,
+				Delegations: delegations, Durability: durability,
 			}
 			if cpuprofile != "" {
 				stop, err := startCPUProfile(cpuprofile)
@@ -89,6 +95,7 @@ func newServeCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&lease, "lease", 90*time.Second, "NFSv4 lease time; the grace period after restart lasts as long")
 	cmd.Flags().BoolVar(&noRootSquash, "no-root-squash", false, "do not map root to the anonymous user (for tests and trusted clients)")
 	cmd.Flags().BoolVar(&delegations, "delegations", true, delegationsHelp)
+	durability.register(cmd)
 	// --cpuprofile is for `shoal bench --cpuprofile`: the profile covers the
 	// server's whole life and is written when it shuts down (SIGINT/SIGTERM).
 	httpFlag(cmd, &metrics, "serve Prometheus metrics (/metrics) on this address (e.g. 127.0.0.1:9100)")
@@ -114,16 +121,18 @@ func runServer(ctx context.Context, cfg *serveConfig) error {
 		return err
 	}
 	srv, err := server.New(server.Config{
-		Metrics:       registerer(reg),
-		MetricLabels:  map[string]string{"role": "server", "instance": "serve"},
-		Dir:           cfg.Dir,
-		MetaURL:       cfg.Meta,
-		Exports:       cfg.Exports,
-		Lease:         cfg.Lease,
-		MaxRead:       cfg.MaxIO,
-		MaxWrite:      cfg.MaxIO,
-		Logger:        slog.Default(),
-		NoDelegations: !cfg.Delegations,
+		Metrics:        registerer(reg),
+		MetricLabels:   map[string]string{"role": "server", "instance": "serve"},
+		Dir:            cfg.Dir,
+		MetaURL:        cfg.Meta,
+		Exports:        cfg.Exports,
+		Lease:          cfg.Lease,
+		MaxRead:        cfg.MaxIO,
+		MaxWrite:       cfg.MaxIO,
+		Logger:         slog.Default(),
+		NoDelegations:  !cfg.Delegations,
+		Async:          !cfg.Durability.sync,
+		CommitInterval: cfg.Durability.interval,
 	})
 	if err != nil {
 		return err
@@ -134,7 +143,7 @@ func runServer(ctx context.Context, cfg *serveConfig) error {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
 	claim.ready()
-	slog.Info("shoal serve ready", "listen", ln.Addr().String(), "dir", cfg.Dir, "meta", cfg.Meta,
+	slog.Info("shoal serve ready", "listen", ln.Addr().String(), "dir", cfg.Dir, "meta", cfg.Meta, "durability", srv.Durability().String(),
 		"mount", fmt.Sprintf("mount -t nfs4 -o vers=4.2,port=%d %s:/ /mnt", ln.Addr().(*net.TCPAddr).Port, ln.Addr().(*net.TCPAddr).IP))
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -146,6 +155,26 @@ func runServer(ctx context.Context, cfg *serveConfig) error {
 		srv.Close()
 		return err
 	}
+}
+
+// durabilityFlags are --sync and --commit-interval of serve, mds and up
+// (config keys sync and commit_interval; an export's own sync key
+// overrides the first for it).
+type durabilityFlags struct {
+	sync     bool
+	interval time.Duration
+}
+
+func (d *durabilityFlags) register(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&d.sync, "sync", true, "answer metadata changes only once they are durable (knfsd's sync); --sync=false answers them once written to the metadata log (knfsd's async, for exports without sync: true): a crash of the process loses nothing, a crash of the machine at most the last --commit-interval of changes, never the namespace's consistency; COMMIT and stable writes stay durable")
+	cmd.Flags().DurationVar(&d.interval, "commit-interval", meta.DefaultCommitInterval, "with --sync=false or an export with sync: false: the longest a change answered early waits for the metadata log's fdatasync")
+}
+
+func (d *durabilityFlags) check() error {
+	if d.interval <= 0 || d.interval > time.Minute {
+		return fmt.Errorf("--commit-interval %v: want more than 0 and at most 1m", d.interval)
+	}
+	return nil
 }
 
 const metaFlagHelp = "metadata engine: bolt (a database in --dir) or etcd://HOST:PORT[,HOST:PORT...]/PREFIX (an etcd cluster; file data stays in --dir)"

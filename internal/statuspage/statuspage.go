@@ -39,6 +39,10 @@ type Snapshot struct {
 	Time      time.Time `json:"time"` // when it was taken; ages on the page are relative to it
 	ClusterID string    `json:"cluster_id"`
 	MDS       string    `json:"mds"` // the MDS's address
+	// Durability is how the MDS answers metadata changes: "sync", or
+	// "async" with its commit interval, and the exports that differ
+	// (server.Durability).
+	Durability string `json:"durability"`
 	// Warnings are parts of the snapshot that could not be gathered
 	// (for example the stripe-map scan when the metadata engine fails);
 	// the page shows them above everything else.

@@ -51,6 +51,7 @@ func (s *statusSource) Snapshot(ctx context.Context) (*statuspage.Snapshot, erro
 		Time:        time.Now(),
 		ClusterID:   fmt.Sprintf("%x", s.m.Registry.ClusterID()),
 		MDS:         s.m.Addr.String(),
+		Durability:  s.m.Server.Durability().String(),
 		DataServers: []statuspage.DataServer{},
 		Clients:     []statuspage.Client{},
 		Events:      s.events.Events(),

@@ -146,6 +146,11 @@ type MDSConfig struct {
 	NoDelegations bool
 	// InlineMax is server.Config.InlineMax.
 	InlineMax int
+	// Async and CommitInterval are server.Config's: whether metadata
+	// changes are answered before they are durable (sync: false), and
+	// how long they wait for durability then.
+	Async          bool
+	CommitInterval time.Duration
 	// Advertise is the address this MDS is reached at, as the election
 	// (and so `shoal admin status`) names it; default Listen, which may
 	// be 0.0.0.0:PORT.
@@ -292,10 +297,12 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 		Lease:   cfg.Lease,
 		Logger:  cfg.Logger.With("role", "mds"),
 		Metrics: cfg.Metrics, MetricLabels: prometheus.Labels{"role": "mds", "instance": "mds"},
-		PNFS:          &server.PNFSConfig{DataServers: ds, Backend: lazyBackend{ds}},
-		NoDelegations: cfg.NoDelegations,
-		InlineMax:     cfg.InlineMax,
-		OnEvent:       func(ev server.Event) { events.Add(serverEvent(ev)) },
+		PNFS:           &server.PNFSConfig{DataServers: ds, Backend: lazyBackend{ds}},
+		NoDelegations:  cfg.NoDelegations,
+		InlineMax:      cfg.InlineMax,
+		Async:          cfg.Async,
+		CommitInterval: cfg.CommitInterval,
+		OnEvent:        func(ev server.Event) { events.Add(serverEvent(ev)) },
 	}
 	serverhook.SetPrograms(&scfg, map[uint32]rpc.Handler{ctlproto.SHOAL_CONTROL: rpc.HandlerFunc(
 		func(ctx context.Context, c *rpc.Call, res *xdr.Encoder) rpc.AcceptStat {
@@ -722,6 +729,9 @@ type Config struct {
 	NoDelegations bool
 	// InlineMax is server.Config.InlineMax for the MDS.
 	InlineMax int
+	// Async and CommitInterval are MDSConfig's.
+	Async          bool
+	CommitInterval time.Duration
 }
 
 // Start brings up a local cluster and waits until every data server is in
@@ -737,7 +747,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	mds, err := StartMDS(MDSConfig{
 		Listen: cfg.Listen, Dir: filepath.Join(cfg.Dir, "mds"), MetaURL: cfg.MetaURL, StripeUnit: cfg.StripeUnit,
 		Exports: cfg.Exports, Lease: cfg.Lease, DownAfter: cfg.DownAfter, Mirrors: cfg.Mirrors, Logger: cfg.Logger, Metrics: cfg.Metrics,
-		NoDelegations: cfg.NoDelegations, InlineMax: cfg.InlineMax,
+		NoDelegations: cfg.NoDelegations, InlineMax: cfg.InlineMax, Async: cfg.Async, CommitInterval: cfg.CommitInterval,
 	})
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package metatest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,7 +13,7 @@ import (
 
 // runOrphans runs the orphan cases: a regular file whose last link goes
 // away stays, with Nlink zero, until FreeOrphan (see meta.Engine.Remove).
-func runOrphans(t *testing.T, open Opener) {
+func runOrphans(t *testing.T, open Opener, ctx context.Context) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, v *env)
@@ -28,7 +29,7 @@ func runOrphans(t *testing.T, open Opener) {
 	}
 	for _, tc := range tests {
 		t.Run("Orphans/"+tc.name, func(t *testing.T) {
-			tc.fn(t, newEnv(t, open))
+			tc.fn(t, newEnv(t, open, ctx))
 		})
 	}
 }

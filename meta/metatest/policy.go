@@ -1,6 +1,7 @@
 package metatest
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
@@ -9,7 +10,7 @@ import (
 )
 
 // runPolicies runs the replication-policy cases (meta.Policy).
-func runPolicies(t *testing.T, open Opener) {
+func runPolicies(t *testing.T, open Opener, ctx context.Context) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, v *env)
@@ -24,7 +25,7 @@ func runPolicies(t *testing.T, open Opener) {
 	}
 	for _, tc := range tests {
 		t.Run("Policies/"+tc.name, func(t *testing.T) {
-			tc.fn(t, newEnv(t, open))
+			tc.fn(t, newEnv(t, open, ctx))
 		})
 	}
 }

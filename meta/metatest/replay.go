@@ -12,7 +12,7 @@ import (
 
 // runReplays runs the replay record cases (meta.WithReplay): a record is
 // written with the change that asked for it, and only then.
-func runReplays(t *testing.T, open Opener) {
+func runReplays(t *testing.T, open Opener, ctx context.Context) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, v *env)
@@ -26,7 +26,7 @@ func runReplays(t *testing.T, open Opener) {
 	}
 	for _, tc := range tests {
 		t.Run("Replays/"+tc.name, func(t *testing.T) {
-			tc.fn(t, newEnv(t, open))
+			tc.fn(t, newEnv(t, open, ctx))
 		})
 	}
 }

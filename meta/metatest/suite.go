@@ -30,9 +30,9 @@ type env struct {
 	now  time.Time
 }
 
-func newEnv(t *testing.T, open Opener) *env {
+func newEnv(t *testing.T, open Opener, ctx context.Context) *env {
 	t.Helper()
-	v := &env{t: t, ctx: context.Background(), dir: t.TempDir(), open: open,
+	v := &env{t: t, ctx: ctx, dir: t.TempDir(), open: open,
 		now: time.Unix(1_700_000_000, 0)}
 	v.e = open(t, v.dir)
 	t.Cleanup(func() { v.e.Close() })
@@ -109,7 +109,15 @@ func wantErr(t *testing.T, what string, err, want error) {
 }
 
 // Run runs the conformance suite against engines made by open.
-func Run(t *testing.T, open Opener) {
+func Run(t *testing.T, open Opener) { run(t, open, context.Background()) }
+
+// RunDeferred runs the suite with every call made under meta.Deferred, as
+// the NFS server makes them: changes may be answered before they are
+// durable, and every result must be the same (persistence across Close
+// included).
+func RunDeferred(t *testing.T, open Opener) { run(t, open, meta.Deferred(context.Background())) }
+
+func run(t *testing.T, open Opener, ctx context.Context) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, v *env)
@@ -140,13 +148,13 @@ func Run(t *testing.T, open Opener) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.fn(t, newEnv(t, open))
+			tc.fn(t, newEnv(t, open, ctx))
 		})
 	}
-	runOrphans(t, open)
-	runPolicies(t, open)
-	runXattrs(t, open)
-	runReplays(t, open)
+	runOrphans(t, open, ctx)
+	runPolicies(t, open, ctx)
+	runXattrs(t, open, ctx)
+	runReplays(t, open, ctx)
 }
 
 func testRoot(t *testing.T, v *env) {
@@ -1004,7 +1012,7 @@ func testClosed(t *testing.T, v *env) {
 	_, _, err = v.e.Create(v.ctx, meta.RootIno, "x", meta.CreateArgs{Type: meta.TypeRegular}, time.Time{})
 	wantErr(t, "create after close", err, meta.ErrClosed)
 	v.e = v.open(t, v.dir) // so cleanup's Close succeeds
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(v.ctx)
 	cancel()
 	_, err = v.e.GetAttr(ctx, meta.RootIno)
 	wantErr(t, "canceled ctx", err, context.Canceled)

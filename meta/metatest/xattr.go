@@ -2,6 +2,7 @@ package metatest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,7 +14,7 @@ import (
 
 // runXattrs runs the extended-attribute cases (Engine.GetXattr and the
 // rest).
-func runXattrs(t *testing.T, open Opener) {
+func runXattrs(t *testing.T, open Opener, ctx context.Context) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, v *env)
@@ -28,7 +29,7 @@ func runXattrs(t *testing.T, open Opener) {
 	}
 	for _, tc := range tests {
 		t.Run("Xattrs/"+tc.name, func(t *testing.T) {
-			tc.fn(t, newEnv(t, open))
+			tc.fn(t, newEnv(t, open, ctx))
 		})
 	}
 }

@@ -149,6 +149,7 @@
     const now = Date.parse(s.time);
     text("mds", s.mds);
     text("cluster-id", s.cluster_id);
+    text("durability", s.durability);
     const updated = document.getElementById("updated");
     updated.textContent = clock(s.time);
     updated.setAttribute("datetime", s.time);
