@@ -356,6 +356,11 @@ var (
 	ErrNotSymlink   = errors.New("meta: not a symbolic link") // READLINK on non-link
 	ErrTooManyLinks = errors.New("meta: too many links")      // NFS4ERR_MLINK
 	ErrClosed       = errors.New("meta: engine closed")
+	// ErrStoreFailed: a write or fdatasync of the engine's log failed, so
+	// nobody knows what it holds; the engine refuses updates until it is
+	// reopened (NFS4ERR_IO: never answer a change, or bytes, that a crash
+	// could take back).
+	ErrStoreFailed = errors.New("meta: metadata store failed, updates stopped")
 	// ErrFenced: the engine's fence (EtcdOptions.Fence) no longer holds,
 	// so this metadata server is no longer the leader and must not change
 	// anything (NFS4ERR_DELAY, while it steps down).

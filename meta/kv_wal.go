@@ -539,7 +539,7 @@ func (s *walKV) commitWrites(buf *ovTree) error {
 func (s *walKV) fail(err error) {
 	s.mu.Lock()
 	if s.failed == nil {
-		s.failed = fmt.Errorf("meta: metadata store failed, updates stopped: %w", err)
+		s.failed = fmt.Errorf("%w: %w", ErrStoreFailed, err)
 		s.log.Error("meta: write-ahead log failed; updates refused until restart", "err", err)
 	}
 	s.mu.Unlock()

@@ -51,7 +51,13 @@ import (
 //
 // A failed fdatasync stops the engine's updates until restart (see meta);
 // the COMPOUND's last result then becomes NFS4ERR_IO, so the client is
-// not told its changes are safe.
+// not told its changes are safe, and every later change (and, on a sync
+// export, every read, which could show a change the log may not hold)
+// gets NFS4ERR_IO through meta.ErrStoreFailed until the server is
+// restarted (TestFailedLogSyncAnswersIO, on a disk whose fdatasyncs fail).
+// If the disk is slower than the writers in async mode, the engine makes
+// a writer wait once 4,096 records wait for an fdatasync
+// (TestWALBackPressureOnSlowDisk, on a disk whose fdatasyncs are held).
 
 // needStable marks the COMPOUND as one whose reply must follow the
 // durability of everything it changed, whatever its exports say: the

@@ -69,6 +69,9 @@ var errTable = []struct {
 	// A metadata record (inline data) failing its checksum, as its doc
 	// says: never bytes nobody can vouch for (found by TestErrTableComplete).
 	{meta.ErrCorrupt, nfs4.NFS4ERR_IO},
+	// A metadata engine whose log could not be written or made durable
+	// refuses changes until restarted (TestFailedLogSyncAnswersIO).
+	{meta.ErrStoreFailed, nfs4.NFS4ERR_IO},
 	// The stateid verdicts: the state manager's for the MDS's own
 	// clients, and the same ones as a data server hears them from its
 	// metadata server (CheckDataIO makes them there).
