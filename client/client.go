@@ -124,6 +124,10 @@ type Stats struct {
 	DelegationReturns  uint64 // DELEGRETURNs that succeeded
 	DelegationRecalls  uint64 // CB_RECALLs of a delegation held
 	DelegationsRevoked uint64 // delegations found revoked (TEST_STATEID)
+	// StateRevoked counts open and lock stateids found revoked
+	// (TEST_STATEID) and mended: freed, locks reported lost, the file
+	// opened again.
+	StateRevoked uint64
 	LocalOpens         uint64 // opens satisfied under a delegation, without OPEN
 	DelegatedAttrHits  uint64 // attributes answered from a delegation, without GETATTR
 }
@@ -148,6 +152,7 @@ func (c *Client) Stats() Stats {
 		DelegationReturns:  c.stats.deleg.returned.Load(),
 		DelegationRecalls:  c.stats.deleg.recalls.Load(),
 		DelegationsRevoked: c.stats.deleg.revoked.Load(),
+		StateRevoked:       c.stats.deleg.opensRevoked.Load(),
 		LocalOpens:         c.stats.deleg.localOpens.Load(),
 		DelegatedAttrHits:  c.stats.deleg.cachedAttrs.Load(),
 	}

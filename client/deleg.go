@@ -90,6 +90,7 @@ type delegTable struct {
 	gone    map[[12]byte]struct{}
 	goneQ   [][12]byte
 	sweep   atomic.Bool   // a revocation sweep is running
+	again   atomic.Bool   // revocation flags seen since the sweep began
 	lastSwp atomic.Int64  // unix nanos of the last sweep's start
 	attrGen atomic.Uint64 // bumped around changes the Client cannot pin to a file
 }
@@ -108,6 +109,7 @@ const maxGone = 1024
 // delegStats are the delegation counters of Stats.
 type delegStats struct {
 	granted, returned, recalls, revoked atomic.Uint64
+	opensRevoked                        atomic.Uint64 // opens and locks mended (revoke.go)
 	localOpens, cachedAttrs             atomic.Uint64
 }
 
@@ -586,7 +588,10 @@ func (c *Client) mutating(ops []nfs4.NfsArgop4) {
 
 // stateRevoked handles SEQUENCE status flags that say the server revoked
 // state: a sweep (one at a time, at most one a second) tests the
-// delegation stateids and drops the revoked ones.
+// Client's stateids and mends the revoked ones. Flags that arrive while a
+// sweep runs, or within a second of the last one, are not dropped: they
+// start one more sweep once the second is over, since the state they
+// report may have been revoked after the running sweep tested it.
 func (c *Client) stateRevoked(flags uint32) {
 	const revoked = nfs4.SEQ4_STATUS_RECALLABLE_STATE_REVOKED | nfs4.SEQ4_STATUS_EXPIRED_SOME_STATE_REVOKED |
 		nfs4.SEQ4_STATUS_EXPIRED_ALL_STATE_REVOKED | nfs4.SEQ4_STATUS_ADMIN_STATE_REVOKED
@@ -594,37 +599,59 @@ func (c *Client) stateRevoked(flags uint32) {
 		return
 	}
 	t := &c.delegs
-	if time.Since(time.Unix(0, t.lastSwp.Load())) < time.Second || !t.sweep.CompareAndSwap(false, true) {
+	t.again.Store(true)
+	if !t.sweep.CompareAndSwap(false, true) {
 		return
 	}
-	t.lastSwp.Store(time.Now().UnixNano())
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		defer t.sweep.Store(false)
-		c.sweepRevoked()
+		for {
+			for t.again.Swap(false) {
+				wait := time.Second - time.Since(time.Unix(0, t.lastSwp.Load()))
+				if wait > 0 {
+					select {
+					case <-time.After(wait):
+					case <-c.ctx.Done():
+						t.sweep.Store(false)
+						return
+					}
+				}
+				t.lastSwp.Store(time.Now().UnixNano())
+				c.sweepRevoked()
+			}
+			t.sweep.Store(false)
+			// Flags seen between the last Swap and the Store above
+			// would otherwise wait for the next flagged reply.
+			if !t.again.Load() || !t.sweep.CompareAndSwap(false, true) {
+				return
+			}
+		}
 	}()
 }
 
-// sweepRevoked tests every delegation stateid the Client holds and drops
-// those the server no longer honours.
+// sweepRevoked tests every stateid the Client holds (delegations, and
+// the opens and byte-range locks of its Files: revoke.go) and mends those
+// the server no longer honours: a revoked delegation is dropped, a revoked
+// open opened again, a revoked lock reported lost.
 func (c *Client) sweepRevoked() {
 	ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
 	defer cancel()
 	t := &c.delegs
 	t.mu.Lock()
-	all := make([]*delegation, 0, len(t.byFH))
+	all := make([]heldStateid, 0, len(t.byFH))
 	for _, d := range t.byFH {
-		all = append(all, d)
+		all = append(all, heldStateid{sid: d.sid, deleg: d})
 	}
 	t.mu.Unlock()
+	all = c.openStateids(all)
 	const batch = 64
 	for len(all) > 0 {
 		part := all[:min(batch, len(all))]
 		all = all[len(part):]
 		sids := make([]nfs4.Stateid4, len(part))
-		for i, d := range part {
-			sids[i] = d.sid
+		for i, h := range part {
+			sids[i] = h.sid
 		}
 		res, err := c.call(ctx, fixed([]nfs4.NfsArgop4{{Argop: nfs4.OP_TEST_STATEID,
 			OptestStateid: &nfs4.TESTSTATEID4args{TsStateids: sids}}}))
@@ -642,7 +669,11 @@ func (c *Client) sweepRevoked() {
 			if i >= len(part) || st == nfs4.NFS4_OK {
 				continue
 			}
-			c.dropRevoked(ctx, part[i], st)
+			if d := part[i].deleg; d != nil {
+				c.dropRevoked(ctx, d, st)
+				continue
+			}
+			c.mendRevoked(ctx, part[i], st)
 		}
 	}
 }

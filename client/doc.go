@@ -131,9 +131,12 @@
 // back what its Files hold of the file, opens the Files it opened
 // locally on the server (OPEN CLAIM_DELEG_CUR_FH) and sends DELEGRETURN.
 // A Lock on such a File opens it on the server the same way. When
-// SEQUENCE reports revoked state, the Client tests its delegation
-// stateids (TEST_STATEID), frees the revoked ones (FREE_STATEID), reopens
-// their local Files and drops the file's cached data. A new client ID
+// SEQUENCE reports revoked state, the Client tests its delegation,
+// open and lock stateids (TEST_STATEID), frees the revoked ones
+// (FREE_STATEID), reopens the local Files of a revoked delegation and
+// drops the file's cached data, opens a File whose open was revoked
+// again (CLAIM_FH), and reports its byte-range locks lost ([ErrLockLost]:
+// another client may hold them by now). A new client ID
 // (server restart, lease expired) drops all delegations (their local
 // Files are reclaimed as ordinary opens);
 // Close returns them. [Stats] and [Client.OpCounts] count what this

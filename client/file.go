@@ -694,6 +694,23 @@ func (c *Client) recoverOpen(ctx context.Context, f *File, gen uint64) (bool, er
 	case now == cur.state:
 		return false, nil
 	}
+	// Not reclaimed by a recovery meanwhile (the same open owner's open
+	// of the file: the same open, whichever answer wins).
+	notReclaimed := func(used *session) bool { return used.state > f.sgen }
+	if err := c.reopenFH(ctx, f, notReclaimed, errors.New("the open was not reclaimed in the grace period")); err != nil {
+		return false, fmt.Errorf("reopening after the server's state was lost: %w", err)
+	}
+	c.log.Info("re-established an open the server had lost", "path", f.path)
+	return true, nil
+}
+
+// reopenFH opens f again by its file handle (CLAIM_FH) with its open
+// owner and access, on the current session, and installs the new stateid
+// if install (called with f.mu held and the session the OPEN went on)
+// still says so; the locks f held under the old stateid are then lost
+// (why). It is how an open the server lost or revoked comes back without
+// a grace period.
+func (c *Client) reopenFH(ctx context.Context, f *File, install func(used *session) bool, why error) error {
 	var used *session
 	res, err := c.call(ctx, func() []nfs4.NfsArgop4 {
 		_, s, _ := c.current()
@@ -711,23 +728,20 @@ func (c *Client) recoverOpen(ctx context.Context, f *File, gen uint64) (bool, er
 		}}}
 	})
 	if err != nil {
-		return false, fmt.Errorf("reopening after the server's state was lost: %w", err)
+		return err
 	}
 	ok := res[1].Opopen.Resok4
 	var locks []lockRange
 	f.mu.Lock()
-	if used.state > f.sgen {
-		// Not reclaimed by a recovery meanwhile (the same open owner's
-		// open of the file: the same open, whichever answer wins).
+	if install(used) {
 		f.stateid, f.sgen = ok.Stateid, used.state
-		f.lk.stateid = nil // of the lost session, like the locks
+		f.lk.stateid = nil // of the lost state, like the locks
 		locks = append(locks, f.lk.held...)
 	}
 	f.mu.Unlock()
 	if len(locks) > 0 {
-		f.lk.lose(f, locks, errors.New("the open was not reclaimed in the grace period"))
+		f.lk.lose(f, locks, why)
 	}
 	c.dropDelegation(f.fh, &ok.Delegation)
-	c.log.Info("re-established an open the server had lost", "path", f.path)
-	return true, nil
+	return nil
 }

@@ -35,6 +35,8 @@ import (
 //	wait-held OP | release OP a reply held by "reply OP hold"
 //	wait-trace TEXT           wait for TEXT in a COMPOUND not printed yet,
 //	                          then print them (background work of the client)
+//	wait-state-revoked N      wait until the client mended N revoked open
+//	                          or lock stateids (Stats.StateRevoked)
 //	recall F                  send CB_LAYOUTRECALL of F's layout
 //	restart                   the server forgets all state, starts a grace period
 //	expire                    the server forgets all state, no grace period
@@ -108,6 +110,21 @@ func (r *scriptRunner) run(t *testing.T, td *datadriven.TestData) string {
 		s := r.c.Stats()
 		return fmt.Sprintf("recoveries=%d retries=%d layoutgets=%d layoutreturns=%d layoutrecalls=%d delegations-revoked=%d\n",
 			s.Recoveries, s.Retries, s.LayoutGets, s.LayoutReturns, s.LayoutRecalls, s.DelegationsRevoked)
+	case "wait-state-revoked":
+		// wait-state-revoked N: until the client has mended N revoked
+		// open or lock stateids (Stats.StateRevoked), bounded.
+		want, err := strconv.ParseUint(td.CmdArgs[0].Key, 10, 64)
+		if err != nil {
+			t.Fatalf("%s: %v", td.Pos, err)
+		}
+		deadline := time.Now().Add(actionTimeout)
+		for r.c.Stats().StateRevoked < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: %d revoked stateids mended after %v, want %d", td.Pos, r.c.Stats().StateRevoked, actionTimeout, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		return r.flush("")
 	case "recall":
 		ctx, cancel := context.WithTimeout(r.ctx, actionTimeout)
 		defer cancel()
