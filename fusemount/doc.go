@@ -108,10 +108,13 @@
 //   - The kernel keeps a file's size and mtime itself and never takes the
 //     server's size for an inode it holds. O_APPEND is the kernel's job.
 //     The mtime of buffered writes arrives as a SETATTR through an open
-//     handle before the data. The mount keeps it and sets it after the
+//     handle with the data. The mount keeps it and sets it after the
 //     data, at close (or fsync), in one COMPOUND with the GETATTR that
 //     close-to-open needs anyway; if the server refuses it (the writer
-//     does not own the file) it is dropped. The SETATTR the kernel sends
+//     does not own the file) it is dropped. An explicit mtime (utimes)
+//     replaces the kept one. The first small WRITE of an empty file is
+//     held for the close too and goes in that same COMPOUND, so a small
+//     file costs one durable commit at close instead of two (held.go). The SETATTR the kernel sends
 //     when it evicts a file whose last name was removed here is answered
 //     without the server.
 //   - Because the kernel never takes the server's size, an open that

@@ -339,6 +339,10 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	}
 	gen := n.attrMark()
 	if ok {
+		// Held writes first: the size and blocks must count them.
+		if errno := n.sendHeldAll(mutating(ctx), nil); errno != 0 {
+			return errno
+		}
 		var err error
 		if a, err = h.f.Stat(ctx); err != nil {
 			return toErrno(err)
@@ -383,6 +387,10 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	h, _ := f.(*handle)
 	if size, ok := in.GetSize(); ok {
+		// Held writes go first, not over the new size.
+		if errno := n.sendHeldAll(ctx, nil); errno != 0 {
+			return errno
+		}
 		if h != nil {
 			// ftruncate: use the open's stateid, so a file opened for
 			// writing can be truncated whatever its mode says now.
@@ -417,6 +425,18 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			out.SetTimeout(n.fsys.attrTimeout(a.Type))
 			return 0
 		}
+	}
+	// Held writes first: their WRITE would set the mtime over this one.
+	if errno := n.sendHeldAll(ctx, nil); errno != 0 {
+		return errno
+	}
+	if sa.Mtime != nil {
+		// An explicit mtime (utimes, touch) replaces the one of the
+		// buffered writes before it, which the kernel passed on and the
+		// handles keep for the close: sent then, it would undo this one.
+		// (Before an explicit time the kernel writes back the file's
+		// dirty pages and their mtime, so those come first.)
+		n.dropTimes()
 	}
 	c, errno := n.fsys.client(ctx)
 	if errno != 0 {
@@ -549,6 +569,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	c, errno := n.fsys.client(ctx)
 	if errno != 0 {
 		return nil, 0, errno
+	}
+	if flags&syscall.O_TRUNC != 0 {
+		// A held write must not land after the truncation.
+		if errno := n.sendHeldAll(ctx, nil); errno != 0 {
+			return nil, 0, errno
+		}
 	}
 	var f *client.File
 	var writeOnly bool
