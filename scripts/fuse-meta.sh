@@ -65,6 +65,9 @@ OUT=${OUT:-}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/shoal-fuse-meta.XXXXXX")
 mnt=$work/mnt
+# MooseFS's directory: its base name names the network namespace, so it
+# is unique to this run (two runs at once would share one otherwise).
+mfsdir=$work/mfs-$$
 up_pid=
 mount_pid=
 
@@ -83,7 +86,7 @@ cleanup() {
 	fi
 	stop_pid "$mount_pid"
 	stop_pid "$up_pid"
-	[[ $TARGET == moosefs ]] && "$repo/scripts/moosefs.sh" stop "$work/moosefs"
+	[[ $TARGET == moosefs ]] && "$repo/scripts/moosefs.sh" stop "$mfsdir"
 	if [[ ${KEEP:-0} == 1 ]]; then echo "kept $work" >&2; else rm -rf "$work"; fi
 	exit $rc
 }
@@ -94,10 +97,10 @@ command -v python3 >/dev/null || { echo "fuse-meta.sh needs python3" >&2; exit 1
 case $TARGET in
 shoal) ;;
 moosefs)
-	mnt=$("$repo/scripts/moosefs.sh" start "$work/moosefs" 19419 "$DS" | tail -n 1)
+	mnt=$("$repo/scripts/moosefs.sh" start "$mfsdir" 19419 "$DS" | tail -n 1)
 	metrics=
-	server_pid=$(cat "$work/moosefs/master.pid")
-	mount_cpu_pid=$(cat "$work/moosefs/mount.pid")
+	server_pid=$(cat "$mfsdir/master.pid")
+	mount_cpu_pid=$(cat "$mfsdir/mount.pid")
 	echo "MooseFS: $DS chunk servers, CHANGELOG_SAVE_MODE=${MOOSEFS_CHANGELOG_SAVE_MODE:-0}; mount: mfsmount defaults; load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 	;;
 *) echo "TARGET must be shoal or moosefs" >&2; exit 2 ;;
