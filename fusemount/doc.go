@@ -41,6 +41,16 @@
 // and names that do not exist are not cached at all, so a file created
 // elsewhere is visible at once.
 //
+// The kernel forgets names and attributes when it reclaims memory (and
+// at drop_caches); the mount keeps its own bounded copy of what the
+// server said ([Config].EntryCache entries), and answers the kernel's
+// LOOKUP from it within the same timeouts, counted from when the server
+// sent them, so the staleness bounds above hold for it too. The mount's
+// own changes drop what they touch. A run of lookups of names that exist
+// but are not in it (a stat of every file of a directory) makes the mount
+// read the directory once, with its entries' handles and attributes,
+// instead of a LOOKUP per name (entrycache.go).
+//
 // The mount keeps the attributes the server last gave for each file, and
 // answers the kernel's GETATTR of a regular file nothing has open from
 // them, without a round trip, while they are younger than AttrTimeout
