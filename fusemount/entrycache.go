@@ -299,6 +299,21 @@ func (c *entryCache) fill(dir uint64, ents []client.DirEntry, at time.Time, gen 
 	if r := c.misses[dir]; r != nil {
 		r.busy, r.filled, r.n = false, time.Now(), 0
 	}
+	c.listedLocked(dir, ents, at, gen)
+}
+
+// listed stores a directory listing read after gen for a READDIR of the
+// kernel (ls -l), whose stat(2)s may follow after the kernel forgot.
+func (c *entryCache) listed(dir uint64, ents []client.DirEntry, at time.Time, gen uint64) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.listedLocked(dir, ents, at, gen)
+}
+
+func (c *entryCache) listedLocked(dir uint64, ents []client.DirEntry, at time.Time, gen uint64) {
 	if c.gen != gen {
 		return
 	}

@@ -104,6 +104,16 @@ func TestEntryCache(t *testing.T) {
 			files, d["LOOKUP"], d["READDIR"], d["SEQUENCE"], readdirAfter)
 	}
 
+	// A listing (ls -l) fills the cache too.
+	time.Sleep(ttl + 100*time.Millisecond)
+	if _, err := os.ReadDir(sub); err != nil {
+		t.Fatal(err)
+	}
+	forget()
+	if d := statAll("after a listing"); d["SEQUENCE"] != 0 {
+		t.Errorf("stat of %d forgotten names after listing their directory: %d COMPOUNDs, want 0", files, d["SEQUENCE"])
+	}
+
 	// The mount's own change shows at once, from the cache too.
 	p0 := filepath.Join(sub, name(0))
 	if err := os.Chmod(p0, 0o600); err != nil {
