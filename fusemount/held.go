@@ -30,6 +30,10 @@ import (
 // have sent it on its own. A failure of such a late send is kept and
 // returned by the next Flush or Fsync, as a writeback error would be.
 // The kernel keeps the pages meanwhile, so its own reads need no server.
+// sync(2) and syncfs(2) reach no method of the mount (go-fuse answers
+// FUSE_SYNCFS with ENOSYS): as for the UNSTABLE writes of larger files,
+// fsync(2) or close(2) is what makes a file's data durable, and a held
+// write waits at most heldMaxAge after the kernel's writeback.
 
 // heldMaxAge bounds how long a held write waits for its close.
 const heldMaxAge = time.Second

@@ -159,6 +159,35 @@ func TestSmallFileOneCommit(t *testing.T) {
 			return data, time.Time{}
 		}},
 	}
+	// Written back without a close or fsync (sync_file_range starts the
+	// kernel's writeback, as its flusher would): the held write reaches
+	// the server on its own, in about heldMaxAge.
+	t.Run("written back, left open", func(t *testing.T) {
+		p := filepath.Join(mnt, "open")
+		f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		wrote(t)(f.Write(data))
+		if err := unix.SyncFileRange(int(f.Fd()), 0, 0, unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(20 * heldMaxAge)
+		for {
+			st, err := lib.Stat(ctx, "/open")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Size == uint64(len(data)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the server has %d bytes %v after the writeback, want %d", st.Size, 20*heldMaxAge, len(data))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
 	for i, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			name := fmt.Sprintf("c%d", i)
