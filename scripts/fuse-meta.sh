@@ -35,7 +35,8 @@
 # inodes (echo 2 >/proc/sys/vm/drop_caches) between the create and the
 # stat phase, so every stat starts from a cold kernel cache, as `find` or
 # `ls -l` on a tree another process wrote does (issue 27); DROP_CACHES=0
-# keeps them (the runs before issue 27). Page caches are left alone.
+# keeps them (the runs before issue 27). Page caches are left alone. The
+# drop is machine-wide: other processes' dentries and inodes go too.
 #
 # CPU: the table also shows the CPU-seconds per thousand files of each
 # phase for the server and the mount process, from /proc/PID/stat
