@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -47,6 +48,8 @@ func (d *dirHandle) list(ctx context.Context) syscall.Errno {
 	if errno != 0 {
 		return errno
 	}
+	ec := d.n.fsys.entries
+	gen, at := ec.mark(), time.Now()
 	var ents []client.DirEntry
 	if errno := d.n.withFH(ctx, c, func(fh []byte) (err error) {
 		ents, err = c.ReadDirHandle(ctx, fh)
@@ -55,6 +58,7 @@ func (d *dirHandle) list(ctx context.Context) syscall.Errno {
 		return errno
 	}
 	d.ents, d.read = ents, true
+	ec.listed(d.n.StableAttr().Ino, ents, at, gen)
 	return 0
 }
 

@@ -41,6 +41,16 @@
 // and names that do not exist are not cached at all, so a file created
 // elsewhere is visible at once.
 //
+// The kernel forgets names and attributes when it reclaims memory (and
+// at drop_caches); the mount keeps its own bounded copy of what the
+// server said ([Config].EntryCache entries), and answers the kernel's
+// LOOKUP from it within the same timeouts, counted from when the server
+// sent them, so the staleness bounds above hold for it too. The mount's
+// own changes drop what they touch. A run of lookups of names that exist
+// but are not in it (a stat of every file of a directory) makes the mount
+// read the directory once, with its entries' handles and attributes,
+// instead of a LOOKUP per name (entrycache.go).
+//
 // The mount keeps the attributes the server last gave for each file, and
 // answers the kernel's GETATTR of a regular file nothing has open from
 // them, without a round trip, while they are younger than AttrTimeout
@@ -108,10 +118,13 @@
 //   - The kernel keeps a file's size and mtime itself and never takes the
 //     server's size for an inode it holds. O_APPEND is the kernel's job.
 //     The mtime of buffered writes arrives as a SETATTR through an open
-//     handle before the data. The mount keeps it and sets it after the
+//     handle with the data. The mount keeps it and sets it after the
 //     data, at close (or fsync), in one COMPOUND with the GETATTR that
 //     close-to-open needs anyway; if the server refuses it (the writer
-//     does not own the file) it is dropped. The SETATTR the kernel sends
+//     does not own the file) it is dropped. An explicit mtime (utimes)
+//     replaces the kept one. The first small WRITE of an empty file is
+//     held for the close too and goes in that same COMPOUND, so a small
+//     file costs one durable commit at close instead of two (held.go). The SETATTR the kernel sends
 //     when it evicts a file whose last name was removed here is answered
 //     without the server.
 //   - Because the kernel never takes the server's size, an open that

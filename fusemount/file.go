@@ -41,6 +41,17 @@ type handle struct {
 	// SETATTR through this handle, not sent yet (see deferTimes).
 	tmu   sync.Mutex
 	mtime *time.Time
+
+	// held is the first small write of an empty file, kept to go to
+	// the server with the mtime at the close (held.go); hasHeld says
+	// whether there is one without taking hmu. heldErr is the failure
+	// of a held write sent before the close, for the close to report.
+	hmu       sync.Mutex
+	held      []byte
+	heldOff   int64
+	heldErr   syscall.Errno
+	heldTimer *time.Timer
+	hasHeld   atomic.Bool
 }
 
 var (
@@ -137,6 +148,9 @@ func (fs *fsys) readAccess() (client.Access, bool) {
 }
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if errno := h.n.sendHeldAll(mutating(ctx), nil); errno != 0 {
+		return nil, errno
+	}
 	n, err := h.f.ReadAtContext(ctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		if h.writeOnly {
@@ -154,14 +168,15 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		// The first WRITE of a file that was empty, small and from
 		// offset 0: with the writeback cache, that is almost always a
 		// small file written whole at its close, whose COMMIT would
-		// follow at once. FILE_SYNC saves that round trip; the file
-		// has nothing to commit unless more is written.
-		n, err := h.f.WriteAtSync(context.Background(), data, off)
-		if err != nil {
-			h.dirty.Store(true) // what the server may hold: commit at close
-			return uint32(n), toErrno(err)
-		}
-		return uint32(n), 0
+		// follow at once. It is held for the close, which sends it
+		// FILE_SYNC with the file's mtime in one COMPOUND (held.go):
+		// no COMMIT, and one durable commit at the server.
+		h.hold(data, off)
+		return uint32(len(data)), 0
+	}
+	// Whatever this or another handle holds goes first, in order.
+	if errno := h.n.sendHeldAll(context.Background(), nil); errno != 0 {
+		return 0, errno
 	}
 	h.dirty.Store(true)
 	// No cancellation: go-fuse reuses data once Write returns, and WRITEs
@@ -232,16 +247,23 @@ func (n *node) dirtyHandles(except *handle) []*handle {
 // GETATTR that learns the change attribute.
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	ctx = mutating(ctx)
-	wrote := h.wrote.Swap(false) || len(h.n.dirtyHandles(h)) > 0
-	errno := h.syncAll(ctx)
+	wrote := h.wrote.Swap(false) || len(h.n.dirtyHandles(h)) > 0 || len(h.n.heldHandles(h)) > 0
+	errno := h.n.sendHeldAll(ctx, h)
+	if e := h.syncAll(ctx); errno == 0 {
+		errno = e
+	}
 	if wrote {
 		h.n.changed() // held-back writes may have reached the server just now
 	}
 	if errno != 0 {
+		h.sendHeldAndTimes(ctx) // the close must not leave data behind
 		return errno
 	}
 	gen := h.n.attrMark()
-	a, ok := h.sendTimes(ctx)
+	a, ok, errno := h.sendHeldAndTimes(ctx)
+	if errno != 0 {
+		return errno
+	}
 	if ok {
 		// The server's attributes after the data and its mtime: what
 		// the kernel asks for after close (see node.freshAttr).
@@ -341,9 +363,12 @@ func (n *node) evictChanged(a *client.Attr) bool {
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	h.dirty.Store(true) // commit even if an earlier Flush already did: it is cheap
-	errno := h.syncAll(ctx)
-	if errno == 0 {
-		h.sendTimes(ctx)
+	errno := h.n.sendHeldAll(ctx, h)
+	if e := h.syncAll(ctx); errno == 0 {
+		errno = e
+	}
+	if _, _, e := h.sendHeldAndTimes(ctx); errno == 0 {
+		errno = e
 	}
 	h.n.changed()
 	return errno
@@ -354,12 +379,15 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	ctx = mutating(ctx)
 	defer h.n.released(ctx, h)
-	if h.wrote.Load() || h.hasTimes() {
+	if h.wrote.Load() || h.hasTimes() || h.hasHeld.Load() {
 		// Writes after the last Flush, or their mtime, reach the
 		// server now.
 		defer h.n.changed()
 	}
-	h.sendTimes(ctx)
+	if _, _, errno := h.sendHeldAndTimes(ctx); errno != 0 {
+		h.fsys.log.Warn("writing back at release", "path", h.f.Name(), "err", errno)
+	}
+	h.stopHeld()
 	if err := h.f.Close(); err != nil {
 		h.fsys.log.Warn("closing nfs file", "path", h.f.Name(), "err", err)
 		return toErrno(err)
@@ -400,6 +428,10 @@ func (h *handle) Getlk(ctx context.Context, owner uint64, lk *fuse.FileLock, fla
 }
 
 func (h *handle) setlk(ctx context.Context, lk *fuse.FileLock, flags uint32, wait bool) syscall.Errno {
+	// Another client that takes the lock next reads what was written.
+	if errno := h.n.sendHeldAll(mutating(ctx), nil); errno != 0 {
+		return errno
+	}
 	off, length := lockRange(lk)
 	if flags&fuse.FUSE_LK_FLOCK != 0 {
 		off, length = 0, 0

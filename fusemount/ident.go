@@ -37,6 +37,9 @@ type fsys struct {
 	// fileTTL and dirTTL are the kernel's cache lifetimes (Config's
 	// AttrTimeout and DirTimeout with their defaults applied).
 	fileTTL, dirTTL time.Duration
+	// entries is the mount's name and attribute cache (entrycache.go),
+	// nil without one.
+	entries *entryCache
 
 	sillySeq atomic.Uint64 // names silly-renamed files uniquely
 	// kernelRA is the kernel readahead window of the mount in bytes, as

@@ -147,6 +147,13 @@ type Config struct {
 	// cached, so a file another client creates is visible at once, and
 	// a name whose file another client removed fails within AttrTimeout.
 	DirTimeout time.Duration
+	// EntryCache bounds the mount's own cache of names and attributes,
+	// which answers lookups the kernel's caches forgot (after memory
+	// pressure or drop_caches) for no longer than AttrTimeout and
+	// DirTimeout allow (see entrycache.go): the number of names, and of
+	// objects' attributes, it keeps. 0: DefaultEntryCache; negative:
+	// none, every lookup the kernel sends goes to the server.
+	EntryCache int
 	// Logger receives diagnostics. Default: slog.Default().
 	Logger *slog.Logger
 	// Debug logs every FUSE request (very verbose).
@@ -158,6 +165,7 @@ type Mount struct {
 	Dir    string
 	server *fuse.Server
 	fsys   *fsys
+	root   *node
 
 	unmountOnce sync.Once
 	unmountErr  error
@@ -175,6 +183,7 @@ func New(ctx context.Context, dir string, cfg Config) (*Mount, error) {
 	}
 	fsys := &fsys{cfg: cfg, log: cfg.Logger, clients: make(map[ident]*clientSlot),
 		fileTTL: timeoutOr(cfg.AttrTimeout, DefaultAttrTimeout), dirTTL: timeoutOr(cfg.DirTimeout, DefaultDirTimeout)}
+	fsys.entries = newEntryCache(cfg.EntryCache, fsys.fileTTL, fsys.dirTTL)
 	c, err := fsys.clientFor(ctx, ident{cfg.UID, cfg.GID})
 	if err != nil {
 		return nil, err
@@ -256,7 +265,7 @@ func New(ctx context.Context, dir string, cfg Config) (*Mount, error) {
 	}
 	fsys.log.Info("mounted", "dir", dir, "server", cfg.Addr, "export", cfg.Root, "access", cfg.Access,
 		"kernel_readahead", fsys.kernelRA.Load())
-	return &Mount{Dir: dir, server: srv, fsys: fsys}, nil
+	return &Mount{Dir: dir, server: srv, fsys: fsys, root: root}, nil
 }
 
 // timeoutOr is a cache lifetime from Config: def for zero, none for

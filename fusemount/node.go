@@ -109,6 +109,11 @@ func (n *node) noteAttr(a *client.Attr, gen uint64) {
 func (n *node) noteLocked(a *client.Attr, gen uint64) {
 	n.attr, n.attrAt = *a, time.Now()
 	n.stale = n.attrGen != gen
+	if n.stale {
+		n.fsys.entries.dropAttr(n.StableAttr().Ino)
+	} else {
+		n.fsys.entries.noteAttr(n.StableAttr().Ino, a, n.attrAt)
+	}
 }
 
 // noteChange is noteAttr for the reply to a request that changed the
@@ -134,6 +139,7 @@ func (n *node) changed() {
 func (n *node) changedLocked() {
 	n.attrGen++
 	n.stale = true
+	n.fsys.entries.changedAttr(n.StableAttr().Ino)
 }
 
 // freshAttr returns the node's attributes and how much of the kernel's
@@ -296,18 +302,30 @@ func fillAttr(a *client.Attr, out *fuse.Attr) {
 // still knows the object (hard links, repeated lookups), the existing
 // Inode is used and the new node is dropped.
 func (n *node) child(ctx context.Context, fh []byte, a *client.Attr, out *fuse.EntryOut) *fs.Inode {
+	return n.childAt(ctx, fh, a, time.Now(), n.fsys.entryTimeout(), n.fsys.attrTimeout(a.Type), out)
+}
+
+// childAt is child for attributes the server sent at, which the kernel
+// may keep for attrTTL and the name for entryTTL (what is left of them,
+// for an answer from the mount's cache).
+func (n *node) childAt(ctx context.Context, fh []byte, a *client.Attr, at time.Time, entryTTL, attrTTL time.Duration, out *fuse.EntryOut) *fs.Inode {
 	fillAttr(a, &out.Attr)
-	out.SetEntryTimeout(n.fsys.entryTimeout())
-	out.SetAttrTimeout(n.fsys.attrTimeout(a.Type))
-	cn := &node{fsys: n.fsys, fh: fh, attr: *a, attrAt: time.Now()}
+	out.SetEntryTimeout(entryTTL)
+	out.SetAttrTimeout(attrTTL)
+	cn := &node{fsys: n.fsys, fh: fh, attr: *a, attrAt: at}
 	return n.NewInode(ctx, cn, fs.StableAttr{Mode: typeBits(a.Type), Ino: a.Fileid})
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ec, dir := n.fsys.entries, n.StableAttr().Ino
+	if fh, a, at, eLeft, aLeft, ok := ec.get(dir, name); ok {
+		return n.childAt(ctx, fh, &a, at, eLeft, aLeft, out), 0
+	}
 	c, errno := n.fsys.client(ctx)
 	if errno != 0 {
 		return nil, errno
 	}
+	gen, at := ec.mark(), time.Now()
 	var fh []byte
 	var a client.Attr
 	errno = n.withFH(ctx, c, func(dir []byte) (err error) {
@@ -315,7 +333,16 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		return err
 	})
 	if errno != 0 {
+		if errno == syscall.ENOENT {
+			ec.notFound(dir)
+		}
 		return nil, errno
+	}
+	ec.put(dir, name, fh, &a, at, gen)
+	if ec.missed(dir) {
+		// A run of lookups of names that exist: read the directory
+		// once for those that follow (entrycache.go).
+		n.fillDir(ctx, c)
 	}
 	return n.child(ctx, fh, &a, out), 0
 }
@@ -339,6 +366,10 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	}
 	gen := n.attrMark()
 	if ok {
+		// Held writes first: the size and blocks must count them.
+		if errno := n.sendHeldAll(mutating(ctx), nil); errno != 0 {
+			return errno
+		}
 		var err error
 		if a, err = h.f.Stat(ctx); err != nil {
 			return toErrno(err)
@@ -383,6 +414,10 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	h, _ := f.(*handle)
 	if size, ok := in.GetSize(); ok {
+		// Held writes go first, not over the new size.
+		if errno := n.sendHeldAll(ctx, nil); errno != 0 {
+			return errno
+		}
 		if h != nil {
 			// ftruncate: use the open's stateid, so a file opened for
 			// writing can be truncated whatever its mode says now.
@@ -418,6 +453,18 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			return 0
 		}
 	}
+	// Held writes first: their WRITE would set the mtime over this one.
+	if errno := n.sendHeldAll(ctx, nil); errno != 0 {
+		return errno
+	}
+	if sa.Mtime != nil {
+		// An explicit mtime (utimes, touch) replaces the one of the
+		// buffered writes before it, which the kernel passed on and the
+		// handles keep for the close: sent then, it would undo this one.
+		// (Before an explicit time the kernel writes back the file's
+		// dirty pages and their mtime, so those come first.)
+		n.dropTimes()
+	}
 	c, errno := n.fsys.client(ctx)
 	if errno != 0 {
 		return errno
@@ -446,7 +493,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.create(mutating(ctx), out, func(ctx context.Context, c *client.Client, dir []byte) ([]byte, client.Attr, error) {
+	return n.create(mutating(ctx), name, out, func(ctx context.Context, c *client.Client, dir []byte) ([]byte, client.Attr, error) {
 		return c.MkdirAt(ctx, dir, name, mode&07777)
 	})
 }
@@ -454,19 +501,22 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 // create runs a create-like operation in the directory n, which returns
 // the new object's handle and attributes in its own COMPOUND, and makes
 // the object's Inode from them.
-func (n *node) create(ctx context.Context, out *fuse.EntryOut, do func(ctx context.Context, c *client.Client, dir []byte) ([]byte, client.Attr, error)) (*fs.Inode, syscall.Errno) {
+func (n *node) create(ctx context.Context, name string, out *fuse.EntryOut, do func(ctx context.Context, c *client.Client, dir []byte) ([]byte, client.Attr, error)) (*fs.Inode, syscall.Errno) {
 	c, errno := n.fsys.client(ctx)
 	if errno != 0 {
 		return nil, errno
 	}
+	done := n.nameChanged(name)
 	var fh []byte
 	var a client.Attr
 	if errno := n.withFH(ctx, c, func(dir []byte) (err error) {
 		fh, a, err = do(ctx, c, dir)
 		return err
 	}); errno != 0 {
+		done()
 		return nil, errno
 	}
+	n.created(name, fh, &a)
 	return n.child(ctx, fh, &a, out), 0
 }
 
@@ -475,7 +525,7 @@ func (n *node) create(ctx context.Context, out *fuse.EntryOut, do func(ctx conte
 // (EINVAL) as mknod(2) does; the kernel has already checked CAP_MKNOD for
 // devices. The entry carries the type and rdev the server stored.
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.create(mutating(ctx), out, func(ctx context.Context, c *client.Client, dir []byte) ([]byte, client.Attr, error) {
+	return n.create(mutating(ctx), name, out, func(ctx context.Context, c *client.Client, dir []byte) ([]byte, client.Attr, error) {
 		return c.MknodAt(ctx, dir, name, mode, unix.Major(uint64(dev)), unix.Minor(uint64(dev)))
 	})
 }
@@ -520,6 +570,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
+	done := n.nameChanged(name)
 	extra := syscall.O_CREAT
 	if flags&syscall.O_EXCL != 0 {
 		extra |= syscall.O_EXCL
@@ -532,10 +583,12 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		})
 		return err
 	}); errno != 0 {
+		done()
 		return nil, nil, 0, errno
 	}
 	// OPEN's COMPOUND returned the attributes: no GETATTR of our own.
 	a := f.OpenAttr()
+	n.created(name, f.Handle(), &a)
 	ch := n.child(ctx, f.Handle(), &a, out)
 	cn, _ := ch.Operations().(*node)
 	if cn == nil {
@@ -549,6 +602,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	c, errno := n.fsys.client(ctx)
 	if errno != 0 {
 		return nil, 0, errno
+	}
+	if flags&syscall.O_TRUNC != 0 {
+		// A held write must not land after the truncation.
+		if errno := n.sendHeldAll(ctx, nil); errno != 0 {
+			return nil, 0, errno
+		}
 	}
 	var f *client.File
 	var writeOnly bool
@@ -597,6 +656,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	if errno != 0 {
 		return errno
 	}
+	defer n.nameChanged(name)()
 	if hidden, errno := n.sillyRename(ctx, c, name); hidden || errno != 0 {
 		return errno
 	}
@@ -647,6 +707,7 @@ func (n *node) sillyRename(ctx context.Context, c *client.Client, name string) (
 		return false, 0
 	}
 	to := fmt.Sprintf(".shoal-silly.%x.%d", ch.StableAttr().Ino, n.fsys.sillySeq.Add(1))
+	defer n.nameChanged(to)()
 	errno := n.withFH(ctx, c, func(dir []byte) error {
 		return c.RenameAt(ctx, dir, name, dir, to)
 	})
@@ -713,6 +774,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	if errno != 0 {
 		return errno
 	}
+	defer n.nameChanged(name)()
 	return n.remove(ctx, c, name)
 }
 
@@ -729,6 +791,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if errno != 0 {
 		return errno
 	}
+	defer n.nameChanged(name)()
+	defer np.nameChanged(newName)()
 	if flags&unix.RENAME_NOREPLACE != 0 {
 		// Not atomic: NFSv4 RENAME always replaces.
 		errno := np.withFH(ctx, c, func(dir []byte) error {
@@ -781,6 +845,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if errno != 0 {
 		return nil, errno
 	}
+	defer n.nameChanged(name)()
 	var fh []byte
 	var a client.Attr
 	gen := t.attrMark()
@@ -808,7 +873,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return n.create(mutating(ctx), out, func(ctx context.Context, c *client.Client, dir []byte) ([]byte, client.Attr, error) {
+	return n.create(mutating(ctx), name, out, func(ctx context.Context, c *client.Client, dir []byte) ([]byte, client.Attr, error) {
 		return c.SymlinkAt(ctx, dir, name, target)
 	})
 }
@@ -901,4 +966,19 @@ func (n *node) Access(ctx context.Context, mask uint32) syscall.Errno {
 		return syscall.EACCES
 	}
 	return 0
+}
+
+// nameChanged drops name in the directory n from the mount's cache now,
+// and again when the returned function runs: for an operation that adds,
+// removes or renames it (defer n.nameChanged(name)()).
+func (n *node) nameChanged(name string) func() {
+	ec, dir := n.fsys.entries, n.StableAttr().Ino
+	ec.changedName(dir, name)
+	return func() { ec.changedName(dir, name) }
+}
+
+// created records in the mount's cache the object an operation of the
+// mount just made as name in the directory n.
+func (n *node) created(name string, fh []byte, a *client.Attr) {
+	n.fsys.entries.created(n.StableAttr().Ino, name, fh, a, time.Now())
 }

@@ -28,7 +28,22 @@
 # FILES, SIZE, ACCESS (cached, odirect, direct), RUNS (the table shows the
 # median rate; ops per file are the same in every run), TIMEOUT (seconds
 # for the whole workload, default 300), OUT, KEEP=1 (keep the work dir),
-# UP_ARGS (more `shoal up` flags, split on spaces).
+# UP_ARGS (more `shoal up` flags, split on spaces), MOUNT_ARGS (more
+# `shoal mount` flags), DROP_CACHES (see below).
+#
+# DROP_CACHES=1 (the default, as root) drops the kernel's dentries and
+# inodes (echo 2 >/proc/sys/vm/drop_caches) between the create and the
+# stat phase, so every stat starts from a cold kernel cache, as `find` or
+# `ls -l` on a tree another process wrote does (issue 27); DROP_CACHES=0
+# keeps them (the runs before issue 27). Page caches are left alone. The
+# drop is machine-wide: other processes' dentries and inodes go too.
+#
+# CPU: the table also shows the CPU-seconds per thousand files of each
+# phase for the server and the mount process, from /proc/PID/stat
+# (utime+stime) at the same points as the operation counts: for Shoal
+# the `shoal up` process (the MDS and its DS data servers in one process)
+# and `shoal mount`; for MooseFS mfsmaster (the chunk servers are not
+# counted) and mfsmount.
 #
 # The rates are wall-clock: from the barrier that starts a phase until the
 # last process finished it. The operations of a phase are counted from the
@@ -51,6 +66,9 @@ OUT=${OUT:-}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/shoal-fuse-meta.XXXXXX")
 mnt=$work/mnt
+# MooseFS's directory: its base name names the network namespace, so it
+# is unique to this run (two runs at once would share one otherwise).
+mfsdir=$work/mfs-$$
 up_pid=
 mount_pid=
 
@@ -69,7 +87,7 @@ cleanup() {
 	fi
 	stop_pid "$mount_pid"
 	stop_pid "$up_pid"
-	[[ $TARGET == moosefs ]] && "$repo/scripts/moosefs.sh" stop "$work/moosefs"
+	[[ $TARGET == moosefs ]] && "$repo/scripts/moosefs.sh" stop "$mfsdir"
 	if [[ ${KEEP:-0} == 1 ]]; then echo "kept $work" >&2; else rm -rf "$work"; fi
 	exit $rc
 }
@@ -80,8 +98,10 @@ command -v python3 >/dev/null || { echo "fuse-meta.sh needs python3" >&2; exit 1
 case $TARGET in
 shoal) ;;
 moosefs)
-	mnt=$("$repo/scripts/moosefs.sh" start "$work/moosefs" 19419 "$DS" | tail -n 1)
+	mnt=$("$repo/scripts/moosefs.sh" start "$mfsdir" 19419 "$DS" | tail -n 1)
 	metrics=
+	server_pid=$(cat "$mfsdir/master.pid")
+	mount_cpu_pid=$(cat "$mfsdir/mount.pid")
 	echo "MooseFS: $DS chunk servers, CHANGELOG_SAVE_MODE=${MOOSEFS_CHANGELOG_SAVE_MODE:-0}; mount: mfsmount defaults; load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 	;;
 *) echo "TARGET must be shoal or moosefs" >&2; exit 2 ;;
@@ -111,8 +131,11 @@ metrics=$(sed -n 's|^  status: \(http://[^ ]*/\)$|\1metrics|p' "$work/up.log")
 
 # 2. The mount, in the foreground of a background job so its PID is ours.
 mkdir -p "$mnt"
-"$SHOAL" mount --access "$ACCESS" "nfs://$addr/" "$mnt" >"$work/mount.log" 2>&1 &
+# shellcheck disable=SC2086 # MOUNT_ARGS is a list of flags
+"$SHOAL" mount --access "$ACCESS" ${MOUNT_ARGS:-} "nfs://$addr/" "$mnt" >"$work/mount.log" 2>&1 &
 mount_pid=$!
+server_pid=$up_pid
+mount_cpu_pid=$mount_pid
 for _ in $(seq 1 300); do
 	mountpoint -q "$mnt" && break
 	kill -0 "$mount_pid" 2>/dev/null || { cat "$work/mount.log" >&2; echo "shoal mount died" >&2; exit 1; }
@@ -131,7 +154,24 @@ import json, multiprocessing as mp, os, signal, statistics, sys, time, urllib.re
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(124))
 
 mnt, metrics, procs, files, size, runs = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7])
+server_pid, mount_pid, drop = int(sys.argv[7]), int(sys.argv[8]), sys.argv[9] == "1"
 PHASES = ["create", "stat", "delete"]
+TICK = os.sysconf("SC_CLK_TCK")
+
+def cpu(pid):
+    """CPU-seconds (user+system) the process has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+def cpus():
+    return {"server": cpu(server_pid), "mount": cpu(mount_pid)}
+
+def drop_caches():
+    """Forget the kernel's dentries and inodes (not page caches)."""
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("2")
 
 def mds_ops():
     """The MDS's operation counts, and the seconds spent in each as
@@ -172,19 +212,20 @@ def worker(i, run, start, end):
 
 results = {p: [] for p in PHASES}
 per_file = {}
+cpu_runs = {}
 for run in range(runs):
     start, end = mp.Barrier(procs + 1), mp.Barrier(procs + 1)
     ws = [mp.Process(target=worker, args=(i, run, start, end), daemon=True) for i in range(procs)]
     for w in ws:
         w.start()
-    before = mds_ops()
+    before, cbefore = mds_ops(), cpus()
     for phase in PHASES:
         start.wait()
         t0 = time.monotonic()
         end.wait()
         dt = time.monotonic() - t0
         time.sleep(1)  # RELEASEs (CLOSE) arrive asynchronously
-        after = mds_ops()
+        after, cafter = mds_ops(), cpus()
         n = procs * files
         results[phase].append(n / dt)
         diff = {k: after.get(k, 0) - before.get(k, 0) for k in after}
@@ -203,21 +244,31 @@ for run in range(runs):
         }
         if syncs is not None:
             per_file[phase]["log_syncs"] = round(syncs / n, 3)
-        before = after
+        # CPU-seconds per thousand files, the median over the runs.
+        for k in cafter:
+            cpu_runs.setdefault((phase, k), []).append(1000 * (cafter[k] - cbefore[k]) / n)
+        before, cbefore = after, cafter
+        if phase == "create" and drop:
+            drop_caches()
+            time.sleep(0.5)  # the mount handles the kernel's FORGETs
+            before, cbefore = mds_ops(), cpus()
     for w in ws:
         w.join()
         if w.exitcode != 0:
             raise SystemExit(f"worker failed with {w.exitcode}")
 
-out = {"procs": procs, "files": files, "size": size, "runs": runs,
+out = {"procs": procs, "files": files, "size": size, "runs": runs, "drop_caches": drop,
        "load_average": os.getloadavg()}
-print(f"{'phase':8} {'median/s':>10} {'runs/s':>24} {'compounds/file':>15} {'ops/file':>9} {'LOOKUP/file':>12} {'COMMIT/file':>12}")
+print(f"{'phase':8} {'median/s':>10} {'runs/s':>24} {'compounds/file':>15} {'ops/file':>9} {'LOOKUP/file':>12} {'COMMIT/file':>12} {'srv CPU-s/1k':>13} {'mnt CPU-s/1k':>13}")
 for phase in PHASES:
     r = results[phase]
     pf = per_file[phase]
-    out[phase] = {"per_second": round(statistics.median(r)), "runs": [round(x) for x in r], **pf}
+    cs = {k: round(statistics.median(cpu_runs[(phase, k)]), 3) for k in ("server", "mount")}
+    out[phase] = {"per_second": round(statistics.median(r)), "runs": [round(x) for x in r], **pf,
+                  "cpu_s_per_1k": cs}
     print(f"{phase:8} {statistics.median(r):10.0f} {' '.join(f'{x:.0f}' for x in r):>24} "
-          f"{pf['compounds']:15.2f} {pf['ops']:9.2f} {pf['lookups']:12.2f} {pf['commits']:12.2f}")
+          f"{pf['compounds']:15.2f} {pf['ops']:9.2f} {pf['lookups']:12.2f} {pf['commits']:12.2f} "
+          f"{cs['server']:13.3f} {cs['mount']:13.3f}")
 tot = {k: sum(per_file[p][k] for p in PHASES) for k in ("compounds", "ops", "lookups", "commits")}
 out["total_per_file"] = tot
 print(f"{'total':8} {'':10} {'':>24} {tot['compounds']:15.2f} {tot['ops']:9.2f} {tot['lookups']:12.2f} {tot['commits']:12.2f}")
@@ -229,5 +280,11 @@ for phase in PHASES:
         print(f"  {phase} metadata log fdatasyncs per file: {per_file[phase]['log_syncs']}")
 print(json.dumps(out))
 EOF
-timeout "$TIMEOUT" python3 "$work/meta.py" "$mnt" "$metrics" "$PROCS" "$FILES" "$SIZE" "$RUNS" | tee "$work/out.txt"
+drop=${DROP_CACHES:-1}
+if [[ $drop == 1 && ! -w /proc/sys/vm/drop_caches ]]; then
+	echo "not root: the kernel's caches are not dropped before the stat phase" >&2
+	drop=0
+fi
+timeout "$TIMEOUT" python3 "$work/meta.py" "$mnt" "$metrics" "$PROCS" "$FILES" "$SIZE" "$RUNS" \
+	"$server_pid" "$mount_cpu_pid" "$drop" | tee "$work/out.txt"
 if [[ -n $OUT ]]; then tail -n 1 "$work/out.txt" >"$OUT"; fi

@@ -31,6 +31,7 @@ func newMountCmd() *cobra.Command {
 		uid, gid   uint32
 		allowOther bool
 		foreground bool
+		cpuprofile string
 		debug      bool
 		minor      uint32
 		attrTTL    time.Duration
@@ -124,6 +125,13 @@ connection is lost, recovering its open files and locks there.`,
 				AttrTimeout: cacheTimeout(attrTTL),
 				DirTimeout:  cacheTimeout(dirTTL),
 			}
+			if cpuprofile != "" {
+				stop, err := startCPUProfile(cpuprofile)
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			m, err := fusemount.New(cmd.Context(), dir, cfg)
 			notifyReady(err)
 			if err != nil {
@@ -156,6 +164,8 @@ connection is lost, recovering its open files and locks there.`,
 	f.BoolVar(&allowOther, "allow-other", false, "let other users use the mount; as root, each request uses its caller's uid/gid")
 	f.BoolVar(&foreground, "foreground", true, "stay in the foreground until unmounted (false: detach once mounted; the detached process logs nowhere)")
 	f.BoolVar(&debug, "debug", false, "log every FUSE request")
+	f.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the mount to this file, until it is unmounted")
+	_ = f.MarkHidden("cpuprofile")
 	f.Uint32Var(&minor, "minor-version", 0, "NFSv4 minor version (default: highest the server speaks)")
 	f.DurationVar(&attrTTL, "attr-timeout", fusemount.DefaultAttrTimeout, "how long the kernel caches a file's attributes (0: not at all)")
 	f.DurationVar(&dirTTL, "dir-timeout", fusemount.DefaultDirTimeout, "how long the kernel caches names and directory attributes (0: not at all)")
