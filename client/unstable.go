@@ -64,7 +64,11 @@ func newHeldBuf(n int) *heldBuf {
 	if c >= len(heldPools) {
 		return &heldBuf{b: make([]byte, n), refs: 1}
 	}
-	if hb, ok := heldPools[c].Get().(*heldBuf); ok {
+	hb := heldFree.get(c)
+	if hb == nil {
+		hb, _ = heldPools[c].Get().(*heldBuf)
+	}
+	if hb != nil {
 		hb.b, hb.refs, hb.noReuse = hb.b[:n], 1, false
 		return hb
 	}
@@ -75,7 +79,7 @@ func (hb *heldBuf) recycle() {
 	if hb.noReuse {
 		return
 	}
-	if c := heldClass(cap(hb.b)); c < len(heldPools) && cap(hb.b) == 1<<(c+heldMinShift) {
+	if c := heldClass(cap(hb.b)); c < len(heldPools) && cap(hb.b) == 1<<(c+heldMinShift) && !heldFree.put(hb, c) {
 		heldPools[c].Put(hb)
 	}
 }
