@@ -19,9 +19,10 @@
 #         client's CPU is that of the shoal cp process.
 # The write phase ends when the data is on the data servers (fio's
 # end_fsync; shoal cp's close), so their CPU for the bytes is counted.
-# For each phase it prints MB/s (10^6 bytes/s) and CPU-s per GiB (2^30
-# bytes) moved for the client, the MDS, each data server, and the sum;
-# then the same as JSON (to OUT too if set).
+# For each phase it prints MB/s (10^6 bytes/s: fio's aggregate bandwidth
+# for fuse, bytes over the copy's time for lib; the JSON has MiB/s too)
+# and CPU-s per GiB (2^30 bytes) moved for the client, the MDS, each data
+# server, and the sum; then the same as JSON (to OUT too if set).
 #
 # Environment: SHOAL (binary; default built from this checkout), SIZE
 # (per file, fio syntax: 256m), JOBS (4), BS (1m), DS (4), MODES ("fuse
@@ -142,13 +143,16 @@ perf_stop() {
 	perf_pid=
 }
 results=()
-# record MODE PHASE SECONDS CLIENT_TICKS: one JSON row from the snapshot.
+# record MODE PHASE SECONDS CLIENT_TICKS [BYTES_PER_S]: one JSON row from
+# the snapshot. The rate is fio's aggregate bandwidth when given, else
+# bytes over SECONDS.
 record() {
-	local mode=$1 phase=$2 secs=$3 client=$4 i d sum=$4 row
+	local mode=$1 phase=$2 secs=$3 client=$4 rate=${5:-} i d sum=$4 row
 	local gib
 	gib=$(echo "$total / 1073741824" | bc -l)
-	row=$(printf '{"mode":"%s","phase":"%s","bytes":%d,"seconds":%.3f,"mbps":%.1f,"cpu_s_per_gib":{"client":%.3f' \
-		"$mode" "$phase" "$total" "$secs" "$(echo "$total / $secs / 1000000" | bc -l)" "$(echo "$client / $hz / $gib" | bc -l)")
+	[[ -n $rate ]] || rate=$(echo "$total / $secs" | bc -l)
+	row=$(printf '{"mode":"%s","phase":"%s","bytes":%d,"seconds":%.3f,"mbps":%.1f,"mibps":%.1f,"cpu_s_per_gib":{"client":%.3f' \
+		"$mode" "$phase" "$total" "$secs" "$(echo "$rate / 1000000" | bc -l)" "$(echo "$rate / 1048576" | bc -l)" "$(echo "$client / $hz / $gib" | bc -l)")
 	for i in "${!server_pids[@]}"; do
 		d=$(($(ticks "${server_pids[$i]}") - ${before[$i]}))
 		sum=$((sum + d))
@@ -166,6 +170,7 @@ fio_run() { # fio_run RW EXTRA...
 		--directory="$mnt" --group_reporting --output-format=json "$@") >"$work/fio.$rw.json"
 	[[ $(jq '[.jobs[].error] | add' "$work/fio.$rw.json") == 0 ]] || { echo "fio $rw failed" >&2; exit 1; }
 }
+fio_rate() { jq "[.jobs[].$1.bw_bytes] | add" "$work/fio.$1.json"; } # fio_rate RW: aggregate bytes/s
 mount_shoal() { # starts the mount in the foreground as a child; sets mount_pid
 	"$SHOAL" mount --access cached "nfs://$addr/" "$mnt" >"$work/mount.log" 2>&1 &
 	mount_pid=$!
@@ -194,7 +199,7 @@ run_fuse() {
 	fio_run write --end_fsync=1
 	t1=$(now)
 	perf_stop
-	record fuse write "$(echo "$t1 - $t0" | bc -l)" $(($(ticks "$mount_pid") - c0))
+	record fuse write "$(echo "$t1 - $t0" | bc -l)" $(($(ticks "$mount_pid") - c0)) "$(fio_rate write)"
 	unmount_shoal
 	drop_caches
 	mount_shoal
@@ -205,7 +210,7 @@ run_fuse() {
 	fio_run read
 	t1=$(now)
 	perf_stop
-	record fuse read "$(echo "$t1 - $t0" | bc -l)" $(($(ticks "$mount_pid") - c0))
+	record fuse read "$(echo "$t1 - $t0" | bc -l)" $(($(ticks "$mount_pid") - c0)) "$(fio_rate read)"
 	rm -f "$mnt"/c.*
 	unmount_shoal
 }
