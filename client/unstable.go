@@ -32,8 +32,9 @@ import (
 // the File holds.
 //
 // Lock order, outermost first: fileLayout.smu or File.mdsMu, then
-// File.resendMu, then fileLayout.wmu, then unstable.mu. File.mu is never
-// held while taking any of them, nor taken under unstable.mu.
+// File.resendMu, then fileLayout.wmu, then unstable.mu, then heldFree.mu
+// (heldfree.go), which takes no other lock. File.mu is never held while
+// taking any of them, nor taken under unstable.mu.
 
 // Size classes of the pooled buffers: 512 B to 1 MiB (maxIOSize, the
 // largest WRITE the client sends).
