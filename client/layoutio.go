@@ -102,6 +102,13 @@ func (l *fileLayout) run(ctx context.Context, f *File, b []byte, off int64, writ
 		l.failover(f, nil, err)
 		pieces = []piece{{Extent: layout.Extent{Off: uint64(off), Len: uint64(len(b))}, lo: 0, hi: len(b)}}
 	}
+	if len(pieces) == 1 {
+		// One data server (a request inside one stripe unit, as a 1 MiB
+		// request of a FUSE mount is): no goroutine, whose start and
+		// stack growth cost more than the piece's own bookkeeping.
+		pc := pieces[0]
+		return l.doPiece(ctx, f, pc, b[pc.lo:pc.hi], write)
+	}
 	type result struct {
 		n   int
 		err error

@@ -32,8 +32,9 @@ import (
 // the File holds.
 //
 // Lock order, outermost first: fileLayout.smu or File.mdsMu, then
-// File.resendMu, then fileLayout.wmu, then unstable.mu. File.mu is never
-// held while taking any of them, nor taken under unstable.mu.
+// File.resendMu, then fileLayout.wmu, then unstable.mu, then heldFree.mu
+// (heldfree.go), which takes no other lock. File.mu is never held while
+// taking any of them, nor taken under unstable.mu.
 
 // Size classes of the pooled buffers: 512 B to 1 MiB (maxIOSize, the
 // largest WRITE the client sends).
@@ -64,7 +65,11 @@ func newHeldBuf(n int) *heldBuf {
 	if c >= len(heldPools) {
 		return &heldBuf{b: make([]byte, n), refs: 1}
 	}
-	if hb, ok := heldPools[c].Get().(*heldBuf); ok {
+	hb := heldFree.get(c)
+	if hb == nil {
+		hb, _ = heldPools[c].Get().(*heldBuf)
+	}
+	if hb != nil {
 		hb.b, hb.refs, hb.noReuse = hb.b[:n], 1, false
 		return hb
 	}
@@ -75,7 +80,7 @@ func (hb *heldBuf) recycle() {
 	if hb.noReuse {
 		return
 	}
-	if c := heldClass(cap(hb.b)); c < len(heldPools) && cap(hb.b) == 1<<(c+heldMinShift) {
+	if c := heldClass(cap(hb.b)); c < len(heldPools) && cap(hb.b) == 1<<(c+heldMinShift) && !heldFree.put(hb, c) {
 		heldPools[c].Put(hb)
 	}
 }

@@ -9,6 +9,8 @@
 #                                          mounted on DIR/mnt; returns once
 #                                          the mount answers and every chunk
 #                                          server has registered
+#   scripts/moosefs.sh remount DIR          a new mfsmount process (so nothing
+#                                          is cached in it)
 #   scripts/moosefs.sh stop DIR             unmount, then SIGTERM (SIGKILL
 #                                          after 10 s) every process started
 #
@@ -38,7 +40,7 @@ ns_name() { echo "shoal-mfs-$(basename "$1")"; }
 # would be a subshell, and its pid not the daemon's.)
 
 usage() {
-	echo "usage: $0 start DIR PORT [CS] | stop DIR" >&2
+	echo "usage: $0 start DIR PORT [CS] | remount DIR | stop DIR" >&2
 	exit 2
 }
 
@@ -140,6 +142,28 @@ start() {
 	echo "$dir/mnt"
 }
 
+# remount DIR: unmount, stop the mount process, and mount again with the
+# master port of DIR's configuration.
+remount() {
+	local dir port ns
+	dir=$(cd "$1" && pwd)
+	port=$(sed -n 's/^[[:space:]]*MATOCL_LISTEN_PORT = //p' "$dir/mfsmaster.cfg")
+	ns=$(cat "$dir/netns")
+	if mountpoint -q "$dir/mnt" 2>/dev/null; then
+		fusermount3 -u "$dir/mnt" 2>/dev/null || fusermount -u "$dir/mnt" 2>/dev/null || umount -l "$dir/mnt" 2>/dev/null || true
+	fi
+	stop_pid "$dir/mount.pid"
+	nsenter --net="/run/netns/$ns" mfsmount -f "$dir/mnt" -H "$HOST" -P "$port" >"$dir/mount.log" 2>&1 &
+	echo $! >"$dir/mount.pid"
+	for _ in $(seq 1 300); do
+		mountpoint -q "$dir/mnt" && probe "$dir/mnt" && return 0
+		alive "$(cat "$dir/mount.pid")" || { cat "$dir/mount.log" >&2; echo "mfsmount died" >&2; exit 1; }
+		sleep 0.1
+	done
+	echo "mfsmount not up after 30 s" >&2
+	exit 1
+}
+
 # probe MNT: a 4 KiB file can be written, synced and read back.
 probe() {
 	local f=$1/.moosefs-probe
@@ -164,6 +188,7 @@ stop() {
 
 case "${1:-}" in
 start) [ $# -ge 3 ] || usage; start "$2" "$3" "${4:-4}" ;;
+remount) [ $# -eq 2 ] || usage; remount "$2" ;;
 stop) [ $# -eq 2 ] || usage; stop "$2" ;;
 *) usage ;;
 esac

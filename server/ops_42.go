@@ -219,9 +219,11 @@ func (c *compound) readPlusData(ino meta.Ino, a *nfs4.READPLUS4args, size uint64
 			c.call.AfterReply(func() { c.s.putReadBuf(buf) })
 		}
 		seg := buf[pos-a.RpaOffset : h-a.RpaOffset]
-		if _, err := f.ReadAt(seg, int64(pos)); err != nil && !errors.Is(err, io.EOF) {
+		m, err := f.ReadAt(seg, int64(pos))
+		if err != nil && !errors.Is(err, io.EOF) {
 			return failErr(err)
 		}
+		clear(seg[m:]) // readBuf's bytes are not cleared
 		c.s.counters.readBytes.Add(uint64(len(seg)))
 		res.RprContents = append(res.RprContents, nfs4.ReadPlusContent{RpcContent: nfs4.NFS4_CONTENT_DATA,
 			RpcData: &nfs4.Data4{DOffset: pos, DData: seg}})

@@ -62,7 +62,10 @@ func (c *compound) readData(ino meta.Ino, a *nfs4.READ4args, size uint64) opRepl
 		}
 	}
 	// Bytes past the data file's end but inside the file size read as zeros
-	// (sparse tail after a size extension).
+	// (sparse tail after a size extension). Only they are cleared: the
+	// buffer comes from the pool as it was left, and clearing all of it
+	// before every READ was a second pass over each byte read.
+	clear(buf[got:])
 	got = int(n)
 	c.s.counters.readBytes.Add(uint64(got))
 	return ok(&nfs4.READ4resok{Eof: a.Offset+uint64(got) >= size, Data: buf[:got]})
@@ -150,11 +153,13 @@ func (c *compound) commit(a *nfs4.COMMIT4args) opReply {
 // buffer per READ is most of the server's garbage on the read path.
 var readPool sync.Pool
 
+// readBuf returns a buffer of n bytes for a READ reply. Its bytes are
+// whatever the pool's last user left: the caller overwrites or clears
+// every byte it sends (holes read as zeros from the data file; the tail
+// past the file's end is cleared by the caller).
 func (s *Server) readBuf(n int) []byte {
 	if b, ok := readPool.Get().(*[]byte); ok && cap(*b) >= n {
-		buf := (*b)[:n]
-		clear(buf) // holes and the tail past the data file's end read as zeros
-		return buf
+		return (*b)[:n]
 	}
 	return make([]byte, n, max(n, int(s.cfg.MaxRead)))
 }
