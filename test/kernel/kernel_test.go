@@ -131,6 +131,11 @@ func testServer(t *testing.T, kind, root, shoalBin string, img images, vmTimeout
 				// (mirror_test.go).
 				testMirror(t, shoalBin, img, vmTimeout, vers, out)
 				return
+			case "shoal-flex":
+				// Flexfiles layouts, the client writing both copies
+				// (flex_test.go).
+				testFlex(t, shoalBin, img, vmTimeout, vers, out)
+				return
 			}
 			// Delegations: a recall between two VMs and the passes with
 			// delegations on and off, each on fresh servers (deleg_test.go).
@@ -357,7 +362,7 @@ func newServer(t *testing.T, kind, root, shoalBin, dir string, port int) server 
 			argv: expandArgs(tmpl, port, dir),
 		}
 	default:
-		t.Fatalf("SHOAL_KERNEL_SERVER=%q: want ganesha, shoal, shoal-pnfs, shoal-pnfs-grow, shoal-pnfs-mirror, shoal-failover or cmd", kind)
+		t.Fatalf("SHOAL_KERNEL_SERVER=%q: want ganesha, shoal, shoal-pnfs, shoal-pnfs-grow, shoal-pnfs-mirror, shoal-flex, shoal-failover or cmd", kind)
 		return nil
 	}
 }
