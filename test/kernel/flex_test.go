@@ -98,6 +98,7 @@ func testFlex(t *testing.T, shoalBin string, img images, vmTimeout time.Duration
 			t.Skip("the guest did not reach both SYNC lines (see vm/flex)")
 		}
 		var dsWrite, dsRead, forwarded float64
+		var perDS []float64
 		for _, r := range ioSplit(before.metrics, after.metrics) {
 			if r.instance == "mds" {
 				t.Logf("MDS: wrote %.0f, read %.0f bytes", r.writeBytes, r.readBytes)
@@ -114,6 +115,7 @@ func testFlex(t *testing.T, shoalBin string, img images, vmTimeout time.Duration
 			t.Logf("data server %s: %.0f bytes written by the client, %.0f forwarded by peers, %.0f read",
 				r.instance, r.writeBytes, fwd, r.readBytes)
 			dsWrite += r.writeBytes
+			perDS = append(perDS, r.writeBytes)
 			dsRead += r.readBytes
 			forwarded += fwd
 		}
@@ -127,8 +129,30 @@ func testFlex(t *testing.T, shoalBin string, img images, vmTimeout time.Duration
 		if dsWrite < 2*flexBytes || dsWrite > 2*flexBytes*1.02 {
 			t.Errorf("the data servers received %.0f bytes from the client, want 2 x %d", dsWrite, flexBytes)
 		}
+		if stripes(img.kver) && env("SHOAL_KERNEL_FLEX_STRIPE", "auto") != "off" {
+			// Striped mirrors: the two 32 MiB files spread evenly over
+			// the three data servers, so each takes about 2/3 of the
+			// bytes (a 1-wide file puts whole files on two of them).
+			share := 2 * flexBytes / float64(flexDS)
+			for i, b := range perDS {
+				if b < share*0.9 || b > share*1.1 {
+					t.Errorf("data server %d received %.0f bytes; a kernel that stripes mirrors spreads them evenly (%.0f each)", i, b, share)
+				}
+			}
+		}
 		if dsRead < 2*flexBytes*0.98 {
 			t.Errorf("the data servers served %.0f bytes of reads, want about 2 x %d (each file read back twice)", dsRead, flexBytes)
 		}
 	})
+}
+
+// stripes reports whether kernel release kver (uname -r) stripes inside
+// a flexfiles mirror: Linux 6.18 and later, which the MDS recognizes by
+// its EXCHANGE_ID implementation id (flex_stripe: auto).
+func stripes(kver string) bool {
+	var major, minor int
+	if _, err := fmt.Sscanf(kver, "%d.%d", &major, &minor); err != nil {
+		return false
+	}
+	return major > 6 || major == 6 && minor >= 18
 }

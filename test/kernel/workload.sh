@@ -1243,12 +1243,21 @@ mirror)
 	# that call retries the refused connection until its major timeout:
 	# 60 s + 5 x 60 s. Deployments that want failover in seconds lower
 	# them; the workload uses 5 s and 2 (a 15 s bound).
+	#
+	# With t_layout=flex the export hands out flexfiles layouts (the
+	# client writes both copies); the flexfiles driver has the same two
+	# parameters.
 	ds_params=/sys/module/nfs_layout_nfsv41_files/parameters
+	mountstats=pnfs_mountstats
+	if [ "${t_layout:-files}" = flex ]; then
+		ds_params=/sys/module/nfs_layout_flexfiles/parameters
+		mountstats=flex_mountstats
+	fi
 	echo 50 >$ds_params/dataserver_timeo
 	echo 2 >$ds_params/dataserver_retrans
 	echo "dataserver_timeo=$(cat $ds_params/dataserver_timeo) dataserver_retrans=$(cat $ds_params/dataserver_retrans)"
 	if run mount mount; then
-		run pnfs/mountstats pnfs_mountstats
+		run pnfs/mountstats $mountstats
 		run mirror/source mirror_source
 		mirror_dd_start
 		host_act mirror/kill-ds mirror-kill 120
@@ -1260,7 +1269,7 @@ mirror)
 		run mirror/read-healed mirror_read healed
 		host_act mirror/kill-second mirror-kill2 120
 		run mirror/read-after-second-kill mirror_read "second kill"
-		run pnfs/mountstats-after pnfs_mountstats
+		run pnfs/mountstats-after $mountstats
 		grep -q " $M " /proc/mounts && mountnfs -u $M
 	fi
 	;;
