@@ -260,13 +260,17 @@ func (c *compound) attrValues(e *xdr.Encoder, o *object, bm nfs4.Bitmap4, rdErr 
 		case nfs4.FATTR4_TIME_MODIFY:
 			nfsTime(e, a.Mtime)
 		case nfs4.FATTR4_FS_LAYOUT_TYPES:
-			types := s.pnfs.layoutTypes()
+			types := s.pnfs.layoutTypes(o.export)
 			e.Uint32(uint32(len(types)))
 			for _, t := range types {
 				e.Uint32(uint32(t))
 			}
 		case nfs4.FATTR4_MDSTHRESHOLD:
-			e.Append(s.mdsThreshold)
+			if o.export.flex() {
+				e.Append(s.mdsThresholdFlex)
+			} else {
+				e.Append(s.mdsThreshold)
+			}
 		case nfs4.FATTR4_LAYOUT_BLKSIZE:
 			e.Uint32(uint32(s.pnfs.stripeUnit(uint64(s.cfg.MaxWrite))))
 		case nfs4.FATTR4_SUPPATTR_EXCLCREAT:
