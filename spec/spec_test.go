@@ -578,15 +578,27 @@ func TestCompoundArms(t *testing.T) {
 func TestFieldNames(t *testing.T) {
 	s := load(t)
 	for name, want := range map[string][]string{
-		"SEQUENCE4args":    {"sa_sessionid", "sa_sequenceid", "sa_slotid", "sa_highest_slotid", "sa_cachethis"},
-		"SEQUENCE4resok":   {"sr_sessionid", "sr_sequenceid", "sr_slotid", "sr_highest_slotid", "sr_target_highest_slotid", "sr_status_flags"},
-		"stateid4":         {"seqid", "other"},
-		"EXCHANGE_ID4args": {"eia_clientowner", "eia_flags", "eia_state_protect", "eia_client_impl_id"},
-		"channel_attrs4":   {"ca_headerpadsize", "ca_maxrequestsize", "ca_maxresponsesize", "ca_maxresponsesize_cached", "ca_maxoperations", "ca_maxrequests", "ca_rdma_ird"},
-		"LAYOUTGET4args":   {"loga_signal_layout_avail", "loga_layout_type", "loga_iomode", "loga_offset", "loga_length", "loga_minlength", "loga_stateid", "loga_maxcount"},
-		"authsys_parms":    {"stamp", "machinename", "uid", "gid", "gids"},
-		"ff_layout4":       {"ffl_stripe_unit", "ffl_mirrors", "ffl_flags", "ffl_stats_collect_hint"},
-		"ff_data_server4":  {"ffds_deviceid", "ffds_efficiency", "ffds_stateid", "ffds_fh_vers", "ffds_user", "ffds_group"},
+		"SEQUENCE4args":       {"sa_sessionid", "sa_sequenceid", "sa_slotid", "sa_highest_slotid", "sa_cachethis"},
+		"SEQUENCE4resok":      {"sr_sessionid", "sr_sequenceid", "sr_slotid", "sr_highest_slotid", "sr_target_highest_slotid", "sr_status_flags"},
+		"stateid4":            {"seqid", "other"},
+		"EXCHANGE_ID4args":    {"eia_clientowner", "eia_flags", "eia_state_protect", "eia_client_impl_id"},
+		"channel_attrs4":      {"ca_headerpadsize", "ca_maxrequestsize", "ca_maxresponsesize", "ca_maxresponsesize_cached", "ca_maxoperations", "ca_maxrequests", "ca_rdma_ird"},
+		"LAYOUTGET4args":      {"loga_signal_layout_avail", "loga_layout_type", "loga_iomode", "loga_offset", "loga_length", "loga_minlength", "loga_stateid", "loga_maxcount"},
+		"authsys_parms":       {"stamp", "machinename", "uid", "gid", "gids"},
+		"ff_layout4":          {"ffl_stripe_unit", "ffl_mirrors", "ffl_flags", "ffl_stats_collect_hint"},
+		"ff_data_server4":     {"ffds_deviceid", "ffds_efficiency", "ffds_stateid", "ffds_fh_vers", "ffds_user", "ffds_group"},
+		"ff_device_versions4": {"ffdv_version", "ffdv_minorversion", "ffdv_rsize", "ffdv_wsize", "ffdv_tightly_coupled"},
+		"ff_device_addr4":     {"ffda_netaddrs", "ffda_versions"},
+		"ff_mirror4":          {"ffm_data_servers"},
+		"ff_ioerr4":           {"ffie_offset", "ffie_length", "ffie_stateid", "ffie_errors"},
+		"ff_io_latency4":      {"ffil_ops_requested", "ffil_bytes_requested", "ffil_ops_completed", "ffil_bytes_completed", "ffil_bytes_not_delivered", "ffil_total_busy_time", "ffil_aggregate_completion_time"},
+		"ff_layoutupdate4":    {"ffl_addr", "ffl_fhandle", "ffl_read", "ffl_write", "ffl_duration", "ffl_local"},
+		"ff_iostats4":         {"ffis_offset", "ffis_length", "ffis_stateid", "ffis_read", "ffis_write", "ffis_deviceid", "ffis_layoutupdate"},
+		"ff_layoutreturn4":    {"fflr_ioerr_report", "fflr_iostats_report"},
+		"ff_layouthint4":      {"fflh_mirrors_hint"},
+		"device_error4":       {"de_deviceid", "de_status", "de_opnum"},
+		"LAYOUTERROR4args":    {"lea_offset", "lea_length", "lea_stateid", "lea_errors"},
+		"LAYOUTSTATS4args":    {"lsa_offset", "lsa_length", "lsa_stateid", "lsa_read", "lsa_write", "lsa_deviceid", "lsa_layoutupdate"},
 	} {
 		if got := s.fields(t, name); strings.Join(got, ",") != strings.Join(want, ",") {
 			t.Errorf("struct %s fields = %v, want %v", name, got, want)
