@@ -98,3 +98,7 @@ func HideFromRecovery(c *Client, f *File) (restore func()) {
 		c.filesMu.Unlock()
 	}
 }
+
+// WaitRetired waits until the layouts f is returning in the background
+// (after a recall or a failure) are returned.
+func WaitRetired(ctx context.Context, f *File) { f.waitRetired(ctx) }

@@ -53,7 +53,8 @@ import (
 //	                          shortcut through the MDS)
 //	write F off=O len=N | read F off=O len=N
 //	                          I/O of a pattern that depends on the offset; a
-//	                          read says whether it got the pattern back
+//	                          read says whether it got the pattern back. Both
+//	                          wait for the layouts F returns in the background
 //	data NAME                 the bytes each mirror's data file holds
 //
 // Rules not used up when a file ends fail the test: a rule that never
@@ -322,6 +323,9 @@ func (r *scriptRunner) action(t *testing.T, td *datadriven.TestData) func() stri
 			ctx, cancel := ctxFor()
 			defer cancel()
 			b := make([]byte, n)
+			// A failure returns the layout in the background: wait for
+			// it, so that it prints here, in a determined place.
+			defer client.WaitRetired(ctx, f)
 			if write {
 				scriptPattern(b, off)
 				k, err := f.WriteAtContext(ctx, b, off)
