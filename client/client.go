@@ -119,7 +119,7 @@ type Stats struct {
 	LayoutErrors uint64
 	Failovers    uint64 // data-server requests redone through the MDS
 	DSReadBytes  uint64 // bytes read from data servers
-	DSWriteBytes uint64 // bytes written to data servers
+	DSWriteBytes uint64 // bytes written to data servers (every copy of a mirrored write)
 	MDSIOBytes   uint64 // READ and WRITE payload bytes through the MDS
 	// ResentBytes counts data written again through the MDS because no
 	// COMMIT vouched for it: the server it was written to UNSTABLE could
