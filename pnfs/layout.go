@@ -9,3 +9,14 @@ type FileLayout struct {
 	Unit   uint64
 	Count  uint32 // stripe count: the device's data servers
 }
+
+// FlexLayout is a file's flexible files layout (RFC 8435) as the MDS
+// hands it out in LAYOUTGET: Mirrors[j] lists, by stripe index, the
+// device (one data server) that holds mirror j's copy of the units at
+// that index; stripe index i holds the units k with k mod len(Mirrors[j])
+// == i, each Unit bytes. Every mirror has the same number of stripe
+// indexes. A client writes every mirror and reads any.
+type FlexLayout struct {
+	Unit    uint64
+	Mirrors [][][16]byte
+}

@@ -260,7 +260,7 @@ func (c *compound) attrValues(e *xdr.Encoder, o *object, bm nfs4.Bitmap4, rdErr 
 		case nfs4.FATTR4_TIME_MODIFY:
 			nfsTime(e, a.Mtime)
 		case nfs4.FATTR4_FS_LAYOUT_TYPES:
-			types := s.pnfs.layoutTypes()
+			types := s.pnfs.layoutTypes(o.export)
 			e.Uint32(uint32(len(types)))
 			for _, t := range types {
 				e.Uint32(uint32(t))

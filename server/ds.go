@@ -135,7 +135,7 @@ func loadOrCreateID(path string) ([]byte, error) {
 // whose size is that of this data server's object (the only attribute
 // its handlers use; the file's attributes are the MDS's).
 func (c *compound) dsLoad(h fhandle) (*object, nfs4.Nfsstat4) {
-	if h.kind != fhData {
+	if h.kind != fhData && h.kind != fhFlex {
 		return nil, nfs4.NFS4ERR_BADHANDLE
 	}
 	a := meta.Attr{Type: meta.TypeRegular}
@@ -169,7 +169,7 @@ func (c *compound) dsPutFH(a *nfs4.PUTFH4args) opReply {
 	}
 	codec := newDataFHCodec(key)
 	h, err := codec.decode(a.Object)
-	if err != nil || h.kind != fhData {
+	if err != nil || h.kind != fhData && h.kind != fhFlex {
 		return fail(nfs4.NFS4ERR_BADHANDLE)
 	}
 	c.setFH(h)
@@ -263,7 +263,7 @@ func (c *compound) dsWrite(a *nfs4.WRITE4args) opReply {
 	if st := c.checkWriteRange(a); st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	f, err := c.s.data.Open(uint64(o.fh.ino), true)
+	f, err := c.dsData(o.fh).Open(uint64(o.fh.ino), true)
 	if err != nil {
 		return failErr(err)
 	}
@@ -292,7 +292,7 @@ func (c *compound) dsCommit(*nfs4.COMMIT4args) opReply {
 	if st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	if err := c.s.dataLost(c.s.data.Sync(uint64(o.fh.ino))); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := c.s.dataLost(c.dsData(o.fh).Sync(uint64(o.fh.ino))); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return failErr(err)
 	}
 	return ok(&nfs4.COMMIT4resok{Writeverf: c.s.verifier()})
@@ -338,4 +338,25 @@ func (c *compound) dsCheckIO(s *nfs4.Stateid4, o *object, write bool) nfs4.Nfsst
 	}
 	// The metadata server could not be asked.
 	return nfs4.NFS4ERR_DELAY
+}
+
+// LocalCopier is an optional capability of a data server's store
+// (DataServerConfig.Store, cluster.ReplicaStore): the backend for I/O
+// addressed to this data server's copy alone, which writes and commits
+// that copy only and forwards nothing to the other copies.
+type LocalCopier interface {
+	LocalCopy() store.Backend
+}
+
+// dsData returns the store a data server's WRITE and COMMIT on handle h
+// use: for a flexfiles handle (fhFlex) the client writes every copy
+// itself, so only this copy is written (LocalCopier); for a files-layout
+// handle the store replicates to the other copies.
+func (c *compound) dsData(h fhandle) store.Backend {
+	if h.kind == fhFlex {
+		if lc, ok := c.s.data.(LocalCopier); ok {
+			return lc.LocalCopy()
+		}
+	}
+	return c.s.data
 }

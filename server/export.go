@@ -31,6 +31,22 @@ type Export struct {
 	// knfsd's async); nil follows the server (Config.Async). See
 	// durability.go.
 	Sync *bool `yaml:"sync"`
+	// Layout is the pNFS layout type the export hands out on a metadata
+	// server with data servers: "files" (the default, RFC 8881 §13: the
+	// data servers copy replicated stripes) or "flexfiles" (RFC 8435:
+	// the client writes every copy itself). fs_layout_types lists only
+	// this one type: the Linux client prefers FLEX_FILES over FILES when
+	// both are listed, so offering both would not let a client choose.
+	Layout string `yaml:"layout"`
+	// FlexStripe says whether a flexfiles layout stripes each mirror over
+	// the file's stripe map ("on"), names one data server per mirror
+	// ("off"; files placed by such a layout get a stripe map one data
+	// server wide, and a wider file gets no layout and is read and
+	// written through the MDS), or decides per client ("auto", the
+	// default): Linux before 6.18 refuses more than one data server per
+	// mirror, so only clients whose EXCHANGE_ID implementation id says
+	// Linux 6.18 or later, or Shoal, get striped layouts.
+	FlexStripe string `yaml:"flex_stripe"`
 
 	nets []netip.Prefix
 	root meta.Ino
@@ -144,6 +160,9 @@ func newNamespace(exports []*Export) (*namespace, error) {
 		if e.ID == 0 {
 			e.ID = uint16(i + 1)
 		}
+		if err := e.checkLayout(); err != nil {
+			return nil, fmt.Errorf("export %q: %w", p, err)
+		}
 		if _, dup := ns.byID[e.ID]; dup {
 			return nil, fmt.Errorf("export id %d used twice", e.ID)
 		}
@@ -200,3 +219,35 @@ func newNamespace(exports []*Export) (*namespace, error) {
 	}
 	return ns, nil
 }
+
+// Export.Layout values.
+const (
+	LayoutFiles     = "files"
+	LayoutFlexFiles = "flexfiles"
+)
+
+// Export.FlexStripe values.
+const (
+	FlexStripeAuto = "auto"
+	FlexStripeOn   = "on"
+	FlexStripeOff  = "off"
+)
+
+func (e *Export) checkLayout() error {
+	switch e.Layout {
+	case "", LayoutFiles, LayoutFlexFiles:
+	default:
+		return fmt.Errorf("layout %q: want %s or %s", e.Layout, LayoutFiles, LayoutFlexFiles)
+	}
+	switch e.FlexStripe {
+	case "", FlexStripeAuto, FlexStripeOn, FlexStripeOff:
+	default:
+		return fmt.Errorf("flex_stripe %q: want %s, %s or %s", e.FlexStripe, FlexStripeAuto, FlexStripeOn, FlexStripeOff)
+	}
+	return nil
+}
+
+// flex reports whether the export hands out flexfiles layouts. A nil
+// export (the pseudo-root) hands out files layouts, as before there was
+// a choice.
+func (e *Export) flex() bool { return e != nil && e.Layout == LayoutFlexFiles }

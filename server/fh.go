@@ -14,7 +14,8 @@ import (
 //
 //	[0]     format version (fhVersion)
 //	[1]     kind: fhObject (an inode inside an export), fhPseudo (a node of
-//	        the pseudo-root) or fhData (a file's data on the data servers)
+//	        the pseudo-root), fhData (a file's data on the data servers)
+//	        or fhFlex (one copy of it, in a flexfiles layout)
 //	[2:4]   export id, or pseudo node index
 //	[4:12]  inode number (never reused, so no generation number is needed)
 //	[12:28] HMAC-SHA256 over bytes [0:12], truncated to 16 bytes
@@ -25,7 +26,7 @@ import (
 // valid across restarts.
 //
 // Two keys: fhObject and fhPseudo handles are MAC'd with the MDS's master
-// secret, fhData handles with a key derived from it (dataFHKey). Data
+// secret, fhData and fhFlex handles with a key derived from it (dataFHKey). Data
 // servers get only the derived key, so they can check and mint data
 // handles but not MDS handles. The kind byte is under the MAC, so a data
 // handle cannot be relabelled as another kind.
@@ -34,8 +35,12 @@ const (
 	fhObject  = 1
 	fhPseudo  = 2
 	fhData    = 3 // a file's data on the data servers (pNFS)
-	fhLen     = 28
-	fhMACLen  = 16
+	// fhFlex is a file's data on one data server, in a flexfiles
+	// layout: the client writes every copy itself, so the data server
+	// writes this copy only and forwards nothing (flexfiles.go).
+	fhFlex   = 4
+	fhLen    = 28
+	fhMACLen = 16
 )
 
 var (
@@ -89,7 +94,7 @@ func (c *fhCodec) key(kind byte) []byte {
 	switch kind {
 	case fhObject, fhPseudo:
 		k = c.secret
-	case fhData:
+	case fhData, fhFlex:
 		k = c.dataKey
 	}
 	if len(k) == 0 {
@@ -133,7 +138,7 @@ func (c *fhCodec) encode(h fhandle) []byte {
 }
 
 func (c *fhCodec) decode(b []byte) (fhandle, error) {
-	if len(b) != fhLen || b[0] != fhVersion || b[1] < fhObject || b[1] > fhData {
+	if len(b) != fhLen || b[0] != fhVersion || b[1] < fhObject || b[1] > fhFlex {
 		return fhandle{}, errBadHandle
 	}
 	key := c.key(b[1])

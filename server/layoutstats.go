@@ -17,9 +17,11 @@ import (
 // Both are accepted under the client's layout stateid of the current file
 // and recorded per data server, for the Prometheus collector
 // (shoal_pnfs_layout_errors_total, shoal_pnfs_layoutstats_*); each error
-// is also logged. Neither changes a layout: a client that cannot reach a
-// data server does its I/O through the MDS anyway, and the cluster takes
-// an unreachable data server out of service by itself.
+// is also logged. For the files layout neither changes a layout: a client
+// that cannot reach a data server does its I/O through the MDS anyway, and
+// the cluster takes an unreachable data server out of service by itself.
+// For a flexfiles layout, whose client writes every copy itself, an error
+// marks the failing copy stale (flexfiles.go, copyFailed).
 //
 // A report names a device and a byte range. A files-layout device lists
 // several data servers, so the range decides which of them the report is
@@ -60,6 +62,9 @@ type layoutReports struct {
 	errors map[layoutErrorKey]uint64
 	bytes  map[layoutIOKey]float64
 	ops    map[layoutIOKey]float64
+	// staled counts, by data server, the flexfiles copies marked stale
+	// on a client's error report.
+	staled map[string]uint64
 	// last holds the totals each source reported last: clients report
 	// totals since they got the layout (Linux sends its running counts),
 	// so only the increase since the previous report is new I/O.
@@ -68,7 +73,7 @@ type layoutReports struct {
 
 func newLayoutReports() *layoutReports {
 	return &layoutReports{errors: map[layoutErrorKey]uint64{}, bytes: map[layoutIOKey]float64{},
-		ops: map[layoutIOKey]float64{}, last: map[statsSource][2]nfs4.IoInfo4{}}
+		ops: map[layoutIOKey]float64{}, staled: map[string]uint64{}, last: map[statsSource][2]nfs4.IoInfo4{}}
 }
 
 // shares returns the data servers a report on device of file ino's range
@@ -129,9 +134,17 @@ func (c *compound) layoutError(a *nfs4.LAYOUTERROR4args) opReply {
 	if st != nfs4.NFS4_OK {
 		return fail(st)
 	}
+	c.recordErrors(id, o, a.LeaOffset, a.LeaLength, a.LeaErrors)
+	return ok(nil)
+}
+
+// recordErrors counts and logs a client's error reports on the range
+// [off, off+length) of file o (LAYOUTERROR, or the ff_ioerr4 of a
+// LAYOUTRETURN), and marks a failing flexfiles copy stale.
+func (c *compound) recordErrors(id state.ClientID, o *object, off, length uint64, errs []nfs4.DeviceError4) {
 	s := c.s
-	for _, e := range a.LeaErrors {
-		sh := s.shares(c.ctx, uint64(o.fh.ino), e.DeDeviceid, a.LeaOffset, a.LeaLength)
+	for _, e := range errs {
+		sh := s.shares(c.ctx, uint64(o.fh.ino), e.DeDeviceid, off, length)
 		status, op := statusLabel(e.DeStatus), opLabelOf(e.DeOpnum)
 		ids := make([]string, 0, len(sh))
 		s.reports.mu.Lock()
@@ -142,9 +155,9 @@ func (c *compound) layoutError(a *nfs4.LAYOUTERROR4args) opReply {
 		s.reports.mu.Unlock()
 		c.log.Warn("pNFS client reports a data server error", "clientid", uint64(id), "ino", o.fh.ino,
 			"device", hex.EncodeToString(e.DeDeviceid[:]), "ds", ids, "status", status, "op", op,
-			"offset", a.LeaOffset, "length", a.LeaLength)
+			"offset", off, "length", length)
+		c.copyFailed(o, e.DeDeviceid, e.DeStatus)
 	}
-	return ok(nil)
 }
 
 func (c *compound) layoutStats(a *nfs4.LAYOUTSTATS4args) opReply {
@@ -152,13 +165,21 @@ func (c *compound) layoutStats(a *nfs4.LAYOUTSTATS4args) opReply {
 	if st != nfs4.NFS4_OK {
 		return fail(st)
 	}
+	c.recordStats(id, o, a.LsaDeviceid, a.LsaOffset, a.LsaLength, a.LsaRead, a.LsaWrite)
+	return ok(nil)
+}
+
+// recordStats takes a client's I/O statistics on device for the range
+// [off, off+length) of file o (LAYOUTSTATS, or the ff_iostats4 of a
+// LAYOUTRETURN): running totals since the client got the layout.
+func (c *compound) recordStats(id state.ClientID, o *object, device [16]byte, off, length uint64, read, write nfs4.IoInfo4) {
 	s := c.s
-	sh := s.shares(c.ctx, uint64(o.fh.ino), a.LsaDeviceid, a.LsaOffset, a.LsaLength)
+	sh := s.shares(c.ctx, uint64(o.fh.ino), device, off, length)
 	var total uint64
 	for _, w := range sh {
 		total += w
 	}
-	src := statsSource{client: id, file: state.FileID(o.fh.ino), device: a.LsaDeviceid}
+	src := statsSource{client: id, file: state.FileID(o.fh.ino), device: device}
 	r := s.reports
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -166,9 +187,9 @@ func (c *compound) layoutStats(a *nfs4.LAYOUTSTATS4args) opReply {
 	if !seen && len(r.last) >= maxStatsSources {
 		clear(r.last)
 	}
-	r.last[src] = [2]nfs4.IoInfo4{a.LsaRead, a.LsaWrite}
+	r.last[src] = [2]nfs4.IoInfo4{read, write}
 	for i, dir := range [2]string{"read", "write"} {
-		now := [2]nfs4.IoInfo4{a.LsaRead, a.LsaWrite}[i]
+		now := [2]nfs4.IoInfo4{read, write}[i]
 		ops, bytes := increase(prev[i].IiCount, now.IiCount), increase(prev[i].IiBytes, now.IiBytes)
 		for ds, w := range sh {
 			part := float64(w) / float64(total)
@@ -176,7 +197,6 @@ func (c *compound) layoutStats(a *nfs4.LAYOUTSTATS4args) opReply {
 			r.bytes[layoutIOKey{ds, dir}] += float64(bytes) * part
 		}
 	}
-	return ok(nil)
 }
 
 // increase is how much a reported running total grew; a total below the
@@ -190,7 +210,7 @@ func increase(prev, now uint64) uint64 {
 
 // layoutCollector exports the layout reports.
 type layoutCollector struct {
-	errs, bytes, ops *prometheus.Desc
+	errs, bytes, ops, staled *prometheus.Desc
 }
 
 func newLayoutCollector(labels prometheus.Labels) layoutCollector {
@@ -202,6 +222,9 @@ func newLayoutCollector(labels prometheus.Labels) layoutCollector {
 			"Bytes clients reported with LAYOUTSTATS as read from or written to a data server.", []string{"ds", "dir"}, labels),
 		ops: prometheus.NewDesc("shoal_pnfs_layoutstats_ops_total",
 			"I/O operations clients reported with LAYOUTSTATS, by data server.", []string{"ds", "dir"}, labels),
+		staled: prometheus.NewDesc("shoal_pnfs_flex_copies_staled_total",
+			"Copies of files marked stale because a client reported its I/O to them failing through a flexfiles layout (LAYOUTERROR, LAYOUTRETURN), by data server.",
+			[]string{"ds"}, labels),
 	}
 }
 
@@ -209,6 +232,7 @@ func (l layoutCollector) describe(ch chan<- *prometheus.Desc) {
 	ch <- l.errs
 	ch <- l.bytes
 	ch <- l.ops
+	ch <- l.staled
 }
 
 func (l layoutCollector) collect(r *layoutReports, ch chan<- prometheus.Metric) {
@@ -225,5 +249,8 @@ func (l layoutCollector) collect(r *layoutReports, ch chan<- prometheus.Metric) 
 	}
 	for k, n := range r.ops {
 		ch <- prometheus.MustNewConstMetric(l.ops, prometheus.CounterValue, n, k.ds, k.dir)
+	}
+	for ds, n := range r.staled {
+		ch <- prometheus.MustNewConstMetric(l.staled, prometheus.CounterValue, float64(n), ds)
 	}
 }

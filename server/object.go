@@ -40,7 +40,7 @@ func (c *compound) load(h fhandle) (*object, nfs4.Nfsstat4) {
 		n := s.ns.nodes[h.export]
 		return &object{fh: h, pseudo: n, attr: s.pseudoAttr(n)}, nfs4.NFS4_OK
 	}
-	if h.kind == fhData {
+	if h.kind == fhData || h.kind == fhFlex {
 		return nil, nfs4.NFS4ERR_BADHANDLE
 	}
 	e := s.ns.byID[h.export]

@@ -13,7 +13,8 @@ import (
 )
 
 // pNFS operations of the metadata server (RFC 8881 §18.40–18.44) for the
-// files layout (§13).
+// files layout (§13) and the flexible files layout (RFC 8435,
+// flexfiles.go): each export hands out one of them (Export.Layout).
 
 func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 	s := c.s
@@ -28,9 +29,10 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 	if o.attr.Type != meta.TypeRegular {
 		return fail(nfs4.NFS4ERR_LAYOUTUNAVAILABLE)
 	}
-	if a.LogaLayoutType != nfs4.LAYOUT4_NFSV4_1_FILES {
+	if a.LogaLayoutType != layoutTypeOf(o.export) {
 		return fail(nfs4.NFS4ERR_UNKNOWN_LAYOUTTYPE)
 	}
+	flex := a.LogaLayoutType == nfs4.LAYOUT4_FLEX_FILES
 	if a.LogaIomode != nfs4.LAYOUTIOMODE4_READ && a.LogaIomode != nfs4.LAYOUTIOMODE4_RW {
 		return fail(nfs4.NFS4ERR_BADIOMODE)
 	}
@@ -77,11 +79,22 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 	}
 	// A layout names data servers: the file's data must be there, and
 	// stay there (inline.go).
-	var fl pnfs.FileLayout
-	err := s.inline.striped(uint64(o.fh.ino), func() (err error) {
-		fl, err = s.pnfs.ds.Layout(c.ctx, uint64(o.fh.ino))
-		return err
-	})
+	var (
+		fl  pnfs.FileLayout
+		ffl pnfs.FlexLayout
+		err error
+	)
+	if flex {
+		var st nfs4.Nfsstat4
+		if ffl, st, err = c.flexLayout(o, id); st != nfs4.NFS4_OK {
+			return fail(st)
+		}
+	} else {
+		err = s.inline.striped(uint64(o.fh.ino), func() (err error) {
+			fl, err = s.pnfs.ds.Layout(c.ctx, uint64(o.fh.ino))
+			return err
+		})
+	}
 	switch {
 	case err == nil:
 	case errors.Is(err, pnfs.ErrUnavailable), errors.Is(err, pnfs.ErrDataServerDown),
@@ -111,18 +124,23 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 	}
 	s.pnfs.unfence(id)
 	s.pnfs.noteLayoutFH(state.FileID(o.fh.ino), c.s.fh.encode(o.fh))
-	dataFH := s.fh.encode(fhandle{kind: fhData, ino: o.fh.ino})
-	body := xdr.Marshal(&nfs4.Nfsv41FileLayout4{
-		NflDeviceid:         fl.Device,
-		NflUtil:             uint32(fl.Unit), // sparse packing, commits go to the data servers
-		NflFirstStripeIndex: fl.First,
-		NflPatternOffset:    0,
-		NflFhList:           []nfs4.NfsFh4{dataFH},
-	})
 	c.setStateid(ls)
 	mode := a.LogaIomode
 	if mode == nfs4.LAYOUTIOMODE4_RW && s.st.m.LayoutIOMode(ls) != state.IOModeRW {
 		mode = nfs4.LAYOUTIOMODE4_READ // RW asked under a read-only open
+	}
+	var body []byte
+	if flex {
+		body = c.flexBody(o, ffl, ls, mode)
+	} else {
+		dataFH := s.fh.encode(fhandle{kind: fhData, ino: o.fh.ino})
+		body = xdr.Marshal(&nfs4.Nfsv41FileLayout4{
+			NflDeviceid:         fl.Device,
+			NflUtil:             uint32(fl.Unit), // sparse packing, commits go to the data servers
+			NflFirstStripeIndex: fl.First,
+			NflPatternOffset:    0,
+			NflFhList:           []nfs4.NfsFh4{dataFH},
+		})
 	}
 	return ok(&nfs4.LAYOUTGET4resok{
 		// Layouts stay cached after CLOSE, so a later truncate or remove
@@ -133,7 +151,7 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 			LoOffset:  0,
 			LoLength:  ^uint64(0),
 			LoIomode:  mode,
-			LoContent: nfs4.LayoutContent4{LocType: nfs4.LAYOUT4_NFSV4_1_FILES, LocBody: body},
+			LoContent: nfs4.LayoutContent4{LocType: a.LogaLayoutType, LocBody: body},
 		}},
 	})
 }
@@ -169,14 +187,21 @@ func deviceAddr(addrs [][]string) ([]byte, error) {
 
 func (c *compound) getDeviceInfo(a *nfs4.GETDEVICEINFO4args) opReply {
 	s := c.s
-	if a.GdiaLayoutType != nfs4.LAYOUT4_NFSV4_1_FILES {
+	if !s.servesLayoutType(a.GdiaLayoutType) {
 		return fail(nfs4.NFS4ERR_UNKNOWN_LAYOUTTYPE)
 	}
 	addrs, found := s.pnfs.ds.Device(a.GdiaDeviceId)
-	if !found {
+	if !found || a.GdiaLayoutType == nfs4.LAYOUT4_FLEX_FILES && len(addrs) != 1 {
+		// A flexfiles device is one data server.
 		return fail(nfs4.NFS4ERR_NOENT)
 	}
-	body, err := deviceAddr(addrs)
+	var body []byte
+	var err error
+	if a.GdiaLayoutType == nfs4.LAYOUT4_FLEX_FILES {
+		body, err = s.flexDeviceAddr(addrs[0])
+	} else {
+		body, err = deviceAddr(addrs)
+	}
 	if err != nil {
 		c.log.Warn("bad advertised data server address", "err", err)
 		return fail(nfs4.NFS4ERR_SERVERFAULT)
@@ -187,17 +212,18 @@ func (c *compound) getDeviceInfo(a *nfs4.GETDEVICEINFO4args) opReply {
 		return fail(nfs4.NFS4ERR_TOOSMALL).withBody(marshalFunc(func(e *xdr.Encoder) { e.Uint32(need) }))
 	}
 	return ok(&nfs4.GETDEVICEINFO4resok{
-		GdirDeviceAddr: nfs4.DeviceAddr4{DaLayoutType: nfs4.LAYOUT4_NFSV4_1_FILES, DaAddrBody: body},
+		GdirDeviceAddr: nfs4.DeviceAddr4{DaLayoutType: a.GdiaLayoutType, DaAddrBody: body},
 	})
 }
 
 func (c *compound) getDeviceList(a *nfs4.GETDEVICELIST4args) opReply {
 	s := c.s
-	if a.GdlaLayoutType != nfs4.LAYOUT4_NFSV4_1_FILES {
-		return fail(nfs4.NFS4ERR_UNKNOWN_LAYOUTTYPE)
-	}
-	if _, st := c.current(); st != nfs4.NFS4_OK {
+	o, st := c.current()
+	if st != nfs4.NFS4_OK {
 		return fail(st)
+	}
+	if a.GdlaLayoutType != layoutTypeOf(o.export) {
+		return fail(nfs4.NFS4ERR_UNKNOWN_LAYOUTTYPE)
 	}
 	// Every device in one reply: there are as many as distinct data-server
 	// lists in stripe maps handed out, a handful in practice.
@@ -320,7 +346,7 @@ func (c *compound) layoutReturn(a *nfs4.LAYOUTRETURN4args) opReply {
 	if st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	if a.LoraLayoutType != nfs4.LAYOUT4_NFSV4_1_FILES {
+	if !s.servesLayoutType(a.LoraLayoutType) {
 		return fail(nfs4.NFS4ERR_UNKNOWN_LAYOUTTYPE)
 	}
 	notPresent := marshalFunc(func(e *xdr.Encoder) { e.Bool(false) })
@@ -338,8 +364,21 @@ func (c *compound) layoutReturn(a *nfs4.LAYOUTRETURN4args) opReply {
 		if st != nfs4.NFS4_OK {
 			return fail(st)
 		}
+		if a.LoraLayoutType != layoutTypeOf(o.export) {
+			return fail(nfs4.NFS4ERR_UNKNOWN_LAYOUTTYPE)
+		}
+		if a.LoraLayoutType == nfs4.LAYOUT4_FLEX_FILES {
+			if err := s.st.m.CheckCurrentLayoutSeqid(id, sid, state.FileID(o.fh.ino)); err != nil {
+				return failErr(err)
+			}
+		}
 		if _, _, err := s.st.m.LayoutReturnFile(id, sid, state.FileID(o.fh.ino)); err != nil {
 			return failErr(err)
+		}
+		if a.LoraLayoutType == nfs4.LAYOUT4_FLEX_FILES {
+			// The reports are taken once the return is known good; a
+			// copy reported failing is marked stale before the reply.
+			c.flexReturn(id, o, lr.LrfBody)
 		}
 		return ok(notPresent)
 	case nfs4.LAYOUTRETURN4_FSID, nfs4.LAYOUTRETURN4_ALL:

@@ -122,6 +122,7 @@ func (c *compound) exchangeID(a *nfs4.EXCHANGEID4args) opReply {
 	if err != nil {
 		return failErr(err)
 	}
+	c.s.pnfs.noteImpl(res.ClientID, a.EiaClientImplId)
 	flags := c.s.exchangeFlags
 	if res.Confirmed {
 		flags |= nfs4.EXCHGID4_FLAG_CONFIRMED_R

@@ -65,12 +65,13 @@ type pnfsState struct {
 	layoutFH map[state.FileID][]byte // filehandle of a file's last LAYOUTGET, for recalls
 	fenced   map[state.ClientID]bool
 	recalls  map[state.FileID]time.Time // last CB_LAYOUTRECALL sent, to pace resends
+	stripes  map[state.ClientID]bool    // clients that can stripe a flexfiles mirror (flexfiles.go)
 	cancelOn func()
 }
 
 func newPNFS(s *Server, cfg *PNFSConfig) *pnfsState {
 	return &pnfsState{s: s, ds: cfg.DataServers, fenced: map[state.ClientID]bool{}, recalls: map[state.FileID]time.Time{},
-		held: map[state.FileID]int{}, layoutFH: map[state.FileID][]byte{}}
+		held: map[state.FileID]int{}, layoutFH: map[state.FileID][]byte{}, stripes: map[state.ClientID]bool{}}
 }
 
 // start follows the data servers: those joining or leaving change the
@@ -82,13 +83,21 @@ func (p *pnfsState) start() {
 	p.cancelOn = p.ds.OnChange(func() { go p.s.recallAll() })
 }
 
-// layoutTypes is the fs_layout_types attribute: the files layout, or none
-// without data servers.
-func (p *pnfsState) layoutTypes() []nfs4.Layouttype4 {
+// layoutTypes is the fs_layout_types attribute of export e: the one
+// layout type it hands out (Export.Layout), or none without data servers.
+func (p *pnfsState) layoutTypes(e *Export) []nfs4.Layouttype4 {
 	if p == nil {
 		return nil
 	}
-	return []nfs4.Layouttype4{nfs4.LAYOUT4_NFSV4_1_FILES}
+	return []nfs4.Layouttype4{layoutTypeOf(e)}
+}
+
+// layoutTypeOf is the layout type export e hands out.
+func layoutTypeOf(e *Export) nfs4.Layouttype4 {
+	if e.flex() {
+		return nfs4.LAYOUT4_FLEX_FILES
+	}
+	return nfs4.LAYOUT4_NFSV4_1_FILES
 }
 
 // stripeUnit is the stripe unit of new files, or def without data servers.
@@ -382,7 +391,7 @@ func (c *compound) recallAndWait(ino meta.Ino, fh []byte) bool {
 }
 
 func (s *Server) sendLayoutRecall(h state.LayoutHolder, file state.FileID, fh []byte) {
-	status := s.sendRecall(h, nfs4.Layoutrecall4{
+	status := s.sendRecallOf(s.recallType(fh), h, nfs4.Layoutrecall4{
 		LorRecalltype: nfs4.LAYOUTRECALL4_FILE,
 		LorLayout: &nfs4.LayoutrecallFile4{
 			LorFh:      fh,
@@ -400,12 +409,26 @@ func (s *Server) sendLayoutRecall(h state.LayoutHolder, file state.FileID, fh []
 // sendRecall sends one CB_LAYOUTRECALL to a holder on the first of its
 // sessions that answers, and returns the client's status.
 func (s *Server) sendRecall(h state.LayoutHolder, recall nfs4.Layoutrecall4, changed bool) nfs4.Nfsstat4 {
+	return s.sendRecallOf(nfs4.LAYOUT4_NFSV4_1_FILES, h, recall, changed)
+}
+
+// recallType is the layout type of the file a recall names by fh: the
+// type its export hands out.
+func (s *Server) recallType(fh []byte) nfs4.Layouttype4 {
+	if h, err := s.fh.decode(fh); err == nil && h.kind == fhObject {
+		return layoutTypeOf(s.ns.byID[h.export])
+	}
+	return nfs4.LAYOUT4_NFSV4_1_FILES
+}
+
+// sendRecallOf is sendRecall for layouts of type typ.
+func (s *Server) sendRecallOf(typ nfs4.Layouttype4, h state.LayoutHolder, recall nfs4.Layoutrecall4, changed bool) nfs4.Nfsstat4 {
 	ctx, cancel := context.WithTimeout(s.st.ctx, 15*time.Second)
 	defer cancel()
 	op := nfs4.NfsCbArgop4{
 		Argop: nfs4.OP_CB_LAYOUTRECALL,
 		Opcblayoutrecall: &nfs4.CBLAYOUTRECALL4args{
-			CloraType:    nfs4.LAYOUT4_NFSV4_1_FILES,
+			CloraType:    typ,
 			CloraIomode:  nfs4.LAYOUTIOMODE4_ANY,
 			CloraChanged: changed,
 			CloraRecall:  recall,

@@ -124,6 +124,12 @@ var errLastCopy = errors.New("cluster: the data server holds the only current co
 // first may be marked, the second is then refused); the others are stale
 // in the returned map, or hold no copy.
 func (s *Striped) markStaleAll(ctx context.Context, ino uint64, ids []string) (m meta.StripeMap, refused []string, err error) {
+	return s.markStaleWith(ctx, ino, ids, true)
+}
+
+// markStaleWith is markStaleAll; kick says whether the SetOnStale hook
+// runs (healing at once) once the map changed.
+func (s *Striped) markStaleWith(ctx context.Context, ino uint64, ids []string, kick bool) (m meta.StripeMap, refused []string, err error) {
 	for attempt := 0; ; attempt++ {
 		cur, ok, err := s.FileMap(ctx, ino)
 		if err != nil {
@@ -153,7 +159,7 @@ func (s *Striped) markStaleAll(ctx context.Context, ino uint64, ids []string) (m
 			s.hookMu.Lock()
 			onStale := s.onStale
 			s.hookMu.Unlock()
-			if onStale != nil {
+			if onStale != nil && kick {
 				onStale(ino)
 			}
 			return got, refused, nil

@@ -133,6 +133,9 @@ type MDSConfig struct {
 	// HealRate bounds the bandwidth healing uses to copy stripes, in
 	// bytes per second (cluster.AdminConfig.HealRate).
 	HealRate int64
+	// HealInterval is how often the healer scans every stripe map
+	// (cluster.AdminConfig.HealInterval).
+	HealInterval time.Duration
 	// MetaURL selects the metadata engine (see server.Config.MetaURL):
 	// "" for bbolt in Dir, or etcd://HOST:PORT[,HOST:PORT...]/PREFIX.
 	MetaURL    string
@@ -173,7 +176,22 @@ type dataServers struct {
 	striped *cluster.Striped
 }
 
-var _ server.DataServers = (*dataServers)(nil)
+var (
+	_ server.DataServers  = (*dataServers)(nil)
+	_ server.FlexLayouter = (*dataServers)(nil)
+	_ server.CopyFailer   = (*dataServers)(nil)
+)
+
+// FlexLayout hands out flexfiles layouts (cluster.Striped.FlexLayout).
+func (d *dataServers) FlexLayout(ctx context.Context, ino uint64, width int) (pnfs.FlexLayout, error) {
+	return d.striped.FlexLayout(ctx, ino, width)
+}
+
+// CopyFailed marks a copy a flexfiles client reports failing stale
+// (cluster.Striped.CopyFailed).
+func (d *dataServers) CopyFailed(ctx context.Context, ino uint64, device [16]byte) (string, bool, error) {
+	return d.striped.CopyFailed(ctx, ino, device)
+}
 
 func (d *dataServers) Layout(ctx context.Context, ino uint64) (pnfs.FileLayout, error) {
 	return d.striped.Layout(ctx, ino)
@@ -363,7 +381,7 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 	}
 	m.Admin = cluster.NewAdmin(cluster.AdminConfig{
 		Registry: m.Registry, Striped: m.Striped, Hold: srv.HoldLayouts, FileSize: srv.FileSize,
-		Policy: policies, HealRate: cfg.HealRate, HA: ha,
+		Policy: policies, HealRate: cfg.HealRate, HealInterval: cfg.HealInterval, HA: ha,
 		Logger: cfg.Logger.With("role", "admin"),
 	})
 	m.Registry.SetAdmin(m.Admin)
@@ -729,6 +747,8 @@ type Config struct {
 	NoDelegations bool
 	// InlineMax is server.Config.InlineMax for the MDS.
 	InlineMax int
+	// HealInterval is MDSConfig.HealInterval.
+	HealInterval time.Duration
 	// Async and CommitInterval are MDSConfig's.
 	Async          bool
 	CommitInterval time.Duration
@@ -748,6 +768,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		Listen: cfg.Listen, Dir: filepath.Join(cfg.Dir, "mds"), MetaURL: cfg.MetaURL, StripeUnit: cfg.StripeUnit,
 		Exports: cfg.Exports, Lease: cfg.Lease, DownAfter: cfg.DownAfter, Mirrors: cfg.Mirrors, Logger: cfg.Logger, Metrics: cfg.Metrics,
 		NoDelegations: cfg.NoDelegations, InlineMax: cfg.InlineMax, Async: cfg.Async, CommitInterval: cfg.CommitInterval,
+		HealInterval: cfg.HealInterval,
 	})
 	if err != nil {
 		return nil, err

@@ -11,7 +11,10 @@ import (
 // Layout state (RFC 8881 §12.5). A client holds at most one layout stateid
 // per file; Shoal grants whole-file layouts, so a layout is just the
 // (client, file) pair with the highest iomode granted. Layout stateids live
-// in their own table: they are never valid for I/O, OPEN or LOCK.
+// in their own table: they are never valid for OPEN or LOCK, nor for I/O
+// at the MDS; data servers take them for I/O (CheckIOAny), because a
+// flexfiles layout hands its own stateid to the client for its I/O to the
+// data servers (RFC 8435 §5.1, ffds_stateid, tight coupling).
 //
 // Recalls: when an operation conflicts with outstanding layouts (a
 // truncate, removing the last link, a data server leaving), the server calls
@@ -467,6 +470,9 @@ func (m *Manager) CheckIOAny(sid Stateid, file FileID, write bool) (ClientID, er
 		// Data servers only accept I/O under state the MDS granted.
 		return 0, pnfs.ErrBadStateid
 	}
+	if sid.Type() == TypeLayout {
+		return m.checkLayoutIO(sid, file, write)
+	}
 	m.mu.RLock()
 	ref, ok := m.states[sid.Other]
 	var owner ClientID
@@ -507,4 +513,58 @@ func (m *Manager) HasWriteLayouts(file FileID) bool {
 		}
 	}
 	return false
+}
+
+// checkLayoutIO is CheckIOAny for a layout stateid: the stateid a
+// flexfiles layout gives its client for I/O to the data servers. It
+// allows I/O on the layout's file, writes only under a read/write layout;
+// a seqid the server has not issued is pnfs.ErrBadStateid, an older one
+// names the same layout (the client keeps the stateid of the layout it
+// got, checkLayoutSeqid). A returned or revoked layout is
+// pnfs.ErrBadStateid, one of an earlier boot pnfs.ErrStaleStateid.
+func (m *Manager) checkLayoutIO(sid Stateid, file FileID, write bool) (ClientID, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.fromEarlierBoot(sid) {
+		return 0, pnfs.ErrStaleStateid
+	}
+	l := m.layoutIDs[sid.Other]
+	switch {
+	case l == nil:
+		return 0, fmt.Errorf("%w: no layout under %v", pnfs.ErrBadStateid, sid)
+	case l.file != file:
+		return 0, fmt.Errorf("%w: layout stateid %v is for another file", pnfs.ErrBadStateid, sid)
+	}
+	if err := checkLayoutSeqid(sid.Seqid, l.sid.Seqid); err != nil {
+		return 0, err
+	}
+	if write && l.iomode != IOModeRW {
+		return 0, fmt.Errorf("%w: layout %v was granted for reading only", pnfs.ErrOpenMode, sid)
+	}
+	return l.client.id, nil
+}
+
+// CheckCurrentLayoutSeqid checks that a layout stateid of client id for
+// file carries the layout's current seqid: an older one is
+// pnfs.ErrOldStateid (RFC 8881 §8.2.2). LAYOUTRETURN of a flexfiles layout
+// asks this before LayoutReturnFile, which, like every other layout
+// operation, takes an older seqid as naming the same layout
+// (checkLayoutSeqid); clients that return with an old seqid refresh it
+// from the layout they hold and resend (pynfs FFLOOS expects the error).
+// Anything but a layout stateid of the client's current layout of file
+// is left to LayoutReturnFile.
+func (m *Manager) CheckCurrentLayoutSeqid(id ClientID, sid Stateid, file FileID) error {
+	if sid.IsSpecial() || sid.Type() != TypeLayout || sid.Seqid == 0 {
+		return nil
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	l := m.layoutIDs[sid.Other]
+	if l == nil || l.client.id != id || l.file != file {
+		return nil
+	}
+	if seqidAfter(l.sid.Seqid, sid.Seqid) {
+		return fmt.Errorf("%w: layout seqid %d, current %d", pnfs.ErrOldStateid, sid.Seqid, l.sid.Seqid)
+	}
+	return nil
 }
