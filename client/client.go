@@ -84,7 +84,7 @@ type Client struct {
 	ownerSeq atomic.Uint64
 	stats    struct {
 		layoutGets, layoutReturns, layoutRecalls         atomic.Uint64
-		layoutErrors                                     atomic.Uint64
+		layoutErrors, returnedErrors                     atomic.Uint64
 		failovers, dsReadBytes, dsWriteBytes, mdsIOBytes atomic.Uint64
 		resentBytes                                      atomic.Uint64
 		deleg                                            delegStats
@@ -113,14 +113,15 @@ type Stats struct {
 	LayoutGets    uint64 // layouts obtained with LAYOUTGET
 	LayoutReturns uint64 // layouts returned with LAYOUTRETURN
 	LayoutRecalls uint64 // CB_LAYOUTRECALLs that matched a layout
-	// LayoutErrors counts data-server failures reported to the MDS: each
-	// LAYOUTERROR it accepted, and each LAYOUTRETURN with an error report
-	// (flexfiles).
-	LayoutErrors uint64
-	Failovers    uint64 // data-server requests redone through the MDS
-	DSReadBytes  uint64 // bytes read from data servers
-	DSWriteBytes uint64 // bytes written to data servers (every copy of a mirrored write)
-	MDSIOBytes   uint64 // READ and WRITE payload bytes through the MDS
+	// LayoutErrors counts data-server failures reported with LAYOUTERROR
+	// and accepted by the MDS (flexfiles); ReturnedErrors those reported
+	// in a LAYOUTRETURN's error report instead (NFSv4.1, or LAYOUTERROR
+	// refused).
+	LayoutErrors, ReturnedErrors uint64
+	Failovers                    uint64 // data-server requests redone through the MDS
+	DSReadBytes                  uint64 // bytes read from data servers
+	DSWriteBytes                 uint64 // bytes written to data servers (every copy of a mirrored write)
+	MDSIOBytes                   uint64 // READ and WRITE payload bytes through the MDS
 	// ResentBytes counts data written again through the MDS because no
 	// COMMIT vouched for it: the server it was written to UNSTABLE could
 	// not be reached or changed its write verifier before the COMMIT, or
@@ -142,15 +143,16 @@ func (c *Client) Stats() Stats {
 		Recoveries: c.sstats.recoveries.Load(),
 		Retries:    c.sstats.retries.Load(),
 
-		LayoutGets:    c.stats.layoutGets.Load(),
-		LayoutReturns: c.stats.layoutReturns.Load(),
-		LayoutRecalls: c.stats.layoutRecalls.Load(),
-		LayoutErrors:  c.stats.layoutErrors.Load(),
-		Failovers:     c.stats.failovers.Load(),
-		DSReadBytes:   c.stats.dsReadBytes.Load(),
-		DSWriteBytes:  c.stats.dsWriteBytes.Load(),
-		MDSIOBytes:    c.stats.mdsIOBytes.Load(),
-		ResentBytes:   c.stats.resentBytes.Load(),
+		LayoutGets:     c.stats.layoutGets.Load(),
+		LayoutReturns:  c.stats.layoutReturns.Load(),
+		LayoutRecalls:  c.stats.layoutRecalls.Load(),
+		LayoutErrors:   c.stats.layoutErrors.Load(),
+		ReturnedErrors: c.stats.returnedErrors.Load(),
+		Failovers:      c.stats.failovers.Load(),
+		DSReadBytes:    c.stats.dsReadBytes.Load(),
+		DSWriteBytes:   c.stats.dsWriteBytes.Load(),
+		MDSIOBytes:     c.stats.mdsIOBytes.Load(),
+		ResentBytes:    c.stats.resentBytes.Load(),
 
 		DelegationsKept:    c.stats.deleg.granted.Load(),
 		DelegationReturns:  c.stats.deleg.returned.Load(),

@@ -449,11 +449,12 @@ func (l *fileLayout) returnLocked(ctx context.Context, f *File) {
 	}
 	sid := l.currentStateid(f)
 	var body []byte
+	var errs []layout.IOError
 	if enc, ok := p.driver.(layout.ReturnEncoder); ok {
 		// The layout type's body: for flexfiles, the errors not reported
 		// with LAYOUTERROR (RFC 8435 §9.3).
 		l.wmu.Lock()
-		errs := slices.Clone(l.ioErrs)
+		errs = slices.Clone(l.ioErrs)
 		l.wmu.Unlock()
 		body = enc.EncodeReturn(errs)
 	}
@@ -469,9 +470,7 @@ func (l *fileLayout) returnLocked(ctx context.Context, f *File) {
 		case err == nil:
 			p.forgetStateid(f.fh, sid)
 			f.c.stats.layoutReturns.Add(1)
-			if len(body) > 8 { // more than two empty arrays: errors reported
-				f.c.stats.layoutErrors.Add(1)
-			}
+			f.c.stats.returnedErrors.Add(uint64(len(errs)))
 			return
 		case errors.As(err, &se) && (se.status() == nfs4.NFS4ERR_BAD_STATEID || se.status() == nfs4.NFS4ERR_STALE_STATEID ||
 			se.status() == nfs4.NFS4ERR_BADLAYOUT || se.status() == nfs4.NFS4ERR_NOMATCHING_LAYOUT):
