@@ -102,4 +102,3 @@ func HideFromRecovery(c *Client, f *File) (restore func()) {
 // WaitRetired waits until the layouts f is returning in the background
 // (after a recall or a failure) are returned.
 func WaitRetired(ctx context.Context, f *File) { f.waitRetired(ctx) }
-
