@@ -48,6 +48,8 @@ type fileLayout struct {
 	// accepted by the MDS (mirror.go): no more I/O goes to them through
 	// this layout, and what they hold is not theirs to commit.
 	stale map[layout.DeviceID]bool
+	// reporting holds the LAYOUTERRORs in flight, by device.
+	reporting map[layout.DeviceID]*report
 	// ioErrs are data-server failures not reported with LAYOUTERROR,
 	// for the body of the LAYOUTRETURN (layout.ReturnEncoder).
 	ioErrs []layout.IOError

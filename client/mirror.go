@@ -266,9 +266,37 @@ func (l *fileLayout) reportOrKeep(ctx context.Context, f *File, pc piece, c *lay
 	if !pc.props.ErrorReports || errors.Is(err, errDSVersion) {
 		return false
 	}
-	if l.isStale(c.Device) {
-		return true // reported already, by another piece
+	// One report per device and layout: pieces in flight on the same
+	// failed data server wait for the first one's answer.
+	l.wmu.Lock()
+	for waits := 0; waits < maxReportWaits; waits++ {
+		if l.stale[c.Device] {
+			l.wmu.Unlock()
+			return true // reported already, by another piece
+		}
+		other := l.reporting[c.Device]
+		if other == nil {
+			break
+		}
+		l.wmu.Unlock()
+		select {
+		case <-other.done:
+		case <-ctx.Done():
+			return false
+		}
+		l.wmu.Lock()
+		if !other.ok && l.reporting[c.Device] == nil {
+			break // refused: this piece tries again itself
+		}
 	}
+	r := &report{done: make(chan struct{})}
+	if l.reporting == nil {
+		l.reporting = map[layout.DeviceID]*report{}
+	}
+	l.reporting[c.Device] = r
+	l.wmu.Unlock()
+	defer close(r.done)
+
 	ie := layout.IOError{Off: pc.Off, Len: pc.Len, Device: c.Device, Status: dsErrStatus(err), Op: op}
 	if c.Stateid != nil {
 		ie.Stateid = *c.Stateid
@@ -283,12 +311,14 @@ func (l *fileLayout) reportOrKeep(ctx context.Context, f *File, pc piece, c *lay
 		if len(l.ioErrs) < maxIOErrs {
 			l.ioErrs = append(l.ioErrs, ie)
 		}
+		delete(l.reporting, c.Device) // the next failure tries again
 		l.wmu.Unlock()
 		return false
 	}
 	f.c.log.Warn("data server failed; reported it to the MDS, which no longer counts that copy",
 		"path", f.path, "data_server", c.Addrs[0], "mirror", c.Mirror, "of", c.Mirrors, "err", err)
 	l.wmu.Lock()
+	r.ok = true
 	if l.stale == nil {
 		l.stale = map[layout.DeviceID]bool{}
 	}
@@ -305,6 +335,16 @@ func (l *fileLayout) reportOrKeep(ctx context.Context, f *File, pc piece, c *lay
 	}
 	f.mu.Unlock()
 	return true
+}
+
+// maxReportWaits bounds how many other pieces' refused reports on one
+// device a piece waits for before it sends its own.
+const maxReportWaits = 4
+
+// report is a LAYOUTERROR in flight for one device of a layout.
+type report struct {
+	done chan struct{}
+	ok   bool // accepted; set before done is closed
 }
 
 // maxIOErrs bounds the errors kept for one LAYOUTRETURN.
