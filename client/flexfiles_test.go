@@ -307,3 +307,60 @@ func TestFlexFilesSuite(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkMirroredWrite writes and syncs 8 MiB at a time, wrapping in a
+// 128 MiB file, with 2 copies of every byte on 2 data servers, through
+// the files layout (the client writes one copy, the data server forwards
+// the other) and through flexfiles (the client writes both copies). On
+// loopback on a shared machine the numbers say little about a network;
+// `shoal bench` on a testbed is the measure, this is the quick check:
+//
+//	go test ./client -run XXX -bench MirroredWrite -benchtime 40x
+func BenchmarkMirroredWrite(b *testing.B) {
+	const block, span = 8 << 20, 128 << 20
+	for _, tc := range []struct{ name, layout string }{
+		{"files", server.LayoutFiles}, {"flexfiles", server.LayoutFlexFiles},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			noSquash := false
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			cl, err := wiring.Start(ctx, wiring.Config{
+				Dir: b.TempDir(), DataServers: 2, Listen: "127.0.0.1:0", Mirrors: 2, InlineMax: -1,
+				Exports: []*server.Export{{Path: "/", RootSquash: &noSquash, Layout: tc.layout}},
+				Lease:   10 * time.Second, Logger: quietLogger(),
+			})
+			cancel()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { cl.Close() })
+			dctx, cancel := context.WithTimeout(b.Context(), 30*time.Second)
+			c, err := client.Dial(dctx, cl.MDS.Addr.String(), client.Options{})
+			cancel()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { c.Close() })
+			f, err := c.Open(b.Context(), "/bench", os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			buf := make([]byte, block)
+			pattern(buf, 0)
+			b.SetBytes(block)
+			var off int64
+			for b.Loop() {
+				if _, err := f.WriteAt(buf, off); err != nil {
+					b.Fatal(err)
+				}
+				if err := f.Sync(); err != nil {
+					b.Fatal(err)
+				}
+				off = (off + block) % span
+			}
+			written, forwarded := dsWritten(cl)
+			b.ReportMetric(float64(forwarded)/float64(max(sum(written), 1)), "forwarded/received")
+		})
+	}
+}
