@@ -47,6 +47,7 @@ func newMDSCmd() *cobra.Command {
 		leaderLease  time.Duration
 		advertise    string
 		durability   durabilityFlags
+		layout       layoutFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "mds",
@@ -91,7 +92,7 @@ func newMDSCmd() *cobra.Command {
 			cfg := wiring.MDSConfig{
 				Listen: listen, Dir: dir, MetaURL: metaURL, StripeUnit: unit, Lease: lease,
 				JoinSecretFile: secretFile, DownAfter: downAfter, Mirrors: mirrors, HealRate: rate,
-				Exports: squashExports(file.Exports, noRootSquash), Logger: slog.Default(), Metrics: web.registerer(),
+				Exports: layout.apply(squashExports(file.Exports, noRootSquash)), Logger: slog.Default(), Metrics: web.registerer(),
 				NoDelegations: !delegations, InlineMax: inline, Node: node, LeaderLease: leaderLease, Advertise: advertise,
 				Async: !durability.sync, CommitInterval: durability.interval,
 			}
@@ -131,6 +132,7 @@ func newMDSCmd() *cobra.Command {
 	cmd.Flags().StringVar(&node, "node", "", "this MDS's name among the MDS nodes sharing an etcd prefix (default: the host name); `shoal vip --node` on the same host matches it")
 	cmd.Flags().StringVar(&advertise, "advertise", "", "with --meta etcd://...: the address this MDS is reached at, as `shoal admin status` lists it (default: --listen)")
 	durability.register(cmd)
+	layout.register(cmd)
 	cmd.Flags().DurationVar(&leaderLease, "leader-lease", leader.DefaultTTL, "with --meta etcd://...: the election lease; a standby takes over this long after the leader stops renewing it (whole seconds)")
 	return cmd
 }

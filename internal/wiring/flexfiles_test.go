@@ -638,6 +638,9 @@ func TestFlexFilesMirrors(t *testing.T) {
 			t.Errorf("data server %s: took %d bytes from the client and %d from peers; the client sent it %d and nothing may be forwarded",
 				d.Addr, got, fwd, sent[i])
 		}
+		// The same counters, as the data server exports them.
+		wantMetric(t, reg, "shoal_ds_replica_write_bytes_total", map[string]string{"instance": d.Agent.ID()}, 0)
+		wantMetric(t, reg, "shoal_ds_client_write_bytes_total", map[string]string{"instance": d.Agent.ID()}, float64(sent[i]))
 	}
 	res, err := s.cl.Compound(putFH(fh), op(nfs4.NfsArgop4{Argop: nfs4.OP_LAYOUTCOMMIT, Oplayoutcommit: &nfs4.LAYOUTCOMMIT4args{
 		LocaLength: uint64(len(data)), LocaStateid: ls,

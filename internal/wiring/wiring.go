@@ -627,6 +627,13 @@ func StartDS(ctx context.Context, cfg DSConfig) (*DS, error) {
 		Store:        cluster.NewReplicaStore(d.Agent, d.Store),
 	}
 	serverhook.SetPrograms(&dcfg, map[uint32]rpc.Handler{ctlproto.SHOAL_CONTROL: d.Agent.PeerHandler()})
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(cluster.NewAgentCollector(d.Agent, dcfg.MetricLabels)); err != nil {
+			d.Agent.Close()
+			d.ln.Close()
+			return nil, fmt.Errorf("data server metrics: %w", err)
+		}
+	}
 	d.Server, err = server.NewDataServer(dcfg)
 	if err != nil {
 		d.Agent.Close()

@@ -129,7 +129,17 @@ func testServer(t *testing.T, kind, root, shoalBin string, img images, vmTimeout
 			case "shoal-pnfs-mirror":
 				// Replicated stripes under data-server failures
 				// (mirror_test.go).
-				testMirror(t, shoalBin, img, vmTimeout, vers, out)
+				testMirror(t, shoalBin, img, vmTimeout, vers, out, false)
+				return
+			case "shoal-flex-mirror":
+				// The same with flexfiles layouts: the client writes
+				// both copies (mirror_test.go).
+				testMirror(t, shoalBin, img, vmTimeout, vers, out, true)
+				return
+			case "shoal-flex":
+				// Flexfiles layouts, the client writing both copies
+				// (flex_test.go).
+				testFlex(t, shoalBin, img, vmTimeout, vers, out)
 				return
 			}
 			// Delegations: a recall between two VMs and the passes with
@@ -357,7 +367,7 @@ func newServer(t *testing.T, kind, root, shoalBin, dir string, port int) server 
 			argv: expandArgs(tmpl, port, dir),
 		}
 	default:
-		t.Fatalf("SHOAL_KERNEL_SERVER=%q: want ganesha, shoal, shoal-pnfs, shoal-pnfs-grow, shoal-pnfs-mirror, shoal-failover or cmd", kind)
+		t.Fatalf("SHOAL_KERNEL_SERVER=%q: want ganesha, shoal, shoal-pnfs, shoal-pnfs-grow, shoal-pnfs-mirror, shoal-flex, shoal-flex-mirror, shoal-failover or cmd", kind)
 		return nil
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,7 +111,12 @@ func (g *growCluster) waitHealed(ctx context.Context, survivors []*growDS, timeo
 	return last, fmt.Errorf("not healed after %v (want no degraded stripes and the whole file on each survivor); status:\n%s", timeout, last)
 }
 
-func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Duration, vers, out string) {
+// testMirror runs the mirror phase; with flex the export hands out
+// flexfiles layouts (the shoal-flex-mirror kind): the client writes both
+// copies, and the data server killed first is one that holds a copy of
+// the file (a client that cannot stripe a mirror gets it placed on two of
+// the three), the second kill one of the two that hold it after healing.
+func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Duration, vers, out string, flex bool) {
 	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
@@ -122,6 +128,9 @@ func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Durati
 	// Two copies of every stripe; a data server out of service for 3 s
 	// is healed around.
 	g.mds.argv = append(g.mds.argv, "--mirrors", "2", "--ds-down-after", "3s")
+	if flex {
+		g.mds.argv = append(g.mds.argv, "--layout", "flexfiles")
+	}
 	if err := os.MkdirAll(g.dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -155,6 +164,7 @@ func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Durati
 	var errs []error
 	var healed *adminStatus
 	maxDegraded := 0
+	survivors := []*growDS{g.ds[0], g.ds[1]}
 	hook := func(line string) string {
 		m := syncRE.FindStringSubmatch(line)
 		if m == nil {
@@ -168,6 +178,21 @@ func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Durati
 		switch tag {
 		case "mirror-kill":
 			victim := g.ds[2]
+			if flex {
+				st, err := g.status(ctx)
+				if err != nil {
+					return fail(err)
+				}
+				// The last data server holding stripes of the file goes
+				// first; the other two are the survivors.
+				for i := len(g.ds) - 1; i >= 0; i-- {
+					if s, ok := st.ds(g.ds[i].id); ok && s.Files > 0 {
+						victim = g.ds[i]
+						break
+					}
+				}
+				survivors = slices.DeleteFunc(slices.Clone(g.ds), func(d *growDS) bool { return d == victim })
+			}
 			if err := g.killDS(ctx, victim); err != nil {
 				return fail(err)
 			}
@@ -175,7 +200,7 @@ func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Durati
 			watching = true
 			go w.run(ctx, g)
 		case "mirror-heal":
-			st, err := g.waitHealed(ctx, []*growDS{g.ds[0], g.ds[1]}, 4*time.Minute)
+			st, err := g.waitHealed(ctx, survivors, 4*time.Minute)
 			if err != nil {
 				return fail(err)
 			}
@@ -183,7 +208,7 @@ func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Durati
 			maxDegraded, _, _ = w.snapshot()
 			t.Logf("healed; status:\n%s", st)
 		case "mirror-kill2":
-			victim := g.ds[1]
+			victim := survivors[1]
 			if err := g.killDS(ctx, victim); err != nil {
 				return fail(err)
 			}
@@ -194,6 +219,9 @@ func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Durati
 	params := map[string]string{
 		"t_host": "10.0.2.2", "t_port": strconv.Itoa(port), "t_path": "/",
 		"t_vers": vers, "t_phase": "mirror", "t_pnfs": "1",
+	}
+	if flex {
+		params["t_layout"] = "flex"
 	}
 	// SHOAL_KERNEL_DD_WAIT: tenths of a second the guest waits for dd
 	// (default 2000).

@@ -670,6 +670,16 @@ step_pnfs_mountstats() {
 	echo "pnfs=LAYOUT_NFSV4_1_FILES"
 }
 
+# step_flex_mountstats: the mount uses the flexible files layout.
+step_flex_mountstats() {
+	l=$(awk -v m=$M '$1 == "device" { on = ($5 == m) } on && $1 == "nfsv4:" { print; exit }' /proc/self/mountstats)
+	case "$l" in
+	*pnfs=LAYOUT_FLEX_FILES*) ;;
+	*) die "mountstats nfsv4 line for $M: '$l', want pnfs=LAYOUT_FLEX_FILES" ;;
+	esac
+	echo "pnfs=LAYOUT_FLEX_FILES $(pnfs_ops)"
+}
+
 # pnfs_ops prints the client's per-op counts of the layout operations.
 pnfs_ops() {
 	awk -v m=$M '$1 == "device" { on = ($5 == m) }
@@ -1233,12 +1243,21 @@ mirror)
 	# that call retries the refused connection until its major timeout:
 	# 60 s + 5 x 60 s. Deployments that want failover in seconds lower
 	# them; the workload uses 5 s and 2 (a 15 s bound).
+	#
+	# With t_layout=flex the export hands out flexfiles layouts (the
+	# client writes both copies); the flexfiles driver has the same two
+	# parameters.
 	ds_params=/sys/module/nfs_layout_nfsv41_files/parameters
+	mountstats=pnfs_mountstats
+	if [ "${t_layout:-files}" = flex ]; then
+		ds_params=/sys/module/nfs_layout_flexfiles/parameters
+		mountstats=flex_mountstats
+	fi
 	echo 50 >$ds_params/dataserver_timeo
 	echo 2 >$ds_params/dataserver_retrans
 	echo "dataserver_timeo=$(cat $ds_params/dataserver_timeo) dataserver_retrans=$(cat $ds_params/dataserver_retrans)"
 	if run mount mount; then
-		run pnfs/mountstats pnfs_mountstats
+		run pnfs/mountstats $mountstats
 		run mirror/source mirror_source
 		mirror_dd_start
 		host_act mirror/kill-ds mirror-kill 120
@@ -1250,7 +1269,22 @@ mirror)
 		run mirror/read-healed mirror_read healed
 		host_act mirror/kill-second mirror-kill2 120
 		run mirror/read-after-second-kill mirror_read "second kill"
-		run pnfs/mountstats-after pnfs_mountstats
+		run pnfs/mountstats-after $mountstats
+		grep -q " $M " /proc/mounts && mountnfs -u $M
+	fi
+	;;
+flex)
+	# The driver runs an MDS handing out flexfiles layouts with 2 copies
+	# and three data servers, and reads every process's counters at the
+	# SYNC lines: the client must write both copies itself.
+	if run mount mount; then
+		run flex/mountstats flex_mountstats
+		host_sync flex-before
+		for n in $DIRECT_SIZES; do
+			run "flex/direct/$(size_name $n)" direct "$n"
+		done
+		host_sync flex-after
+		run flex/mountstats-after flex_mountstats
 		grep -q " $M " /proc/mounts && mountnfs -u $M
 	fi
 	;;
