@@ -171,9 +171,12 @@ func (l *fileLayout) doPiece(ctx context.Context, f *File, pc piece, b []byte, w
 		if pc.props.NoIOThroughMDS {
 			// RFC 8435 §5.1: the metadata server asks not to be sent the
 			// I/O; the next try gets a new layout.
+			op := nfs4.OP_READ
+			if write {
+				op = nfs4.OP_WRITE
+			}
 			return 0, &DataServerError{Offset: int64(pc.Off), Addr: blame.Addrs[0], Stripe: blame.Stripe, Stripes: blame.Stripes,
-				Mirror: blame.Mirror, Mirrors: blame.Mirrors, DSErr: dsErr,
-				Err: statusErr(nfs4.OP_WRITE, nfs4.NFS4ERR_IO)}
+				Mirror: blame.Mirror, Mirrors: blame.Mirrors, DSErr: dsErr, Err: noMDSError{op}}
 		}
 	}
 	var n int
@@ -276,3 +279,14 @@ func (l *fileLayout) failover(f *File, c *layout.Copy, err error) {
 		}
 	}
 }
+
+// noMDSError is the error of I/O a data server failed and the layout
+// forbids sending through the metadata server (FF_FLAGS_NO_IO_THRU_MDS).
+// It unwraps to NFS4ERR_IO, which is what the application sees (EIO).
+type noMDSError struct{ op nfs4.NfsOpnum4 }
+
+func (e noMDSError) Error() string {
+	return "not sent there: the layout forbids I/O through the metadata server (FF_FLAGS_NO_IO_THRU_MDS)"
+}
+
+func (e noMDSError) Unwrap() error { return statusErr(e.op, nfs4.NFS4ERR_IO) }

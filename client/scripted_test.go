@@ -42,11 +42,13 @@ import (
 //	expire                    the server forgets all state, no grace period
 //	trace                     print the COMPOUNDs not printed yet
 //	stats                     the client's recovery and layout counters
-//	flex mirrors=N            hand out flexfiles layouts of N mirrors: mirror 0
+//	flex mirrors=N [flags=F,...]
+//	                          hand out flexfiles layouts of N mirrors: mirror 0
 //	                          on the server itself, mirror k on data server
 //	                          "dsK" (another scripted server, started here,
 //	                          whose COMPOUNDs print prefixed "dsK: "); a rule
-//	                          with fh=NAME#mK goes to the server of mirror K
+//	                          with fh=NAME#mK goes to the server of mirror K;
+//	                          flags are ffl_flags without FF_FLAGS_
 //	dial ... [minor=N] [direct]
 //	                          NFSv4.N; direct: every ReadAt and WriteAt goes
 //	                          to the layout as it is (no cache, no small-I/O
@@ -140,7 +142,20 @@ func (r *scriptRunner) run(t *testing.T, td *datadriven.TestData) string {
 			r.dsCursor = append(r.dsCursor, 0)
 			addrs = append(addrs, d.Addr())
 		}
-		r.srv.SetFlex(addrs)
+		var flags uint32
+		if a, ok := td.Arg("flags"); ok {
+			for _, v := range a.Vals {
+				f, ok := map[string]uint32{
+					"NO_LAYOUTCOMMIT": nfs4.FF_FLAGS_NO_LAYOUTCOMMIT, "NO_IO_THRU_MDS": nfs4.FF_FLAGS_NO_IO_THRU_MDS,
+					"NO_READ_IO": nfs4.FF_FLAGS_NO_READ_IO, "WRITE_ONE_MIRROR": nfs4.FF_FLAGS_WRITE_ONE_MIRROR,
+				}[v]
+				if !ok {
+					t.Fatalf("%s: unknown flexfiles flag %q", td.Pos, v)
+				}
+				flags |= f
+			}
+		}
+		r.srv.SetFlex(addrs, flags)
 		return ""
 	case "data":
 		name := td.CmdArgs[0].Key
@@ -253,7 +268,12 @@ func (r *scriptRunner) action(t *testing.T, td *datadriven.TestData) func() stri
 	t.Helper()
 	outcome := func(err error, ok string) string {
 		if err != nil {
-			return "=> error: " + err.Error() + "\n"
+			// Name the servers as the trace does: their ports vary.
+			msg := strings.ReplaceAll(err.Error(), r.srv.Addr(), "server")
+			for k, d := range r.dss {
+				msg = strings.ReplaceAll(msg, d.Addr(), fmt.Sprintf("ds%d", k+1))
+			}
+			return "=> error: " + msg + "\n"
 		}
 		return "=> " + ok + "\n"
 	}

@@ -24,11 +24,12 @@ import (
 // flexfiles body of LAYOUTRETURN are taken and shown in the trace.
 
 // SetFlex makes the server hand out flexfiles layouts whose mirror m is
-// on the data server at addrs[m] ("host:port").
-func (s *Server) SetFlex(addrs []string) {
+// on the data server at addrs[m] ("host:port"), with ffl_flags flags.
+func (s *Server) SetFlex(addrs []string, flags uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.flexDS = append([]string(nil), addrs...)
+	s.flexFlags = flags
 }
 
 // Data returns the bytes file name (a data file: "NAME#mM") holds.
@@ -108,7 +109,7 @@ func (s *Server) layoutError(st *compoundState, a *nfs4.LAYOUTERROR4args) result
 
 // flexLayoutBody is the ff_layout4 of file f under layout stateid sid.
 func (s *Server) flexLayoutBody(f *file, sid nfs4.Stateid4) []byte {
-	var fl nfs4.FfLayout4
+	fl := nfs4.FfLayout4{FflFlags: nfs4.FfFlags4(s.flexFlags)}
 	for m := range s.flexDS {
 		fl.FflMirrors = append(fl.FflMirrors, nfs4.FfMirror4{FfmDataServers: []nfs4.FfDataServer4{{
 			FfdsDeviceid: nfs4.Deviceid4{byte(m + 1)}, FfdsEfficiency: nfs4.Uint32T(len(s.flexDS) - m),

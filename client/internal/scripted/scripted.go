@@ -96,6 +96,7 @@ type Server struct {
 	backSess   *session
 	cbSeq      uint32
 	flexDS     []string // SetFlex: the data servers of flexfiles mirrors
+	flexFlags  uint32   // ... and the layouts' ffl_flags
 }
 
 type client struct {
