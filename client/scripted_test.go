@@ -42,13 +42,15 @@ import (
 //	expire                    the server forgets all state, no grace period
 //	trace                     print the COMPOUNDs not printed yet
 //	stats                     the client's recovery and layout counters
-//	flex mirrors=N [flags=F,...]
+//	flex mirrors=N [flags=F,...] [loose]
 //	                          hand out flexfiles layouts of N mirrors: mirror 0
 //	                          on the server itself, mirror k on data server
 //	                          "dsK" (another scripted server, started here,
 //	                          whose COMPOUNDs print prefixed "dsK: "); a rule
 //	                          with fh=NAME#mK goes to the server of mirror K;
-//	                          flags are ffl_flags without FF_FLAGS_
+//	                          flags are ffl_flags without FF_FLAGS_; loose:
+//	                          loosely coupled data servers (anonymous
+//	                          stateid, synthetic owner 1000:2000)
 //	dial ... [minor=N] [direct]
 //	                          NFSv4.N; direct: every ReadAt and WriteAt goes
 //	                          to the layout as it is (no cache, no small-I/O
@@ -155,7 +157,7 @@ func (r *scriptRunner) run(t *testing.T, td *datadriven.TestData) string {
 				flags |= f
 			}
 		}
-		r.srv.SetFlex(addrs, flags)
+		r.srv.SetFlex(addrs, flags, td.HasArg("loose"))
 		return ""
 	case "data":
 		name := td.CmdArgs[0].Key

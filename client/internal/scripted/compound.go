@@ -80,6 +80,9 @@ func (s *Server) serve(_ context.Context, call *rpc.Call, res *xdr.Encoder) rpc.
 	}
 	s.mu.Lock()
 	out, line, hold := s.compoundLocked(call.Conn, &args)
+	if a := call.Sys; a != nil && (a.UID != 0 || a.GID != 0) {
+		line += fmt.Sprintf(" [as %d:%d]", a.UID, a.GID) // root, the tests' client, goes unsaid
+	}
 	if hold == 0 {
 		s.logLocked(line)
 		s.mu.Unlock()

@@ -25,11 +25,14 @@ import (
 
 // SetFlex makes the server hand out flexfiles layouts whose mirror m is
 // on the data server at addrs[m] ("host:port"), with ffl_flags flags.
-func (s *Server) SetFlex(addrs []string, flags uint32) {
+// With loose, the data servers are loosely coupled (RFC 8435 §2.2): the
+// layout gives the anonymous stateid and the synthetic owner 1000:2000.
+func (s *Server) SetFlex(addrs []string, flags uint32, loose bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.flexDS = append([]string(nil), addrs...)
 	s.flexFlags = flags
+	s.flexLoose = loose
 }
 
 // Data returns the bytes file name (a data file: "NAME#mM") holds.
@@ -110,11 +113,15 @@ func (s *Server) layoutError(st *compoundState, a *nfs4.LAYOUTERROR4args) result
 // flexLayoutBody is the ff_layout4 of file f under layout stateid sid.
 func (s *Server) flexLayoutBody(f *file, sid nfs4.Stateid4) []byte {
 	fl := nfs4.FfLayout4{FflFlags: nfs4.FfFlags4(s.flexFlags)}
+	user, group := "0", "0"
+	if s.flexLoose {
+		sid, user, group = nfs4.Stateid4{}, "1000", "2000"
+	}
 	for m := range s.flexDS {
 		fl.FflMirrors = append(fl.FflMirrors, nfs4.FfMirror4{FfmDataServers: []nfs4.FfDataServer4{{
 			FfdsDeviceid: nfs4.Deviceid4{byte(m + 1)}, FfdsEfficiency: nfs4.Uint32T(len(s.flexDS) - m),
 			FfdsStateid: sid, FfdsFhVers: []nfs4.NfsFh4{fmt.Appendf(nil, "%s#m%d", f.fh, m)},
-			FfdsUser: []byte("0"), FfdsGroup: []byte("0"),
+			FfdsUser: []byte(user), FfdsGroup: []byte(group),
 		}}})
 	}
 	return xdr.Marshal(&fl)
@@ -128,7 +135,7 @@ func (s *Server) flexDevice(a *nfs4.GETDEVICEINFO4args) result {
 	}
 	body := xdr.Marshal(&nfs4.FfDeviceAddr4{
 		FfdaNetaddrs: nfs4.MultipathList4{{NaRNetid: "tcp", NaRAddr: uaddr(s.flexDS[m])}},
-		FfdaVersions: []nfs4.FfDeviceVersions4{{FfdvVersion: 4, FfdvMinorversion: 1, FfdvRsize: 1 << 20, FfdvWsize: 1 << 20, FfdvTightlyCoupled: true}},
+		FfdaVersions: []nfs4.FfDeviceVersions4{{FfdvVersion: 4, FfdvMinorversion: 1, FfdvRsize: 1 << 20, FfdvWsize: 1 << 20, FfdvTightlyCoupled: !s.flexLoose}},
 	})
 	return result{res: &nfs4.NfsResop4{Resop: nfs4.OP_GETDEVICEINFO, Opgetdeviceinfo: &nfs4.GETDEVICEINFO4res{
 		GdirResok4: &nfs4.GETDEVICEINFO4resok{GdirDeviceAddr: nfs4.DeviceAddr4{DaLayoutType: nfs4.LAYOUT4_FLEX_FILES, DaAddrBody: body}}}}}

@@ -97,6 +97,7 @@ type Server struct {
 	cbSeq      uint32
 	flexDS     []string // SetFlex: the data servers of flexfiles mirrors
 	flexFlags  uint32   // ... and the layouts' ffl_flags
+	flexLoose  bool     // ... and whether the data servers are loosely coupled
 }
 
 type client struct {
