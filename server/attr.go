@@ -266,7 +266,11 @@ func (c *compound) attrValues(e *xdr.Encoder, o *object, bm nfs4.Bitmap4, rdErr 
 				e.Uint32(uint32(t))
 			}
 		case nfs4.FATTR4_MDSTHRESHOLD:
-			e.Append(s.mdsThreshold)
+			if o.export.flex() {
+				e.Append(s.mdsThresholdFlex)
+			} else {
+				e.Append(s.mdsThreshold)
+			}
 		case nfs4.FATTR4_LAYOUT_BLKSIZE:
 			e.Uint32(uint32(s.pnfs.stripeUnit(uint64(s.cfg.MaxWrite))))
 		case nfs4.FATTR4_SUPPATTR_EXCLCREAT:

@@ -166,6 +166,12 @@ const (
 // empty. There is no read I/O hint: Linux counts every read of the inode
 // in it, so a small file read a few times would be moved out.
 func mdsThreshold(s *inlineStore) []byte {
+	return mdsThresholdOf(s, nfs4.LAYOUT4_NFSV4_1_FILES)
+}
+
+// mdsThresholdOf is mdsThreshold for the layout type t an export hands
+// out (thi_layout_type names it).
+func mdsThresholdOf(s *inlineStore, t nfs4.Layouttype4) []byte {
 	if s == nil {
 		return xdr.Marshal(&nfs4.Mdsthreshold4{})
 	}
@@ -179,7 +185,7 @@ func mdsThreshold(s *inlineStore) []byte {
 		e.Uint64(limit) // threshold4_write_iosize
 	}))
 	return xdr.Marshal(&nfs4.Mdsthreshold4{MthHints: []nfs4.ThresholdItem4{{
-		ThiLayoutType: nfs4.LAYOUT4_NFSV4_1_FILES,
+		ThiLayoutType: t,
 		ThiHintset:    makeBitmap([]uint32{threshold4ReadSize, threshold4WriteSize, threshold4WriteIOSize}),
 		ThiHintlist:   hint,
 	}}})

@@ -98,8 +98,9 @@ type Server struct {
 	// inline is s.data on a pNFS metadata server keeping small files in
 	// the engine; nil otherwise.
 	inline *inlineStore
-	// mdsThreshold is the encoded mdsthreshold attribute (inline.go).
-	mdsThreshold []byte
+	// mdsThreshold is the encoded mdsthreshold attribute (inline.go);
+	// mdsThresholdFlex that of flexfiles exports.
+	mdsThreshold, mdsThresholdFlex []byte
 	ns           *namespace
 	fh           fhCodec
 	rpc          *rpc.Server
@@ -246,6 +247,7 @@ func New(cfg Config) (*Server, error) {
 		s.ownData = true
 	}
 	s.mdsThreshold = mdsThreshold(s.inline)
+	s.mdsThresholdFlex = mdsThresholdOf(s.inline, nfs4.LAYOUT4_FLEX_FILES)
 	s.cache = newInodeCache(s)
 	epoch, err := nextEpoch(ctx, m)
 	if err != nil {

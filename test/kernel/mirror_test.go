@@ -179,17 +179,22 @@ func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Durati
 		case "mirror-kill":
 			victim := g.ds[2]
 			if flex {
-				st, err := g.status(ctx)
-				if err != nil {
-					return fail(err)
-				}
-				// The last data server holding stripes of the file goes
-				// first; the other two are the survivors.
-				for i := len(g.ds) - 1; i >= 0; i-- {
-					if s, ok := st.ds(g.ds[i].id); ok && s.Files > 0 {
-						victim = g.ds[i]
-						break
+				// The last data server the client has written to (its
+				// own counter; the status's per-server file counts
+				// follow heartbeats) goes first; the other two are the
+				// survivors.
+				victim = nil
+				for i := len(g.ds) - 1; i >= 0 && victim == nil; i-- {
+					s, err := scrape(ctx, g.ds[i].metrics)
+					if err != nil {
+						return fail(err)
 					}
+					if s.get("shoal_nfs_bytes_total", "dir", "write") > 0 {
+						victim = g.ds[i]
+					}
+				}
+				if victim == nil {
+					return fail(fmt.Errorf("no data server has taken a write from the client"))
 				}
 				survivors = slices.DeleteFunc(slices.Clone(g.ds), func(d *growDS) bool { return d == victim })
 			}
@@ -207,6 +212,15 @@ func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Durati
 			healed = st
 			maxDegraded, _, _ = w.snapshot()
 			t.Logf("healed; status:\n%s", st)
+			if flex {
+				// How the copy went stale: a client's error report
+				// (LAYOUTERROR, LAYOUTRETURN) or the MDS's own write
+				// after the client fell back to it. Informational.
+				if s, err := scrape(ctx, g.metrics); err == nil {
+					t.Logf("client error reports: %.0f; copies staled on them: %.0f",
+						s.get("shoal_pnfs_layout_errors_total"), s.get("shoal_pnfs_flex_copies_staled_total"))
+				}
+			}
 		case "mirror-kill2":
 			victim := survivors[1]
 			if err := g.killDS(ctx, victim); err != nil {
