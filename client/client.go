@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/shoalfs/shoal/client/layout"
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/rpc"
 )
@@ -82,6 +84,7 @@ type Client struct {
 	ownerSeq atomic.Uint64
 	stats    struct {
 		layoutGets, layoutReturns, layoutRecalls         atomic.Uint64
+		layoutErrors, returnedErrors                     atomic.Uint64
 		failovers, dsReadBytes, dsWriteBytes, mdsIOBytes atomic.Uint64
 		resentBytes                                      atomic.Uint64
 		deleg                                            delegStats
@@ -110,10 +113,15 @@ type Stats struct {
 	LayoutGets    uint64 // layouts obtained with LAYOUTGET
 	LayoutReturns uint64 // layouts returned with LAYOUTRETURN
 	LayoutRecalls uint64 // CB_LAYOUTRECALLs that matched a layout
-	Failovers     uint64 // data-server requests redone through the MDS
-	DSReadBytes   uint64 // bytes read from data servers
-	DSWriteBytes  uint64 // bytes written to data servers
-	MDSIOBytes    uint64 // READ and WRITE payload bytes through the MDS
+	// LayoutErrors counts data-server failures reported with LAYOUTERROR
+	// and accepted by the MDS (flexfiles); ReturnedErrors those reported
+	// in a LAYOUTRETURN's error report instead (NFSv4.1, or LAYOUTERROR
+	// refused).
+	LayoutErrors, ReturnedErrors uint64
+	Failovers                    uint64 // data-server requests redone through the MDS
+	DSReadBytes                  uint64 // bytes read from data servers
+	DSWriteBytes                 uint64 // bytes written to data servers (every copy of a mirrored write)
+	MDSIOBytes                   uint64 // READ and WRITE payload bytes through the MDS
 	// ResentBytes counts data written again through the MDS because no
 	// COMMIT vouched for it: the server it was written to UNSTABLE could
 	// not be reached or changed its write verifier before the COMMIT, or
@@ -139,14 +147,16 @@ func (c *Client) Stats() Stats {
 		Recoveries: c.sstats.recoveries.Load(),
 		Retries:    c.sstats.retries.Load(),
 
-		LayoutGets:    c.stats.layoutGets.Load(),
-		LayoutReturns: c.stats.layoutReturns.Load(),
-		LayoutRecalls: c.stats.layoutRecalls.Load(),
-		Failovers:     c.stats.failovers.Load(),
-		DSReadBytes:   c.stats.dsReadBytes.Load(),
-		DSWriteBytes:  c.stats.dsWriteBytes.Load(),
-		MDSIOBytes:    c.stats.mdsIOBytes.Load(),
-		ResentBytes:   c.stats.resentBytes.Load(),
+		LayoutGets:     c.stats.layoutGets.Load(),
+		LayoutReturns:  c.stats.layoutReturns.Load(),
+		LayoutRecalls:  c.stats.layoutRecalls.Load(),
+		LayoutErrors:   c.stats.layoutErrors.Load(),
+		ReturnedErrors: c.stats.returnedErrors.Load(),
+		Failovers:      c.stats.failovers.Load(),
+		DSReadBytes:    c.stats.dsReadBytes.Load(),
+		DSWriteBytes:   c.stats.dsWriteBytes.Load(),
+		MDSIOBytes:     c.stats.mdsIOBytes.Load(),
+		ResentBytes:    c.stats.resentBytes.Load(),
 
 		DelegationsKept:    c.stats.deleg.granted.Load(),
 		DelegationReturns:  c.stats.deleg.returned.Load(),
@@ -288,13 +298,26 @@ func Dial(ctx context.Context, addr string, opts Options) (*Client, error) {
 // dialDS opens a session with a pNFS data server on behalf of the
 // metadata-server Client c: same credentials and client owner, its own
 // client ID, session and slot table (MaxPerDS slots).
-func (c *Client) dialDS(ctx context.Context, addr string) (*endpoint, error) {
+func (c *Client) dialDS(ctx context.Context, addr string, minor uint32, auth *layout.AuthSys) (*endpoint, error) {
 	opts := c.opts
 	opts.MaxInFlight = opts.MaxPerDS
 	opts.MinorVersion = c.minor.Load()
+	if minor != 0 {
+		opts.MinorVersion = minor
+	}
+	cred, owner := c.cred, c.owner
+	if auth != nil {
+		// A loosely coupled data server sees the synthetic identity
+		// (RFC 8435 §2.2). A client owner is bound to the principal that
+		// established it (RFC 8881 §18.35.4), so each identity has its own.
+		cred = rpc.AuthSysCred(rpc.AuthSysParams{
+			Stamp: uint32(time.Now().Unix()), Machine: opts.MachineName, UID: auth.UID, GID: auth.GID,
+		})
+		owner.CoOwnerid = fmt.Appendf(slices.Clone(owner.CoOwnerid), "/as-%d:%d", auth.UID, auth.GID)
+	}
 	ds := &endpoint{
-		addrs: []string{addr}, opts: opts, log: c.log.With("ds", addr), cred: c.cred,
-		owner: c.owner, dsRole: true, lease: c.lease,
+		addrs: []string{addr}, opts: opts, log: c.log.With("ds", addr), cred: cred,
+		owner: owner, dsRole: true, lease: c.lease,
 	}
 	ds.minor.Store(opts.MinorVersion)
 	ds.ctx, ds.cancel = context.WithCancel(c.ctx)

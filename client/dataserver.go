@@ -36,12 +36,24 @@ func (e *dsDown) Error() string {
 
 func (e *dsDown) Is(target error) bool { return target == errDSDown }
 
-// dataServer is one data server, shared by all files: one session, and a
-// bound on the requests in flight to it.
+// errDSVersion reports a data server that speaks an NFS version this
+// client has no data path for (NFSv3: flexfiles' loosely coupled data
+// servers). It is the client's limit, not the data server's failure, so
+// it is never reported to the metadata server.
+var errDSVersion = errors.New("nfs: data server speaks an NFS version this client does not (NFSv3)")
+
+// dataServer is one data server as one identity sees it, shared by all
+// files: one session, and a bound on the requests in flight to it. A
+// flexfiles layout may ask for another NFSv4 minor version than the
+// metadata server's, or a synthetic AUTH_SYS identity (loose coupling):
+// each such combination is its own dataServer, with its own session.
 type dataServer struct {
 	p     *pnfsClient
 	key   string
 	addrs []string
+	minor uint32          // NFSv4 minor version; 0: the metadata server's
+	auth  *layout.AuthSys // nil: the Client's own credential
+	v3    bool            // NFSv3: no session (errDSVersion)
 	sem   chan struct{}
 
 	mu        sync.Mutex // serializes dials
@@ -52,13 +64,26 @@ type dataServer struct {
 	lastErr   error     // ... and its error
 }
 
-func (p *pnfsClient) server(addrs []string) *dataServer {
-	key := strings.Join(addrs, ",")
+// server returns the dataServer of copy c of an extent.
+func (p *pnfsClient) server(c *layout.Copy) *dataServer {
+	key := strings.Join(c.Addrs, ",")
+	var minor uint32
+	switch c.Version {
+	case 4:
+		minor = c.Minor
+		key += fmt.Sprintf(" v4.%d", minor)
+	case 3:
+		key += " v3"
+	}
+	if c.Auth != nil {
+		key += fmt.Sprintf(" as %d:%d", c.Auth.UID, c.Auth.GID)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	d := p.servers[key]
 	if d == nil {
-		d = &dataServer{p: p, key: key, addrs: addrs, sem: make(chan struct{}, p.c.opts.MaxPerDS)}
+		d = &dataServer{p: p, key: key, addrs: c.Addrs, minor: minor, auth: c.Auth, v3: c.Version == 3,
+			sem: make(chan struct{}, p.c.opts.MaxPerDS)}
 		p.servers[key] = d
 	}
 	return d
@@ -71,6 +96,9 @@ func (d *dataServer) client(ctx context.Context) (*endpoint, error) {
 	if d.cl != nil {
 		return d.cl, nil
 	}
+	if d.v3 {
+		return nil, errDSVersion
+	}
 	if now := time.Now(); now.Before(d.downUntil) {
 		return nil, &dsDown{ago: now.Sub(d.failedAt), cause: d.lastErr}
 	}
@@ -78,7 +106,7 @@ func (d *dataServer) client(ctx context.Context) (*endpoint, error) {
 	for _, a := range d.addrs {
 		dctx, cancel := context.WithTimeout(ctx, dsDialTimeout)
 		var cl *endpoint
-		cl, err = d.p.c.dialDS(dctx, a)
+		cl, err = d.p.c.dialDS(dctx, a, d.minor, d.auth)
 		cancel()
 		if err == nil {
 			d.cl = cl
@@ -194,12 +222,16 @@ func (ds *dataServer) callRelease(ctx context.Context, f *File, build func(cl *e
 	return cl, res, release, err
 }
 
-func (ds *dataServer) read(ctx context.Context, f *File, e layout.Extent, b []byte) error {
+// read reads b from copy e on the data server.
+func (ds *dataServer) read(ctx context.Context, f *File, e *layout.Copy, b []byte) error {
 	for n := 0; n < len(b); {
 		var want uint32
 		_, res, release, err := ds.callRelease(ctx, f, func(cl *endpoint) []nfs4.NfsArgop4 {
 			want = min(uint32(len(b)-n), cl.maxRead)
-			sid, _ := f.ioStateid()
+			if e.RSize > 0 {
+				want = min(want, e.RSize)
+			}
+			sid := copyStateid(f, e)
 			return []nfs4.NfsArgop4{putfh(e.FH), {Argop: nfs4.OP_READ, Opread: &nfs4.READ4args{
 				Stateid: sid, Offset: e.DSOff + uint64(n), Count: want,
 			}}}
@@ -221,4 +253,14 @@ func (ds *dataServer) read(ctx context.Context, f *File, e layout.Extent, b []by
 		}
 	}
 	return nil
+}
+
+// copyStateid is the stateid for I/O on copy e: the one the layout gives
+// for its data server (flexfiles), else the open's or lock's.
+func copyStateid(f *File, e *layout.Copy) nfs4.Stateid4 {
+	if e.Stateid != nil {
+		return *e.Stateid
+	}
+	sid, _ := f.ioStateid()
+	return sid
 }

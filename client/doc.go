@@ -235,8 +235,11 @@
 // are pluggable ([github.com/shoalfs/shoal/client/layout.Driver]): the
 // client owns sessions, parallelism, commits, recalls and failover, a
 // driver only decodes layouts and devices and maps file ranges onto data
-// servers. The files layout
-// (RFC 8881 §13) is built in.
+// servers. Two are built in: the files layout (RFC 8881 §13) and the
+// flexible files layout (RFC 8435, "Mirrors: the flexible files layout"
+// below). The Client uses the first type in the server's fs_layout_types
+// that has a driver; Shoal's MDS lists one type per export (`layout:
+// files | flexfiles`), so the export decides.
 //
 // A File asks for a layout (LAYOUTGET, iomode RW when opened for writing,
 // READ otherwise, with a GETATTR of the size) on its first read or write,
@@ -340,6 +343,41 @@
 //
 // # Inside the package
 //
+// # Mirrors: the flexible files layout
+//
+// A flexfiles layout (RFC 8435) names one or more mirrors, each a whole
+// copy of the file on its own data servers (striped in the layout's
+// stripe unit when a mirror has several), and the client writes every
+// copy itself: each piece of a write goes to one data server per mirror,
+// all at once, with the stateid the layout gives for that data server.
+// Reads go to one copy, the mirror the server rates most efficient, and
+// move to the next copy when a data server fails. A data server that
+// fails is reported to the metadata server with LAYOUTERROR (NFSv4.2),
+// naming the device, the status and the operation; once the metadata
+// server has accepted the report it no longer counts that copy (Shoal's
+// MDS marks it stale and heals it later), so a write that the other
+// mirrors took succeeds, the failed copy is skipped by the rest of the
+// layout's I/O and not committed, and the layout is returned for one
+// without it. A write never succeeds while a copy the layout named missed
+// it and the metadata server does not know: when the report cannot be
+// made (NFSv4.1 has no LAYOUTERROR) or is refused, the piece is written
+// through the metadata server, which writes the copies it knows good, and
+// the failure goes to the metadata server in the LAYOUTRETURN's error
+// report (ff_ioerr4). A COMMIT that fails on one mirror is reported the
+// same way while another mirror is left to vouch for the data; the data
+// kept for a mirrored write is one copy, vouched for only when every copy
+// not reported stale has committed it. FF_FLAGS_NO_LAYOUTCOMMIT skips
+// the LAYOUTCOMMIT, FF_FLAGS_NO_IO_THRU_MDS makes a failed piece fail
+// instead of going through the metadata server, FF_FLAGS_NO_READ_IO sends
+// reads through the metadata server. A data server may speak another
+// NFSv4 minor version than the metadata server, and a loosely coupled one
+// is given the layout's synthetic uid and gid (a session of its own per
+// identity). NFSv3 data servers (loose coupling with a plain NFS server)
+// are not spoken yet: I/O on a layout that names one goes through the
+// metadata server. The client names itself in EXCHANGE_ID (domain
+// shoal.dev), which is how Shoal's MDS knows to give it layouts that
+// stripe inside a mirror.
+//
 // The Client and File types are a façade over parts that each own one
 // concern, for whoever works on the library:
 //
@@ -352,7 +390,9 @@
 //   - pNFS: pnfs.go (device cache, layout stateids, recalls, kept
 //     layouts), layoutstate.go (a File's layouts from LAYOUTGET to
 //     LAYOUTRETURN), layoutio.go (the I/O engine over the extents a
-//     layout.Driver maps a range to), dataserver.go.
+//     layout.Driver maps a range to), mirror.go (the copies of an
+//     extent: mirrored writes, read failover, error reports),
+//     dataserver.go.
 //   - The data path and its state: io.go (ReadAt, WriteAt, Sync), cache.go
 //     and writeback.go (AccessCached and AccessODirect), unstable.go
 //     (copies of UNSTABLE writes until a COMMIT vouches for them),

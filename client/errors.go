@@ -169,8 +169,11 @@ type DataServerError struct {
 	Addr    string // the data server's address (the first, if it has several)
 	Stripe  int    // its stripe index in the file's layout, from 0
 	Stripes int    // the number of stripe indices in the layout
-	DSErr   error  // why the data server could not be used
-	Err     error  // the metadata server's answer to the I/O redone through it
+	// Mirror is the data server's mirror, from 0, of Mirrors (flexfiles;
+	// 1 mirror with the files layout).
+	Mirror, Mirrors int
+	DSErr           error // why the data server could not be used
+	Err             error // the metadata server's answer to the I/O redone through it
 }
 
 func (e *DataServerError) Error() string {
@@ -179,8 +182,12 @@ func (e *DataServerError) Error() string {
 	if errors.As(e.DSErr, &se) {
 		what = "failed"
 	}
-	return fmt.Sprintf("data server %s (stripe index %d of %d) %s at offset %d: %v; metadata server: %v",
-		e.Addr, e.Stripe, e.Stripes, what, e.Offset, e.DSErr, e.Err)
+	mirror := ""
+	if e.Mirrors > 1 {
+		mirror = fmt.Sprintf(", mirror %d of %d", e.Mirror, e.Mirrors)
+	}
+	return fmt.Sprintf("data server %s (stripe index %d of %d%s) %s at offset %d: %v; metadata server: %v",
+		e.Addr, e.Stripe, e.Stripes, mirror, what, e.Offset, e.DSErr, e.Err)
 }
 
 // Unwrap returns the metadata server's error.

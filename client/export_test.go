@@ -46,10 +46,33 @@ func StripeOf(ctx context.Context, f *File, off int64) (addr string, stripe, str
 	if err != nil {
 		return "", 0, 0, err
 	}
-	if len(pcs) != 1 || pcs[0].Addrs == nil {
+	if len(pcs) != 1 || len(pcs[0].Copies) == 0 {
 		return "", 0, 0, fmt.Errorf("offset %d of %s: not in the layout", off, f.path)
 	}
-	return pcs[0].Addrs[0], pcs[0].Stripe, pcs[0].Stripes, nil
+	c := pcs[0].Copies[0]
+	return c.Addrs[0], c.Stripe, c.Stripes, nil
+}
+
+// CopiesOf returns the addresses of the data servers that hold file
+// offset off in f's layout, one per mirror, in the order reads try them.
+func CopiesOf(ctx context.Context, f *File, off int64) ([]string, error) {
+	l := f.layoutFor(ctx)
+	if l == nil {
+		return nil, fmt.Errorf("no layout for %s", f.path)
+	}
+	defer l.release(f)
+	pcs, err := l.plan(uint64(off), 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(pcs) != 1 {
+		return nil, fmt.Errorf("offset %d of %s: %d pieces", off, f.path, len(pcs))
+	}
+	var addrs []string
+	for _, c := range pcs[0].Copies {
+		addrs = append(addrs, c.Addrs[0])
+	}
+	return addrs, nil
 }
 
 // HeldBytes returns the memory f uses for copies of its unstable writes
@@ -75,3 +98,7 @@ func HideFromRecovery(c *Client, f *File) (restore func()) {
 		c.filesMu.Unlock()
 	}
 }
+
+// WaitRetired waits until the layouts f is returning in the background
+// (after a recall or a failure) are returned.
+func WaitRetired(ctx context.Context, f *File) { f.waitRetired(ctx) }

@@ -5,9 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"slices"
+	"strings"
 	"sync"
-	"time"
 
 	"github.com/shoalfs/shoal/client/layout"
 	"github.com/shoalfs/shoal/internal/nfs4"
@@ -22,15 +22,18 @@ import (
 var sizeBits = attrBits(nfs4.FATTR4_SIZE)
 
 // piece is one request's worth of a pNFS I/O: an extent of the layout (or
-// a range the layout does not cover, with no Addrs) at most maxIOSize long.
+// a range the layout does not cover, with no Copies) at most maxIOSize
+// long, and the rules of the layout segment it comes from.
 type piece struct {
 	layout.Extent
+	props  layout.Props
 	lo, hi int // the piece's part of the caller's buffer
 }
 
 // plan maps [off, off+n) onto the layout.
 func (l *fileLayout) plan(off uint64, n int) ([]piece, error) {
 	var exts []layout.Extent
+	var props []layout.Props // of exts[i]
 	pos, end := off, off+uint64(n)
 	dev := func(id layout.DeviceID) (layout.Device, bool) { d, ok := l.devs[id]; return d, ok }
 	for pos < end {
@@ -48,6 +51,7 @@ func (l *fileLayout) plan(off uint64, n int) ([]piece, error) {
 		}
 		if seg == nil {
 			exts = append(exts, layout.Extent{Off: pos, Len: next - pos})
+			props = append(props, layout.Props{})
 			pos = next
 			continue
 		}
@@ -56,16 +60,25 @@ func (l *fileLayout) plan(off uint64, n int) ([]piece, error) {
 		if exts, err = seg.lay.Map(exts, pos, hi-pos, dev); err != nil {
 			return nil, err
 		}
+		for len(props) < len(exts) {
+			props = append(props, seg.props)
+		}
 		pos = hi
 	}
 	var out []piece
-	for _, e := range exts {
+	for i, e := range exts {
 		for done := uint64(0); done < e.Len; {
 			k := min(e.Len-done, maxIOSize)
 			pe := e
-			pe.Off, pe.Len, pe.DSOff = e.Off+done, k, e.DSOff+done
+			pe.Off, pe.Len = e.Off+done, k
+			if done > 0 {
+				pe.Copies = slices.Clone(e.Copies)
+				for j := range pe.Copies {
+					pe.Copies[j].DSOff += done
+				}
+			}
 			lo := int(pe.Off - off)
-			out = append(out, piece{Extent: pe, lo: lo, hi: lo + int(k)})
+			out = append(out, piece{Extent: pe, props: props[i], lo: lo, hi: lo + int(k)})
 			done += k
 		}
 	}
@@ -137,14 +150,17 @@ func (l *fileLayout) run(ctx context.Context, f *File, b []byte, off int64, writ
 	return done, nil
 }
 
+// doPiece does one piece on its data servers: a write on every copy, a
+// read on the first copy that works. What the data servers cannot do is
+// redone through the MDS (unless the layout forbids it).
 func (l *fileLayout) doPiece(ctx context.Context, f *File, pc piece, b []byte, write bool) (int, error) {
 	var dsErr error
-	if pc.Addrs != nil {
-		ds := f.c.pnfs.server(pc.Addrs)
+	var blame *layout.Copy // the copy that failed, to name in errors
+	if len(pc.Copies) > 0 && (write || !pc.props.NoReadIO) {
 		if write {
-			dsErr = l.writeTo(ctx, f, ds, pc.Extent, b)
+			blame, dsErr = l.writeCopies(ctx, f, pc, b)
 		} else {
-			dsErr = ds.read(ctx, f, pc.Extent, b)
+			blame, dsErr = l.readCopies(ctx, f, pc, b)
 		}
 		if dsErr == nil {
 			return len(b), nil
@@ -157,7 +173,17 @@ func (l *fileLayout) doPiece(ctx context.Context, f *File, pc piece, b []byte, w
 			// returned the layout that saw it: just use the MDS.
 			f.c.stats.failovers.Add(1)
 		default:
-			l.failover(f, ds, dsErr)
+			l.failover(f, blame, dsErr)
+		}
+		if pc.props.NoIOThroughMDS {
+			// RFC 8435 §5.1: the metadata server asks not to be sent the
+			// I/O; the next try gets a new layout.
+			op := nfs4.OP_READ
+			if write {
+				op = nfs4.OP_WRITE
+			}
+			return 0, &DataServerError{Offset: int64(pc.Off), Addr: blame.Addrs[0], Stripe: blame.Stripe, Stripes: blame.Stripes,
+				Mirror: blame.Mirror, Mirrors: blame.Mirrors, DSErr: dsErr, Err: noMDSError{op}}
 		}
 	}
 	var n int
@@ -170,8 +196,8 @@ func (l *fileLayout) doPiece(ctx context.Context, f *File, pc piece, b []byte, w
 	if err != nil && dsErr != nil && ctx.Err() == nil {
 		// Neither way worked: say which data server failed, and how.
 		err = &DataServerError{
-			Offset: int64(pc.Off) + int64(n), Addr: pc.Addrs[0], Stripe: pc.Stripe, Stripes: pc.Stripes,
-			DSErr: dsErr, Err: err,
+			Offset: int64(pc.Off) + int64(n), Addr: blame.Addrs[0], Stripe: blame.Stripe, Stripes: blame.Stripes,
+			Mirror: blame.Mirror, Mirrors: blame.Mirrors, DSErr: dsErr, Err: err,
 		}
 	}
 	return n, err
@@ -203,16 +229,20 @@ func (f *File) blameDataServer(ctx context.Context, off int64, err error) error 
 	l := p.last[string(f.fh)]
 	p.mu.Unlock()
 	if l != nil {
-		if pcs, perr := l.plan(uint64(off), 1); perr == nil && len(pcs) == 1 && pcs[0].Addrs != nil {
-			pc := pcs[0]
-			ds := p.server(pc.Addrs)
-			dsErr := ds.downErr()
-			if dsErr == nil {
-				dsErr = ds.probe(ctx)
-			}
-			if dsErr != nil && ctx.Err() == nil {
-				return &DataServerError{Offset: off, Addr: pc.Addrs[0], Stripe: pc.Stripe, Stripes: pc.Stripes,
-					DSErr: dsErr, Err: err}
+		if pcs, perr := l.plan(uint64(off), 1); perr == nil && len(pcs) == 1 {
+			// Blame the first copy that cannot be used; with mirrors,
+			// one good copy would have served the I/O, so name one.
+			for i := range pcs[0].Copies {
+				c := &pcs[0].Copies[i]
+				ds := p.server(c)
+				dsErr := ds.downErr()
+				if dsErr == nil {
+					dsErr = ds.probe(ctx)
+				}
+				if dsErr != nil && ctx.Err() == nil {
+					return &DataServerError{Offset: off, Addr: c.Addrs[0], Stripe: c.Stripe, Stripes: c.Stripes,
+						Mirror: c.Mirror, Mirrors: c.Mirrors, DSErr: dsErr, Err: err}
+				}
 			}
 		}
 	}
@@ -225,71 +255,16 @@ func (f *File) blameDataServer(ctx context.Context, off int64, err error) error 
 	return err
 }
 
-func (l *fileLayout) writeTo(ctx context.Context, f *File, ds *dataServer, e layout.Extent, b []byte) error {
-	stable := nfs4.UNSTABLE4
-	if f.flag&os.O_SYNC != 0 {
-		stable = nfs4.FILE_SYNC4
-	}
-	for n := 0; n < len(b); {
-		_, res, err := ds.call(ctx, f, func(cl *endpoint) []nfs4.NfsArgop4 {
-			chunk := b[n:min(len(b), n+int(cl.maxWrite))]
-			sid, _ := f.ioStateid()
-			return []nfs4.NfsArgop4{putfh(e.FH), {Argop: nfs4.OP_WRITE, Opwrite: &nfs4.WRITE4args{
-				Stateid: sid, Offset: e.DSOff + uint64(n), Stable: stable, Data: chunk,
-			}}}
-		})
-		if err != nil {
-			return err
-		}
-		ok := res[1].Opwrite.Resok4
-		if ok.Count == 0 {
-			return io.ErrShortWrite
-		}
-		cnt := int(min(ok.Count, uint32(len(b)-n)))
-		var h *held
-		if stable == nfs4.UNSTABLE4 && ok.Committed == nfs4.UNSTABLE4 {
-			h = newHeld(e.Off+uint64(n), b[n:n+cnt], ok.Writeverf)
-		}
-		l.noteWrite(ds, e.FH, ok.Committed, e.Off+uint64(n+cnt), &f.unst, h)
-		f.c.stats.dsWriteBytes.Add(uint64(cnt))
-		n += cnt
-	}
-	return nil
-}
-
-// noteWrite records a WRITE to a data server for the commit that
-// follows, and the copy h of what it wrote UNSTABLE (nil: none kept) in u.
-func (l *fileLayout) noteWrite(ds *dataServer, fh []byte, committed nfs4.StableHow4, end uint64, u *unstable, h *held) {
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	key := ds.key + "\x00" + string(fh)
-	w := l.writes[key]
-	if w == nil {
-		w = &dsWrite{ds: ds, fh: fh}
-		l.writes[key] = w
-	}
-	if committed != nfs4.FILE_SYNC4 && committed != nfs4.DATA_SYNC4 {
-		w.dirty = true
-	}
-	if h != nil {
-		h.lay, h.w = l, w
-		u.insert(h)
-	}
-	l.wrote = true
-	l.wroteEnd = max(l.wroteEnd, end)
-	l.mtime = time.Now()
-}
-
 // failover handles a failed data server (ds nil: the layout itself is
 // unusable): the layout is invalidated and returned in the background,
 // and the caller redoes its piece through the MDS. Later I/O asks for a
 // new layout after a backoff; pieces on a data server that failed recently
 // go straight to the MDS.
-func (l *fileLayout) failover(f *File, ds *dataServer, err error) {
+func (l *fileLayout) failover(f *File, c *layout.Copy, err error) {
 	f.c.stats.failovers.Add(1)
 	where := "layout"
-	if ds != nil {
-		where = ds.key
+	if c != nil {
+		where = strings.Join(c.Addrs, ",")
 	}
 	f.mu.Lock()
 	first := !l.invalid
@@ -303,7 +278,7 @@ func (l *fileLayout) failover(f *File, ds *dataServer, err error) {
 		return
 	}
 	f.c.log.Warn("pNFS I/O failed; redoing it through the MDS and returning the layout", "path", f.path, "data_server", where, "err", err)
-	if ds == nil {
+	if c == nil {
 		// The layout itself is unusable (say, a device the server no
 		// longer knows): fetch its devices afresh with the next layout.
 		for id := range l.devs {
@@ -311,3 +286,14 @@ func (l *fileLayout) failover(f *File, ds *dataServer, err error) {
 		}
 	}
 }
+
+// noMDSError is the error of I/O a data server failed and the layout
+// forbids sending through the metadata server (FF_FLAGS_NO_IO_THRU_MDS).
+// It unwraps to NFS4ERR_IO, which is what the application sees (EIO).
+type noMDSError struct{ op nfs4.NfsOpnum4 }
+
+func (e noMDSError) Error() string {
+	return "not sent there: the layout forbids I/O through the metadata server (FF_FLAGS_NO_IO_THRU_MDS)"
+}
+
+func (e noMDSError) Unwrap() error { return statusErr(e.op, nfs4.NFS4ERR_IO) }

@@ -34,17 +34,31 @@ type fileLayout struct {
 	retireOnce sync.Once
 	returned   chan struct{} // closed when the layout has been returned
 
+	// noLayoutCommit: every segment says the MDS needs no LAYOUTCOMMIT
+	// (flexfiles' FF_FLAGS_NO_LAYOUTCOMMIT).
+	noLayoutCommit bool
+
 	smu      sync.Mutex // serializes fileLayout.sync
 	wmu      sync.Mutex // guards the write state below
 	writes   map[string]*dsWrite
 	wrote    bool // written since the last LAYOUTCOMMIT
 	wroteEnd uint64
 	mtime    time.Time
+	// stale holds the devices whose copies were reported failing and
+	// accepted by the MDS (mirror.go): no more I/O goes to them through
+	// this layout, and what they hold is not theirs to commit.
+	stale map[layout.DeviceID]bool
+	// reporting holds the LAYOUTERRORs in flight, by device.
+	reporting map[layout.DeviceID]*report
+	// ioErrs are data-server failures not reported with LAYOUTERROR,
+	// for the body of the LAYOUTRETURN (layout.ReturnEncoder).
+	ioErrs []layout.IOError
 }
 
 type layoutSeg struct {
 	off, end uint64 // end is exclusive; ^0 means to the end of the file
 	lay      layout.Layout
+	props    layout.Props
 }
 
 // dsWrite is the commit state of one (data server, filehandle). The
@@ -52,7 +66,9 @@ type layoutSeg struct {
 type dsWrite struct {
 	ds    *dataServer
 	fh    []byte
+	dev   layout.DeviceID
 	dirty bool // written UNSTABLE since the last COMMIT
+	stale bool // its copy was reported failing: nothing to commit there
 }
 
 func (l *fileLayout) maybeIdleLocked() {
@@ -231,7 +247,9 @@ func (p *pnfsClient) getLayout(ctx context.Context, f *File) (*fileLayout, error
 		if seg.LoLength == nfs4.NFS4_UINT64_MAX || end < uint64(seg.LoOffset) {
 			end = nfs4.NFS4_UINT64_MAX
 		}
-		l.segs = append(l.segs, layoutSeg{off: uint64(seg.LoOffset), end: end, lay: dl})
+		props := dl.Props()
+		l.noLayoutCommit = props.NoLayoutCommit && (len(l.segs) == 0 || l.noLayoutCommit)
+		l.segs = append(l.segs, layoutSeg{off: uint64(seg.LoOffset), end: end, lay: dl, props: props})
 		for _, id := range dl.Devices() {
 			if _, have := l.devs[id]; have {
 				continue
@@ -432,11 +450,21 @@ func (l *fileLayout) returnLocked(ctx context.Context, f *File) {
 		return // the layout in use is returned (or recalled) in its turn
 	}
 	sid := l.currentStateid(f)
+	var body []byte
+	var errs []layout.IOError
+	if enc, ok := p.driver.(layout.ReturnEncoder); ok {
+		// The layout type's body: for flexfiles, the errors not reported
+		// with LAYOUTERROR (RFC 8435 §9.3).
+		l.wmu.Lock()
+		errs = slices.Clone(l.ioErrs)
+		l.wmu.Unlock()
+		body = enc.EncodeReturn(errs)
+	}
 	for attempt := 0; ; attempt++ {
 		_, err := f.c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(f.fh), {Argop: nfs4.OP_LAYOUTRETURN, Oplayoutreturn: &nfs4.LAYOUTRETURN4args{
 			LoraLayoutType: p.typ, LoraIomode: nfs4.LAYOUTIOMODE4_ANY,
 			LoraLayoutreturn: nfs4.Layoutreturn4{LrReturntype: nfs4.LAYOUTRETURN4_FILE, LrLayout: &nfs4.LayoutreturnFile4{
-				LrfOffset: 0, LrfLength: nfs4.NFS4_UINT64_MAX, LrfStateid: sid,
+				LrfOffset: 0, LrfLength: nfs4.NFS4_UINT64_MAX, LrfStateid: sid, LrfBody: body,
 			}},
 		}}}))
 		var se *StatusError
@@ -444,6 +472,7 @@ func (l *fileLayout) returnLocked(ctx context.Context, f *File) {
 		case err == nil:
 			p.forgetStateid(f.fh, sid)
 			f.c.stats.layoutReturns.Add(1)
+			f.c.stats.returnedErrors.Add(uint64(len(errs)))
 			return
 		case errors.As(err, &se) && (se.status() == nfs4.NFS4ERR_BAD_STATEID || se.status() == nfs4.NFS4ERR_STALE_STATEID ||
 			se.status() == nfs4.NFS4ERR_BADLAYOUT || se.status() == nfs4.NFS4ERR_NOMATCHING_LAYOUT):
@@ -478,7 +507,7 @@ func (l *fileLayout) sync(ctx context.Context, f *File) error {
 	l.wmu.Lock()
 	var dirty []*dsWrite
 	for _, w := range l.writes {
-		if w.dirty {
+		if w.dirty && !w.stale {
 			dirty = append(dirty, w)
 			w.dirty = false
 		}
@@ -532,16 +561,50 @@ func (l *fileLayout) sync(ctx context.Context, f *File) error {
 	for i, w := range dirty {
 		res[w] = outs[i]
 		if err := outs[i].err; err != nil {
+			// With mirrors, a copy whose COMMIT failed can be reported
+			// stale instead: the other copies vouch for the data.
+			if l.reportCommit(ctx, f, w, err) {
+				continue
+			}
 			f.c.stats.failovers.Add(1)
 			why = append(why, fmt.Sprintf("COMMIT to data server %s failed: %v", w.ds.key, err))
 		}
+	}
+	l.wmu.Lock()
+	stale := make(map[*dsWrite]bool)
+	for _, w := range l.writes {
+		if w.stale {
+			stale[w] = true
+		}
+	}
+	l.wmu.Unlock()
+	// A held range is vouched for when every copy it was written to that
+	// is not stale answered this COMMIT with the WRITE's verifier, and
+	// at least one such copy is left; it is written again through the MDS
+	// when one of them did not, or when none is left.
+	vouched := func(h *held) (yes, no bool) {
+		live := 0
+		for _, c := range h.copies() {
+			if stale[c.w] {
+				continue
+			}
+			live++
+			o, ok := res[c.w]
+			if !ok {
+				return false, false // not in this round
+			}
+			if o.err != nil || o.verf != c.verf {
+				return false, true
+			}
+		}
+		return live > 0, live == 0
 	}
 	unvouched := func(h *held) bool {
 		if h.lay != l || h.seq > cutoff || h.state != heldPending {
 			return false
 		}
-		o, ok := res[h.w]
-		return ok && (o.err != nil || o.verf != h.verf)
+		_, no := vouched(h)
+		return no
 	}
 	var errs []error
 	if f.unst.any(unvouched) {
@@ -558,9 +621,15 @@ func (l *fileLayout) sync(ctx context.Context, f *File) error {
 		if h.lay != l || h.seq > cutoff || h.state != heldPending {
 			return false
 		}
-		o, ok := res[h.w]
-		return ok && o.err == nil && o.verf == h.verf
+		yes, _ := vouched(h)
+		return yes
 	}, heldCommitted)
+	if wrote && l.noLayoutCommit {
+		// FF_FLAGS_NO_LAYOUTCOMMIT: the data servers tell the MDS what
+		// they were written (tight coupling); the COMMITs above made it
+		// durable.
+		wrote = false
+	}
 	if wrote {
 		err := l.commit(ctx, f, end, mtime)
 		var se *StatusError
@@ -645,4 +714,32 @@ func (u *unstable) publishSize(ctx context.Context, f *File, end uint64, cause e
 		return fmt.Errorf("%w (no copy of the data kept to publish the file size %d through the metadata server)", cause, end)
 	}
 	return u.resendHeld(ctx, f, func(h *held) bool { return h == t }, "publishing the file size: "+cause.Error())
+}
+
+// reportCommit reports copy w's failed COMMIT (err) like a failed WRITE
+// (mirror.go), where the layout takes reports and another copy is left to
+// vouch for the data. It reports whether the copy is now stale.
+func (l *fileLayout) reportCommit(ctx context.Context, f *File, w *dsWrite, err error) bool {
+	var seg *layoutSeg
+	for i := range l.segs {
+		if l.segs[i].props.ErrorReports {
+			seg = &l.segs[i]
+			break
+		}
+	}
+	if seg == nil || ctx.Err() != nil {
+		return false
+	}
+	l.wmu.Lock()
+	others := false
+	for _, o := range l.writes {
+		others = others || (o != w && !o.stale && o.dev != w.dev)
+	}
+	l.wmu.Unlock()
+	if !others {
+		return false
+	}
+	c := &layout.Copy{Device: w.dev, Addrs: w.ds.addrs, FH: w.fh}
+	pc := piece{Extent: layout.Extent{Off: 0, Len: nfs4.NFS4_UINT64_MAX}, props: seg.props}
+	return l.reportOrKeep(ctx, f, pc, c, err, nfs4.OP_COMMIT)
 }

@@ -1,8 +1,10 @@
 package client_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -42,6 +44,24 @@ import (
 //	expire                    the server forgets all state, no grace period
 //	trace                     print the COMPOUNDs not printed yet
 //	stats                     the client's recovery and layout counters
+//	flex mirrors=N [flags=F,...] [loose]
+//	                          hand out flexfiles layouts of N mirrors: mirror 0
+//	                          on the server itself, mirror k on data server
+//	                          "dsK" (another scripted server, started here,
+//	                          whose COMPOUNDs print prefixed "dsK: "); a rule
+//	                          with fh=NAME#mK goes to the server of mirror K;
+//	                          flags are ffl_flags without FF_FLAGS_; loose:
+//	                          loosely coupled data servers (anonymous
+//	                          stateid, synthetic owner 1000:2000)
+//	dial ... [minor=N] [direct]
+//	                          NFSv4.N; direct: every ReadAt and WriteAt goes
+//	                          to the layout as it is (no cache, no small-I/O
+//	                          shortcut through the MDS)
+//	write F off=O len=N | read F off=O len=N
+//	                          I/O of a pattern that depends on the offset; a
+//	                          read says whether it got the pattern back. Both
+//	                          wait for the layouts F returns in the background
+//	data NAME                 the bytes each mirror's data file holds
 //
 // Rules not used up when a file ends fail the test: a rule that never
 // fired tested nothing.
@@ -65,12 +85,17 @@ func TestScripted(t *testing.T) {
 				r.c.Close()
 			}
 			srv.Close()
+			for _, d := range r.dss {
+				d.Close()
+			}
 		}()
 		datadriven.RunTest(t, path, func(t *testing.T, td *datadriven.TestData) string {
 			return r.run(t, td)
 		})
-		if p := srv.PendingRules(); len(p) > 0 {
-			t.Errorf("%s: rules never used: %v", path, p)
+		for _, s := range append([]*scripted.Server{srv}, r.dss...) {
+			if p := s.PendingRules(); len(p) > 0 {
+				t.Errorf("%s: rules never used: %v", path, p)
+			}
 		}
 	})
 }
@@ -82,6 +107,10 @@ type scriptRunner struct {
 	files  map[string]*client.File
 	async  map[string]chan string
 	cursor int // trace entries printed so far
+	// dss are the data servers of flexfiles mirrors 1.. ("flex"), and
+	// dsCursor their trace entries printed so far.
+	dss      []*scripted.Server
+	dsCursor []int
 }
 
 // actionTimeout bounds one client action: only so a broken client fails
@@ -96,8 +125,50 @@ func (r *scriptRunner) run(t *testing.T, td *datadriven.TestData) string {
 		r.srv.AddFile(arg(t, td, "name"), size)
 		return ""
 	case "reply":
-		r.srv.AddRule(parseRule(t, td))
+		rule := parseRule(t, td)
+		srv := r.srv
+		if _, m, ok := strings.Cut(rule.FH, "#m"); ok {
+			if k, _ := strconv.Atoi(m); k > 0 && k <= len(r.dss) {
+				srv = r.dss[k-1]
+			}
+		}
+		srv.AddRule(rule)
 		return ""
+	case "flex":
+		n, _ := strconv.Atoi(arg(t, td, "mirrors"))
+		addrs := []string{r.srv.Addr()}
+		for range n - 1 {
+			d, err := scripted.Start()
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.dss = append(r.dss, d)
+			r.dsCursor = append(r.dsCursor, 0)
+			addrs = append(addrs, d.Addr())
+		}
+		var flags uint32
+		if a, ok := td.Arg("flags"); ok {
+			for _, v := range a.Vals {
+				f, ok := map[string]uint32{
+					"NO_LAYOUTCOMMIT": nfs4.FF_FLAGS_NO_LAYOUTCOMMIT, "NO_IO_THRU_MDS": nfs4.FF_FLAGS_NO_IO_THRU_MDS,
+					"NO_READ_IO": nfs4.FF_FLAGS_NO_READ_IO, "WRITE_ONE_MIRROR": nfs4.FF_FLAGS_WRITE_ONE_MIRROR,
+				}[v]
+				if !ok {
+					t.Fatalf("%s: unknown flexfiles flag %q", td.Pos, v)
+				}
+				flags |= f
+			}
+		}
+		r.srv.SetFlex(addrs, flags, td.HasArg("loose"))
+		return ""
+	case "data":
+		name := td.CmdArgs[0].Key
+		var b strings.Builder
+		for k, srv := range append([]*scripted.Server{r.srv}, r.dss...) {
+			d := srv.Data(fmt.Sprintf("%s#m%d", name, k))
+			fmt.Fprintf(&b, "m%d: %d bytes%s\n", k, len(d), map[bool]string{true: ", as written", false: ""}[len(d) > 0 && isPattern(d, 0)])
+		}
+		return b.String()
 	case "restart":
 		r.srv.Restart()
 		return ""
@@ -176,7 +247,9 @@ func (r *scriptRunner) run(t *testing.T, td *datadriven.TestData) string {
 	return r.flush(act())
 }
 
-// flush prints the trace entries not printed yet, then tail.
+// flush prints the trace entries not printed yet, then tail: the
+// server's, then each flexfiles data server's (whose order relative to
+// the server's is not determined: the client writes mirrors at once).
 func (r *scriptRunner) flush(tail string) string {
 	lines, next := r.srv.Trace(r.cursor)
 	r.cursor = next
@@ -185,8 +258,27 @@ func (r *scriptRunner) flush(tail string) string {
 		b.WriteString(l)
 		b.WriteByte('\n')
 	}
+	for k, d := range r.dss {
+		lines, r.dsCursor[k] = d.Trace(r.dsCursor[k])
+		for _, l := range lines {
+			fmt.Fprintf(&b, "ds%d: %s\n", k+1, l)
+		}
+	}
 	b.WriteString(tail)
 	return b.String()
+}
+
+// scriptPattern is what "write" writes at off: a function of the offset.
+func scriptPattern(b []byte, off int64) {
+	for i := range b {
+		b[i] = byte((off + int64(i)) % 251)
+	}
+}
+
+func isPattern(b []byte, off int64) bool {
+	want := make([]byte, len(b))
+	scriptPattern(want, off)
+	return bytes.Equal(b, want)
 }
 
 // action returns the client action td names; it runs it when called and
@@ -195,7 +287,12 @@ func (r *scriptRunner) action(t *testing.T, td *datadriven.TestData) func() stri
 	t.Helper()
 	outcome := func(err error, ok string) string {
 		if err != nil {
-			return "=> error: " + err.Error() + "\n"
+			// Name the servers as the trace does: their ports vary.
+			msg := strings.ReplaceAll(err.Error(), r.srv.Addr(), "server")
+			for k, d := range r.dss {
+				msg = strings.ReplaceAll(msg, d.Addr(), fmt.Sprintf("ds%d", k+1))
+			}
+			return "=> error: " + msg + "\n"
 		}
 		return "=> " + ok + "\n"
 	}
@@ -206,10 +303,19 @@ func (r *scriptRunner) action(t *testing.T, td *datadriven.TestData) func() stri
 			k, _ := strconv.Atoi(n.Vals[0])
 			r.srv.SetSlots(k)
 		}
+		opts := client.Options{Logger: quietLogger()}
+		if n, ok := td.Arg("minor"); ok {
+			k, _ := strconv.Atoi(n.Vals[0])
+			opts.MinorVersion = uint32(k)
+		}
+		if td.HasArg("direct") {
+			opts.Policy.Access = client.AccessDirect
+			opts.Policy.SmallIOThreshold = -1
+		}
 		return func() string {
 			ctx, cancel := ctxFor()
 			defer cancel()
-			c, err := client.Dial(ctx, r.srv.Addr(), client.Options{Logger: quietLogger()})
+			c, err := client.Dial(ctx, r.srv.Addr(), opts)
 			r.c = c
 			return outcome(err, "ok")
 		}
@@ -246,6 +352,29 @@ func (r *scriptRunner) action(t *testing.T, td *datadriven.TestData) func() stri
 				addr = "server"
 			}
 			return outcome(err, fmt.Sprintf("layout: data server %s stripe %d of %d", addr, stripe, stripes))
+		}
+	case "write", "read":
+		f := r.file(t, td.CmdArgs[0].Key)
+		off, _ := strconv.ParseInt(arg(t, td, "off"), 10, 64)
+		n, _ := strconv.Atoi(arg(t, td, "len"))
+		write := td.Cmd == "write"
+		return func() string {
+			ctx, cancel := ctxFor()
+			defer cancel()
+			b := make([]byte, n)
+			// A failure returns the layout in the background: wait for
+			// it, so that it prints here, in a determined place.
+			defer client.WaitRetired(ctx, f)
+			if write {
+				scriptPattern(b, off)
+				k, err := f.WriteAtContext(ctx, b, off)
+				return outcome(err, fmt.Sprintf("wrote %d", k))
+			}
+			k, err := f.ReadAtContext(ctx, b, off)
+			if err == io.EOF {
+				err = nil
+			}
+			return outcome(err, fmt.Sprintf("read %d, as written: %v", k, isPattern(b[:k], off)))
 		}
 	case "lock", "unlock":
 		f := r.file(t, td.CmdArgs[0].Key)
@@ -311,6 +440,8 @@ func parseRule(t *testing.T, td *datadriven.TestData) scripted.Rule {
 			rule.Hold = true
 		case "times":
 			rule.Times, _ = strconv.Atoi(a.Vals[0])
+		case "fh":
+			rule.FH = a.Vals[0]
 		default:
 			t.Fatalf("%s: unknown reply argument %q", td.Pos, a.Key)
 		}

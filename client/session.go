@@ -273,6 +273,12 @@ func (c *endpoint) newSession(ctx context.Context, old *session) error {
 	return nil
 }
 
+// clientImplID names the client in EXCHANGE_ID (RFC 8881 §18.35.3). A
+// server may go by it: Shoal's MDS gives flexfiles layouts that stripe
+// inside a mirror only to clients it knows can use them (this one, and
+// Linux from 6.18 on).
+var clientImplID = []nfs4.NfsImplId4{{NiiDomain: []byte("shoal.dev"), NiiName: []byte("shoal client")}}
+
 // exchangeID runs EXCHANGE_ID on conn, stepping the minor version down
 // while the server refuses it.
 func (c *endpoint) exchangeID(ctx context.Context, conn *rpc.Conn) (*nfs4.EXCHANGEID4resok, error) {
@@ -289,6 +295,7 @@ func (c *endpoint) exchangeID(ctx context.Context, conn *rpc.Conn) (*nfs4.EXCHAN
 			EiaClientowner:  c.owner,
 			EiaFlags:        nfs4.Uint32T(flags),
 			EiaStateProtect: nfs4.StateProtect4A{SpaHow: nfs4.SP4_NONE},
+			EiaClientImplId: clientImplID,
 		}}})
 		var se *StatusError
 		if errors.As(err, &se) && se.status() == nfs4.NFS4ERR_MINOR_VERS_MISMATCH && c.minor.Load() > 1 {

@@ -105,12 +105,25 @@ type held struct {
 	lay   *fileLayout // the layout it was written through; nil: through the MDS
 	w     *dsWrite    // ... to this data server (nil with lay nil)
 	verf  nfs4.Verifier4
-	seq   uint64 // order of recording: a COMMIT sent after seq covers it
+	more  []heldCopy // the other copies of a mirrored write (immutable)
+	seq   uint64     // order of recording: a COMMIT sent after seq covers it
 	state heldState
 	gone  bool // dropped from the set
 }
 
 func (h *held) end() uint64 { return h.off + uint64(len(h.data)) }
+
+// heldCopy is one copy a held range was written to UNSTABLE, and the
+// verifier that WRITE got.
+type heldCopy struct {
+	w    *dsWrite
+	verf nfs4.Verifier4
+}
+
+// copies lists the copies the range was written to through a layout.
+func (h *held) copies() []heldCopy {
+	return append([]heldCopy{{w: h.w, verf: h.verf}}, h.more...)
+}
 
 // unstable is the set of held ranges of one File: sorted by offset and
 // never overlapping (a newer write cuts what it overwrites out of older
@@ -324,7 +337,7 @@ func (u *unstable) retag(p pinned, v nfs4.Verifier4) {
 		return
 	}
 	u.seq++
-	p.h.lay, p.h.w, p.h.verf, p.h.seq, p.h.state = nil, nil, v, u.seq, heldPending
+	p.h.lay, p.h.w, p.h.verf, p.h.more, p.h.seq, p.h.state = nil, nil, v, nil, u.seq, heldPending
 }
 
 // makeRoom commits what f holds first if writing n more bytes UNSTABLE

@@ -62,8 +62,8 @@ func (filesDriver) DecodeLayout(body []byte) (Layout, error) {
 	return fl, nil
 }
 
-func (l *filesLayout) Devices() []DeviceID    { return []DeviceID{l.dev} }
-func (l *filesLayout) CommitThroughMDS() bool { return l.thruMDS }
+func (l *filesLayout) Devices() []DeviceID { return []DeviceID{l.dev} }
+func (l *filesLayout) Props() Props        { return Props{CommitThroughMDS: l.thruMDS} }
 
 // Map follows RFC 8881 §13.4: stripe unit SUi = (off-pattern)/unit goes to
 // stripe index (SUi + first) mod count, whose entry in the device's
@@ -108,8 +108,8 @@ func (l *filesLayout) Map(dst []Extent, off, n uint64, dev func(DeviceID) (Devic
 		if l.dense {
 			dsOff = (su/count)*l.unit + rel%l.unit
 		}
-		dst = append(dst, Extent{Off: off, Len: hi - off, DSOff: dsOff, Device: l.dev, Addrs: fd.servers[idx], FH: fh,
-			Stripe: int(j), Stripes: int(count)})
+		dst = append(dst, Extent{Off: off, Len: hi - off, Copies: []Copy{{DSOff: dsOff, Device: l.dev, Addrs: fd.servers[idx], FH: fh,
+			Stripe: int(j), Stripes: int(count), Mirrors: 1}}})
 		off = hi
 	}
 	return dst, nil

@@ -69,15 +69,19 @@ func TestFilesMap(t *testing.T) {
 				t.Fatal(err)
 			}
 			var got []ext
-			for _, e := range exts {
-				got = append(got, ext{e.Off, e.Len, e.DSOff, e.Addrs[0]})
-				if j := (e.Off/(uint64(tc.util)&^63) + uint64(tc.first)) % 4; e.Stripe != int(j) || e.Stripes != 4 {
-					t.Errorf("extent at %d: stripe %d of %d, want %d of 4", e.Off, e.Stripe, e.Stripes, j)
+			for _, ex := range exts {
+				if len(ex.Copies) != 1 {
+					t.Fatalf("extent at %d has %d copies, want 1", ex.Off, len(ex.Copies))
+				}
+				e := ex.Copies[0]
+				got = append(got, ext{ex.Off, ex.Len, e.DSOff, e.Addrs[0]})
+				if j := (ex.Off/(uint64(tc.util)&^63) + uint64(tc.first)) % 4; e.Stripe != int(j) || e.Stripes != 4 {
+					t.Errorf("extent at %d: stripe %d of %d, want %d of 4", ex.Off, e.Stripe, e.Stripes, j)
 				}
 				if tc.fhs > 1 {
-					j := (e.Off/(uint64(tc.util)&^63) + uint64(tc.first)) % 4
+					j := (ex.Off/(uint64(tc.util)&^63) + uint64(tc.first)) % 4
 					if e.FH[0] != byte(j) {
-						t.Errorf("extent at %d uses fh %d, want %d", e.Off, e.FH[0], j)
+						t.Errorf("extent at %d uses fh %d, want %d", ex.Off, e.FH[0], j)
 					}
 				}
 			}
@@ -137,7 +141,10 @@ func TestRegistry(t *testing.T) {
 	if err := Register(Files); err == nil {
 		t.Error("duplicate registration accepted")
 	}
-	if _, ok := Lookup(uint32(nfs4.LAYOUT4_FLEX_FILES)); ok {
-		t.Error("flexfiles driver registered")
+	if d, ok := Lookup(uint32(nfs4.LAYOUT4_FLEX_FILES)); !ok || d != FlexFiles {
+		t.Error("flexfiles driver not registered")
+	}
+	if _, ok := Lookup(uint32(nfs4.LAYOUT4_BLOCK_VOLUME)); ok {
+		t.Error("a driver for the block layout registered")
 	}
 }

@@ -80,6 +80,9 @@ func (s *Server) serve(_ context.Context, call *rpc.Call, res *xdr.Encoder) rpc.
 	}
 	s.mu.Lock()
 	out, line, hold := s.compoundLocked(call.Conn, &args)
+	if a := call.Sys; a != nil && (a.UID != 0 || a.GID != 0) {
+		line += fmt.Sprintf(" [as %d:%d]", a.UID, a.GID) // root, the tests' client, goes unsaid
+	}
 	if hold == 0 {
 		s.logLocked(line)
 		s.mu.Unlock()
@@ -114,7 +117,11 @@ func (s *Server) compoundLocked(conn *rpc.Conn, args *nfs4.COMPOUND4args) ([]byt
 	var replay []byte
 	for i := range args.Argarray {
 		op := &args.Argarray[i]
-		r := s.takeRule(op.Argop)
+		cur := ""
+		if st.cur != nil {
+			cur = st.cur.name
+		}
+		r := s.takeRule(op.Argop, cur)
 		if r != nil && r.Hold {
 			hold = op.Argop
 		}
@@ -236,7 +243,7 @@ func (s *Server) opLocked(st *compoundState, i int, op *nfs4.NfsArgop4, r *Rule)
 		st.cur = s.files[""]
 		return fail(op.Argop, nfs4.NFS4_OK), nil
 	case nfs4.OP_PUTFH:
-		f := s.byFH[string(op.Opputfh.Object)]
+		f := s.dataFile(op.Opputfh.Object)
 		if f == nil {
 			return fail(op.Argop, nfs4.NFS4ERR_STALE), nil
 		}
@@ -263,7 +270,7 @@ func (s *Server) opLocked(st *compoundState, i int, op *nfs4.NfsArgop4, r *Rule)
 			return fail(op.Argop, nfs4.NFS4ERR_NOFILEHANDLE), nil
 		}
 		return result{res: &nfs4.NfsResop4{Resop: op.Argop, Opgetattr: &nfs4.GETATTR4res{
-			Resok4: &nfs4.GETATTR4resok{ObjAttributes: attrs(st.cur, op.Opgetattr.AttrRequest)}}}}, nil
+			Resok4: &nfs4.GETATTR4resok{ObjAttributes: attrs(st.cur, op.Opgetattr.AttrRequest, len(s.flexDS) > 0)}}}}, nil
 	case nfs4.OP_OPEN:
 		return s.open(st, op.Opopen, r), nil
 	case nfs4.OP_CLOSE:
@@ -271,7 +278,24 @@ func (s *Server) opLocked(st *compoundState, i int, op *nfs4.NfsArgop4, r *Rule)
 	case nfs4.OP_LAYOUTGET:
 		return s.layoutGet(st, op.Oplayoutget, r), nil
 	case nfs4.OP_GETDEVICEINFO:
+		if op.Opgetdeviceinfo.GdiaLayoutType == nfs4.LAYOUT4_FLEX_FILES {
+			return s.flexDevice(op.Opgetdeviceinfo), nil
+		}
 		return s.deviceInfo(op.Opgetdeviceinfo), nil
+	case nfs4.OP_WRITE:
+		return s.write(st, op.Opwrite), nil
+	case nfs4.OP_READ:
+		return s.read(st, op.Opread), nil
+	case nfs4.OP_COMMIT:
+		if st.cur == nil {
+			return fail(op.Argop, nfs4.NFS4ERR_NOFILEHANDLE), nil
+		}
+		return result{res: &nfs4.NfsResop4{Resop: op.Argop, Opcommit: &nfs4.COMMIT4res{
+			Resok4: &nfs4.COMMIT4resok{Writeverf: scriptedVerf}}}}, nil
+	case nfs4.OP_LAYOUTCOMMIT:
+		return s.layoutCommit(st, op.Oplayoutcommit), nil
+	case nfs4.OP_LAYOUTERROR:
+		return s.layoutError(st, op.Oplayouterror), nil
 	case nfs4.OP_LAYOUTRETURN:
 		return s.layoutReturn(st, op.Oplayoutreturn), nil
 	case nfs4.OP_LOCK:
@@ -501,11 +525,19 @@ func (s *Server) layoutGet(st *compoundState, a *nfs4.LAYOUTGET4args, r *Rule) r
 		f.layout.Seqid = nfs4.Uint32T(r.Seqid)
 		note = "(scripted seqid) "
 	}
+	typ := nfs4.LAYOUT4_NFSV4_1_FILES
 	body := xdr.Marshal(&nfs4.Nfsv41FileLayout4{NflDeviceid: nfs4.Deviceid4{1}, NflUtil: stripeUnit, NflFhList: []nfs4.NfsFh4{f.fh}})
+	if len(s.flexDS) > 0 {
+		if a.LogaLayoutType != nfs4.LAYOUT4_FLEX_FILES {
+			return fail(nfs4.OP_LAYOUTGET, nfs4.NFS4ERR_UNKNOWN_LAYOUTTYPE)
+		}
+		typ, body = nfs4.LAYOUT4_FLEX_FILES, s.flexLayoutBody(f, *f.layout)
+		note += "flexfiles "
+	}
 	return result{res: &nfs4.NfsResop4{Resop: nfs4.OP_LAYOUTGET, Oplayoutget: &nfs4.LAYOUTGET4res{LogrResok4: &nfs4.LAYOUTGET4resok{
 		LogrReturnOnClose: true, LogrStateid: *f.layout,
 		LogrLayout: []nfs4.Layout4{{LoOffset: 0, LoLength: nfs4.NFS4_UINT64_MAX, LoIomode: a.LogaIomode,
-			LoContent: nfs4.LayoutContent4{LocType: nfs4.LAYOUT4_NFSV4_1_FILES, LocBody: body}}},
+			LoContent: nfs4.LayoutContent4{LocType: typ, LocBody: body}}},
 	}}}, note: note + s.sidName(*f.layout)}
 }
 
@@ -607,7 +639,7 @@ func seqNewer(a, b nfs4.Uint32T) bool { return int32(uint32(a)-uint32(b)) > 0 }
 
 // attrs encodes the attributes of f that req asks for and the server
 // knows, in bit order (the order of fattr4).
-func attrs(f *file, req nfs4.Bitmap4) nfs4.Fattr4 {
+func attrs(f *file, req nfs4.Bitmap4, flex bool) nfs4.Fattr4 {
 	e := xdr.NewEncoder(128)
 	var mask nfs4.Bitmap4
 	set := func(n int) {
@@ -645,7 +677,11 @@ func attrs(f *file, req nfs4.Bitmap4) nfs4.Fattr4 {
 			e.String("0")
 		case nfs4.FATTR4_FS_LAYOUT_TYPES:
 			e.Uint32(1)
-			e.Uint32(uint32(nfs4.LAYOUT4_NFSV4_1_FILES))
+			if flex {
+				e.Uint32(uint32(nfs4.LAYOUT4_FLEX_FILES))
+			} else {
+				e.Uint32(uint32(nfs4.LAYOUT4_NFSV4_1_FILES))
+			}
 		case nfs4.FATTR4_LAYOUT_BLKSIZE:
 			e.Uint32(stripeUnit)
 		default:

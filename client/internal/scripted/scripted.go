@@ -61,7 +61,10 @@ type Rule struct {
 	// Hold keeps the reply back until Release: the request is processed
 	// (its effect on the model happens in arrival order), the reply is
 	// not sent.
-	Hold  bool
+	Hold bool
+	// FH, if set, restricts the rule to operations on the file of that
+	// name (the current filehandle's; a data file: "NAME#mM").
+	FH    string
 	Times int
 }
 
@@ -92,6 +95,9 @@ type Server struct {
 	backConn   *rpc.Conn           // the last connection a session's back channel was bound to
 	backSess   *session
 	cbSeq      uint32
+	flexDS     []string // SetFlex: the data servers of flexfiles mirrors
+	flexFlags  uint32   // ... and the layouts' ffl_flags
+	flexLoose  bool     // ... and whether the data servers are loosely coupled
 }
 
 type client struct {
@@ -125,6 +131,7 @@ type file struct {
 	opens  map[string]*nfs4.Stateid4 // by open owner
 	locks  map[string]*nfs4.Stateid4 // by lock owner
 	layout *nfs4.Stateid4            // the client's layout state of the file, if any
+	data   []byte                    // what was written (flexfiles.go)
 }
 
 type heldReply struct {
@@ -210,7 +217,11 @@ func (s *Server) PendingRules() []string {
 	defer s.mu.Unlock()
 	var out []string
 	for _, r := range s.rules {
-		out = append(out, fmt.Sprintf("%s x%d", opName(r.Op), r.Times))
+		fh := ""
+		if r.FH != "" {
+			fh = " fh=" + r.FH
+		}
+		out = append(out, fmt.Sprintf("%s%s x%d", opName(r.Op), fh, r.Times))
 	}
 	return out
 }
@@ -309,10 +320,11 @@ func (s *Server) logLocked(line string) {
 	s.notifyLocked()
 }
 
-// takeRule returns the first rule for op, using it up.
-func (s *Server) takeRule(op nfs4.NfsOpnum4) *Rule {
+// takeRule returns the first rule for op on the file named cur, using it
+// up.
+func (s *Server) takeRule(op nfs4.NfsOpnum4, cur string) *Rule {
 	for i, r := range s.rules {
-		if r.Op == op {
+		if r.Op == op && (r.FH == "" || r.FH == cur) {
 			r.Times--
 			if r.Times <= 0 {
 				s.rules = append(s.rules[:i], s.rules[i+1:]...)
@@ -342,7 +354,10 @@ func (s *Server) sidName(sid nfs4.Stateid4) string {
 		return fmt.Sprintf("anon/%d", sid.Seqid)
 	}
 	n, ok := s.names[sid.Other]
-	if !ok {
+	if kind, known := map[byte]string{'o': "open", 'l': "layout", 'd': "deleg", 'k': "lock"}[sid.Other[0]]; !ok && known {
+		// Another scripted server's (the MDS's, seen by a data server).
+		n = fmt.Sprintf("%s%d", kind, binary.BigEndian.Uint32(sid.Other[4:8]))
+	} else if !ok {
 		n = fmt.Sprintf("unknown%x", sid.Other[:])
 	}
 	return fmt.Sprintf("%s/%d", n, sid.Seqid)
@@ -468,6 +483,9 @@ func (s *Server) renderArg(op *nfs4.NfsArgop4) string {
 		if f := s.byFH[string(op.Opputfh.Object)]; f != nil {
 			return "PUTFH /" + f.name
 		}
+		if name, ok := strings.CutPrefix(string(op.Opputfh.Object), "fh:/"); ok && strings.Contains(name, "#m") {
+			return "PUTFH /" + name // a data file, made by this PUTFH
+		}
 		return "PUTFH ?"
 	case nfs4.OP_OPEN:
 		a := op.Opopen
@@ -484,11 +502,20 @@ func (s *Server) renderArg(op *nfs4.NfsArgop4) string {
 	case nfs4.OP_LAYOUTRETURN:
 		a := op.Oplayoutreturn
 		if lr := a.LoraLayoutreturn.LrLayout; lr != nil {
-			return "LAYOUTRETURN " + s.sidName(lr.LrfStateid)
+			return "LAYOUTRETURN " + s.sidName(lr.LrfStateid) + renderReturnBody(lr.LrfBody)
 		}
 		return "LAYOUTRETURN " + a.LoraLayoutreturn.LrReturntype.String()
 	case nfs4.OP_LAYOUTCOMMIT:
 		return "LAYOUTCOMMIT " + s.sidName(op.Oplayoutcommit.LocaStateid)
+	case nfs4.OP_LAYOUTERROR:
+		a := op.Oplayouterror
+		return fmt.Sprintf("LAYOUTERROR %s %d+%d %s", s.sidName(a.LeaStateid), a.LeaOffset, a.LeaLength, renderDevErrors(a.LeaErrors))
+	case nfs4.OP_WRITE:
+		a := op.Opwrite
+		return fmt.Sprintf("WRITE %s %d+%d", s.sidName(a.Stateid), a.Offset, len(a.Data))
+	case nfs4.OP_READ:
+		a := op.Opread
+		return fmt.Sprintf("READ %s %d+%d", s.sidName(a.Stateid), a.Offset, a.Count)
 	case nfs4.OP_LOCK:
 		a := op.Oplock
 		d := ""
