@@ -211,9 +211,13 @@ func (s *Server) flexDeviceAddr(addrs []string) ([]byte, error) {
 // device failed, for file o of a flexfiles export: the copy is marked
 // stale. Errors that say nothing about the copy (the client's state,
 // a data server asking it to retry or to go to the MDS) mark nothing.
-func (c *compound) copyFailed(o *object, device [16]byte, status nfs4.Nfsstat4) {
+// It reports whether the copy is out of service for the file now
+// (marked here, or stale or not a copy of the file already): only then
+// may a client that wrote every other copy count its write as done
+// without this one (recordErrors).
+func (c *compound) copyFailed(o *object, device [16]byte, status nfs4.Nfsstat4) (out bool) {
 	if !o.export.flex() {
-		return
+		return false
 	}
 	switch status {
 	case nfs4.NFS4_OK, nfs4.NFS4ERR_DELAY, nfs4.NFS4ERR_GRACE, nfs4.NFS4ERR_PNFS_NO_LAYOUT,
@@ -221,17 +225,18 @@ func (c *compound) copyFailed(o *object, device [16]byte, status nfs4.Nfsstat4) 
 		nfs4.NFS4ERR_EXPIRED, nfs4.NFS4ERR_ADMIN_REVOKED, nfs4.NFS4ERR_DELEG_REVOKED,
 		nfs4.NFS4ERR_OPENMODE, nfs4.NFS4ERR_ACCESS, nfs4.NFS4ERR_PERM,
 		nfs4.NFS4ERR_BADSESSION, nfs4.NFS4ERR_DEADSESSION, nfs4.NFS4ERR_STALE_CLIENTID:
-		return
+		return false
 	}
 	cf, ok := c.s.pnfs.ds.(CopyFailer)
 	if !ok {
-		return
+		return false
 	}
 	ds, marked, err := cf.CopyFailed(c.ctx, uint64(o.fh.ino), device)
 	switch {
 	case err != nil:
 		c.log.Warn("flexfiles: a copy a client reports failing could not be marked stale",
 			"ino", o.fh.ino, "device", hex.EncodeToString(device[:]), "ds", ds, "status", statusLabel(status), "err", err)
+		return false
 	case marked:
 		c.s.reports.mu.Lock()
 		c.s.reports.staled[ds]++
@@ -239,6 +244,9 @@ func (c *compound) copyFailed(o *object, device [16]byte, status nfs4.Nfsstat4) 
 		c.log.Warn("flexfiles: a copy a client reports failing is stale until healed",
 			"ino", o.fh.ino, "ds", ds, "status", statusLabel(status))
 	}
+	// Not marked without an error: the copy is stale already, or the
+	// device holds no copy of the file (CopyFailed's early returns).
+	return true
 }
 
 // flexReturn takes the reports of an ff_layoutreturn4 (the lrf_body of a

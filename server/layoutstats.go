@@ -134,15 +134,28 @@ func (c *compound) layoutError(a *nfs4.LAYOUTERROR4args) opReply {
 	if st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	c.recordErrors(id, o, a.LeaOffset, a.LeaLength, a.LeaErrors)
+	if !c.recordErrors(id, o, a.LeaOffset, a.LeaLength, a.LeaErrors) {
+		// A client that wrote every other copy takes NFS4_OK as the
+		// MDS's word that the failed copy no longer counts; if it
+		// still does (the last good copy of its range, or a failure
+		// that is about the client's state, not the copy), the client
+		// must write through the MDS instead, which writes every good
+		// copy or fails: never a write acknowledged that a good copy
+		// missed. NFS4ERR_INVAL is the status RFC 7862 §15.6 allows
+		// that no client retries as is.
+		return fail(nfs4.NFS4ERR_INVAL)
+	}
 	return ok(nil)
 }
 
 // recordErrors counts and logs a client's error reports on the range
 // [off, off+length) of file o (LAYOUTERROR, or the ff_ioerr4 of a
-// LAYOUTRETURN), and marks a failing flexfiles copy stale.
-func (c *compound) recordErrors(id state.ClientID, o *object, off, length uint64, errs []nfs4.DeviceError4) {
+// LAYOUTRETURN), and marks a failing flexfiles copy stale. On a
+// flexfiles export it reports whether every copy a failed write (WRITE,
+// COMMIT) was reported against is out of service now.
+func (c *compound) recordErrors(id state.ClientID, o *object, off, length uint64, errs []nfs4.DeviceError4) (writesOut bool) {
 	s := c.s
+	writesOut = true
 	for _, e := range errs {
 		sh := s.shares(c.ctx, uint64(o.fh.ino), e.DeDeviceid, off, length)
 		status, op := statusLabel(e.DeStatus), opLabelOf(e.DeOpnum)
@@ -156,8 +169,12 @@ func (c *compound) recordErrors(id state.ClientID, o *object, off, length uint64
 		c.log.Warn("pNFS client reports a data server error", "clientid", uint64(id), "ino", o.fh.ino,
 			"device", hex.EncodeToString(e.DeDeviceid[:]), "ds", ids, "status", status, "op", op,
 			"offset", off, "length", length)
-		c.copyFailed(o, e.DeDeviceid, e.DeStatus)
+		out := c.copyFailed(o, e.DeDeviceid, e.DeStatus)
+		if o.export.flex() && !out && (e.DeOpnum == nfs4.OP_WRITE || e.DeOpnum == nfs4.OP_COMMIT) {
+			writesOut = false
+		}
 	}
+	return writesOut
 }
 
 func (c *compound) layoutStats(a *nfs4.LAYOUTSTATS4args) opReply {

@@ -406,10 +406,25 @@ func (s *Server) sendLayoutRecall(h state.LayoutHolder, file state.FileID, fh []
 	}
 }
 
-// sendRecall sends one CB_LAYOUTRECALL to a holder on the first of its
-// sessions that answers, and returns the client's status.
-func (s *Server) sendRecall(h state.LayoutHolder, recall nfs4.Layoutrecall4, changed bool) nfs4.Nfsstat4 {
-	return s.sendRecallOf(nfs4.LAYOUT4_NFSV4_1_FILES, h, recall, changed)
+// layoutTypes lists the layout types the server's exports hand out, in
+// a fixed order.
+func (s *Server) layoutTypes() []nfs4.Layouttype4 {
+	var files, flex bool
+	for _, e := range s.ns.exports {
+		if layoutTypeOf(e) == nfs4.LAYOUT4_FLEX_FILES {
+			flex = true
+		} else {
+			files = true
+		}
+	}
+	var types []nfs4.Layouttype4
+	if files {
+		types = append(types, nfs4.LAYOUT4_NFSV4_1_FILES)
+	}
+	if flex {
+		types = append(types, nfs4.LAYOUT4_FLEX_FILES)
+	}
+	return types
 }
 
 // recallType is the layout type of the file a recall names by fh: the
@@ -460,8 +475,22 @@ func (s *Server) recallAll() {
 		seen[h.ClientID] = true
 		s.event(Event{Kind: EventLayoutRecall, ClientID: uint64(h.ClientID)})
 		go func() {
-			st := s.sendRecall(h, nfs4.Layoutrecall4{LorRecalltype: nfs4.LAYOUTRECALL4_ALL}, false)
-			if st == nfs4.NFS4ERR_NOMATCHING_LAYOUT {
+			// A CB_LAYOUTRECALL names one layout type (RFC 8881
+			// §20.3.3), and a client answers NOMATCHING_LAYOUT for a
+			// type it holds none of: recall every type the exports
+			// hand out, and forget the client's layouts only if it
+			// holds none of any type. (Recalling only the files type
+			// made the MDS drop the flexfiles layouts of a client that
+			// rightly answered NOMATCHING_LAYOUT, and refuse its
+			// LAYOUTERRORs with BAD_STATEID.)
+			none := true
+			for _, typ := range s.layoutTypes() {
+				st := s.sendRecallOf(typ, h, nfs4.Layoutrecall4{LorRecalltype: nfs4.LAYOUTRECALL4_ALL}, false)
+				if st != nfs4.NFS4ERR_NOMATCHING_LAYOUT {
+					none = false
+				}
+			}
+			if none {
 				s.st.m.LayoutReturnAll(h.ClientID)
 			}
 		}()

@@ -689,11 +689,11 @@ func TestFlexFilesMirrors(t *testing.T) {
 	// The next layout leaves the stale copy out: one mirror, and the
 	// stale copy's data server refuses the flexfiles handle.
 	waitFor(t, "a layout without the stale copy", func() bool {
-		st, _, nff := s.layoutGet(fh, open, nfs4.LAYOUTIOMODE4_RW, 0, ^uint64(0), 0)
+		st, nls, nff := s.layoutGet(fh, open, nfs4.LAYOUTIOMODE4_RW, 0, ^uint64(0), 0)
 		if st != nfs4.NFS4_OK {
 			return false
 		}
-		ff = nff
+		ls, ff = nls, nff
 		return true
 	})
 	if len(ff.FflMirrors) != 1 {
@@ -707,6 +707,37 @@ func TestFlexFilesMirrors(t *testing.T) {
 	}
 	if st := badDS.write(t, bad.FfdsFhVers[0], ff.FflMirrors[0].FfmDataServers[0].FfdsStateid, 0, data[:unit]); st != nfs4.NFS4ERR_PNFS_NO_LAYOUT {
 		t.Fatalf("WRITE to the stale copy: %v, want NFS4ERR_PNFS_NO_LAYOUT", st)
+	}
+
+	// The other copy of the same units is the last good one: a report
+	// that a WRITE to it failed cannot take it out of service, so the
+	// MDS must not answer NFS4_OK (a client takes that as leave to count
+	// its write done without the copy); nor for a write failure that is
+	// about the client's state rather than the copy. A READ failure
+	// changes no copy's data and is answered NFS4_OK.
+	last := ff.FflMirrors[0].FfmDataServers[0]
+	lastID := c.DS[agentOf[devs[last.FfdsDeviceid].addr]].Agent.ID()
+	for _, tc := range []struct {
+		name   string
+		status nfs4.Nfsstat4
+		op     nfs4.NfsOpnum4
+		want   nfs4.Nfsstat4
+	}{
+		{"WRITE to the last good copy", nfs4.NFS4ERR_NXIO, nfs4.OP_WRITE, nfs4.NFS4ERR_INVAL},
+		{"COMMIT to the last good copy", nfs4.NFS4ERR_IO, nfs4.OP_COMMIT, nfs4.NFS4ERR_INVAL},
+		{"WRITE refused for the client's state", nfs4.NFS4ERR_BAD_STATEID, nfs4.OP_WRITE, nfs4.NFS4ERR_INVAL},
+		{"READ from the last good copy", nfs4.NFS4ERR_NXIO, nfs4.OP_READ, nfs4.NFS4_OK},
+	} {
+		res, err = s.cl.Compound(putFH(fh), op(nfs4.NfsArgop4{Argop: nfs4.OP_LAYOUTERROR, Oplayouterror: &nfs4.LAYOUTERROR4args{
+			LeaOffset: 0, LeaLength: unit, LeaStateid: ls,
+			LeaErrors: []nfs4.DeviceError4{{DeDeviceid: last.FfdsDeviceid, DeStatus: tc.status, DeOpnum: tc.op}},
+		}}))
+		if got := status(t, res, err); got != tc.want {
+			t.Fatalf("%s: LAYOUTERROR answered %v, want %v", tc.name, got, tc.want)
+		}
+		if m, _, err := c.MDS.Striped.FileMap(ctxT(t), ino); err != nil || m.IsStale(lastID) {
+			t.Fatalf("%s: map %+v, %v; the last good copy on %s must stay good", tc.name, m, err, lastID)
+		}
 	}
 
 	// Healing brings the copy back: two mirrors again, each with the data.
