@@ -45,6 +45,13 @@ type EtcdOptions struct {
 	// instead of being split, which would break its atomicity.
 	MaxTxnOps   int
 	MaxTxnBytes int
+	// NoGroupCommit commits every Update in an etcd Txn of its own, one
+	// after the other, instead of sharing one Txn between concurrent
+	// Updates (see kv_etcd_group.go). For comparison in benchmarks.
+	NoGroupCommit bool
+	// MaxBatch bounds the Updates per group commit (default 128); etcd's
+	// limits (MaxTxnOps, MaxTxnBytes) bound it too.
+	MaxBatch int
 	// MaxRetries bounds how often one transaction is rerun after a
 	// conflict or a transient etcd error (default 20).
 	MaxRetries int
@@ -95,8 +102,8 @@ var errConflict = errors.New("meta: etcd transaction conflict")
 // key has no mod revision left to compare); the generation key does not.
 // The price is that any two concurrent Updates conflict, which costs
 // nothing here: Shoal runs one active metadata server, and this process
-// serialises its own Updates (mu), so conflicts only arise between
-// processes.
+// serialises its own Updates (group commit, or mu with NoGroupCommit), so
+// conflicts only arise between processes.
 type etcdKV struct {
 	cli       *clientv3.Client
 	own       bool
@@ -112,6 +119,14 @@ type etcdKV struct {
 	// fenced is set once the fence (opts.Fence) failed; it never holds
 	// again, since a create revision cannot come back.
 	fenced atomic.Bool
+
+	// Group commit (kv_etcd_group.go): calls waiting for a round, and
+	// whether a caller is committing rounds. rounds, roundCalls and
+	// fallbacks count what it did.
+	gmu                           sync.Mutex
+	pending                       []*etcdCall
+	running                       bool
+	rounds, roundCalls, fallbacks atomic.Int64
 }
 
 var _ kvStore = (*etcdKV)(nil)
@@ -134,6 +149,9 @@ func (o *EtcdOptions) fillDefaults() {
 	}
 	if o.MaxTxnBytes <= 0 {
 		o.MaxTxnBytes = 3 << 19 // 1.5 MiB
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 128
 	}
 	if o.MaxRetries <= 0 {
 		o.MaxRetries = 20
@@ -283,64 +301,19 @@ func (s *etcdKV) Update(fn func(kvTxn) error) error {
 	if s.closed.Load() {
 		return errKVClosed
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.retry("update", func() error { return s.tryUpdate(fn) })
-}
-
-func (s *etcdKV) tryUpdate(fn func(kvTxn) error) error {
-	if s.fenced.Load() {
-		return s.refused()
+	if s.opts.NoGroupCommit {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		c := &etcdCall{fn: fn}
+		return s.retry("update", func() error {
+			_, err := s.tryBatch([]*etcdCall{c})
+			if err == nil {
+				err = c.res
+			}
+			return err
+		})
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	rctx, rcancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
-	resp, err := s.cli.Get(rctx, s.gen)
-	rcancel()
-	if err != nil {
-		return &storeError{err}
-	}
-	var genRev int64
-	if len(resp.Kvs) > 0 {
-		genRev = resp.Kvs[0].ModRevision
-	}
-	t := &etcdTxn{s: s, ctx: ctx, rev: resp.Header.Revision, writes: map[string]etcdWrite{}}
-	err = fn(t)
-	if t.err != nil {
-		return t.err // fn's error, if any, came from a failed read
-	}
-	if err != nil {
-		return err
-	}
-	if len(t.writes) == 0 {
-		return nil // read-only: serialisable at the snapshot revision
-	}
-	ops, err := s.commitOps(t.writes)
-	if err != nil {
-		return err
-	}
-	nonce := newNonce()
-	ops = append(ops, clientv3.OpPut(s.gen, string(nonce)))
-	rctx, rcancel = context.WithTimeout(ctx, s.commitTimeout)
-	tr, err := s.cli.Txn(rctx).
-		If(s.conds(genRev)...).
-		Then(ops...).
-		Else(s.fenceRead()...).
-		Commit()
-	rcancel()
-	if err != nil {
-		if !retryable(&storeError{err}) {
-			return &storeError{err}
-		}
-		return s.resolve(ctx, genRev, nonce, err)
-	}
-	if !tr.Succeeded {
-		if s.fenceBroken(tr) {
-			return s.refused()
-		}
-		return errConflict
-	}
-	return nil
+	return s.group(fn)
 }
 
 // conds are a commit's conditions: no other commit since genRev, and the
@@ -500,7 +473,21 @@ type etcdTxn struct {
 	// read.
 	rev    int64
 	writes map[string]etcdWrite // nil in a View
-	err    error                // first etcd error; fails the attempt
+	// base holds the writes of the calls before this one in its group
+	// commit (nil outside one): they are read as if committed, and
+	// writes shadow them.
+	base map[string]etcdWrite
+	err  error // first etcd error; fails the attempt
+}
+
+// buffered returns the transaction's pending write of key, its own or
+// its group's.
+func (t *etcdTxn) buffered(key string) (etcdWrite, bool) {
+	if w, ok := t.writes[key]; ok {
+		return w, true
+	}
+	w, ok := t.base[key]
+	return w, ok
 }
 
 var _ kvTxn = (*etcdTxn)(nil)
@@ -538,7 +525,7 @@ func (t *etcdTxn) get(key string, opts ...clientv3.OpOption) (*clientv3.GetRespo
 }
 
 func (t *etcdTxn) Get(key []byte) ([]byte, error) {
-	if w, ok := t.writes[string(key)]; ok {
+	if w, ok := t.buffered(string(key)); ok {
 		if w.del {
 			return nil, nil
 		}
@@ -580,7 +567,7 @@ func (t *etcdTxn) GetMany(keys [][]byte) ([][]byte, error) {
 	vals := make([][]byte, len(keys))
 	var fetch []int // indexes of the keys to read from etcd
 	for i, k := range keys {
-		if w, ok := t.writes[string(k)]; ok {
+		if w, ok := t.buffered(string(k)); ok {
 			if !w.del {
 				vals[i] = w.val
 			}
@@ -679,19 +666,22 @@ func (t *etcdTxn) Scan(prefix, start []byte, fn func(k, v []byte) bool) error {
 	}
 	end := clientv3.GetPrefixRangeEnd(t.s.data + string(prefix))
 	var pending []string // buffered keys in range, sorted
-	for k := range t.writes {
-		if strings.HasPrefix(k, string(prefix)) && k >= string(from) {
-			pending = append(pending, k)
+	for _, m := range []map[string]etcdWrite{t.writes, t.base} {
+		for k := range m {
+			if strings.HasPrefix(k, string(prefix)) && k >= string(from) {
+				pending = append(pending, k)
+			}
 		}
 	}
 	slices.Sort(pending)
+	pending = slices.Compact(pending) // a key in both maps
 	// emitPending emits buffered puts with keys below limit (all if
 	// limit is nil); it reports false once fn asks to stop.
 	emitPending := func(limit *string) bool {
 		for len(pending) > 0 && (limit == nil || pending[0] < *limit) {
 			k := pending[0]
 			pending = pending[1:]
-			if w := t.writes[k]; !w.del && !fn([]byte(k), w.val) {
+			if w, _ := t.buffered(k); !w.del && !fn([]byte(k), w.val) {
 				return false
 			}
 		}
