@@ -127,6 +127,25 @@ type etcdKV struct {
 	pending                       []*etcdCall
 	running                       bool
 	rounds, roundCalls, fallbacks atomic.Int64
+
+	// seen is the highest revision this engine committed or read; no
+	// read is answered from an older one (see etcdTxn.get).
+	seen atomic.Int64
+	// snapRev and snapGen, if snapRev is not 0, are a snapshot revision
+	// the next round may start from without reading gen, and gen's mod
+	// revision in it: the engine's own last commit (tryBatch). Only the
+	// committer (running, or mu with NoGroupCommit) uses them.
+	snapRev, snapGen int64
+}
+
+// saw records that the engine committed or read revision rev.
+func (s *etcdKV) saw(rev int64) {
+	for {
+		cur := s.seen.Load()
+		if rev <= cur || s.seen.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
 }
 
 var _ kvStore = (*etcdKV)(nil)
@@ -175,10 +194,14 @@ func openEtcdKV(ctx context.Context, opts EtcdOptions) (*etcdKV, error) {
 	// apart now rather than on the first metadata operation.
 	pctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
 	defer cancel()
-	if _, err := s.cli.Get(pctx, s.gen); err != nil {
+	resp, err := s.cli.Get(pctx, s.gen)
+	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("meta: etcd %v: %w", opts.Endpoints, err)
 	}
+	// A linearisable read: every change committed before the engine
+	// opened (a previous metadata server's) is visible to its reads.
+	s.saw(resp.Header.Revision)
 	return s, nil
 }
 
@@ -419,12 +442,13 @@ func (s *etcdKV) resolve(ctx context.Context, genRev int64, nonce []byte, cause 
 				return s.refused()
 			}
 		}
-		first, err := s.firstGenAfter(ctx, genRev)
+		first, rev, err := s.firstGenAfter(ctx, genRev)
 		if err != nil {
 			last = err
 			continue
 		}
 		if bytes.Equal(first, nonce) {
+			s.saw(rev)
 			return nil
 		}
 		return errConflict // not committed and never will be: run fn again
@@ -432,24 +456,25 @@ func (s *etcdKV) resolve(ctx context.Context, genRev int64, nonce []byte, cause 
 	return fmt.Errorf("%w: etcd commit outcome unknown: %w", ErrUnavailable, last)
 }
 
-// firstGenAfter returns the value gen was first given after revision rev.
-func (s *etcdKV) firstGenAfter(ctx context.Context, rev int64) ([]byte, error) {
+// firstGenAfter returns the value gen was first given after revision rev,
+// and the revision of that change.
+func (s *etcdKV) firstGenAfter(ctx context.Context, rev int64) ([]byte, int64, error) {
 	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), s.opts.RequestTimeout)
 	defer cancel()
 	for wr := range s.cli.Watch(wctx, s.gen, clientv3.WithRev(rev+1)) {
 		if err := wr.Err(); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == clientv3.EventTypePut {
-				return ev.Kv.Value, nil
+				return ev.Kv.Value, ev.Kv.ModRevision, nil
 			}
 		}
 	}
 	if err := wctx.Err(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return nil, errors.New("meta: etcd watch closed")
+	return nil, 0, errors.New("meta: etcd watch closed")
 }
 
 const nonceLen = 16
@@ -497,6 +522,19 @@ var _ kvTxn = (*etcdTxn)(nil)
 // without a round trip to the leader): a revision's contents never change,
 // so a member that has applied rev answers exactly as the leader would,
 // and one that has not says so (ErrFutureRev) and is asked linearisably.
+//
+// The first read of a View, which fixes its revision, is serialisable
+// too, and taken only if the member's revision is at least the engine's
+// seen revision: every change this engine committed (an Update records
+// its commit's revision before it returns) and every revision any of its
+// reads saw. Otherwise it is asked again linearisably. So no read misses
+// a change this engine made or goes back behind one it showed, without
+// the quorum round trip (etcd's ReadIndex) of a linearisable read on a
+// cluster of several members. Changes made by other processes are seen
+// once the member answering has applied them; under the engine's
+// assumption of one active metadata server per prefix, whose successor
+// opens its engine with a linearisable read (openEtcdKV), there are none
+// that matter.
 func (t *etcdTxn) get(key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	if t.err != nil {
 		return nil, t.err
@@ -506,9 +544,13 @@ func (t *etcdTxn) get(key string, opts ...clientv3.OpOption) (*clientv3.GetRespo
 	var resp *clientv3.GetResponse
 	var err error
 	if t.rev == 0 {
-		resp, err = t.s.cli.Get(ctx, key, opts...)
+		resp, err = t.s.cli.Get(ctx, key, append(opts, clientv3.WithSerializable())...)
+		if err != nil || resp.Header.Revision < t.s.seen.Load() {
+			resp, err = t.s.cli.Get(ctx, key, opts...)
+		}
 		if err == nil {
 			t.rev = resp.Header.Revision
+			t.s.saw(t.rev)
 		}
 	} else {
 		opts = append(opts, clientv3.WithRev(t.rev))
@@ -609,9 +651,13 @@ func (t *etcdTxn) getBatch(keys [][]byte, idx []int, vals [][]byte) error {
 	var err error
 	if t.rev == 0 {
 		// A read-only Txn reads one revision, the one in its header.
-		resp, err = txn(ctx)
+		resp, err = txn(ctx, clientv3.WithSerializable())
+		if err != nil || resp.Header.Revision < t.s.seen.Load() {
+			resp, err = txn(ctx)
+		}
 		if err == nil {
 			t.rev = resp.Header.Revision
+			t.s.saw(t.rev)
 		}
 	} else {
 		resp, err = txn(ctx, clientv3.WithRev(t.rev), clientv3.WithSerializable())

@@ -21,7 +21,10 @@ import (
 // caller waits for a timer, so the latency of a lone caller is unchanged.
 //
 // A round (tryBatch) reads the generation key once, which fixes one
-// snapshot revision R for the whole group, then runs the calls one after
+// snapshot revision R for the whole group (or, after a commit of its own,
+// starts from that commit's revision, where it knows gen's mod revision
+// without asking: one linearisable read, a quorum round trip on a cluster
+// of several members, fewer per round), then runs the calls one after
 // the other, each against R overlaid with the writes of the calls before
 // it (etcdTxn.base): call i sees exactly the state calls 0..i-1 left, as
 // if they had committed alone. A call whose function fails contributes no
@@ -163,21 +166,31 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rctx, rcancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
-	resp, err := s.cli.Get(rctx, s.gen)
-	rcancel()
-	if err != nil {
-		return 0, &storeError{err}
+	rev, genRev := s.snapRev, s.snapGen
+	s.snapRev = 0 // set again below if the round leaves a usable snapshot
+	if rev < s.seen.Load() {
+		// A read saw a later revision (another process wrote, if
+		// only outside the prefix): start from there, not before it.
+		rev = 0
 	}
-	var genRev int64
-	if len(resp.Kvs) > 0 {
-		genRev = resp.Kvs[0].ModRevision
+	if rev == 0 {
+		rctx, rcancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
+		resp, err := s.cli.Get(rctx, s.gen)
+		rcancel()
+		if err != nil {
+			return 0, &storeError{err}
+		}
+		rev = resp.Header.Revision
+		if len(resp.Kvs) > 0 {
+			genRev = resp.Kvs[0].ModRevision
+		}
+		s.saw(rev)
 	}
 	var merged map[string]etcdWrite
 	var size txnSize
 	n = len(calls)
 	for i, c := range calls {
-		t := &etcdTxn{s: s, ctx: ctx, rev: resp.Header.Revision, writes: map[string]etcdWrite{}, base: merged}
+		t := &etcdTxn{s: s, ctx: ctx, rev: rev, writes: map[string]etcdWrite{}, base: merged}
 		c.res = c.fn(t)
 		if t.err != nil {
 			return 0, t.err // fn's error, if any, came from a failed read
@@ -208,7 +221,10 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 		}
 	}
 	if len(merged) == 0 {
-		return n, nil // read-only: serialisable at the snapshot revision
+		// Read-only: serialisable at the snapshot revision, which is
+		// still as good a start for the next round.
+		s.snapRev, s.snapGen = rev, genRev
+		return n, nil
 	}
 	ops, err := s.commitOps(merged)
 	if err != nil {
@@ -216,7 +232,7 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 	}
 	nonce := newNonce()
 	ops = append(ops, clientv3.OpPut(s.gen, string(nonce)))
-	rctx, rcancel = context.WithTimeout(ctx, s.commitTimeout)
+	rctx, rcancel := context.WithTimeout(ctx, s.commitTimeout)
 	tr, err := s.cli.Txn(rctx).
 		If(s.conds(genRev)...).
 		Then(ops...).
@@ -235,6 +251,12 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 		}
 		return 0, errConflict
 	}
+	// The Txn's revision is the state right after it, with gen last
+	// changed by it: the next round starts from there without reading
+	// gen. If another process commits meanwhile, that round conflicts
+	// and its retry reads gen afresh.
+	s.snapRev, s.snapGen = tr.Header.Revision, tr.Header.Revision
+	s.saw(tr.Header.Revision)
 	return n, nil
 }
 

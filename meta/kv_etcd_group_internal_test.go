@@ -343,3 +343,83 @@ func TestEtcdGroupLostReplies(t *testing.T) {
 		}
 	}
 }
+
+// TestEtcdReadRevisions checks what spares etcd's quorum reads: an Update
+// after the engine's own commit starts from that commit's revision
+// without reading the generation key, a View reads serialisably, and
+// neither misses a change, whether this engine made it or another
+// process did (the other process's commit makes the next Update conflict
+// and start afresh; a View that has seen it never reads behind it).
+func TestEtcdReadRevisions(t *testing.T) {
+	c := etcdtest.Start(t, 1, etcdtest.Options{NoFsync: true})
+	kv, ck := openCountingEtcdKV(t, c, "/revs", EtcdOptions{})
+	other := openTestEtcdKV(t, c, "/revs", EtcdOptions{})
+	count := func(s *etcdKV) int {
+		t.Helper()
+		n, _ := readState(t, s, "count")
+		return n
+	}
+	id := 0
+	step := func(s *etcdKV) {
+		t.Helper()
+		if err := s.Update(incr("count", id)); err != nil {
+			t.Fatal(err)
+		}
+		id++
+	}
+	step(kv) // reads gen: nothing committed by kv yet
+	for i := range 3 {
+		gets, linear, txns := ck.gets.Load(), ck.linearGets.Load(), ck.txns.Load()
+		step(kv)
+		// incr reads two keys at the snapshot revision, serialisably,
+		// and commits: no read of gen, nothing linearisable.
+		if g, l, x := ck.gets.Load()-gets, ck.linearGets.Load()-linear, ck.txns.Load()-txns; g != 2 || l != 0 || x != 1 {
+			t.Errorf("update %d after a commit: %d gets (%d linearisable), %d txns; want 2 (0), 1", i, g, l, x)
+		}
+	}
+	linear := ck.linearGets.Load()
+	if n := count(kv); n != 4 {
+		t.Fatalf("count %d after 4 updates", n)
+	}
+	if l := ck.linearGets.Load() - linear; l != 0 {
+		t.Errorf("a View after the engine's own commit made %d linearisable reads, want 0", l)
+	}
+
+	// Another process commits: kv's next Update conflicts once and
+	// counts it.
+	step(other)
+	txns := ck.txns.Load()
+	step(kv)
+	if x := ck.txns.Load() - txns; x != 2 {
+		t.Errorf("update after another engine's commit took %d txns, want 2 (a conflict, then the commit)", x)
+	}
+	if n := count(kv); n != 6 {
+		t.Fatalf("count %d, want 6", n)
+	}
+	// Once a View of kv has seen another commit, kv's next Update
+	// starts from a fresh read of gen instead of its own commit.
+	step(other)
+	if n := count(kv); n != 7 {
+		t.Fatalf("count %d after another engine's update, want 7", n)
+	}
+	txns, linear = ck.txns.Load(), ck.linearGets.Load()
+	step(kv)
+	if x, l := ck.txns.Load()-txns, ck.linearGets.Load()-linear; x != 1 || l != 1 {
+		t.Errorf("update after a View saw another engine's commit: %d txns, %d linearisable gets; want 1, 1", x, l)
+	}
+	// kv has seen the other's revision; a View never reads behind it.
+	if rev := kv.seen.Load(); rev == 0 {
+		t.Fatal("no revision recorded as seen")
+	}
+	var viewRev int64
+	if err := kv.View(func(tx kvTxn) error {
+		_, err := tx.Get([]byte("count"))
+		viewRev = tx.(*etcdTxn).rev
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if viewRev < kv.seen.Load() || viewRev < kv.snapRev {
+		t.Errorf("view at revision %d, behind the seen %d", viewRev, kv.seen.Load())
+	}
+}
