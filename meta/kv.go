@@ -61,3 +61,21 @@ type kvStore interface {
 
 // errKVClosed is returned by stores after Close.
 var errKVClosed = errors.New("meta: kv store closed")
+
+// kvPrefetcher is implemented by transactions for which reading several
+// keys together is cheaper than one at a time (etcd's, see
+// kvBatchGetter). Prefetch reads keys so that later Gets of them in the
+// transaction are answered without another round trip. Engines name the
+// keys an operation is about to read at its start (prefetch); for other
+// transactions it does nothing.
+type kvPrefetcher interface {
+	Prefetch(keys [][]byte) error
+}
+
+// prefetch hints that t will read keys.
+func prefetch(t kvTxn, keys ...[]byte) error {
+	if p, ok := t.(kvPrefetcher); ok {
+		return p.Prefetch(keys)
+	}
+	return nil
+}

@@ -502,6 +502,10 @@ type etcdTxn struct {
 	// commit (nil outside one): they are read as if committed, and
 	// writes shadow them.
 	base map[string]etcdWrite
+	// read holds what reads of the snapshot returned (nil for absent
+	// keys): the snapshot never changes, so a key is read from etcd at
+	// most once per attempt (Prefetch fills it ahead of the Gets).
+	read map[string][]byte
 	err  error // first etcd error; fails the attempt
 }
 
@@ -573,14 +577,36 @@ func (t *etcdTxn) Get(key []byte) ([]byte, error) {
 		}
 		return w.val, nil
 	}
+	if v, ok := t.read[string(key)]; ok {
+		return v, nil
+	}
 	resp, err := t.get(t.s.data + string(key))
 	if err != nil {
 		return nil, err
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, nil
+	var v []byte
+	if len(resp.Kvs) > 0 {
+		v = nonNil(resp.Kvs[0].Value)
 	}
-	return nonNil(resp.Kvs[0].Value), nil
+	t.remember(string(key), v)
+	return v, nil
+}
+
+// remember records that key has value v (nil: absent) in the snapshot.
+func (t *etcdTxn) remember(key string, v []byte) {
+	if t.read == nil {
+		t.read = map[string][]byte{}
+	}
+	t.read[key] = v
+}
+
+var _ kvPrefetcher = (*etcdTxn)(nil)
+
+// Prefetch reads the keys not yet read or written in one GetMany, so that
+// an operation's first reads cost one round trip together.
+func (t *etcdTxn) Prefetch(keys [][]byte) error {
+	_, err := t.GetMany(keys)
+	return err
 }
 
 var _ kvBatchGetter = (*etcdTxn)(nil)
@@ -613,6 +639,10 @@ func (t *etcdTxn) GetMany(keys [][]byte) ([][]byte, error) {
 			if !w.del {
 				vals[i] = w.val
 			}
+			continue
+		}
+		if v, ok := t.read[string(k)]; ok {
+			vals[i] = v
 			continue
 		}
 		fetch = append(fetch, i)
@@ -681,6 +711,7 @@ func (t *etcdTxn) getBatch(keys [][]byte, idx []int, vals [][]byte) error {
 		if len(r.Kvs) > 0 {
 			vals[i] = nonNil(r.Kvs[0].Value)
 		}
+		t.remember(string(keys[i]), vals[i])
 	}
 	return nil
 }
