@@ -48,8 +48,10 @@ func getMany(t kvTxn, keys [][]byte) ([][]byte, error) {
 
 // kvStore is the storage engine beneath the metadata engine. Transactions
 // are serializable. The function passed to Update may run more than once (a
-// store may retry on conflict or replay it after a failed group commit), so
-// it must have no effects besides its transaction and assigning its results.
+// store may retry on conflict, replay it after a failed group commit, or
+// run it ahead to learn what it reads, concurrently with the functions of
+// other Updates: etcd's readAhead), so it must have no effects besides its
+// transaction and assigning its results, and only its last run counts.
 // Update returns only when the transaction is durable. Engines keep each
 // transaction small (a handful of keys, or ReadDir's max entries), so stores
 // with per-transaction limits, like etcd, fit.

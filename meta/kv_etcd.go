@@ -502,10 +502,11 @@ type etcdTxn struct {
 	// commit (nil outside one): they are read as if committed, and
 	// writes shadow them.
 	base map[string]etcdWrite
-	// read holds what reads of the snapshot returned (nil for absent
-	// keys): the snapshot never changes, so a key is read from etcd at
-	// most once per attempt (Prefetch fills it ahead of the Gets).
-	read map[string][]byte
+	// read holds what reads of the snapshot returned: the snapshot never
+	// changes, so a key is read from etcd once per attempt (Prefetch
+	// fills it ahead of the Gets), or once per round for all the calls
+	// of a group commit, which share it.
+	read *snapReads
 	err  error // first etcd error; fails the attempt
 }
 
@@ -525,7 +526,11 @@ var _ kvTxn = (*etcdTxn)(nil)
 // are serialisable (answered by whichever member the client talks to,
 // without a round trip to the leader): a revision's contents never change,
 // so a member that has applied rev answers exactly as the leader would,
-// and one that has not says so (ErrFutureRev) and is asked linearisably.
+// and one that has not says so (ErrFutureRev). Then the read is tried
+// again (futureRetries times: the client sends each request to the next
+// member, and at least the leader and the member that answered the commit
+// have applied it) before it is asked linearisably, which costs etcd a
+// quorum round (ReadIndex).
 //
 // The first read of a View, which fixes its revision, is serialisable
 // too, and taken only if the member's revision is at least the engine's
@@ -559,6 +564,9 @@ func (t *etcdTxn) get(key string, opts ...clientv3.OpOption) (*clientv3.GetRespo
 	} else {
 		opts = append(opts, clientv3.WithRev(t.rev))
 		resp, err = t.s.cli.Get(ctx, key, append(opts, clientv3.WithSerializable())...)
+		for i := 0; i < futureRetries && errors.Is(err, rpctypes.ErrFutureRev); i++ {
+			resp, err = t.s.cli.Get(ctx, key, append(opts, clientv3.WithSerializable())...)
+		}
 		if errors.Is(err, rpctypes.ErrFutureRev) {
 			resp, err = t.s.cli.Get(ctx, key, opts...)
 		}
@@ -577,7 +585,7 @@ func (t *etcdTxn) Get(key []byte) ([]byte, error) {
 		}
 		return w.val, nil
 	}
-	if v, ok := t.read[string(key)]; ok {
+	if v, ok := t.read.get(string(key)); ok {
 		return v, nil
 	}
 	resp, err := t.get(t.s.data + string(key))
@@ -595,9 +603,35 @@ func (t *etcdTxn) Get(key []byte) ([]byte, error) {
 // remember records that key has value v (nil: absent) in the snapshot.
 func (t *etcdTxn) remember(key string, v []byte) {
 	if t.read == nil {
-		t.read = map[string][]byte{}
+		t.read = &snapReads{}
 	}
-	t.read[key] = v
+	t.read.put(key, v)
+}
+
+// snapReads are values read from one snapshot revision (nil: absent),
+// safe for concurrent use.
+type snapReads struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (r *snapReads) get(key string) ([]byte, bool) {
+	if r == nil {
+		return nil, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v, ok := r.m[key]
+	return v, ok
+}
+
+func (r *snapReads) put(key string, v []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string][]byte{}
+	}
+	r.m[key] = v
 }
 
 var _ kvPrefetcher = (*etcdTxn)(nil)
@@ -641,7 +675,7 @@ func (t *etcdTxn) GetMany(keys [][]byte) ([][]byte, error) {
 			}
 			continue
 		}
-		if v, ok := t.read[string(k)]; ok {
+		if v, ok := t.read.get(string(k)); ok {
 			vals[i] = v
 			continue
 		}
@@ -691,6 +725,9 @@ func (t *etcdTxn) getBatch(keys [][]byte, idx []int, vals [][]byte) error {
 		}
 	} else {
 		resp, err = txn(ctx, clientv3.WithRev(t.rev), clientv3.WithSerializable())
+		for i := 0; i < futureRetries && errors.Is(err, rpctypes.ErrFutureRev); i++ {
+			resp, err = txn(ctx, clientv3.WithRev(t.rev), clientv3.WithSerializable())
+		}
 		if errors.Is(err, rpctypes.ErrFutureRev) {
 			resp, err = txn(ctx, clientv3.WithRev(t.rev))
 		}
@@ -790,6 +827,11 @@ func (t *etcdTxn) Scan(prefix, start []byte, fn func(k, v []byte) bool) error {
 	emitPending(nil)
 	return nil
 }
+
+// futureRetries is how often a serialisable read of a revision the member
+// has not applied yet is tried again before a linearisable one: the other
+// members of a cluster of three.
+const futureRetries = 2
 
 // nonNil maps the nil that protobuf decodes an empty value to back to an
 // empty value, since nil means "absent".

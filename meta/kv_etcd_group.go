@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -41,6 +42,13 @@ import (
 // ErrFenced (the fence, which would refuse each of them alone). A lost
 // reply is resolved for the group as for one call: the group's nonce
 // either replaced the generation or never will.
+//
+// Running the calls one after the other would pay their reads one after
+// the other too, a round trip each. So a round first runs all its calls
+// at once, each alone on the snapshot, only to read (readAhead), and the
+// real run in order then finds what it reads in the round's cache of the
+// snapshot: what every call reads costs about one round trip for the
+// round, not one per call.
 //
 // etcd refuses a Txn with more than --max-txn-ops operations or
 // --max-request-bytes, so a round takes calls only while the union of
@@ -186,11 +194,15 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 		}
 		s.saw(rev)
 	}
+	reads := &snapReads{}
+	if len(calls) > 1 {
+		s.readAhead(ctx, rev, reads, calls)
+	}
 	var merged map[string]etcdWrite
 	var size txnSize
 	n = len(calls)
 	for i, c := range calls {
-		t := &etcdTxn{s: s, ctx: ctx, rev: rev, writes: map[string]etcdWrite{}, base: merged}
+		t := &etcdTxn{s: s, ctx: ctx, rev: rev, writes: map[string]etcdWrite{}, base: merged, read: reads}
 		c.res = c.fn(t)
 		if t.err != nil {
 			return 0, t.err // fn's error, if any, came from a failed read
@@ -259,6 +271,32 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 	s.saw(tr.Header.Revision)
 	return n, nil
 }
+
+// readAhead runs the calls of a round at once, each alone on the
+// snapshot at rev, for what they read: their reads fill reads, and the
+// calls' real run, one after the other with the writes of those before
+// (tryBatch), then finds most of what it reads there instead of paying a
+// round trip per read in turn. The snapshot is the same for both runs, so
+// a value read ahead is exactly what the real run would read from etcd;
+// where an earlier call's write shadows it, the write wins as always.
+// What the calls do here is discarded, results and errors alike (kvStore
+// allows a function to run more than once): only the real run counts.
+func (s *etcdKV) readAhead(ctx context.Context, rev int64, reads *snapReads, calls []*etcdCall) {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, readAheadConc)
+	for _, c := range calls {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			_ = c.fn(&etcdTxn{s: s, ctx: ctx, rev: rev, writes: map[string]etcdWrite{}, read: reads})
+		}()
+	}
+	wg.Wait()
+}
+
+// readAheadConc bounds the calls readAhead runs at once.
+const readAheadConc = 32
 
 // txnSize tracks the operations and request bytes of a round's Txn, as
 // commitOps counts them, the generation key included.
