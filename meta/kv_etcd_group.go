@@ -22,15 +22,16 @@ import (
 // caller waits for a timer, so the latency of a lone caller is unchanged.
 //
 // A round (tryBatch) reads the generation key once, which fixes one
-// snapshot revision R for the whole group (or, after a commit of its own,
-// starts from that commit's revision, where it knows gen's mod revision
-// without asking: one linearisable read, a quorum round trip on a cluster
-// of several members, fewer per round), then runs the calls one after
-// the other, each against R overlaid with the writes of the calls before
-// it (etcdTxn.base): call i sees exactly the state calls 0..i-1 left, as
-// if they had committed alone. A call whose function fails contributes no
-// writes; its writes are simply dropped from the overlay, and its error is
-// what the calls after it could observe (nothing). The union of the
+// snapshot revision R for the whole group. After a commit of its own it
+// does not even read it: the commit's revision is a snapshot in which it
+// knows gen's mod revision, and a linearisable read (a quorum round trip
+// on a cluster of several members) is saved. The round then runs the
+// calls one after the other, each against R overlaid with the writes of
+// the calls before it (etcdTxn.base): call i sees exactly the state calls
+// 0..i-1 left, as if they had committed alone. A call whose function
+// returns an error contributes no writes (its buffered writes never enter
+// the overlay), so the calls after it see the state it would have left
+// had it run and failed alone. The union of the
 // writes, the generation key's new nonce included, is one etcd Txn whose
 // condition is the one every call would have had on its own: the
 // generation key still at R's mod revision and, with a fence, the
