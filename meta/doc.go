@@ -220,8 +220,12 @@
 // see whether its own commit was the one that replaced it.
 //
 // Any two concurrent Updates conflict, so the engine assumes a single
-// active metadata server per prefix. It serialises its own Updates, so
-// only a second process writing the same prefix causes retries; two
+// active metadata server per prefix. It serialises its own Updates, and
+// commits those that arrive while a commit is in flight together: one
+// snapshot, each Update seeing the writes of the ones before it, one etcd
+// Txn under the same condition each would have had alone (group commit,
+// kv_etcd_group.go; EtcdOptions.NoGroupCommit turns it off). So only a
+// second process writing the same prefix causes retries; two
 // metadata servers on one prefix stay consistent but are not a supported
 // configuration, because the NFS server keeps state in memory (opens,
 // locks, caches) that assumes it owns the namespace.
@@ -234,6 +238,11 @@
 // target of at most 64 KiB and an inode's extended attributes, at most
 // MaxXattrBytes (256 KiB) together. A transaction that would not fit fails whole with
 // ErrTxnTooLarge; it is never split, which would break its atomicity.
+// Reads are serialisable, answered by the member the client asks without
+// a quorum round trip, but never from a revision older than the newest
+// one the engine committed or read (etcdTxn.get): with one metadata
+// server per prefix that is every change there is.
+//
 // Reads are not limited: scans page through etcd (EtcdOptions.ScanPage),
 // so a large directory is never loaded at once. A single Get is a round
 // trip to etcd; ReadDir reads its entries' dentries and inodes in batches

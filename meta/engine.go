@@ -473,6 +473,9 @@ func (e *kvEngine) Lookup(ctx context.Context, parent Ino, name string) (Node, e
 		found bool
 	)
 	err := e.view(ctx, func(x *tx) error {
+		if err := prefetch(x.t, inodeKey(parent), dentryKey(parent, name)); err != nil {
+			return err
+		}
 		dir, err := x.dir(parent)
 		if err != nil {
 			return err
@@ -531,6 +534,10 @@ func (e *kvEngine) Create(ctx context.Context, parent Ino, name string, args Cre
 	var ci ChangeInfo
 	err := e.update(ctx, func(x *tx) error {
 		nd, ci = Node{}, ChangeInfo{}
+		// What a create reads, in one round trip on etcd.
+		if err := prefetch(x.t, inodeKey(parent), dentryKey(parent, name), policyKey(parent), keyNextIno, keyFiles); err != nil {
+			return err
+		}
 		dir, err := x.dir(parent)
 		if err != nil {
 			return err
@@ -697,6 +704,9 @@ func (e *kvEngine) Remove(ctx context.Context, parent Ino, name string, now time
 	var nd Node
 	var ci ChangeInfo
 	err := e.update(ctx, func(x *tx) error {
+		if err := prefetch(x.t, inodeKey(parent), dentryKey(parent, name)); err != nil {
+			return err
+		}
 		dir, err := x.dir(parent)
 		if err != nil {
 			return err

@@ -48,8 +48,10 @@ func getMany(t kvTxn, keys [][]byte) ([][]byte, error) {
 
 // kvStore is the storage engine beneath the metadata engine. Transactions
 // are serializable. The function passed to Update may run more than once (a
-// store may retry on conflict or replay it after a failed group commit), so
-// it must have no effects besides its transaction and assigning its results.
+// store may retry on conflict, replay it after a failed group commit, or
+// run it ahead to learn what it reads, concurrently with the functions of
+// other Updates: etcd's readAhead), so it must have no effects besides its
+// transaction and assigning its results, and only its last run counts.
 // Update returns only when the transaction is durable. Engines keep each
 // transaction small (a handful of keys, or ReadDir's max entries), so stores
 // with per-transaction limits, like etcd, fit.
@@ -61,3 +63,21 @@ type kvStore interface {
 
 // errKVClosed is returned by stores after Close.
 var errKVClosed = errors.New("meta: kv store closed")
+
+// kvPrefetcher is implemented by transactions for which reading several
+// keys together is cheaper than one at a time (etcd's, see
+// kvBatchGetter). Prefetch reads keys so that later Gets of them in the
+// transaction are answered without another round trip. Engines name the
+// keys an operation is about to read at its start (prefetch); for other
+// transactions it does nothing.
+type kvPrefetcher interface {
+	Prefetch(keys [][]byte) error
+}
+
+// prefetch hints that t will read keys.
+func prefetch(t kvTxn, keys ...[]byte) error {
+	if p, ok := t.(kvPrefetcher); ok {
+		return p.Prefetch(keys)
+	}
+	return nil
+}

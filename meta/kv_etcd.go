@@ -45,6 +45,13 @@ type EtcdOptions struct {
 	// instead of being split, which would break its atomicity.
 	MaxTxnOps   int
 	MaxTxnBytes int
+	// NoGroupCommit commits every Update in an etcd Txn of its own, one
+	// after the other, instead of sharing one Txn between concurrent
+	// Updates (see kv_etcd_group.go). For comparison in benchmarks.
+	NoGroupCommit bool
+	// MaxBatch bounds the Updates per group commit (default 128); etcd's
+	// limits (MaxTxnOps, MaxTxnBytes) bound it too.
+	MaxBatch int
 	// MaxRetries bounds how often one transaction is rerun after a
 	// conflict or a transient etcd error (default 20).
 	MaxRetries int
@@ -95,8 +102,8 @@ var errConflict = errors.New("meta: etcd transaction conflict")
 // key has no mod revision left to compare); the generation key does not.
 // The price is that any two concurrent Updates conflict, which costs
 // nothing here: Shoal runs one active metadata server, and this process
-// serialises its own Updates (mu), so conflicts only arise between
-// processes.
+// serialises its own Updates (group commit, or mu with NoGroupCommit), so
+// conflicts only arise between processes.
 type etcdKV struct {
 	cli       *clientv3.Client
 	own       bool
@@ -112,6 +119,33 @@ type etcdKV struct {
 	// fenced is set once the fence (opts.Fence) failed; it never holds
 	// again, since a create revision cannot come back.
 	fenced atomic.Bool
+
+	// Group commit (kv_etcd_group.go): calls waiting for a round, and
+	// whether a caller is committing rounds. rounds, roundCalls and
+	// fallbacks count what it did.
+	gmu                           sync.Mutex
+	pending                       []*etcdCall
+	running                       bool
+	rounds, roundCalls, fallbacks atomic.Int64
+
+	// seen is the highest revision this engine committed or read; no
+	// read is answered from an older one (see etcdTxn.get).
+	seen atomic.Int64
+	// snapRev and snapGen, if snapRev is not 0, are a snapshot revision
+	// the next round may start from without reading gen, and gen's mod
+	// revision in it: the engine's own last commit (tryBatch). Only the
+	// committer (running, or mu with NoGroupCommit) uses them.
+	snapRev, snapGen int64
+}
+
+// saw records that the engine committed or read revision rev.
+func (s *etcdKV) saw(rev int64) {
+	for {
+		cur := s.seen.Load()
+		if rev <= cur || s.seen.CompareAndSwap(cur, rev) {
+			return
+		}
+	}
 }
 
 var _ kvStore = (*etcdKV)(nil)
@@ -135,6 +169,9 @@ func (o *EtcdOptions) fillDefaults() {
 	if o.MaxTxnBytes <= 0 {
 		o.MaxTxnBytes = 3 << 19 // 1.5 MiB
 	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 128
+	}
 	if o.MaxRetries <= 0 {
 		o.MaxRetries = 20
 	}
@@ -157,10 +194,14 @@ func openEtcdKV(ctx context.Context, opts EtcdOptions) (*etcdKV, error) {
 	// apart now rather than on the first metadata operation.
 	pctx, cancel := context.WithTimeout(ctx, opts.DialTimeout)
 	defer cancel()
-	if _, err := s.cli.Get(pctx, s.gen); err != nil {
+	resp, err := s.cli.Get(pctx, s.gen)
+	if err != nil {
 		s.Close()
 		return nil, fmt.Errorf("meta: etcd %v: %w", opts.Endpoints, err)
 	}
+	// A linearisable read: every change committed before the engine
+	// opened (a previous metadata server's) is visible to its reads.
+	s.saw(resp.Header.Revision)
 	return s, nil
 }
 
@@ -283,64 +324,19 @@ func (s *etcdKV) Update(fn func(kvTxn) error) error {
 	if s.closed.Load() {
 		return errKVClosed
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.retry("update", func() error { return s.tryUpdate(fn) })
-}
-
-func (s *etcdKV) tryUpdate(fn func(kvTxn) error) error {
-	if s.fenced.Load() {
-		return s.refused()
+	if s.opts.NoGroupCommit {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		c := &etcdCall{fn: fn}
+		return s.retry("update", func() error {
+			_, err := s.tryBatch([]*etcdCall{c})
+			if err == nil {
+				err = c.res
+			}
+			return err
+		})
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	rctx, rcancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
-	resp, err := s.cli.Get(rctx, s.gen)
-	rcancel()
-	if err != nil {
-		return &storeError{err}
-	}
-	var genRev int64
-	if len(resp.Kvs) > 0 {
-		genRev = resp.Kvs[0].ModRevision
-	}
-	t := &etcdTxn{s: s, ctx: ctx, rev: resp.Header.Revision, writes: map[string]etcdWrite{}}
-	err = fn(t)
-	if t.err != nil {
-		return t.err // fn's error, if any, came from a failed read
-	}
-	if err != nil {
-		return err
-	}
-	if len(t.writes) == 0 {
-		return nil // read-only: serialisable at the snapshot revision
-	}
-	ops, err := s.commitOps(t.writes)
-	if err != nil {
-		return err
-	}
-	nonce := newNonce()
-	ops = append(ops, clientv3.OpPut(s.gen, string(nonce)))
-	rctx, rcancel = context.WithTimeout(ctx, s.commitTimeout)
-	tr, err := s.cli.Txn(rctx).
-		If(s.conds(genRev)...).
-		Then(ops...).
-		Else(s.fenceRead()...).
-		Commit()
-	rcancel()
-	if err != nil {
-		if !retryable(&storeError{err}) {
-			return &storeError{err}
-		}
-		return s.resolve(ctx, genRev, nonce, err)
-	}
-	if !tr.Succeeded {
-		if s.fenceBroken(tr) {
-			return s.refused()
-		}
-		return errConflict
-	}
-	return nil
+	return s.group(fn)
 }
 
 // conds are a commit's conditions: no other commit since genRev, and the
@@ -446,12 +442,13 @@ func (s *etcdKV) resolve(ctx context.Context, genRev int64, nonce []byte, cause 
 				return s.refused()
 			}
 		}
-		first, err := s.firstGenAfter(ctx, genRev)
+		first, rev, err := s.firstGenAfter(ctx, genRev)
 		if err != nil {
 			last = err
 			continue
 		}
 		if bytes.Equal(first, nonce) {
+			s.saw(rev)
 			return nil
 		}
 		return errConflict // not committed and never will be: run fn again
@@ -459,24 +456,25 @@ func (s *etcdKV) resolve(ctx context.Context, genRev int64, nonce []byte, cause 
 	return fmt.Errorf("%w: etcd commit outcome unknown: %w", ErrUnavailable, last)
 }
 
-// firstGenAfter returns the value gen was first given after revision rev.
-func (s *etcdKV) firstGenAfter(ctx context.Context, rev int64) ([]byte, error) {
+// firstGenAfter returns the value gen was first given after revision rev,
+// and the revision of that change.
+func (s *etcdKV) firstGenAfter(ctx context.Context, rev int64) ([]byte, int64, error) {
 	wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), s.opts.RequestTimeout)
 	defer cancel()
 	for wr := range s.cli.Watch(wctx, s.gen, clientv3.WithRev(rev+1)) {
 		if err := wr.Err(); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		for _, ev := range wr.Events {
 			if ev.Type == clientv3.EventTypePut {
-				return ev.Kv.Value, nil
+				return ev.Kv.Value, ev.Kv.ModRevision, nil
 			}
 		}
 	}
 	if err := wctx.Err(); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return nil, errors.New("meta: etcd watch closed")
+	return nil, 0, errors.New("meta: etcd watch closed")
 }
 
 const nonceLen = 16
@@ -500,7 +498,26 @@ type etcdTxn struct {
 	// read.
 	rev    int64
 	writes map[string]etcdWrite // nil in a View
-	err    error                // first etcd error; fails the attempt
+	// base holds the writes of the calls before this one in its group
+	// commit (nil outside one): they are read as if committed, and
+	// writes shadow them.
+	base map[string]etcdWrite
+	// read holds what reads of the snapshot returned: the snapshot never
+	// changes, so a key is read from etcd once per attempt (Prefetch
+	// fills it ahead of the Gets), or once per round for all the calls
+	// of a group commit, which share it.
+	read *snapReads
+	err  error // first etcd error; fails the attempt
+}
+
+// buffered returns the transaction's pending write of key, its own or
+// its group's.
+func (t *etcdTxn) buffered(key string) (etcdWrite, bool) {
+	if w, ok := t.writes[key]; ok {
+		return w, true
+	}
+	w, ok := t.base[key]
+	return w, ok
 }
 
 var _ kvTxn = (*etcdTxn)(nil)
@@ -509,7 +526,24 @@ var _ kvTxn = (*etcdTxn)(nil)
 // are serialisable (answered by whichever member the client talks to,
 // without a round trip to the leader): a revision's contents never change,
 // so a member that has applied rev answers exactly as the leader would,
-// and one that has not says so (ErrFutureRev) and is asked linearisably.
+// and one that has not says so (ErrFutureRev). Then the read is tried
+// again (futureRetries times: the client sends each request to the next
+// member, and at least the leader and the member that answered the commit
+// have applied it) before it is asked linearisably, which costs etcd a
+// quorum round (ReadIndex).
+//
+// The first read of a View, which fixes its revision, is serialisable
+// too, and taken only if the member's revision is at least the engine's
+// seen revision: every change this engine committed (an Update records
+// its commit's revision before it returns) and every revision any of its
+// reads saw. Otherwise it is asked again linearisably. So no read misses
+// a change this engine made or goes back behind one it showed, without
+// the quorum round trip (etcd's ReadIndex) of a linearisable read on a
+// cluster of several members. Changes made by other processes are seen
+// once the member answering has applied them; under the engine's
+// assumption of one active metadata server per prefix, whose successor
+// opens its engine with a linearisable read (openEtcdKV), there are none
+// that matter.
 func (t *etcdTxn) get(key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	if t.err != nil {
 		return nil, t.err
@@ -519,13 +553,20 @@ func (t *etcdTxn) get(key string, opts ...clientv3.OpOption) (*clientv3.GetRespo
 	var resp *clientv3.GetResponse
 	var err error
 	if t.rev == 0 {
-		resp, err = t.s.cli.Get(ctx, key, opts...)
+		resp, err = t.s.cli.Get(ctx, key, append(opts, clientv3.WithSerializable())...)
+		if err != nil || resp.Header.Revision < t.s.seen.Load() {
+			resp, err = t.s.cli.Get(ctx, key, opts...)
+		}
 		if err == nil {
 			t.rev = resp.Header.Revision
+			t.s.saw(t.rev)
 		}
 	} else {
 		opts = append(opts, clientv3.WithRev(t.rev))
 		resp, err = t.s.cli.Get(ctx, key, append(opts, clientv3.WithSerializable())...)
+		for i := 0; i < futureRetries && errors.Is(err, rpctypes.ErrFutureRev); i++ {
+			resp, err = t.s.cli.Get(ctx, key, append(opts, clientv3.WithSerializable())...)
+		}
 		if errors.Is(err, rpctypes.ErrFutureRev) {
 			resp, err = t.s.cli.Get(ctx, key, opts...)
 		}
@@ -538,20 +579,68 @@ func (t *etcdTxn) get(key string, opts ...clientv3.OpOption) (*clientv3.GetRespo
 }
 
 func (t *etcdTxn) Get(key []byte) ([]byte, error) {
-	if w, ok := t.writes[string(key)]; ok {
+	if w, ok := t.buffered(string(key)); ok {
 		if w.del {
 			return nil, nil
 		}
 		return w.val, nil
 	}
+	if v, ok := t.read.get(string(key)); ok {
+		return v, nil
+	}
 	resp, err := t.get(t.s.data + string(key))
 	if err != nil {
 		return nil, err
 	}
-	if len(resp.Kvs) == 0 {
-		return nil, nil
+	var v []byte
+	if len(resp.Kvs) > 0 {
+		v = nonNil(resp.Kvs[0].Value)
 	}
-	return nonNil(resp.Kvs[0].Value), nil
+	t.remember(string(key), v)
+	return v, nil
+}
+
+// remember records that key has value v (nil: absent) in the snapshot.
+func (t *etcdTxn) remember(key string, v []byte) {
+	if t.read == nil {
+		t.read = &snapReads{}
+	}
+	t.read.put(key, v)
+}
+
+// snapReads are values read from one snapshot revision (nil: absent),
+// safe for concurrent use.
+type snapReads struct {
+	mu sync.Mutex
+	m  map[string][]byte
+}
+
+func (r *snapReads) get(key string) ([]byte, bool) {
+	if r == nil {
+		return nil, false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	v, ok := r.m[key]
+	return v, ok
+}
+
+func (r *snapReads) put(key string, v []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string][]byte{}
+	}
+	r.m[key] = v
+}
+
+var _ kvPrefetcher = (*etcdTxn)(nil)
+
+// Prefetch reads the keys not yet read or written in one GetMany, so that
+// an operation's first reads cost one round trip together.
+func (t *etcdTxn) Prefetch(keys [][]byte) error {
+	_, err := t.GetMany(keys)
+	return err
 }
 
 var _ kvBatchGetter = (*etcdTxn)(nil)
@@ -580,10 +669,14 @@ func (t *etcdTxn) GetMany(keys [][]byte) ([][]byte, error) {
 	vals := make([][]byte, len(keys))
 	var fetch []int // indexes of the keys to read from etcd
 	for i, k := range keys {
-		if w, ok := t.writes[string(k)]; ok {
+		if w, ok := t.buffered(string(k)); ok {
 			if !w.del {
 				vals[i] = w.val
 			}
+			continue
+		}
+		if v, ok := t.read.get(string(k)); ok {
+			vals[i] = v
 			continue
 		}
 		fetch = append(fetch, i)
@@ -622,12 +715,19 @@ func (t *etcdTxn) getBatch(keys [][]byte, idx []int, vals [][]byte) error {
 	var err error
 	if t.rev == 0 {
 		// A read-only Txn reads one revision, the one in its header.
-		resp, err = txn(ctx)
+		resp, err = txn(ctx, clientv3.WithSerializable())
+		if err != nil || resp.Header.Revision < t.s.seen.Load() {
+			resp, err = txn(ctx)
+		}
 		if err == nil {
 			t.rev = resp.Header.Revision
+			t.s.saw(t.rev)
 		}
 	} else {
 		resp, err = txn(ctx, clientv3.WithRev(t.rev), clientv3.WithSerializable())
+		for i := 0; i < futureRetries && errors.Is(err, rpctypes.ErrFutureRev); i++ {
+			resp, err = txn(ctx, clientv3.WithRev(t.rev), clientv3.WithSerializable())
+		}
 		if errors.Is(err, rpctypes.ErrFutureRev) {
 			resp, err = txn(ctx, clientv3.WithRev(t.rev))
 		}
@@ -648,6 +748,7 @@ func (t *etcdTxn) getBatch(keys [][]byte, idx []int, vals [][]byte) error {
 		if len(r.Kvs) > 0 {
 			vals[i] = nonNil(r.Kvs[0].Value)
 		}
+		t.remember(string(keys[i]), vals[i])
 	}
 	return nil
 }
@@ -679,19 +780,22 @@ func (t *etcdTxn) Scan(prefix, start []byte, fn func(k, v []byte) bool) error {
 	}
 	end := clientv3.GetPrefixRangeEnd(t.s.data + string(prefix))
 	var pending []string // buffered keys in range, sorted
-	for k := range t.writes {
-		if strings.HasPrefix(k, string(prefix)) && k >= string(from) {
-			pending = append(pending, k)
+	for _, m := range []map[string]etcdWrite{t.writes, t.base} {
+		for k := range m {
+			if strings.HasPrefix(k, string(prefix)) && k >= string(from) {
+				pending = append(pending, k)
+			}
 		}
 	}
 	slices.Sort(pending)
+	pending = slices.Compact(pending) // a key in both maps
 	// emitPending emits buffered puts with keys below limit (all if
 	// limit is nil); it reports false once fn asks to stop.
 	emitPending := func(limit *string) bool {
 		for len(pending) > 0 && (limit == nil || pending[0] < *limit) {
 			k := pending[0]
 			pending = pending[1:]
-			if w := t.writes[k]; !w.del && !fn([]byte(k), w.val) {
+			if w, _ := t.buffered(k); !w.del && !fn([]byte(k), w.val) {
 				return false
 			}
 		}
@@ -723,6 +827,11 @@ func (t *etcdTxn) Scan(prefix, start []byte, fn func(k, v []byte) bool) error {
 	emitPending(nil)
 	return nil
 }
+
+// futureRetries is how often a serialisable read of a revision the member
+// has not applied yet is tried again before a linearisable one: the other
+// members of a cluster of three.
+const futureRetries = 2
 
 // nonNil maps the nil that protobuf decodes an empty value to back to an
 // empty value, since nil means "absent".

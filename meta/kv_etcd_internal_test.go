@@ -401,11 +401,17 @@ func TestEtcdLostReplies(t *testing.T) {
 type countingKV struct {
 	clientv3.KV
 	gets, txns atomic.Int64
+	// linearGets counts the Gets that are linearisable (a quorum round
+	// trip on a cluster of several members).
+	linearGets atomic.Int64
 	beforeTxn  func(n int64) // n counts from 1; may be nil
 }
 
 func (c *countingKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
 	c.gets.Add(1)
+	if !clientv3.OpGet(key, opts...).IsSerializable() {
+		c.linearGets.Add(1)
+	}
 	return c.KV.Get(ctx, key, opts...)
 }
 
