@@ -281,7 +281,7 @@ func runMode(t *testing.T, mode string, img images, dir string, s settings) {
 			v.kill()
 			break
 		}
-		prev = runRound(t, boot, v, c, s)
+		prev = runRound(t, boot, v, c, s, filepath.Join(dir, fmt.Sprintf("ops-r%d.jsonl", boot)))
 	}
 	if mode == "nofsync" {
 		if caught == "" {
@@ -330,7 +330,7 @@ func dial(port int, v *vm) (*client.Client, error) {
 
 // runRound makes the round's changes from s.workers workers and cuts the
 // power at a random moment.
-func runRound(t *testing.T, n int, v *vm, c *client.Client, s settings) *roundState {
+func runRound(t *testing.T, n int, v *vm, c *client.Client, s settings, opsLog string) *roundState {
 	rs := &roundState{n: n}
 	top := fmt.Sprintf("r%d", n)
 	rs.top = newWorker(top, 0)
@@ -384,6 +384,7 @@ func runRound(t *testing.T, n int, v *vm, c *client.Client, s settings) *roundSt
 	time.Sleep(killAfter)
 	rs.kill = v.kill()
 	rs.killed = rs.kill.Sub(begin)
+	defer writeOps(t, opsLog, rs)
 	cancel()
 	c.Close()
 	waited := make(chan struct{})
@@ -562,6 +563,7 @@ func verify(t *testing.T, mode string, v *vm, c *client.Client, rs *roundState, 
 	// This round: each worker's directory must be the result of a
 	// prefix of its changes.
 	var maxAge time.Duration
+	var examples []string
 	all := append([]*worker{rs.top}, rs.workers...)
 	for _, w := range all {
 		var m matchResult
@@ -587,8 +589,8 @@ func verify(t *testing.T, mode string, v *vm, c *client.Client, rs *roundState, 
 			r.Lost++
 			age := rs.kill.Sub(o.acked)
 			maxAge = max(maxAge, age)
-			if mode != "async" {
-				fail("%s %s acknowledged %.0f ms before the kill is lost", o.kind, o.path, age.Seconds()*1000)
+			if len(examples) < 3 {
+				examples = append(examples, fmt.Sprintf("%s %s acknowledged %.0f ms before the kill", o.kind, o.path, age.Seconds()*1000))
 			}
 		}
 		if mode == "async" {
@@ -623,6 +625,9 @@ func verify(t *testing.T, mode string, v *vm, c *client.Client, rs *roundState, 
 		}
 	}
 	r.MaxLostAgeMS = maxAge.Seconds() * 1000
+	if mode != "async" && r.Lost > 0 {
+		fail("%d acknowledged changes lost, the oldest acknowledged %.0f ms before the kill (%s)", r.Lost, r.MaxLostAgeMS, strings.Join(examples, "; "))
+	}
 	if mode == "async" && r.Lost > 0 && maxAge > s.interval+s.slack {
 		fail("an acknowledged change lost was answered %.0f ms before the kill: more than the commit interval %v plus %v allowed for the fdatasync itself",
 			maxAge.Seconds()*1000, s.interval, s.slack)
@@ -633,4 +638,31 @@ func verify(t *testing.T, mode string, v *vm, c *client.Client, rs *roundState, 
 		}
 	}
 	return r
+}
+
+// writeOps keeps a round's changes, with their times relative to the
+// kill, for diagnosis (in SHOAL_CRASH_ARTIFACTS).
+func writeOps(t *testing.T, path string, rs *roundState) {
+	f, err := os.Create(path)
+	if err != nil {
+		t.Logf("op log: %v", err)
+		return
+	}
+	defer f.Close()
+	enc := json.NewEncoder(f)
+	for _, w := range append([]*worker{rs.top}, rs.workers...) {
+		for _, o := range w.ops {
+			rec := map[string]any{"op": o.kind.String(), "path": o.path, "sent_ms": o.sent.Sub(rs.kill).Milliseconds()}
+			if o.to != "" {
+				rec["to"] = o.to
+			}
+			if o.ino != 0 {
+				rec["ino"] = o.ino
+			}
+			if !o.acked.IsZero() {
+				rec["acked_ms"] = o.acked.Sub(rs.kill).Milliseconds()
+			}
+			_ = enc.Encode(rec)
+		}
+	}
 }
