@@ -62,12 +62,12 @@ type row struct {
 	InFlight     int     `json:"in_flight_found"` // ops sent, unanswered, whose effect is there
 	// LeakedObjects counts the data objects fsck found unreferenced that
 	// belong to creates a crash took back (async mode only).
-	LeakedObjects int `json:"leaked_data_objects"`
-	FsckOK       bool    `json:"fsck_ok"`
-	Inodes       uint64  `json:"inodes"`
-	BootS        float64 `json:"boot_to_serving_s"`
-	Result       string  `json:"result"` // pass, fail
-	Detail       string  `json:"detail,omitempty"`
+	LeakedObjects int     `json:"leaked_data_objects"`
+	FsckOK        bool    `json:"fsck_ok"`
+	Inodes        uint64  `json:"inodes"`
+	BootS         float64 `json:"boot_to_serving_s"`
+	Result        string  `json:"result"` // pass, fail
+	Detail        string  `json:"detail,omitempty"`
 }
 
 var (
