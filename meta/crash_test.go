@@ -256,4 +256,11 @@ func checkCrashNamespace(t *testing.T, e meta.Engine, acked map[string]meta.Ino)
 	if st.Files != inodes {
 		t.Fatalf("StatFS counts %d inodes, %d reachable", st.Files, inodes)
 	}
+	rep, err := meta.Check(ctx, e, meta.CheckOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Err(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -178,6 +178,17 @@
 // embedding an LSM store such as Pebble would replace bbolt rather than
 // make its commits cheaper.
 //
+// # Checking a database
+//
+// Check reads a whole database in one read transaction and reports every
+// way the namespace disagrees with itself (an entry without its inode,
+// an inode no entry names, a link count, the readdir index, a record of a
+// deleted inode, the counters, a data object no file owns); `shoal admin
+// fsck --dir` runs it offline. Every change being one transaction, and
+// recovery keeping a prefix of them, a database that only crashes
+// happened to must always pass: the machine-crash harness (test/crash)
+// cuts the power under a running server and checks that it does.
+//
 // # The read cache
 //
 // The bbolt engines keep the attributes of recently read inodes and the

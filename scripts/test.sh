@@ -10,6 +10,7 @@
 #   SHOAL_KERNEL_NEWEST_SERVER=shoal-pnfs,shoal-pnfs-mirror
 #                        kinds run on the newest Debian kernel (all kinds
 #                        run on 6.1; scripts/kernel-matrix.sh runs all on both)
+#   SHOAL_CRASH_SMOKE=0  skip the machine-crash smoke (test/crash, qemu)
 #   SHOAL_GANESHA=0      skip the Ganesha peer tests
 #   SHOAL_SCRIPTS=0      skip the smoke runs of the benchmark scripts
 set -euo pipefail
@@ -135,6 +136,16 @@ if [ "$SHOAL_KERNEL" = "1" ]; then
 	# The summary reads kernel.json: one file for both kernels' events.
 	cat "$work/kernel-newest.json" >>"$work/kernel.json" 2>/dev/null || true
 	[ "$kernel_rc" = 0 ] || { echo "kernel-client tests failed (see above)"; exit 1; }
+fi
+
+if [ "$SHOAL_KERNEL" = "1" ] && [ "${SHOAL_CRASH_SMOKE:-1}" = "1" ]; then
+	step "machine crash in qemu (1 round per mode and the nofsync check; the 20-round run is scripts/crash-bench.sh)"
+	# shoal serve in a VM on an ext4 disk, kill -9 of qemu mid-workload,
+	# fsck and the acknowledged changes checked after the reboot
+	# (test/crash/README.md). About 2-3 minutes under TCG.
+	SHOAL_CRASH=1 SHOAL_CRASH_ROUNDS=1 SHOAL_CRASH_NEG_ROUNDS=2 gotestsum --format standard-verbose --jsonfile "$work/crash.json" -- \
+		-count=1 -timeout 20m -run TestMachineCrash ./test/crash/
+	cat "$work/crash.json" >>"$work/kernel.json" 2>/dev/null || true
 fi
 
 if [ "${SHOAL_SCRIPTS:-1}" = "1" ] && [ -e /dev/fuse ]; then

@@ -693,9 +693,18 @@ func isObjectName(name string, sub int) bool {
 // subdirectory at a time, in no particular order. It skips sidecars and
 // any other file that is not an object, and stops at fn's first error.
 // Objects created or removed during the walk may or may not be seen.
-func (l *Local) Walk(fn func(ino uint64) error) error {
+func (l *Local) Walk(fn func(ino uint64) error) error { return walkObjects(l.root, fn) }
+
+// WalkLocal is Walk on the store NewLocal(dir) would open, without
+// opening it (which creates its folders and sets up or drops checksums):
+// for offline checks of a stopped server's directory.
+func WalkLocal(dir string, fn func(ino uint64) error) error {
+	return walkObjects(filepath.Join(dir, "data"), fn)
+}
+
+func walkObjects(root string, fn func(ino uint64) error) error {
 	for i := range 256 {
-		ents, err := os.ReadDir(filepath.Join(l.root, fmt.Sprintf("%02x", i)))
+		ents, err := os.ReadDir(filepath.Join(root, fmt.Sprintf("%02x", i)))
 		if err != nil {
 			return fmt.Errorf("store: walk: %w", err)
 		}

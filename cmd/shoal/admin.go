@@ -60,10 +60,11 @@ func newAdminCmd() *cobra.Command {
 		Use:   "admin",
 		Short: "Administer a Shoal cluster: data servers, drains, rebalancing, replication",
 		Long: `Administer a running Shoal cluster through its metadata server. Every
-command presents the cluster's join secret (--join-secret-file).`,
+command presents the cluster's join secret (--join-secret-file), except
+fsck, which checks a stopped server's directory offline.`,
 	}
 	cmd.AddCommand(newAdminStatusCmd(), newAdminDrainCmd(), newAdminRemoveCmd(), newAdminRebalanceCmd(), newAdminCancelCmd(),
-		newAdminPolicyCmd(), newAdminScrubCmd(), newAdminStepDownCmd())
+		newAdminPolicyCmd(), newAdminScrubCmd(), newAdminStepDownCmd(), newAdminFsckCmd())
 	return cmd
 }
 
