@@ -379,6 +379,8 @@ const maxIdleWorkers = 8
 // call starts at the smallest stack and copies it two or three times as
 // a COMPOUND descends into the metadata engine, which cost about a tenth
 // of the MDS's CPU per small-file operation (server.BenchmarkSmallFileOps).
+// An idle worker's stack is shrunk by the garbage collector like any
+// goroutine's, so a connection's idle workers cost little memory.
 func (c *Conn) worker(rec []byte, rb *recBuf) {
 	for {
 		c.serve(rec, rb)
