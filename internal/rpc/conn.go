@@ -137,9 +137,9 @@ type Conn struct {
 	// to a goroutine ready for it. idleWorkers counts those waiting.
 	work        chan callWork
 	idleWorkers atomic.Int32
-	done     chan struct{} // closed on close
-	finished chan struct{} // closed when the reader and all handlers have returned
-	onFinish func()
+	done        chan struct{} // closed on close
+	finished    chan struct{} // closed when the reader and all handlers have returned
+	onFinish    func()
 }
 
 // Option configures Dial.
