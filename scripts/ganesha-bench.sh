@@ -8,12 +8,14 @@
 # remove), and prints the table and each Shoal target's ratio to Ganesha
 # with issue 27's goals (default ≥ 1.5× on create and remove, async ≥ 2×).
 #
-#   FILES (2000) files per rep, REPS (3) repetitions, OUT (ganesha-bench.json)
-#   the JSON report; extra arguments go to shoal bench.
+#   FILES (2000) files per rep, REPS (3) repetitions, OUT the JSON report
+#   (ganesha-bench.json in the current directory); extra arguments go to
+#   shoal bench.
 set -eu
+out=${OUT:-$PWD/ganesha-bench.json}
 cd "$(dirname "$0")/.."
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
 go build -o "$bin/shoal" ./cmd/shoal
 "$bin/shoal" bench --workloads small --targets shoal,shoal-async,ganesha \
-	--files "${FILES:-2000}" --reps "${REPS:-3}" --json "${OUT:-ganesha-bench.json}" "$@"
+	--files "${FILES:-2000}" --reps "${REPS:-3}" --json "$out" "$@"
