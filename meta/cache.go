@@ -124,10 +124,10 @@ func (c *readCache) end(x *tx) {
 
 func (c *readCache) dropLocked(x *tx) {
 	c.gen++
-	for ino := range x.nodes {
-		delete(c.attrs, ino)
+	for _, n := range x.nodes {
+		delete(c.attrs, n.ino)
 	}
-	for k := range x.names {
+	for _, k := range x.names {
 		delete(c.names, k)
 	}
 }

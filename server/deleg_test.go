@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -52,9 +53,56 @@ func mustOpen(t *testing.T, c *wiretest.Client, a openArgs) opened {
 	return opened{fh: fhOf(t, res), sid: ok.Stateid, deleg: ok.Delegation}
 }
 
+// create makes a an OPEN that creates the file. Unless a states a
+// delegation want, it asks for the delegation its access implies: the
+// server grants none in an OPEN that creates the file for a client that
+// states no preference (TestDelegNotOnCreate).
 func create(a openArgs) openArgs {
 	a.create, a.mode = true, nfs4.UNCHECKED4
+	if a.access&(accRead|accWrite) == 0 {
+		a.access |= accRead
+	}
+	if a.access&nfs4.OPEN4_SHARE_ACCESS_WANT_DELEG_MASK == 0 {
+		if a.access&accWrite != 0 {
+			a.access |= nfs4.OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG
+		} else {
+			a.access |= nfs4.OPEN4_SHARE_ACCESS_WANT_READ_DELEG
+		}
+	}
 	return a
+}
+
+// TestDelegNotOnCreate: an OPEN that creates the file gets no delegation
+// when the client states no preference (as Linux does), one when it asks;
+// the next OPEN of the existing file gets one without asking.
+func TestDelegNotOnCreate(t *testing.T) {
+	ts := startServer(t, Config{})
+	for _, tc := range []struct {
+		name   string
+		access uint32
+		typ    nfs4.OpenDelegationType4
+	}{
+		{"write, no preference", accBoth, nfs4.OPEN_DELEGATE_NONE},
+		{"read, no preference", accRead, nfs4.OPEN_DELEGATE_NONE},
+		{"write, wanted", accBoth | nfs4.OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG, nfs4.OPEN_DELEGATE_WRITE},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a := ts.client()
+			name := "oncreate-" + strings.ReplaceAll(tc.name, " ", "")
+			cr := mustOpen(t, a, openArgs{name: name, access: tc.access, create: true, mode: nfs4.UNCHECKED4})
+			if cr.deleg.DelegationType != tc.typ {
+				t.Fatalf("creating OPEN: delegation %v, want %v", cr.deleg.DelegationType, tc.typ)
+			}
+			if sid, ok := cr.delegSid(); ok {
+				must(t)(a.Compound(opPutFH(cr.fh), opDelegReturn(sid)))
+			}
+			must(t)(a.Compound(opPutFH(cr.fh), opClose(cr.sid)))
+			again := mustOpen(t, a, openArgs{name: name, owner: "again", access: accBoth})
+			if again.deleg.DelegationType != nfs4.OPEN_DELEGATE_WRITE {
+				t.Fatalf("OPEN of the existing file: delegation %v, want a write delegation", again.deleg.DelegationType)
+			}
+		})
+	}
 }
 
 func opDelegReturn(sid nfs4.Stateid4) nfs4.NfsArgop4 {
@@ -173,7 +221,9 @@ func TestDelegOff(t *testing.T) {
 	ts := startServer(t, Config{NoDelegations: true})
 	a := ts.client()
 	for _, acc := range []uint32{accRead, accBoth} {
-		got := mustOpen(t, a, create(openArgs{name: "off", access: acc}))
+		// The first creates the file, the second opens it (no preference
+		// stated either time).
+		got := mustOpen(t, a, openArgs{name: "off", access: acc, create: true, mode: nfs4.UNCHECKED4})
 		if got.deleg.DelegationType != nfs4.OPEN_DELEGATE_NONE {
 			t.Fatalf("access %d: delegation %+v with delegations off", acc, got.deleg)
 		}

@@ -103,8 +103,11 @@
 // it; a write delegation for a writer (share access WRITE or BOTH) when
 // no other client has the file open or delegated at all. The
 // OPEN4_SHARE_ACCESS_WANT_* bits override that choice (WANT_ANY_DELEG
-// falls back to read), and WANT_DELEGATION asks without an OPEN. Never
-// for anything but a regular file, during grace, to a client none of
+// falls back to read), and WANT_DELEGATION asks without an OPEN. Not in
+// an OPEN that creates the file unless the client asks for one: Linux
+// states no preference, and a delegation of a new file cost it a
+// DELEGRETURN per file (before its REMOVE) and saved nothing (tar x and
+// rm -r, docs/benchmarks.md). Never for anything but a regular file, during grace, to a client none of
 // whose sessions has a back channel connection on which callbacks have
 // not failed, while a delegation of the file is being recalled, or to a
 // client that had one of the file recalled in the last few seconds (a

@@ -1,11 +1,14 @@
 package server
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
+	"hash"
+	"sync"
 
 	"github.com/shoalfs/shoal/meta"
 )
@@ -60,6 +63,35 @@ type fhandle struct {
 type fhCodec struct {
 	secret  []byte // master secret: fhObject and fhPseudo handles
 	dataKey []byte // fhData handles: dataFHKey(secret) on the MDS
+	// The MACs keyed with each (nil without the key).
+	secretMAC, dataMAC *fhMACer
+}
+
+// fhMACer computes handle MACs under one key. Every request decodes a
+// handle (PUTFH) and most encode one, and hmac.New costs seven
+// allocations and two SHA-256 blocks to key itself; keyed hashes are kept
+// in a pool and Reset, which restores the keyed state.
+type fhMACer struct {
+	pool sync.Pool // of hash.Hash, HMAC-SHA256 under the key
+}
+
+func newFHMACer(key []byte) *fhMACer {
+	if len(key) == 0 {
+		return nil
+	}
+	key = bytes.Clone(key)
+	return &fhMACer{pool: sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}}
+}
+
+// sum appends the MAC of b, truncated to fhMACLen bytes, to dst.
+func (m *fhMACer) sum(dst, b []byte) []byte {
+	h := m.pool.Get().(hash.Hash)
+	h.Reset()
+	h.Write(b)
+	var full [sha256.Size]byte
+	out := h.Sum(full[:0])
+	m.pool.Put(h)
+	return append(dst, out[:fhMACLen]...)
 }
 
 // dataFHKeyLabel is the HMAC message that derives the data filehandle key
@@ -78,29 +110,26 @@ func dataFHKey(master []byte) []byte {
 // newFHCodec is the MDS's codec: every kind, with the master secret and the
 // data key derived from it.
 func newFHCodec(master []byte) fhCodec {
-	return fhCodec{secret: master, dataKey: dataFHKey(master)}
+	dk := dataFHKey(master)
+	return fhCodec{secret: master, dataKey: dk, secretMAC: newFHMACer(master), dataMAC: newFHMACer(dk)}
 }
 
 // newDataFHCodec is a data server's codec: it encodes and decodes fhData
 // handles only.
 func newDataFHCodec(dataKey []byte) fhCodec {
-	return fhCodec{dataKey: dataKey}
+	return fhCodec{dataKey: dataKey, dataMAC: newFHMACer(dataKey)}
 }
 
-// key returns the MAC key for handles of kind, or nil if this codec has
-// none (or the kind is unknown).
-func (c *fhCodec) key(kind byte) []byte {
-	var k []byte
+// mac returns the MAC for handles of kind, or nil if this codec has no
+// key for it (or the kind is unknown).
+func (c *fhCodec) mac(kind byte) *fhMACer {
 	switch kind {
 	case fhObject, fhPseudo:
-		k = c.secret
+		return c.secretMAC
 	case fhData, fhFlex:
-		k = c.dataKey
+		return c.dataMAC
 	}
-	if len(k) == 0 {
-		return nil
-	}
-	return k
+	return nil
 }
 
 // loadFHSecret returns the persistent filehandle secret, creating it on first
@@ -124,25 +153,25 @@ func loadFHSecret(get func() ([]byte, error), put func([]byte) error) ([]byte, e
 // h.kind (a data server's codec asked for a non-data handle), which every
 // decoder rejects.
 func (c *fhCodec) encode(h fhandle) []byte {
-	key := c.key(h.kind)
-	if key == nil {
+	m := c.mac(h.kind)
+	if m == nil {
 		return nil
 	}
-	b := make([]byte, fhLen)
+	b := make([]byte, 12, fhLen)
 	b[0] = fhVersion
 	b[1] = h.kind
 	binary.BigEndian.PutUint16(b[2:4], h.export)
 	binary.BigEndian.PutUint64(b[4:12], uint64(h.ino))
-	copy(b[12:], fhMAC(key, b[:12]))
-	return b
+	return m.sum(b, b[:12])
 }
 
 func (c *fhCodec) decode(b []byte) (fhandle, error) {
 	if len(b) != fhLen || b[0] != fhVersion || b[1] < fhObject || b[1] > fhFlex {
 		return fhandle{}, errBadHandle
 	}
-	key := c.key(b[1])
-	if key == nil || !hmac.Equal(b[12:], fhMAC(key, b[:12])) {
+	m := c.mac(b[1])
+	var buf [fhMACLen]byte
+	if m == nil || !hmac.Equal(b[12:], m.sum(buf[:0], b[:12])) {
 		return fhandle{}, errBadHandle
 	}
 	return fhandle{
@@ -150,10 +179,4 @@ func (c *fhCodec) decode(b []byte) (fhandle, error) {
 		export: binary.BigEndian.Uint16(b[2:4]),
 		ino:    meta.Ino(binary.BigEndian.Uint64(b[4:12])),
 	}, nil
-}
-
-func fhMAC(key, b []byte) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write(b)
-	return m.Sum(nil)[:fhMACLen]
 }

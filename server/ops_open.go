@@ -222,6 +222,17 @@ func (c *compound) open(a *nfs4.OPEN4args) opReply {
 		if want != wantNoPreference {
 			deleg.why = nfs4.WND4_RESOURCE
 		}
+	case created && want == wantNoPreference:
+		// A file this OPEN created, for a client that states no
+		// preference (Linux): no delegation. A new file is mostly
+		// written, closed and left (tar x, a build, cp), and Linux
+		// returns a delegation before it removes the file, so one
+		// handed out here cost a DELEGRETURN round trip per file and
+		// saved none: on a 4.2 mount, rm -r of a tarred source tree took
+		// 3.19 COMPOUNDs per file with it and 2.39 without, tar x 10.98
+		// and 10.77 (test/kernel TestKernelSrcTree). The file's next
+		// OPEN may get one; a client that asks gets one now.
+		deleg = delegReply{why: noWant}
 	default:
 		deleg = c.offerDelegation(file, want, access)
 	}

@@ -184,7 +184,7 @@ MDS runs as "shoal mds" of its own (--servers split) unless --servers up or
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&targets, "targets", "shoal,ganesha", "comma-separated servers to start and benchmark: shoal, ganesha")
+	fl.StringVar(&targets, "targets", "shoal,ganesha", "comma-separated servers to start and benchmark: shoal, shoal-async (shoal serve --sync=false), ganesha; with ganesha among them the table ends with each target's ratio to it")
 	fl.StringVar(&addr, "addr", "", "benchmark the already running server at host:port instead of starting any")
 	fl.StringVar(&root, "root", "/", "with --addr: directory of the server's pseudo file system to work in (Ganesha: /export)")
 	fl.IntVar(&serverPID, "server-pid", 0, "with --addr: pid of the server if it runs on this machine, to report its CPU time")
@@ -526,16 +526,20 @@ func runClassic(ctx context.Context, cmd *cobra.Command, cfg bench.Config, s ben
 			}
 			seen[name] = true
 			switch name {
-			case "shoal":
+			case "shoal", bench.TargetShoalAsync:
 				exe, err := os.Executable()
 				if err != nil {
 					return fmt.Errorf("find the shoal binary: %w", err)
 				}
-				sp := &bench.ShoalProcess{Exe: exe, Dir: filepath.Join(tmp, "shoal")}
-				if s.profDir != "" {
-					sp.CPUProfile = filepath.Join(s.profDir, "shoal-serve.cpu.pprof")
+				sp := &bench.ShoalProcess{Exe: exe, Dir: filepath.Join(tmp, name)}
+				if name == bench.TargetShoalAsync {
+					// knfsd's async: answered once in the metadata log.
+					sp.Args = []string{"--sync=false"}
 				}
-				targets = append(targets, bench.Target{Name: "shoal", Starter: sp})
+				if s.profDir != "" {
+					sp.CPUProfile = filepath.Join(s.profDir, name+"-serve.cpu.pprof")
+				}
+				targets = append(targets, bench.Target{Name: name, Starter: sp})
 			case "ganesha":
 				script := s.script
 				if script == "" {
@@ -543,7 +547,7 @@ func runClassic(ctx context.Context, cmd *cobra.Command, cfg bench.Config, s ben
 				}
 				targets = append(targets, bench.Target{Name: "ganesha", Starter: &bench.Ganesha{Script: script, Dir: filepath.Join(tmp, "ganesha")}})
 			default:
-				return fmt.Errorf("unknown target %q (want shoal or ganesha)", name)
+				return fmt.Errorf("unknown target %q (want shoal, shoal-async or ganesha)", name)
 			}
 		}
 		if len(targets) == 0 {

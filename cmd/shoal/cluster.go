@@ -56,6 +56,7 @@ func newMDSCmd() *cobra.Command {
 		Example: `  shoal mds --listen 127.0.0.1:2049 --dir /var/lib/shoal/mds
   shoal mds --config /etc/shoal/mds.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			serverGC()
 			file, err := loadConfig[exportsFile](cmd, config)
 			if err != nil {
 				return err
@@ -152,6 +153,7 @@ func newDSCmd() *cobra.Command {
   shoal ds --mds 10.0.0.1:2049,10.0.0.5:2049 --join-secret-file /etc/shoal/join-secret --listen 10.0.0.2:2050 --dir /var/lib/shoal/ds
   shoal ds --config /etc/shoal/ds.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			serverGC()
 			if _, err := loadConfig[struct{}](cmd, config); err != nil {
 				return err
 			}
@@ -231,6 +233,7 @@ func newUpCmd() *cobra.Command {
 		Example: `  shoal up --dir /tmp/shoal --ds 4
   shoal up --dir /tmp/shoal --ds 4 --listen 127.0.0.1:2049 --advertise-host 10.0.2.2`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			serverGC()
 			if dir == "" {
 				dir = filepath.Join(os.TempDir(), "shoal")
 			}

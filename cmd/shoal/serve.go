@@ -8,11 +8,13 @@ import (
 	"net"
 	"os"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/shoalfs/shoal/internal/gcfloor"
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/server"
 )
@@ -60,6 +62,7 @@ func newServeCmd() *cobra.Command {
 		Example: `  shoal serve --listen 127.0.0.1:2049 --dir /var/lib/shoal
   shoal serve --config /etc/shoal/serve.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			serverGC()
 			file, err := loadConfig[serveFile](cmd, config)
 			if err != nil {
 				return err
@@ -211,4 +214,16 @@ func startCPUProfile(path string) (stop func(), err error) {
 			slog.Error("cpu profile", "err", err)
 		}
 	}, nil
+}
+
+// serverGC gives a server process's collector a heap-goal floor
+// (internal/gcfloor): a metadata server's live heap is small and every
+// operation allocates, so at GOGC=100 it collected many times a second.
+// GOGC in the environment overrides it.
+func serverGC() {
+	floor := int64(gcfloor.DefaultFloor)
+	if v, err := strconv.ParseInt(os.Getenv("SHOAL_GC_FLOOR_MB"), 10, 64); err == nil {
+		floor = v << 20
+	}
+	gcfloor.Start(floor)
 }

@@ -156,6 +156,7 @@ func Run(ctx context.Context, cfg Config, targets []Target) (*Report, error) {
 	}
 	rep.LoadAfter = LoadAvg()
 	rep.Elapsed = time.Since(rep.Start).Seconds()
+	rep.Ratios = computeRatios(rep.Targets, TargetGanesha)
 	return rep, errors.Join(errs...)
 }
 

@@ -177,7 +177,10 @@ type Report struct {
 	LoadBefore [3]float64     `json:"loadavg_before"`
 	LoadAfter  [3]float64     `json:"loadavg_after"`
 	Targets    []TargetReport `json:"targets"`
-	Notes      []string       `json:"notes"`
+	// Ratios are each target's medians over NFS-Ganesha's, when Ganesha
+	// ran in the same run.
+	Ratios []Ratio  `json:"ratios_to_baseline,omitempty"`
+	Notes  []string `json:"notes"`
 }
 
 // WriteJSON writes the report as indented JSON.
@@ -218,6 +221,9 @@ func (r *Report) WriteTable(w io.Writer) error {
 		}
 	}
 	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if err := writeRatios(w, r.Ratios); err != nil {
 		return err
 	}
 	// Skips and failures are long sentences; they follow the table rather

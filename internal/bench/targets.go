@@ -71,6 +71,8 @@ type ShoalProcess struct {
 	CPUProfile string
 	// LogLevel of the server (default "warn").
 	LogLevel string
+	// Args are extra flags of `shoal serve`, such as --sync=false.
+	Args []string
 }
 
 // Start implements Starter.
@@ -94,6 +96,7 @@ func (s *ShoalProcess) Start(ctx context.Context) (*Endpoint, error) {
 		if s.CPUProfile != "" {
 			args = append(args, "--cpuprofile", s.CPUProfile)
 		}
+		args = append(args, s.Args...)
 		logPath := filepath.Join(s.Dir, "serve.log")
 		logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {

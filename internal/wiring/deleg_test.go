@@ -32,6 +32,13 @@ func TestDelegDataServer(t *testing.T) {
 	// delegation stateid.
 	open := func(name string, access uint32, iomode nfs4.Layoutiomode4) (nfs4.Stateid4, []byte, []byte) {
 		t.Helper()
+		// The MDS grants no delegation in an OPEN that creates the
+		// file unless the client asks for one.
+		if access&nfs4.OPEN4_SHARE_ACCESS_WRITE != 0 {
+			access |= nfs4.OPEN4_SHARE_ACCESS_WANT_WRITE_DELEG
+		} else {
+			access |= nfs4.OPEN4_SHARE_ACCESS_WANT_READ_DELEG
+		}
 		res, err := cl.Compound(
 			op(nfs4.NfsArgop4{Argop: nfs4.OP_PUTROOTFH}),
 			op(nfs4.NfsArgop4{Argop: nfs4.OP_OPEN, Opopen: &nfs4.OPEN4args{

@@ -1090,10 +1090,34 @@ host_act() {
 # when it sees "SYNC TAG" and answers "OK TAG" on the console.
 # The LOOKUP of "$W/.mark-TAG" marks the point in the capture.
 host_sync() {
-	[ "${t_pnfs:-0}" = 1 ] || return 0
+	[ "${t_pnfs:-0}" = 1 ] || [ "${t_sync:-0}" = 1 ] || return 0
 	stat "$W/.mark-$1" >/dev/null 2>&1
 	echo "SYNC $1"
 	read -t 60 reply || echo "no reply from the driver to SYNC $1"
+}
+
+# step_src_tar / step_src_rm (phase srctree): /src.tar, a source tree the
+# driver appends to the initramfs (srctree_test.go), unpacked onto the
+# export with busybox tar x and synced, then removed with rm -r. The
+# driver counts the MDS's operations per file between the SYNC lines.
+step_src_tar() {
+	[ -f /src.tar ] || die "/src.tar is missing (the driver appends it to the initramfs)"
+	rm -rf "$W/src"
+	mkdir -p "$W/src" || die "mkdir $W/src failed"
+	n=$(tar tf /src.tar | grep -vc '/$')
+	t0=$(uptime_cs)
+	tar xf /src.tar -C "$W/src" || die "tar x failed"
+	sync
+	t1=$(uptime_cs)
+	echo "$n files $((t1 - t0))0ms"
+}
+
+step_src_rm() {
+	t0=$(uptime_cs)
+	rm -r "$W/src" || die "rm -r failed"
+	t1=$(uptime_cs)
+	[ ! -e "$W/src" ] || die "$W/src still exists after rm -r"
+	echo "$((t1 - t0))0ms"
 }
 
 # ---- driver -----------------------------------------------------------------
@@ -1135,6 +1159,15 @@ fi
 
 mkdir -p $S
 case "$t_phase" in
+srctree)
+	if run mount mount; then
+		for x in tar rm; do
+			host_sync src-$x-before
+			run src/$x src_$x
+			host_sync src-$x-after
+		done
+	fi
+	;;
 main)
 	if run mount mount; then
 		[ "${t_pnfs:-0}" = 1 ] && run pnfs/mountstats pnfs_mountstats
