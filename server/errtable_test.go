@@ -22,6 +22,8 @@ var unmappedSentinels = map[string]string{
 	"meta.ErrNotInline": "inline.go calls WriteInline only for a write that fits, " +
 		"under the file's lock that every placement of a stripe map takes",
 	"meta.ErrTxnTooLarge": "a transaction over etcd's limits is a server fault",
+	"meta.ErrInconsistent": "only meta.Check (shoal admin fsck, offline) returns it; " +
+		"no NFS operation runs the check",
 }
 
 // errTableSources are the packages whose every exported Err* sentinel must
