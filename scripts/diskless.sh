@@ -121,10 +121,10 @@ cmd_initramfs() {
 		ln -s busybox "$root/bin/sh"
 		gcc -static -O2 -Wall -Wextra -o "$root/bin/mountnfs" "$here/test/kernel/c/mountnfs.c"
 		# The module closure, in load order. The layout drivers must be
-		# in memory before the root is mounted (see dist/diskless/init);
-		# autofs4 is what systemd asks for first, before the root could
-		# load anything.
-		local mods="virtio_pci virtio_net nfsv4 nfs_layout_nfsv41_files nfs_layout_flexfiles overlay autofs4"
+		# in memory before the root is mounted (see dist/diskless/init).
+		# autofs4 and binfmt_misc are what systemd wants at once; the
+		# shared root carries no kernel modules (docs/diskless.md).
+		local mods="virtio_pci virtio_net nfsv4 nfs_layout_nfsv41_files nfs_layout_flexfiles overlay autofs4 binfmt_misc"
 		: >"$root/modules.order"
 		for m in $mods; do
 			modprobe -d "$tree" -S "$kver" --show-depends "$m"
@@ -235,8 +235,23 @@ cmd_boot() {
 
 	# The cluster: separate processes, as on real servers. Two copies of
 	# every stripe unit, so a node survives the loss of a data server.
+	# The exports of docs/diskless.md: the images read-only for the nodes
+	# and writable only for the image builder (here the MDS's own address,
+	# from which shoal cp connects), root not squashed (a root tree is
+	# root's); one writable directory per node.
 	mkdir -p "$work/mds" "$work/logs"
-	inns "$shoal" mds --listen "$mds_ip:2049" --dir "$work/mds" --mirrors 2 --no-root-squash \
+	cat >"$work/mds.yaml" <<-EOF
+		exports:
+		  - path: /images
+		    ro: true
+		    rw_clients: [$mds_ip/32]
+		    clients: [$subnet.0/24]
+		    root_squash: false
+		  - path: /nodes
+		    clients: [$subnet.0/24]
+		    root_squash: false
+	EOF
+	inns "$shoal" mds --config "$work/mds.yaml" --listen "$mds_ip:2049" --dir "$work/mds" --mirrors 2 \
 		--lease 15s --http "$mds_ip:9100" >"$work/logs/mds.log" 2>&1 &
 	pids+=($!)
 	for ((i = 0; i < 100; i++)); do
@@ -264,7 +279,6 @@ cmd_boot() {
 	local name
 	name=$(basename "$rootfs")
 	local tc=$EPOCHREALTIME
-	inns "$shoal" mkdir -p "nfs://$mds_ip:2049/images" >/dev/null
 	inns "$shoal" cp -a "$rootfs" "nfs://$mds_ip:2049/images/$name" | sed 's/^/diskless: cp: /' >&2
 	local copy_s
 	copy_s=$(awk -v a="$tc" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
@@ -273,6 +287,9 @@ cmd_boot() {
 	inns "$shoal" cp -q "$work/link/current" "nfs://$mds_ip:2049/images/.current.new"
 	inns "$shoal" mv "nfs://$mds_ip:2049/images/.current.new" "nfs://$mds_ip:2049/images/current"
 	log "root tree copied in ${copy_s}s; /images/current -> $name"
+	for ((i = 0; i < nodes; i++)); do
+		inns "$shoal" mkdir -p "nfs://$mds_ip:2049/nodes/node$i" >/dev/null
+	done
 
 	local before=$work/before
 	mkdir -p "$before"
@@ -284,7 +301,7 @@ cmd_boot() {
 	local vpids=() tb=$EPOCHREALTIME
 	for ((i = 0; i < nodes; i++)); do
 		local ip=$subnet.$((15 + i)) host=node$i
-		local append="console=ttyS0 panic=-1 quiet root=nfs4:$mds_ip:/images/current ip=$ip::$mds_ip:255.255.255.0:$host:eth0:off nfs.nfs4_unique_id=$host"
+		local append="console=ttyS0 panic=-1 quiet root=nfs4:$mds_ip:/images/current ip=$ip::$mds_ip:255.255.255.0:$host:eth0:off nfs.nfs4_unique_id=$host shoal.state=nfs4:$mds_ip:/nodes/$host"
 		(
 			start=${EPOCHREALTIME/./}
 			inns timeout --kill-after=10 "$vmto" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
@@ -322,6 +339,10 @@ cmd_boot() {
 			tail -n 30 "$f" | sed 's/^/  | /'
 		fi
 		grep -E '^[0-9.]+ (DISKLESS|shoal-initramfs:)' "$f" | sed "s/^/  node$i: /"
+	done
+	# What each node left in its own directory.
+	for ((i = 0; i < nodes; i++)); do
+		echo "STATE node$i $(inns "$shoal" cat "nfs://$mds_ip:2049/nodes/node$i/boots" 2>&1 | tail -n 1)"
 	done
 	local s k v b0
 	for s in mds ds0 ds1 ds2; do

@@ -27,6 +27,16 @@ fi
 # The root's NFS mount: / itself with shoal.overlay=none, the overlay's
 # lower layer (/media/root-ro) otherwise.
 awk '$1 == "device" { on = ($8 == "nfs4" && ($5 == "/" || $5 == "/media/root-ro")) } on { print "DISKLESS mountstats " $0 }' /proc/self/mountstats
+# The node's own directory on Shoal (shoal.state=), read-write.
+if [ -d /var/lib/shoal-node ] && echo "$(hostname) booted at uptime $up" >>/var/lib/shoal-node/boots; then
+	echo "DISKLESS state ok $(tail -n 1 /var/lib/shoal-node/boots)"
+fi
+# The shared root is read-only underneath the overlay.
+if touch /media/root-ro/.probe 2>/dev/null; then
+	echo "DISKLESS root-ro WRITABLE"
+else
+	echo "DISKLESS root-ro read-only"
+fi
 echo "DISKLESS systemd $(systemctl is-system-running 2>&1) failed-units=$(systemctl --failed --plain --no-legend 2>/dev/null | awk '{print $1}' | tr '\n' ',')"
 echo "DISKLESS done uptime=$(cut -d' ' -f1 /proc/uptime)"
 # What systemctl poweroff does, without first asking logind (there is no
