@@ -15,7 +15,7 @@
 #       helper, the NIC, NFS, pNFS layout and overlayfs modules) for a
 #       Debian kernel fetched by test/kernel/setup.sh (never installed).
 #       Prints KVER=, KERNEL=, INITRD=.
-#   diskless.sh boot [--kernel 6.1|newest] [--nodes N] [--keep DIR]
+#   diskless.sh boot [--kernel 6.1|newest] [--nodes N] [--kill-ds S] [--keep DIR]
 #       The whole run: rootfs --check, initramfs, a network namespace with a
 #       bridge, a Shoal cluster in it (shoal mds + 3 shoal ds, --mirrors 2),
 #       shoal cp -a of the root tree to /images/NAME and the symlink
@@ -23,7 +23,8 @@
 #       NODE line per VM (boot time to the boot check's first line, its
 #       DISKLESS lines) and one SERVER line per server (bytes read and
 #       written, READ and LAYOUTGET counts during the boots). Exit status 0
-#       if every node ran the check to its end.
+#       if every node ran the check to its end. --kill-ds S kill -9s the
+#       first data server S seconds after node0 mounted its root.
 #
 # Environment: SHOAL_DISKLESS_CACHE (default /var/cache/shoal-diskless),
 # SHOAL_DISKLESS_SUITE (bookworm), SHOAL_DISKLESS_MIRROR
@@ -154,15 +155,26 @@ cmd_initramfs() {
 # --- boot ---------------------------------------------------------------
 
 ns= work= keep= pids=()
+# cleanup stops what the run started: the servers (their PIDs, as started
+# with ip netns exec, which execs them) and anything else still running in
+# the run's own namespace (a VM left by an interrupted run), then deletes
+# the namespace. Nothing outside the namespace is touched.
 cleanup() {
-	local p
-	for p in "${pids[@]}"; do
-		kill "$p" 2>/dev/null || true
-	done
-	for p in "${pids[@]}"; do
-		wait "$p" 2>/dev/null || true
-	done
-	[ -n "$ns" ] && ip netns del "$ns" 2>/dev/null
+	local p i left
+	if [ -n "$ns" ]; then
+		for p in "${pids[@]}" $(ip netns pids "$ns" 2>/dev/null); do
+			kill "$p" 2>/dev/null || true
+		done
+		for ((i = 0; i < 50; i++)); do
+			left=$(ip netns pids "$ns" 2>/dev/null)
+			[ -z "$left" ] && break
+			sleep 0.2
+		done
+		for p in $(ip netns pids "$ns" 2>/dev/null); do
+			kill -9 "$p" 2>/dev/null || true
+		done
+		ip netns del "$ns" 2>/dev/null
+	fi
 	[ -n "$work" ] && [ -z "$keep" ] && rm -rf "$work"
 	return 0
 }
@@ -172,19 +184,22 @@ inns() { ip netns exec "$ns" "$@"; }
 # scrape prints "name value" for the counters the report uses, from the
 # metrics endpoint at $1 (inside the namespace).
 scrape() {
-	inns curl -sf --max-time 5 "http://$1/metrics" | awk '
+	local m
+	m=$(inns curl -sf --max-time 5 "http://$1/metrics") || return 1
+	awk '
 		/^shoal_nfs_bytes_total\{/ && /dir="read"/  { r += $NF }
 		/^shoal_nfs_bytes_total\{/ && /dir="write"/ { w += $NF }
 		/^shoal_nfs_ops_total\{/ && /op="READ"/     { rd += $NF }
 		/^shoal_nfs_ops_total\{/ && /op="LAYOUTGET"/ { lg += $NF }
 		/^shoal_nfs_ops_total\{/ && /op="GETDEVICEINFO"/ { gd += $NF }
-		END { printf "read_bytes %d\nwrite_bytes %d\nREAD %d\nLAYOUTGET %d\nGETDEVICEINFO %d\n", r, w, rd, lg, gd }'
+		END { printf "read_bytes %d\nwrite_bytes %d\nREAD %d\nLAYOUTGET %d\nGETDEVICEINFO %d\n", r, w, rd, lg, gd }' <<<"$m"
 }
 
 cmd_boot() {
-	local which=6.1 nodes=1
+	local which=6.1 nodes=1 kill_ds=
 	while [ $# -gt 0 ]; do
 		case "$1" in
+		--kill-ds) kill_ds=$2; shift 2 ;;
 		--kernel) which=$2; shift 2 ;;
 		--nodes) nodes=$2; shift 2 ;;
 		--keep) keep=$2; shift 2 ;;
@@ -251,7 +266,7 @@ cmd_boot() {
 		    clients: [$subnet.0/24]
 		    root_squash: false
 	EOF
-	inns "$shoal" mds --config "$work/mds.yaml" --listen "$mds_ip:2049" --dir "$work/mds" --mirrors 2 \
+	ip netns exec "$ns" "$shoal" mds --config "$work/mds.yaml" --listen "$mds_ip:2049" --dir "$work/mds" --mirrors 2 \
 		--lease 15s --http "$mds_ip:9100" >"$work/logs/mds.log" 2>&1 &
 	pids+=($!)
 	for ((i = 0; i < 100; i++)); do
@@ -259,10 +274,12 @@ cmd_boot() {
 		sleep 0.1
 	done
 	[ -s "$work/mds/join-secret" ] || die "the MDS wrote no join secret (log: $work/logs/mds.log)"
+	local ds_pids=()
 	for i in 0 1 2; do
-		inns "$shoal" ds --mds "$mds_ip:2049" --join-secret-file "$work/mds/join-secret" --dir "$work/ds$i" \
+		ip netns exec "$ns" "$shoal" ds --mds "$mds_ip:2049" --join-secret-file "$work/mds/join-secret" --dir "$work/ds$i" \
 			--listen "${ds_ips[$i]}:2049" --http "${ds_ips[$i]}:9100" >"$work/logs/ds$i.log" 2>&1 &
 		pids+=($!)
+		ds_pids+=($!)
 	done
 	local up=0
 	for ((i = 0; i < 150; i++)); do
@@ -317,6 +334,20 @@ cmd_boot() {
 		) &
 		vpids+=($!)
 	done
+	# --kill-ds S: kill -9 the first data server S seconds after node0's
+	# initramfs mounted the root, while systemd starts from it. With two
+	# copies of every stripe unit the nodes must not notice.
+	if [ -n "$kill_ds" ]; then
+		(
+			for ((j = 0; j < 1200; j++)); do
+				grep -q 'shoal-initramfs: root ' "$work/console-node0.log" 2>/dev/null && break
+				sleep 0.5
+			done
+			sleep "$kill_ds"
+			kill -9 "${ds_pids[0]}"
+			echo "KILLED ds0 (pid ${ds_pids[0]}) at node0 console time $(tail -n 1 "$work/console-node0.log" | cut -d' ' -f1)" >"$work/killed"
+		) &
+	fi
 	local rc=0
 	for p in "${vpids[@]}"; do
 		wait "$p" || rc=1
@@ -344,15 +375,20 @@ cmd_boot() {
 	for ((i = 0; i < nodes; i++)); do
 		echo "STATE node$i $(inns "$shoal" cat "nfs://$mds_ip:2049/nodes/node$i/boots" 2>&1 | tail -n 1)"
 	done
-	local s k v b0
+	[ -f "$work/killed" ] && cat "$work/killed"
+	local s k v b0 cur
 	for s in mds ds0 ds1 ds2; do
 		local addr=$mds_ip:9100
 		[ "$s" != mds ] && addr=${ds_ips[${s#ds}]}:9100
+		if ! cur=$(scrape "$addr"); then
+			echo "SERVER $s down"
+			continue
+		fi
 		printf 'SERVER %s' "$s"
-		scrape "$addr" | while read -r k v; do
+		while read -r k v; do
 			b0=$(awk -v k="$k" '$1 == k { print $2 }' "$before/$s")
 			printf ' %s=%d' "$k" $((v - ${b0:-0}))
-		done
+		done <<<"$cur"
 		echo
 	done
 	echo "RESULT nodes=$nodes ok=$ok kernel=$kver copy_s=$copy_s boot_s=$boot_s total_s=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')"

@@ -37,6 +37,9 @@ if touch /media/root-ro/.probe 2>/dev/null; then
 else
 	echo "DISKLESS root-ro read-only"
 fi
+# What the kernel said about NFS and its data servers (a data server
+# killed during the boot shows here).
+dmesg 2>/dev/null | grep -iE 'nfs|rpc|pnfs' | tail -n 20 | sed 's/^/DISKLESS dmesg /'
 echo "DISKLESS systemd $(systemctl is-system-running 2>&1) failed-units=$(systemctl --failed --plain --no-legend 2>/dev/null | awk '{print $1}' | tr '\n' ',')"
 echo "DISKLESS done uptime=$(cut -d' ' -f1 /proc/uptime)"
 # What systemctl poweroff does, without first asking logind (there is no

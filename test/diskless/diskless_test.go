@@ -77,7 +77,9 @@ func parse(out string) *report {
 			for _, kv := range kvRE.FindAllStringSubmatch(m[2], -1) {
 				c[kv[1]], _ = strconv.Atoi(kv[2])
 			}
-			r.servers[m[1]] = c
+			if m[2] != "down" {
+				r.servers[m[1]] = c
+			}
 		case strings.HasPrefix(l, "RESULT "):
 			for _, kv := range kvRE.FindAllStringSubmatch(l, -1) {
 				r.result[kv[1]] = kv[2]
@@ -114,6 +116,9 @@ func TestDiskless(t *testing.T) {
 		}
 		nodes = n
 	}
+	// SHOAL_DISKLESS_KILL_DS=S kill -9s the first data server S seconds
+	// after node0 mounted its root: the boot must still complete.
+	killDS := os.Getenv("SHOAL_DISKLESS_KILL_DS")
 	kernels := "6.1"
 	if s := os.Getenv("SHOAL_DISKLESS_KERNELS"); s != "" {
 		kernels = s
@@ -127,23 +132,27 @@ func TestDiskless(t *testing.T) {
 	}
 	for _, k := range strings.Split(kernels, ",") {
 		t.Run(k, func(t *testing.T) {
-			out, err := runBoot(t, root, bin, k, nodes)
+			out, err := runBoot(t, root, bin, k, nodes, killDS)
 			r := parse(out)
 			t.Logf("RESULT %v", r.result)
 			if err != nil {
 				t.Errorf("scripts/diskless.sh boot: %v", err)
 			}
-			check(t, r, nodes)
+			check(t, r, nodes, killDS != "")
 		})
 	}
 }
 
 // runBoot runs the script under a hard limit and streams its output to
 // the test log.
-func runBoot(t *testing.T, root, bin, kernel string, nodes int) (string, error) {
+func runBoot(t *testing.T, root, bin, kernel string, nodes int, killDS string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts/diskless.sh"), "boot", "--kernel", kernel, "--nodes", strconv.Itoa(nodes))
+	args := []string{"boot", "--kernel", kernel, "--nodes", strconv.Itoa(nodes)}
+	if killDS != "" {
+		args = append(args, "--kill-ds", killDS)
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts/diskless.sh"), args...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "SHOAL_BIN="+bin)
 	// Let the script clean up (its EXIT trap deletes the namespace and
@@ -178,9 +187,11 @@ func runBoot(t *testing.T, root, bin, kernel string, nodes int) (string, error) 
 
 // check holds the report against what the issue asks a diskless boot to
 // show.
-func check(t *testing.T, r *report, nodes int) { checkTB(t, r, nodes) }
+func check(t *testing.T, r *report, nodes int, killed bool) { checkTB(t, r, nodes, killed) }
 
-func checkTB(t testing.TB, r *report, nodes int) {
+// checkTB is check; killed says the first data server was killed during
+// the boots (it is then down, and the other two must have served).
+func checkTB(t testing.TB, r *report, nodes int, killed bool) {
 	t.Helper()
 	if r.result["ok"] != strconv.Itoa(nodes) {
 		t.Errorf("RESULT: %s of %d nodes ran the boot check to its end", r.result["ok"], nodes)
@@ -217,6 +228,12 @@ func checkTB(t testing.TB, r *report, nodes int) {
 	var dsBytes int
 	for _, s := range []string{"ds0", "ds1", "ds2"} {
 		c := r.servers[s]
+		if killed && s == "ds0" {
+			if c != nil {
+				t.Errorf("data server ds0 was to be killed, but it answered: %v", c)
+			}
+			continue
+		}
 		if c["READ"] == 0 || c["read_bytes"] == 0 {
 			t.Errorf("data server %s served no reads during the boots: %v", s, c)
 		}

@@ -12,4 +12,5 @@
 //
 //	SHOAL_DISKLESS=1 go test ./test/diskless -v -timeout 30m
 //	SHOAL_DISKLESS=1 SHOAL_DISKLESS_KERNELS=6.1,newest SHOAL_DISKLESS_NODES=2 go test ./test/diskless -v -timeout 60m
+//	SHOAL_DISKLESS=1 SHOAL_DISKLESS_KILL_DS=1 go test ./test/diskless -v -timeout 30m   # kill -9 a data server during the boot
 package diskless

@@ -32,6 +32,25 @@ func (r *recorder) Errorf(format string, args ...any) {
 	r.errs = append(r.errs, format)
 }
 
+func TestCheckReportKilled(t *testing.T) {
+	killed := strings.Replace(goodReport, "SERVER ds0 read_bytes=7839304 write_bytes=0 READ=108 LAYOUTGET=0 GETDEVICEINFO=0", "SERVER ds0 down", 1)
+	rec := &recorder{TB: t}
+	checkTB(rec, parse(killed), 1, true)
+	if len(rec.errs) != 0 {
+		t.Errorf("a boot that rode through the kill: %q", rec.errs)
+	}
+	rec = &recorder{TB: t}
+	checkTB(rec, parse(killed), 1, false)
+	if len(rec.errs) == 0 {
+		t.Error("a data server down without a kill passed")
+	}
+	rec = &recorder{TB: t}
+	checkTB(rec, parse(goodReport), 1, true)
+	if len(rec.errs) == 0 {
+		t.Error("a kill that did not happen passed")
+	}
+}
+
 func TestCheckReport(t *testing.T) {
 	for _, tc := range []struct {
 		name, from, to string
@@ -55,7 +74,7 @@ func TestCheckReport(t *testing.T) {
 				rep = strings.Replace(rep, tc.from, tc.to, 1)
 			}
 			rec := &recorder{TB: t}
-			checkTB(rec, parse(rep), 1)
+			checkTB(rec, parse(rep), 1, false)
 			if (len(rec.errs) == 0) != (tc.from == "") {
 				t.Errorf("check found %d problems: %q", len(rec.errs), rec.errs)
 			}
