@@ -30,7 +30,8 @@
 # SHOAL_DISKLESS_SUITE (bookworm), SHOAL_DISKLESS_MIRROR
 # (http://deb.debian.org/debian), SHOAL_BIN (a prebuilt shoal; default:
 # go build ./cmd/shoal), SHOAL_DISKLESS_VM_TIMEOUT (seconds per boot,
-# default 600), SHOAL_DISKLESS_MEM (MiB per VM, default 768), and
+# default 600), SHOAL_DISKLESS_MEM (MiB per VM, default 768),
+# SHOAL_DISKLESS_CAPTURE=1 (dumpcap of the bridge into capture.pcap), and
 # SHOAL_KERNEL_CACHE and friends of test/kernel/setup.sh.
 #
 # Needs root (debootstrap, network namespaces, tap devices). Every network
@@ -312,6 +313,14 @@ cmd_boot() {
 	mkdir -p "$before"
 	scrape "$mds_ip:9100" >"$before/mds"
 	for i in 0 1 2; do scrape "${ds_ips[$i]}:9100" >"$before/ds$i"; done
+
+	# SHOAL_DISKLESS_CAPTURE=1: capture the nodes' traffic (first 300
+	# bytes of each frame) on the bridge into capture.pcap (with --keep).
+	if [ "${SHOAL_DISKLESS_CAPTURE:-0}" = 1 ]; then
+		ip netns exec "$ns" dumpcap -q -i br0 -s 300 -w "$work/capture.pcap" 2>"$work/logs/dumpcap.log" &
+		pids+=($!)
+		sleep 1
+	fi
 
 	# The nodes, all at once.
 	local vmto=${SHOAL_DISKLESS_VM_TIMEOUT:-600} mem=${SHOAL_DISKLESS_MEM:-768}
