@@ -59,7 +59,10 @@ cmd_rootfs() {
 	exec 8>"$cache/.rootfs.lock"
 	flock 8
 	local key base
-	key=$( (echo "$suite $mirror $pkgs"; sed -n '/^# trim:begin/,/^# trim:end/p' "$0") | sha256sum | cut -c1-12)
+	# The cache key covers the suite, the mirror, the packages and the
+	# script from the key= line to the trim:end marker below (the debootstrap
+	# command and the trimming): change any and the tree is built anew.
+	key=$( (echo "$suite $mirror $pkgs"; sed -n '/# trim:begin/,/# trim:end/p' "$0") | sha256sum | cut -c1-12)
 	base=$cache/base-$suite-$key
 	if [ ! -f "$base.done" ]; then
 		rm -rf "$base" "$base.tmp"
@@ -80,6 +83,8 @@ cmd_rootfs() {
 		# trim:end
 		mv "$base.tmp" "$base"
 		touch "$base.done"
+		# Keep the newest two trees of the suite.
+		ls -1dt "$cache/base-$suite-"*.done | tail -n +3 | while read -r d; do rm -rf "${d%.done}" "$d"; done
 	fi
 	local img=$base
 	if [ $check = 1 ]; then
