@@ -144,7 +144,8 @@ if [ "${SHOAL_DISKLESS:-1}" = "1" ]; then
 	# /var/cache/shoal-diskless; the first run fetches it from Debian's
 	# mirror) copied with shoal cp -a to shoal mds + 3 shoal ds (--mirrors
 	# 2) in a network namespace, one VM on Linux 6.1 booting it through
-	# the diskless initramfs. About 1 minute with the tree cached.
+	# the diskless initramfs. About 1 minute with the tree cached, about 5
+	# on the first run (debootstrap).
 	SHOAL_DISKLESS=1 gotestsum --format standard-verbose --jsonfile "$work/diskless.json" -- \
 		-count=1 -timeout 30m -run TestDiskless ./test/diskless/ || { echo "diskless-node test failed (see above)"; exit 1; }
 	cat "$work/diskless.json" >>"$work/kernel.json" 2>/dev/null || true
