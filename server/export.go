@@ -29,10 +29,10 @@ type Export struct {
 	// path is exported once, so this is how one tree is read-write for
 	// one host and read-only for the rest. Clients still applies.
 	WriteClients []string `yaml:"rw_clients"`
-	RootSquash *bool    `yaml:"root_squash"` // nil means true
-	AllSquash  bool     `yaml:"all_squash"`
-	AnonUID    *uint32  `yaml:"anonuid"` // nil means 65534
-	AnonGID    *uint32  `yaml:"anongid"` // nil means 65534
+	RootSquash   *bool    `yaml:"root_squash"` // nil means true
+	AllSquash    bool     `yaml:"all_squash"`
+	AnonUID      *uint32  `yaml:"anonuid"` // nil means 65534
+	AnonGID      *uint32  `yaml:"anongid"` // nil means 65534
 	// Sync says whether changes through the export are answered only
 	// once durable (true) or once written to the metadata log (false,
 	// knfsd's async); nil follows the server (Config.Async). See

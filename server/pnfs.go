@@ -426,21 +426,21 @@ func (s *Server) sendRecall(h state.LayoutHolder, recall nfs4.Layoutrecall4, cha
 	return nfs4.NFS4ERR_DELAY
 }
 
-// recallAll recalls every layout, once per client (a data server joined or
-// left, so the device list changed).
+// recallAll recalls every layout (a data server joined or left, so the
+// device list changed), one CB_LAYOUTRECALL per file and holder.
+//
+// Not one LAYOUTRECALL4_ALL per client: Linux (6.1 and 7.2 alike)
+// answers that only once it has drained every layout it holds, and a
+// layout with READs in flight to the data server that just died does not
+// drain until those give up. Meanwhile every LAYOUTGET is refused with
+// NFS4ERR_RECALLCONFLICT, and the client backs off further each time, so
+// a diskless node booting from the cluster stalled for a lease plus that
+// back-off (25-35 s with a 15 s lease; docs/diskless.md). A recall of
+// one file Linux answers at once (NOMATCHING_LAYOUT for a layout it drops,
+// or it returns the layout once that file's I/O is done), and the other
+// files' layouts are not held up.
 func (s *Server) recallAll() {
-	seen := map[state.ClientID]bool{}
-	for _, h := range s.st.m.BeginRecallAll() {
-		if seen[h.ClientID] {
-			continue
-		}
-		seen[h.ClientID] = true
-		s.event(Event{Kind: EventLayoutRecall, ClientID: uint64(h.ClientID)})
-		go func() {
-			st := s.sendRecall(h, nfs4.Layoutrecall4{LorRecalltype: nfs4.LAYOUTRECALL4_ALL}, false)
-			if st == nfs4.NFS4ERR_NOMATCHING_LAYOUT {
-				s.st.m.LayoutReturnAll(h.ClientID)
-			}
-		}()
+	for _, f := range s.st.m.FilesWithLayouts() {
+		s.pnfs.recall(uint64(f))
 	}
 }
