@@ -21,11 +21,18 @@ type Export struct {
 	Path     string `yaml:"path"`
 	ReadOnly bool   `yaml:"ro"`
 	// Clients lists the networks allowed to use the export; empty allows all.
-	Clients    []string `yaml:"clients"`
-	RootSquash *bool    `yaml:"root_squash"` // nil means true
-	AllSquash  bool     `yaml:"all_squash"`
-	AnonUID    *uint32  `yaml:"anonuid"` // nil means 65534
-	AnonGID    *uint32  `yaml:"anongid"` // nil means 65534
+	Clients []string `yaml:"clients"`
+	// WriteClients lists networks (or addresses) that may change a
+	// ReadOnly export all the same: the host that builds the images of a
+	// root file system shared by diskless nodes writes the very tree the
+	// nodes mount read-only (docs/diskless.md). Exports cannot nest and a
+	// path is exported once, so this is how one tree is read-write for
+	// one host and read-only for the rest. Clients still applies.
+	WriteClients []string `yaml:"rw_clients"`
+	RootSquash   *bool    `yaml:"root_squash"` // nil means true
+	AllSquash    bool     `yaml:"all_squash"`
+	AnonUID      *uint32  `yaml:"anonuid"` // nil means 65534
+	AnonGID      *uint32  `yaml:"anongid"` // nil means 65534
 	// Sync says whether changes through the export are answered only
 	// once durable (true) or once written to the metadata log (false,
 	// knfsd's async); nil follows the server (Config.Async). See
@@ -48,8 +55,9 @@ type Export struct {
 	// Linux 6.18 or later, or Shoal, get striped layouts.
 	FlexStripe string `yaml:"flex_stripe"`
 
-	nets []netip.Prefix
-	root meta.Ino
+	nets  []netip.Prefix
+	wnets []netip.Prefix // WriteClients
+	root  meta.Ino
 	// async is the resolved Sync.
 	async bool
 }
@@ -69,16 +77,40 @@ func (e *Export) anon() (uint32, uint32) {
 
 // allows reports whether a client at addr may use the export.
 func (e *Export) allows(addr netip.Addr) bool {
-	if len(e.nets) == 0 {
-		return true
-	}
+	return len(e.nets) == 0 || contains(e.nets, addr)
+}
+
+// readOnlyFor reports whether the export is read-only for a client at
+// addr: ReadOnly, unless addr is one of WriteClients.
+func (e *Export) readOnlyFor(addr netip.Addr) bool {
+	return e.ReadOnly && !contains(e.wnets, addr)
+}
+
+func contains(nets []netip.Prefix, addr netip.Addr) bool {
 	addr = addr.Unmap()
-	for _, n := range e.nets {
+	for _, n := range nets {
 		if n.Contains(addr) {
 			return true
 		}
 	}
 	return false
+}
+
+// parseNets parses a list of networks (10.0.0.0/8) and single addresses.
+func parseNets(export, field string, list []string) ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, c := range list {
+		pfx, err := netip.ParsePrefix(c)
+		if err != nil {
+			a, aerr := netip.ParseAddr(c)
+			if aerr != nil {
+				return nil, fmt.Errorf("export %q: bad %s network %q: %w", export, field, c, err)
+			}
+			pfx = netip.PrefixFrom(a, a.BitLen())
+		}
+		out = append(out, pfx.Masked())
+	}
+	return out, nil
 }
 
 // squash applies root and all squashing to an AUTH_SYS identity.
@@ -167,17 +199,14 @@ func newNamespace(exports []*Export) (*namespace, error) {
 			return nil, fmt.Errorf("export id %d used twice", e.ID)
 		}
 		ns.byID[e.ID] = e
-		e.nets = e.nets[:0]
-		for _, c := range e.Clients {
-			pfx, err := netip.ParsePrefix(c)
-			if err != nil {
-				a, aerr := netip.ParseAddr(c)
-				if aerr != nil {
-					return nil, fmt.Errorf("export %q: bad client network %q: %w", p, c, err)
-				}
-				pfx = netip.PrefixFrom(a, a.BitLen())
-			}
-			e.nets = append(e.nets, pfx.Masked())
+		if e.nets, err = parseNets(p, "client", e.Clients); err != nil {
+			return nil, err
+		}
+		if e.wnets, err = parseNets(p, "rw_clients", e.WriteClients); err != nil {
+			return nil, err
+		}
+		if len(e.WriteClients) > 0 && !e.ReadOnly {
+			return nil, fmt.Errorf("export %q: rw_clients is for a read-only export (ro: true); this one is read-write for every client", p)
 		}
 		ns.exports = append(ns.exports, e)
 	}

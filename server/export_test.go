@@ -42,6 +42,43 @@ func TestReadOnlyExport(t *testing.T) {
 	}
 }
 
+// TestReadOnlyExceptWriteClients: a read-only export with rw_clients is
+// read-write for those clients only (the image builder of a diskless root
+// tree), and read-only, ACCESS included, for everyone else.
+func TestReadOnlyExceptWriteClients(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		writers  []string
+		writable bool
+	}{
+		{"caller listed", []string{"10.0.0.0/8", "127.0.0.1"}, true},
+		{"caller's network listed", []string{"127.0.0.0/8"}, true},
+		{"caller not listed", []string{"10.0.0.0/8"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ts := startServer(t, Config{Exports: []*Export{{Path: "/", ReadOnly: true, RootSquash: &noSquash, WriteClients: tc.writers}}})
+			c := ts.client()
+			res, err := c.Compound(opPutRoot(), opMkdir("d"))
+			if tc.writable {
+				must(t)(res, err)
+			} else {
+				want(t, nfs4.NFS4ERR_ROFS)(res, err)
+			}
+			res = must(t)(c.Compound(opPutRoot(),
+				nfs4.NfsArgop4{Argop: nfs4.OP_ACCESS, Opaccess: &nfs4.ACCESS4args{Access: nfs4.ACCESS4_READ | nfs4.ACCESS4_MODIFY}}))
+			if got := find(t, res, nfs4.OP_ACCESS).Opaccess.Resok4.Access&nfs4.ACCESS4_MODIFY != 0; got != tc.writable {
+				t.Errorf("ACCESS grants MODIFY: %v, want %v", got, tc.writable)
+			}
+		})
+	}
+	if _, err := newNamespace([]*Export{{Path: "/", WriteClients: []string{"127.0.0.1"}}}); err == nil {
+		t.Error("rw_clients on a read-write export: no error")
+	}
+	if _, err := newNamespace([]*Export{{Path: "/", ReadOnly: true, WriteClients: []string{"not-a-net"}}}); err == nil {
+		t.Error("bad rw_clients network: no error")
+	}
+}
+
 // TestClientRestriction: an export whose client list excludes the caller
 // answers NFS4ERR_ACCESS for every operation that touches it, and is left
 // out of pseudo-root listings. (RFC 8881 leaves the choice open between

@@ -133,9 +133,10 @@ func (c *compound) currentFile() (*object, nfs4.Nfsstat4) {
 	return nil, nfs4.NFS4ERR_WRONG_TYPE
 }
 
-// writable reports an error if o cannot be modified through its export.
+// writable reports an error if o cannot be modified through its export
+// by this client.
 func (c *compound) writable(o *object) nfs4.Nfsstat4 {
-	if o.export == nil || o.export.ReadOnly {
+	if o.export == nil || o.export.readOnlyFor(c.addr) {
 		return nfs4.NFS4ERR_ROFS
 	}
 	return nfs4.NFS4_OK

@@ -72,7 +72,7 @@ func (c *compound) access(a *nfs4.ACCESS4args) opReply {
 	}
 	supported := a.Access & all
 	cr := c.cred(o.export)
-	ro := o.export == nil || o.export.ReadOnly
+	ro := o.export == nil || o.export.readOnlyFor(c.addr)
 	var granted uint32
 	can := func(bits uint32) bool { return allowed(&o.attr, cr, bits) }
 	if supported&nfs4.ACCESS4_READ != 0 && can(permRead) {

@@ -406,27 +406,6 @@ func (s *Server) sendLayoutRecall(h state.LayoutHolder, file state.FileID, fh []
 	}
 }
 
-// layoutTypes lists the layout types the server's exports hand out, in
-// a fixed order.
-func (s *Server) layoutTypes() []nfs4.Layouttype4 {
-	var files, flex bool
-	for _, e := range s.ns.exports {
-		if layoutTypeOf(e) == nfs4.LAYOUT4_FLEX_FILES {
-			flex = true
-		} else {
-			files = true
-		}
-	}
-	var types []nfs4.Layouttype4
-	if files {
-		types = append(types, nfs4.LAYOUT4_NFSV4_1_FILES)
-	}
-	if flex {
-		types = append(types, nfs4.LAYOUT4_FLEX_FILES)
-	}
-	return types
-}
-
 // recallType is the layout type of the file a recall names by fh: the
 // type its export hands out.
 func (s *Server) recallType(fh []byte) nfs4.Layouttype4 {
@@ -464,35 +443,21 @@ func (s *Server) sendRecallOf(typ nfs4.Layouttype4, h state.LayoutHolder, recall
 	return nfs4.NFS4ERR_DELAY
 }
 
-// recallAll recalls every layout, once per client (a data server joined or
-// left, so the device list changed).
+// recallAll recalls every layout (a data server joined or left, so the
+// device list changed), one CB_LAYOUTRECALL per file and holder.
+//
+// Not one LAYOUTRECALL4_ALL per client: Linux (6.1 and 7.2 alike)
+// answers that only once it has drained every layout it holds, and a
+// layout with READs in flight to the data server that just died does not
+// drain until those give up. Meanwhile every LAYOUTGET is refused with
+// NFS4ERR_RECALLCONFLICT, and the client backs off further each time, so
+// a diskless node booting from the cluster stalled for a lease plus that
+// back-off (25-35 s with a 15 s lease; docs/diskless.md). A recall of
+// one file Linux answers at once (NOMATCHING_LAYOUT for a layout it drops,
+// or it returns the layout once that file's I/O is done), and the other
+// files' layouts are not held up.
 func (s *Server) recallAll() {
-	seen := map[state.ClientID]bool{}
-	for _, h := range s.st.m.BeginRecallAll() {
-		if seen[h.ClientID] {
-			continue
-		}
-		seen[h.ClientID] = true
-		s.event(Event{Kind: EventLayoutRecall, ClientID: uint64(h.ClientID)})
-		go func() {
-			// A CB_LAYOUTRECALL names one layout type (RFC 8881
-			// §20.3.3), and a client answers NOMATCHING_LAYOUT for a
-			// type it holds none of: recall every type the exports
-			// hand out, and forget the client's layouts only if it
-			// holds none of any type. (Recalling only the files type
-			// made the MDS drop the flexfiles layouts of a client that
-			// rightly answered NOMATCHING_LAYOUT, and refuse its
-			// LAYOUTERRORs with BAD_STATEID.)
-			none := true
-			for _, typ := range s.layoutTypes() {
-				st := s.sendRecallOf(typ, h, nfs4.Layoutrecall4{LorRecalltype: nfs4.LAYOUTRECALL4_ALL}, false)
-				if st != nfs4.NFS4ERR_NOMATCHING_LAYOUT {
-					none = false
-				}
-			}
-			if none {
-				s.st.m.LayoutReturnAll(h.ClientID)
-			}
-		}()
+	for _, f := range s.st.m.FilesWithLayouts() {
+		s.pnfs.recall(uint64(f))
 	}
 }

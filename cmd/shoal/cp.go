@@ -37,7 +37,12 @@ once: --jobs chunks (of --chunk bytes) are in flight across several files and
 within large ones, and with pNFS each chunk is itself striped.
 
 Like cp, a DST that is an existing directory receives SRC under its own name.
-Modes and mtimes are kept and symlinks are copied as symlinks. Files are
+Modes and mtimes are kept and symlinks are copied as symlinks. With -a
+(--archive, implies -r) numeric owners and groups, hard links, devices, FIFOs
+and sockets are kept too, as an operating system's root tree needs (a diskless
+node's root, see docs/diskless.md); the destination must then let root set
+owners (a server started with --no-root-squash, or an export with
+root_squash: false). Files are
 written under a temporary name and renamed when complete, so an interrupted
 copy never leaves a truncated file under the real name; a journal
 (DST/` + pcopy.JournalName + ` unless --journal) records completed files and
@@ -47,7 +52,8 @@ Exit status: 0 on success, 1 on errors, 2 if --verify found differences,
 130 if interrupted.`,
 		Example: `  shoal cp -r nfs://127.0.0.1:2049/data nfs://127.0.0.1:3049/backup
   shoal cp -r --verify ./dataset nfs://mds:2049/
-  shoal cp -r --resume nfs://127.0.0.1:2049/data /scratch/data`,
+  shoal cp -r --resume nfs://127.0.0.1:2049/data /scratch/data
+  shoal cp -a /srv/rootfs nfs://mds:2049/images/bookworm-1`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
@@ -56,6 +62,9 @@ Exit status: 0 on success, 1 on errors, 2 if --verify found differences,
 			}
 			if opts.Chunk <= 0 || opts.Chunk > 1<<40 {
 				return fmt.Errorf("--chunk %s: want a size from 1 byte to 1TiB, such as 4MiB", chunk)
+			}
+			if opts.Archive {
+				opts.Recursive = true
 			}
 			if opts.Jobs < 1 {
 				return fmt.Errorf("bad --jobs %d: want at least 1", opts.Jobs)
@@ -83,6 +92,7 @@ Exit status: 0 on success, 1 on errors, 2 if --verify found differences,
 	}
 	f := cmd.Flags()
 	f.BoolVarP(&opts.Recursive, "recursive", "r", false, "copy directories and their contents")
+	f.BoolVarP(&opts.Archive, "archive", "a", false, "also keep owners, hard links, devices, FIFOs and sockets (implies -r; needs root and no root squashing)")
 	f.IntVarP(&opts.Jobs, "jobs", "j", pcopy.DefaultJobs, "chunks in flight across all files (memory use is about jobs x chunk, twice that with --verify)")
 	f.StringVar(&chunk, "chunk", "4MiB", "chunk size (a multiple of the stripe unit works best), e.g. 4MiB or 1048576 (KiB, MiB: powers of 1024; KB, MB: of 1000)")
 	f.StringVar(&journal, "journal", "", "journal file, a local path or nfs:// URL (default: DST/"+pcopy.JournalName+")")
@@ -159,6 +169,9 @@ func printCpSummary(w io.Writer, s pcopy.Summary, verify bool) {
 		plural(s.Symlinks, "symlink", "symlinks"), s.Target, secs, rate)
 	if s.ResumedFiles > 0 || s.ResumedBytes > 0 {
 		fmt.Fprintf(w, "resumed: %s and %s done by an earlier run\n", plural(s.ResumedFiles, "file", "files"), pcopy.FormatBytes(s.ResumedBytes))
+	}
+	if s.Links > 0 || s.Specials > 0 {
+		fmt.Fprintf(w, "kept %s and %s\n", plural(s.Links, "hard link", "hard links"), plural(s.Specials, "special file", "special files"))
 	}
 	if s.Skipped > 0 {
 		fmt.Fprintf(w, "skipped %d special files\n", s.Skipped)

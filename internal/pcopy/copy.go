@@ -63,6 +63,13 @@ type Options struct {
 	// Checkpoint is how many bytes of a file are written between syncs
 	// that let the journal record its completed chunks. Default 16 MiB.
 	Checkpoint int64
+	// Archive keeps what a root file system needs besides contents,
+	// modes and mtimes: numeric owners and groups, hard links (files of
+	// the source with one ID become one file with several names) and
+	// devices, FIFOs and sockets (created with MKNOD). It is what a copy
+	// of an operating system tree wants, and needs a destination that
+	// lets the caller set owners (root, without root squashing).
+	Archive bool
 	// Logger receives warnings (skipped special files). Default: discard.
 	Logger *slog.Logger
 }
@@ -85,6 +92,8 @@ type Mismatch struct {
 // Summary is what a finished (or failed) copy did.
 type Summary struct {
 	Files, Dirs, Symlinks int64 // objects created
+	Links                 int64 // hard links made to files copied once (Archive)
+	Specials              int64 // devices, FIFOs and sockets created (Archive)
 	Skipped               int64 // special files not copied
 	ResumedFiles          int64 // files completed by an earlier run, not recopied
 	Bytes                 int64 // bytes copied by this run
@@ -163,6 +172,9 @@ func (c *Copier) Progress() Progress {
 type entry struct {
 	rel  string // slash path relative to the source root; "." for the root
 	info Info
+	// linkTo, with Archive, is the rel of the first name of a regular
+	// file with several names: this one becomes a hard link to it.
+	linkTo string
 }
 
 func (c *Copier) srcPath(rel string) string { return path.Join(c.src.Path, rel) }
@@ -223,6 +235,16 @@ func (c *Copier) Run(ctx context.Context) (sum Summary, err error) {
 	if err := c.copyFiles(ctx, entries); err != nil {
 		return sum, err
 	}
+	c.mu.Lock()
+	mism := len(c.sum.Mismatches)
+	c.mu.Unlock()
+	// Hard links once their files are in place; a file that failed
+	// verification is not, and its links wait for the resumed copy.
+	if mism == 0 {
+		if err := c.makeHardLinks(ctx, entries); err != nil {
+			return sum, err
+		}
+	}
 	// Directory attributes last, deepest first: writing into a directory
 	// changes its mtime, and a read-only mode would stop the writes.
 	for i := len(entries) - 1; i >= 0; i-- {
@@ -230,13 +252,10 @@ func (c *Copier) Run(ctx context.Context) (sum Summary, err error) {
 		if e.info.Type != TypeDir {
 			continue
 		}
-		if err := c.dst.FS.SetAttr(ctx, c.dstPath(e.rel), TypeDir, e.info.Perm, e.info.Mtime); err != nil {
-			return sum, fmt.Errorf("set attributes of %s: %w", c.dstPath(e.rel), err)
+		if err := c.setAttrs(ctx, c.dstPath(e.rel), e.info); err != nil {
+			return sum, err
 		}
 	}
-	c.mu.Lock()
-	mism := len(c.sum.Mismatches)
-	c.mu.Unlock()
 	if mism > 0 {
 		return sum, fmt.Errorf("%d file(s) differ after copying: %w", mism, ErrVerify)
 	}
@@ -329,10 +348,28 @@ func relPath(base, p string) (string, bool) {
 	return strings.CutPrefix(p, prefix)
 }
 
-// walk lists the source tree depth-first, parents before children.
+// setAttrs gives name the source's attributes: with Archive first its
+// owner (a change of owner may clear setuid and setgid bits), then its
+// mode and mtime.
+func (c *Copier) setAttrs(ctx context.Context, name string, in Info) error {
+	if c.opts.Archive {
+		if err := c.dst.FS.Chown(ctx, name, in.UID, in.GID); err != nil {
+			return fmt.Errorf("set owner of %s to %d:%d: %w", name, in.UID, in.GID, err)
+		}
+	}
+	if err := c.dst.FS.SetAttr(ctx, name, in.Type, in.Perm, in.Mtime); err != nil {
+		return fmt.Errorf("set attributes of %s: %w", name, err)
+	}
+	return nil
+}
+
+// walk lists the source tree depth-first, parents before children. With
+// Archive, the second and later names of a regular file with several
+// links get linkTo set and are not counted as files to copy.
 func (c *Copier) walk(ctx context.Context, root Info) ([]entry, error) {
 	out := []entry{{rel: ".", info: root}}
 	c.count(root)
+	firstName := map[FileID]string{}
 	if root.Type != TypeDir {
 		return out, nil
 	}
@@ -347,8 +384,18 @@ func (c *Copier) walk(ctx context.Context, root Info) ([]entry, error) {
 		}
 		for _, in := range ents {
 			r := path.Join(rel, in.Name)
-			out = append(out, entry{rel: r, info: in})
-			c.count(in)
+			e := entry{rel: r, info: in}
+			if c.opts.Archive && in.Type == TypeFile && in.Nlink > 1 {
+				if first, ok := firstName[in.ID]; ok {
+					e.linkTo = first
+				} else {
+					firstName[in.ID] = r
+				}
+			}
+			out = append(out, e)
+			if e.linkTo == "" {
+				c.count(in)
+			}
 			if in.Type == TypeDir {
 				if err := rec(r); err != nil {
 					return err
@@ -392,6 +439,11 @@ func (c *Copier) makeDirsAndLinks(ctx context.Context, entries []entry) error {
 			if err := dfs.Symlink(ctx, target, d); err != nil {
 				return fmt.Errorf("create symlink %s: %w", d, err)
 			}
+			if c.opts.Archive {
+				if err := dfs.Chown(ctx, d, e.info.UID, e.info.GID); err != nil {
+					return fmt.Errorf("set owner of %s to %d:%d: %w", d, e.info.UID, e.info.GID, err)
+				}
+			}
 			// Not every server lets a symlink's mtime be set; the link
 			// itself is what matters.
 			if err := dfs.SetAttr(ctx, d, TypeSymlink, 0, e.info.Mtime); err != nil {
@@ -399,9 +451,54 @@ func (c *Copier) makeDirsAndLinks(ctx context.Context, entries []entry) error {
 			}
 			c.note(func(s *Summary) { s.Symlinks++ })
 		case TypeOther:
+			if c.opts.Archive && e.info.Special != 0 {
+				if err := c.makeSpecial(ctx, d, e.info); err != nil {
+					return err
+				}
+				c.note(func(s *Summary) { s.Specials++ })
+				continue
+			}
 			c.log.Warn("skipping special file", "path", c.srcPath(e.rel))
 			c.note(func(s *Summary) { s.Skipped++ })
 		}
+	}
+	return nil
+}
+
+// makeSpecial creates a device, FIFO or socket at d (replacing what a
+// resumed copy left there) with the source's attributes.
+func (c *Copier) makeSpecial(ctx context.Context, d string, in Info) error {
+	dfs := c.dst.FS
+	if old, err := dfs.Lstat(ctx, d); err == nil && old.Type != TypeDir {
+		if err := dfs.Remove(ctx, d); err != nil {
+			return fmt.Errorf("replace %s: %w", d, err)
+		}
+	}
+	if err := dfs.Mknod(ctx, d, in.Special|in.Perm, in.RdevMajor, in.RdevMinor); err != nil {
+		return fmt.Errorf("create special file %s: %w", d, err)
+	}
+	return c.setAttrs(ctx, d, in)
+}
+
+// makeHardLinks links the later names of multiply linked files to their
+// first name, which copyFiles installed. A name already there (a resumed
+// copy) is replaced, so the link is right even if the source changed.
+func (c *Copier) makeHardLinks(ctx context.Context, entries []entry) error {
+	dfs := c.dst.FS
+	for _, e := range entries {
+		if e.linkTo == "" {
+			continue
+		}
+		d, first := c.dstPath(e.rel), c.dstPath(e.linkTo)
+		if old, err := dfs.Lstat(ctx, d); err == nil && old.Type != TypeDir {
+			if err := dfs.Remove(ctx, d); err != nil {
+				return fmt.Errorf("replace %s: %w", d, err)
+			}
+		}
+		if err := dfs.Link(ctx, first, d); err != nil {
+			return fmt.Errorf("hard link %s to %s: %w", d, first, err)
+		}
+		c.note(func(s *Summary) { s.Links++ })
 	}
 	return nil
 }
@@ -467,7 +564,7 @@ func (c *Copier) copyFiles(ctx context.Context, entries []entry) error {
 	var opened []*fileJob
 	dispatch := func() error {
 		for _, e := range entries {
-			if e.info.Type != TypeFile {
+			if e.info.Type != TypeFile || e.linkTo != "" {
 				continue
 			}
 			f, ts, err := c.plan(ctx, e)
@@ -729,8 +826,8 @@ func (c *Copier) finish(ctx context.Context, f *fileJob) error {
 		}
 		c.note(func(s *Summary) { s.Verified++ })
 	}
-	if err := c.dst.FS.SetAttr(ctx, f.tmp, TypeFile, f.info.Perm, f.info.Mtime); err != nil {
-		return fmt.Errorf("set attributes of %s: %w", f.tmp, err)
+	if err := c.setAttrs(ctx, f.tmp, f.info); err != nil {
+		return err
 	}
 	if err := c.dst.FS.Rename(ctx, f.tmp, f.dst); err != nil {
 		return fmt.Errorf("rename %s: %w", f.dst, err)

@@ -22,7 +22,7 @@ const (
 	TypeFile Type = iota
 	TypeDir
 	TypeSymlink
-	TypeOther // devices, FIFOs, sockets: not copied
+	TypeOther // devices, FIFOs, sockets: copied only by an archive copy (Info.Special)
 )
 
 func (t Type) String() string {
@@ -44,7 +44,23 @@ type Info struct {
 	Perm  uint32 // permission bits plus setuid/setgid/sticky (07777)
 	Size  int64
 	Mtime time.Time
+
+	// What an archive copy (Options.Archive) keeps besides the above.
+	UID, GID uint32
+	// Nlink and ID find hard links: two regular files of one side with
+	// the same ID are the same file. ID is the local (device, inode) or
+	// the NFS fileid; it is only compared within one side.
+	Nlink uint32
+	ID    FileID
+	// Special is the file type bits (S_IFCHR, S_IFBLK, S_IFIFO or
+	// S_IFSOCK) of a TypeOther object, and RdevMajor/RdevMinor the
+	// device number of a device.
+	Special              uint32
+	RdevMajor, RdevMinor uint32
 }
+
+// FileID identifies a file within one side of a copy.
+type FileID struct{ Dev, Ino uint64 }
 
 // FS is one side of a copy: a Shoal (or any NFSv4.1+) server through the
 // client library, or the local file system. Paths are slash-separated.
@@ -71,6 +87,17 @@ type FS interface {
 	// SetAttr sets the permission bits (not on symlinks) and the
 	// modification time of name, without following a symlink.
 	SetAttr(ctx context.Context, name string, typ Type, perm uint32, mtime time.Time) error
+
+	// The operations of an archive copy (Options.Archive).
+
+	// Chown sets the numeric owner and group of name, without following
+	// a symlink.
+	Chown(ctx context.Context, name string, uid, gid uint32) error
+	// Link makes newname a hard link to the regular file oldname.
+	Link(ctx context.Context, oldname, newname string) error
+	// Mknod creates a device, FIFO or socket: mode is the file type bits
+	// (S_IFCHR, ...) and the permission bits, as in mknod(2).
+	Mknod(ctx context.Context, name string, mode, major, minor uint32) error
 }
 
 // ReadFile is an open source file. ReadAt may be called concurrently.
@@ -101,7 +128,10 @@ var (
 )
 
 func nfsInfo(name string, a client.Attr) Info {
-	in := Info{Name: name, Perm: a.Mode & 0o7777, Size: int64(a.Size), Mtime: a.Mtime}
+	in := Info{
+		Name: name, Perm: a.Mode & 0o7777, Size: int64(a.Size), Mtime: a.Mtime,
+		UID: a.UID, GID: a.GID, Nlink: a.Nlink, ID: FileID{Ino: a.Fileid},
+	}
 	switch a.Type {
 	case client.TypeRegular:
 		in.Type = TypeFile
@@ -111,6 +141,17 @@ func nfsInfo(name string, a client.Attr) Info {
 		in.Type = TypeSymlink
 	default:
 		in.Type = TypeOther
+		switch a.Type {
+		case client.TypeBlock:
+			in.Special = unix.S_IFBLK
+		case client.TypeChar:
+			in.Special = unix.S_IFCHR
+		case client.TypeFIFO:
+			in.Special = unix.S_IFIFO
+		case client.TypeSocket:
+			in.Special = unix.S_IFSOCK
+		}
+		in.RdevMajor, in.RdevMinor = a.RdevMajor, a.RdevMinor
 	}
 	return in
 }
@@ -178,6 +219,18 @@ func (n nfsFS) SetAttr(ctx context.Context, name string, typ Type, perm uint32, 
 	return n.c.SetAttr(ctx, name, sa)
 }
 
+func (n nfsFS) Chown(ctx context.Context, name string, uid, gid uint32) error {
+	return n.c.SetAttr(ctx, name, client.SetAttr{UID: &uid, GID: &gid})
+}
+
+func (n nfsFS) Link(ctx context.Context, oldname, newname string) error {
+	return n.c.Link(ctx, oldname, newname)
+}
+
+func (n nfsFS) Mknod(ctx context.Context, name string, mode, major, minor uint32) error {
+	return n.c.Mknod(ctx, name, mode, major, minor)
+}
+
 type nfsFile struct{ f *client.File }
 
 func (f nfsFile) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
@@ -205,6 +258,13 @@ func localInfo(fi fs.FileInfo) Info {
 	in := Info{Name: fi.Name(), Perm: uint32(fi.Mode().Perm()), Size: fi.Size(), Mtime: fi.ModTime()}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		in.Perm = st.Mode & 0o7777
+		in.UID, in.GID, in.Nlink = st.Uid, st.Gid, uint32(st.Nlink)
+		in.ID = FileID{Dev: st.Dev, Ino: st.Ino}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFCHR, unix.S_IFBLK, unix.S_IFIFO, unix.S_IFSOCK:
+			in.Special = st.Mode & unix.S_IFMT
+			in.RdevMajor, in.RdevMinor = unix.Major(st.Rdev), unix.Minor(st.Rdev)
+		}
 	}
 	switch {
 	case fi.Mode().IsRegular():
@@ -288,6 +348,21 @@ func (localFS) SetAttr(_ context.Context, name string, typ Type, perm uint32, mt
 	ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, unix.NsecToTimespec(mtime.UnixNano())}
 	if err := unix.UtimesNanoAt(unix.AT_FDCWD, name, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return &fs.PathError{Op: "utimes", Path: name, Err: err}
+	}
+	return nil
+}
+
+func (localFS) Chown(_ context.Context, name string, uid, gid uint32) error {
+	return os.Lchown(name, int(uid), int(gid))
+}
+
+func (localFS) Link(_ context.Context, oldname, newname string) error {
+	return os.Link(oldname, newname)
+}
+
+func (localFS) Mknod(_ context.Context, name string, mode, major, minor uint32) error {
+	if err := unix.Mknod(name, mode, int(unix.Mkdev(major, minor))); err != nil {
+		return &fs.PathError{Op: "mknod", Path: name, Err: err}
 	}
 	return nil
 }

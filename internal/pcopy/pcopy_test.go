@@ -8,12 +8,17 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"os"
 	"path"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/pcopy"
@@ -534,5 +539,149 @@ func TestFormatProgress(t *testing.T) {
 	pcopy.Report(ctx, &buf, false, time.Hour, func() pcopy.Progress { return pcopy.Progress{} })
 	if buf.Len() != 0 {
 		t.Errorf("Report that never ticked printed %q", buf.String())
+	}
+}
+
+// TestCopyArchive copies a tree that holds what an operating system's
+// root holds besides files (owners other than root, hard links, devices,
+// a FIFO and a socket) from the local disk to a cluster and back, and
+// checks that Archive kept all of it both ways, and that a second,
+// resumed-style copy over the first gives the same result.
+func TestCopyArchive(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: mknod of devices and chown")
+	}
+	ctx := testCtx(t)
+	cl, _ := startCluster(t)
+	local := pcopy.Local()
+	dir := t.TempDir()
+	src := dir + "/src"
+	for _, d := range []string{"etc", "dev", "run", "usr/bin"} {
+		if err := os.MkdirAll(filepath.Join(src, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(p string, data string, perm os.FileMode, uid, gid int) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(src, p), []byte(data), perm); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(filepath.Join(src, p), uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Join(src, p), perm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("etc/shadow", "root:*:1::::::\n", 0o640, 0, 42)
+	write("usr/bin/chage", "#!/bin/true\n", 0o2755, 0, 42)
+	write("usr/bin/perl5.36", "perl", 0o755, 0, 0)
+	write("etc/owned", "x", 0o600, 1234, 5678)
+	for _, l := range [][2]string{{"usr/bin/perl5.36", "usr/bin/perl"}, {"usr/bin/perl5.36", "etc/perl-again"}} {
+		if err := os.Link(filepath.Join(src, l[0]), filepath.Join(src, l[1])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("shadow", filepath.Join(src, "etc/shadow-link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(filepath.Join(src, "etc/shadow-link"), 101, 102); err != nil {
+		t.Fatal(err)
+	}
+	specials := []struct {
+		name     string
+		mode     uint32
+		maj, min uint32
+		uid, gid int
+	}{
+		{"dev/null", unix.S_IFCHR | 0o666, 1, 3, 0, 0},
+		{"dev/tty", unix.S_IFCHR | 0o666, 5, 0, 0, 5},
+		{"dev/sda", unix.S_IFBLK | 0o660, 8, 0, 0, 6},
+		{"run/initctl", unix.S_IFIFO | 0o600, 0, 0, 0, 0},
+		{"run/sock", unix.S_IFSOCK | 0o755, 0, 0, 7, 8},
+	}
+	for _, s := range specials {
+		p := filepath.Join(src, s.name)
+		if err := unix.Mknod(p, s.mode, int(unix.Mkdev(s.maj, s.min))); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, s.uid, s.gid); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, os.FileMode(s.mode&0o777)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(filepath.Join(src, "run"), 0, 99); err != nil {
+		t.Fatal(err)
+	}
+
+	steps := []struct {
+		name     string
+		src, dst pcopy.Endpoint
+	}{
+		{"local to cluster", pcopy.Endpoint{FS: local, Path: src}, pcopy.Endpoint{FS: cl, Path: "/root"}},
+		{"cluster to local", pcopy.Endpoint{FS: cl, Path: "/root"}, pcopy.Endpoint{FS: local, Path: dir + "/back"}},
+	}
+	for _, st := range steps {
+		t.Run(st.name, func(t *testing.T) {
+			sum, err := pcopy.Copy(ctx, st.src, st.dst, pcopy.Options{Recursive: true, Archive: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sum.Links != 2 || sum.Specials != 5 || sum.Skipped != 0 || sum.Files != 4 {
+				t.Errorf("summary %+v: want 4 files, 2 links, 5 special files", sum)
+			}
+			sameArchive(t, st.src.FS, st.src.Path, st.dst.FS, st.dst.Path)
+		})
+	}
+	// Without Archive, the special files are skipped and the links are
+	// separate files: the difference the option makes.
+	sum, err := pcopy.Copy(ctx, pcopy.Endpoint{FS: local, Path: src}, pcopy.Endpoint{FS: cl, Path: "/plain"}, pcopy.Options{Recursive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Skipped != 5 || sum.Files != 6 || sum.Links != 0 {
+		t.Errorf("copy without Archive: %+v, want 6 files and 5 skipped", sum)
+	}
+}
+
+// sameArchive checks what sameTree checks plus owners, groups, device
+// numbers and special types, and that names that share an ID at the
+// source share one at the destination (and only those).
+func sameArchive(t *testing.T, sfs pcopy.FS, src string, dfs pcopy.FS, dst string) {
+	t.Helper()
+	sameTree(t, sfs, src, dfs, dst)
+	s, d := listTree(t, sfs, src), listTree(t, dfs, dst)
+	sGroups, dGroups := map[pcopy.FileID][]string{}, map[pcopy.FileID][]string{}
+	for rel, si := range s {
+		di, ok := d[rel]
+		if !ok {
+			continue // sameTree reported it
+		}
+		if si.UID != di.UID || si.GID != di.GID {
+			t.Errorf("%s: owner %d:%d, want %d:%d", rel, di.UID, di.GID, si.UID, si.GID)
+		}
+		if si.Special != di.Special || si.RdevMajor != di.RdevMajor || si.RdevMinor != di.RdevMinor {
+			t.Errorf("%s: special %o %d,%d, want %o %d,%d", rel, di.Special, di.RdevMajor, di.RdevMinor, si.Special, si.RdevMajor, si.RdevMinor)
+		}
+		if si.Type == pcopy.TypeFile {
+			if si.Nlink != di.Nlink {
+				t.Errorf("%s: %d links, want %d", rel, di.Nlink, si.Nlink)
+			}
+			sGroups[si.ID] = append(sGroups[si.ID], rel)
+			dGroups[di.ID] = append(dGroups[di.ID], rel)
+		}
+	}
+	norm := func(g map[pcopy.FileID][]string) map[string]bool {
+		out := map[string]bool{}
+		for _, names := range g {
+			slices.Sort(names)
+			out[strings.Join(names, " ")] = true
+		}
+		return out
+	}
+	if sg, dg := norm(sGroups), norm(dGroups); !maps.Equal(sg, dg) {
+		t.Errorf("names of one file: %v, want %v", dg, sg)
 	}
 }

@@ -74,6 +74,10 @@ func (r metaRecord) Save(ctx context.Context, b []byte) error {
 // record: it was written by `shoal serve` (whose data is not on data
 // servers) or by a Shoal before per-file stripe maps, and its files have
 // no stripe maps. Serving it would read their data as zeros.
+//
+// Directories alone hold no data, and a fresh MDS whose exports are
+// subtrees (/images, /nodes) has already created their roots when this
+// runs, so a namespace of nothing but directories is accepted.
 func checkMetaHasRegistry(e meta.Engine) error {
 	ctx := context.Background()
 	rec, err := metaRecord{e}.Load(ctx)
@@ -84,10 +88,51 @@ func checkMetaHasRegistry(e meta.Engine) error {
 	if err != nil {
 		return err
 	}
-	if st.Files > 1 {
+	if st.Files <= 1 {
+		return nil
+	}
+	onlyDirs, err := onlyDirectories(ctx, e, maxDirsWithoutRegistry)
+	if err != nil {
+		return fmt.Errorf("check metadata without a cluster record: %w", err)
+	}
+	if !onlyDirs {
 		return fmt.Errorf("the metadata holds %d files but no cluster record: it was written by `shoal serve` or by a Shoal before per-file stripe maps, whose files this MDS cannot find on the data servers; copy the data into a new cluster with `shoal cp`", st.Files-1)
 	}
 	return nil
+}
+
+// maxDirsWithoutRegistry bounds the walk of onlyDirectories: a namespace
+// without a cluster record that has more entries than this is refused
+// even if they are all directories.
+const maxDirsWithoutRegistry = 10000
+
+// onlyDirectories reports whether every object under the root is a
+// directory, looking at no more than limit entries (false past it).
+func onlyDirectories(ctx context.Context, e meta.Engine, limit int) (bool, error) {
+	queue := []meta.Ino{meta.RootIno}
+	seen := 0
+	for len(queue) > 0 {
+		dir := queue[0]
+		queue = queue[1:]
+		var cookie uint64
+		for {
+			ents, eof, err := e.ReadDir(ctx, dir, cookie, 256)
+			if err != nil {
+				return false, err
+			}
+			for _, en := range ents {
+				if seen++; seen > limit || en.Attr.Type != meta.TypeDirectory {
+					return false, nil
+				}
+				queue = append(queue, en.Ino)
+				cookie = en.Cookie
+			}
+			if eof || len(ents) == 0 {
+				break
+			}
+		}
+	}
+	return true, nil
 }
 
 // MDS is a running metadata server.

@@ -370,6 +370,17 @@ func (m *Manager) beginRecall(file FileID, bump bool) []LayoutHolder {
 	return out
 }
 
+// FilesWithLayouts lists the files some client holds a layout of.
+func (m *Manager) FilesWithLayouts() []FileID {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]FileID, 0, len(m.layouts))
+	for f := range m.layouts {
+		out = append(out, f)
+	}
+	return out
+}
+
 // BeginRecallAll marks every layout of every file as being recalled, for a
 // data server leaving the cluster.
 func (m *Manager) BeginRecallAll() []LayoutHolder {

@@ -1,0 +1,420 @@
+#!/usr/bin/env bash
+# diskless.sh: boot Debian diskless nodes (qemu VMs) with / on a Shoal
+# cluster. The recipe and the reasons behind it are in docs/diskless.md.
+#
+#   diskless.sh rootfs [--check]
+#       Build a Debian root tree with debootstrap (minbase, systemd-sysv,
+#       python3-minimal), trimmed and made fit to be shared by many nodes
+#       (empty machine-id, no hostname). Cached: the debootstrap tree is
+#       kept under CACHE and reused; the image is rebuilt from it when the
+#       customization changes. --check adds test/diskless/boot-check.service,
+#       which prints DISKLESS lines on the console and powers the node off.
+#       Prints ROOTFS=DIR.
+#   diskless.sh initramfs [6.1|newest]
+#       Build the initramfs (dist/diskless/init, busybox, a static mount(2)
+#       helper, the NIC, NFS, pNFS layout and overlayfs modules) for a
+#       Debian kernel fetched by test/kernel/setup.sh (never installed).
+#       Prints KVER=, KERNEL=, INITRD=.
+#   diskless.sh boot [--kernel 6.1|newest] [--nodes N] [--kill-ds S] [--keep DIR]
+#       The whole run: rootfs --check, initramfs, a network namespace with a
+#       bridge, a Shoal cluster in it (shoal mds + 3 shoal ds, --mirrors 2),
+#       shoal cp -a of the root tree to /images/NAME and the symlink
+#       /images/current, then N VMs booted at once from it. Prints one
+#       NODE line per VM (boot time to the boot check's first line, its
+#       DISKLESS lines) and one SERVER line per server (bytes read and
+#       written, READ and LAYOUTGET counts during the boots). Exit status 0
+#       if every node ran the check to its end. --kill-ds S kill -9s the
+#       first data server S seconds after node0 mounted its root.
+#
+# Environment: SHOAL_DISKLESS_CACHE (default /var/cache/shoal-diskless),
+# SHOAL_DISKLESS_SUITE (bookworm), SHOAL_DISKLESS_MIRROR
+# (http://deb.debian.org/debian), SHOAL_BIN (a prebuilt shoal; default:
+# go build ./cmd/shoal), SHOAL_DISKLESS_VM_TIMEOUT (seconds per boot,
+# default 600), SHOAL_DISKLESS_MEM (MiB per VM, default 768),
+# SHOAL_DISKLESS_CAPTURE=1 (dumpcap of the bridge into capture.pcap), and
+# SHOAL_KERNEL_CACHE and friends of test/kernel/setup.sh.
+#
+# Needs root (debootstrap, network namespaces, tap devices). Every network
+# address used is inside the namespace the run creates and deletes.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+cache=${SHOAL_DISKLESS_CACHE:-/var/cache/shoal-diskless}
+suite=${SHOAL_DISKLESS_SUITE:-bookworm}
+mirror=${SHOAL_DISKLESS_MIRROR:-http://deb.debian.org/debian}
+pkgs=systemd-sysv,python3-minimal
+log() { echo "diskless: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+# Addresses inside the run's namespace (bridge br0).
+subnet=10.202.0
+mds_ip=$subnet.1
+ds_ips=("$subnet.11" "$subnet.12" "$subnet.13")
+
+cmd_rootfs() {
+	local check=0
+	[ "${1:-}" = --check ] && check=1
+	command -v debootstrap >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q debootstrap >&2
+	mkdir -p "$cache"
+	exec 8>"$cache/.rootfs.lock"
+	flock 8
+	local key base
+	# The cache key covers the suite, the mirror, the packages and the
+	# script from the key= line to the trim:end marker below (the debootstrap
+	# command and the trimming): change any and the tree is built anew.
+	key=$( (echo "$suite $mirror $pkgs"; sed -n '/# trim:begin/,/# trim:end/p' "$0") | sha256sum | cut -c1-12)
+	base=$cache/base-$suite-$key
+	if [ ! -f "$base.done" ]; then
+		rm -rf "$base" "$base.tmp"
+		log "debootstrap $suite (minbase + $pkgs) into $base"
+		debootstrap --variant=minbase --include="$pkgs" "$suite" "$base.tmp" "$mirror" >&2 ||
+			die "debootstrap failed (log: $base.tmp/debootstrap/debootstrap.log)"
+		# trim:begin
+		# What a shared, read-only root does not need: the downloaded
+		# packages, the package lists, documentation and translations.
+		rm -rf "$base.tmp"/var/cache/apt/archives/*.deb "$base.tmp"/var/cache/apt/*.bin \
+			"$base.tmp"/var/lib/apt/lists/* "$base.tmp"/usr/share/doc/* "$base.tmp"/usr/share/man/* \
+			"$base.tmp"/usr/share/info/* "$base.tmp"/usr/share/locale/* "$base.tmp"/var/log/bootstrap.log
+		# Each node must get its own machine ID (systemd makes one at boot
+		# when the file is empty) and its host name from the kernel
+		# command line (ip=), not the build host's.
+		: >"$base.tmp/etc/machine-id"
+		rm -f "$base.tmp/etc/hostname" "$base.tmp/var/lib/dbus/machine-id"
+		# trim:end
+		mv "$base.tmp" "$base"
+		touch "$base.done"
+		# Keep the newest two trees of the suite.
+		ls -1dt "$cache/base-$suite-"*.done | tail -n +3 | while read -r d; do rm -rf "${d%.done}" "$d"; done
+	fi
+	local img=$base
+	if [ $check = 1 ]; then
+		local ckey
+		ckey=$(cat "$here/test/diskless/boot-check.sh" "$here/test/diskless/boot-check.service" | sha256sum | cut -c1-12)
+		img=$cache/image-$suite-$key-check-$ckey
+		if [ ! -f "$img.done" ]; then
+			rm -rf "$img"
+			cp -a "$base" "$img.tmp"
+			install -m 755 "$here/test/diskless/boot-check.sh" "$img.tmp/usr/local/sbin/boot-check.sh"
+			install -m 644 "$here/test/diskless/boot-check.service" "$img.tmp/etc/systemd/system/boot-check.service"
+			mkdir -p "$img.tmp/etc/systemd/system/multi-user.target.wants"
+			ln -sf /etc/systemd/system/boot-check.service "$img.tmp/etc/systemd/system/multi-user.target.wants/"
+			mv "$img.tmp" "$img"
+			touch "$img.done"
+			# Keep the newest few images.
+			ls -1dt "$cache"/image-*-check-*.done | tail -n +4 | while read -r d; do rm -rf "${d%.done}" "$d"; done
+		fi
+	fi
+	echo "ROOTFS=$img"
+}
+
+cmd_initramfs() {
+	local which=${1:-6.1} out kver tree
+	out=$("$here/test/kernel/setup.sh" "$which") || die "test/kernel/setup.sh $which failed"
+	kver=$(sed -n 's/^KVER=//p' <<<"$out")
+	local kernel
+	kernel=$(sed -n 's/^KERNEL=//p' <<<"$out")
+	tree=${SHOAL_KERNEL_CACHE:-/var/cache/shoal-kernel}/$kver/tree
+	[ -d "$tree/lib/modules/$kver" ] || die "no module tree $tree/lib/modules/$kver"
+	local hash work=$cache/$kver
+	hash=$( (cat "$0" "$here/dist/diskless/init" "$here/test/kernel/c/mountnfs.c"; echo "$kver") | sha256sum | cut -c1-12)
+	mkdir -p "$work"
+	local initrd=$work/initramfs-$hash.gz
+	if [ ! -f "$initrd" ]; then
+		log "building $initrd"
+		local root
+		root=$(mktemp -d "$work/root.XXXXXX")
+		mkdir -p "$root"/{bin,sbin,usr/bin,usr/sbin,etc,proc,sys,dev,run,root,lib/modules/$kver}
+		cp /bin/busybox "$root/bin/busybox"
+		ln -s busybox "$root/bin/sh"
+		gcc -static -O2 -Wall -Wextra -o "$root/bin/mountnfs" "$here/test/kernel/c/mountnfs.c"
+		# The module closure, in load order. The layout drivers must be
+		# in memory before the root is mounted (see dist/diskless/init).
+		# autofs4 and binfmt_misc are what systemd wants at once; the
+		# shared root carries no kernel modules (docs/diskless.md).
+		local mods="virtio_pci virtio_net nfsv4 nfs_layout_nfsv41_files nfs_layout_flexfiles overlay autofs4 binfmt_misc"
+		: >"$root/modules.order"
+		for m in $mods; do
+			modprobe -d "$tree" -S "$kver" --show-depends "$m"
+		done | awk '$1 == "insmod" && !seen[$2]++ { print $2 }' | while read -r ko; do
+			local rel=${ko#"$tree/lib/modules/$kver/"}
+			mkdir -p "$root/lib/modules/$kver/$(dirname "$rel")"
+			case "$rel" in
+			*.xz) xz -dc "$ko" >"$root/lib/modules/$kver/${rel%.xz}"; rel=${rel%.xz} ;;
+			*.zst) zstd -qdc "$ko" >"$root/lib/modules/$kver/${rel%.zst}"; rel=${rel%.zst} ;;
+			*) cp "$ko" "$root/lib/modules/$kver/$rel" ;;
+			esac
+			echo "$rel" >>"$root/modules.order"
+		done
+		cp "$here/dist/diskless/init" "$root/init"
+		chmod 755 "$root/init"
+		echo "$kver" >"$root/kver"
+		(cd "$root" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc --quiet -R 0:0) | gzip -6 >"$initrd.tmp"
+		mv "$initrd.tmp" "$initrd"
+		rm -rf "$root"
+		ls -1t "$work"/initramfs-*.gz | tail -n +4 | xargs -r rm -f
+	fi
+	echo "KVER=$kver"
+	echo "KERNEL=$kernel"
+	echo "INITRD=$initrd"
+}
+
+# --- boot ---------------------------------------------------------------
+
+ns= work= keep= pids=()
+# cleanup stops what the run started: the servers (their PIDs, as started
+# with ip netns exec, which execs them) and anything else still running in
+# the run's own namespace (a VM left by an interrupted run), then deletes
+# the namespace. Nothing outside the namespace is touched.
+cleanup() {
+	local p i left
+	if [ -n "$ns" ]; then
+		for p in "${pids[@]}" $(ip netns pids "$ns" 2>/dev/null); do
+			kill "$p" 2>/dev/null || true
+		done
+		for ((i = 0; i < 50; i++)); do
+			left=$(ip netns pids "$ns" 2>/dev/null)
+			[ -z "$left" ] && break
+			sleep 0.2
+		done
+		for p in $(ip netns pids "$ns" 2>/dev/null); do
+			kill -9 "$p" 2>/dev/null || true
+		done
+		ip netns del "$ns" 2>/dev/null
+	fi
+	[ -n "$work" ] && [ -z "$keep" ] && rm -rf "$work"
+	return 0
+}
+
+inns() { ip netns exec "$ns" "$@"; }
+
+# scrape prints "name value" for the counters the report uses, from the
+# metrics endpoint at $1 (inside the namespace).
+scrape() {
+	local m
+	m=$(inns curl -sf --max-time 5 "http://$1/metrics") || return 1
+	awk '
+		/^shoal_nfs_bytes_total\{/ && /dir="read"/  { r += $NF }
+		/^shoal_nfs_bytes_total\{/ && /dir="write"/ { w += $NF }
+		/^shoal_nfs_ops_total\{/ && /op="READ"/     { rd += $NF }
+		/^shoal_nfs_ops_total\{/ && /op="LAYOUTGET"/ { lg += $NF }
+		/^shoal_nfs_ops_total\{/ && /op="GETDEVICEINFO"/ { gd += $NF }
+		END { printf "read_bytes %d\nwrite_bytes %d\nREAD %d\nLAYOUTGET %d\nGETDEVICEINFO %d\n", r, w, rd, lg, gd }' <<<"$m"
+}
+
+cmd_boot() {
+	local which=6.1 nodes=1 kill_ds=
+	while [ $# -gt 0 ]; do
+		case "$1" in
+		--kill-ds) kill_ds=$2; shift 2 ;;
+		--kernel) which=$2; shift 2 ;;
+		--nodes) nodes=$2; shift 2 ;;
+		--keep) keep=$2; shift 2 ;;
+		*) die "boot: unknown argument $1" ;;
+		esac
+	done
+	[ "$nodes" -ge 1 ] && [ "$nodes" -le 8 ] || die "--nodes $nodes: want 1 to 8"
+	command -v curl >/dev/null || die "needs curl"
+	local t0=$EPOCHREALTIME
+	local rootfs kout kver kernel initrd
+	rootfs=$(cmd_rootfs --check | sed -n 's/^ROOTFS=//p')
+	kout=$(cmd_initramfs "$which")
+	kver=$(sed -n 's/^KVER=//p' <<<"$kout")
+	kernel=$(sed -n 's/^KERNEL=//p' <<<"$kout")
+	initrd=$(sed -n 's/^INITRD=//p' <<<"$kout")
+	log "root tree $rootfs ($(du -sh "$rootfs" | cut -f1)), kernel $kver"
+
+	if [ -n "$keep" ]; then
+		work=$keep
+		rm -rf "$work"
+		mkdir -p "$work"
+	else
+		work=$(mktemp -d /tmp/shoal-diskless.XXXXXX)
+	fi
+	ns=shdl$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+	trap cleanup EXIT
+	trap 'exit 130' INT TERM
+	local shoal=${SHOAL_BIN:-}
+	if [ -z "$shoal" ]; then
+		shoal=$work/shoal
+		(cd "$here" && go build -o "$shoal" ./cmd/shoal) || die "go build ./cmd/shoal failed"
+	fi
+
+	# The network: one namespace, a bridge holding the servers' addresses,
+	# one tap per VM.
+	ip netns add "$ns"
+	inns ip link set lo up
+	inns ip link add br0 type bridge
+	inns ip link set br0 up
+	local a i
+	for a in "$mds_ip" "${ds_ips[@]}"; do
+		inns ip addr add "$a/24" dev br0
+	done
+	for ((i = 0; i < nodes; i++)); do
+		inns ip tuntap add dev "tap$i" mode tap
+		inns ip link set "tap$i" master br0 up
+	done
+
+	# The cluster: separate processes, as on real servers. Two copies of
+	# every stripe unit, so a node survives the loss of a data server.
+	# The exports of docs/diskless.md: the images read-only for the nodes
+	# and writable only for the image builder (here the MDS's own address,
+	# from which shoal cp connects), root not squashed (a root tree is
+	# root's); one writable directory per node.
+	mkdir -p "$work/mds" "$work/logs"
+	cat >"$work/mds.yaml" <<-EOF
+		exports:
+		  - path: /images
+		    ro: true
+		    rw_clients: [$mds_ip/32]
+		    clients: [$subnet.0/24]
+		    root_squash: false
+		  - path: /nodes
+		    clients: [$subnet.0/24]
+		    root_squash: false
+	EOF
+	ip netns exec "$ns" "$shoal" mds --config "$work/mds.yaml" --listen "$mds_ip:2049" --dir "$work/mds" --mirrors 2 \
+		--lease 15s --http "$mds_ip:9100" >"$work/logs/mds.log" 2>&1 &
+	pids+=($!)
+	for ((i = 0; i < 100; i++)); do
+		[ -s "$work/mds/join-secret" ] && break
+		sleep 0.1
+	done
+	[ -s "$work/mds/join-secret" ] || die "the MDS wrote no join secret (log: $work/logs/mds.log)"
+	local ds_pids=()
+	for i in 0 1 2; do
+		ip netns exec "$ns" "$shoal" ds --mds "$mds_ip:2049" --join-secret-file "$work/mds/join-secret" --dir "$work/ds$i" \
+			--listen "${ds_ips[$i]}:2049" --http "${ds_ips[$i]}:9100" >"$work/logs/ds$i.log" 2>&1 &
+		pids+=($!)
+		ds_pids+=($!)
+	done
+	local up=0
+	for ((i = 0; i < 150; i++)); do
+		up=$(inns "$shoal" admin status --mds "$mds_ip:2049" --join-secret-file "$work/mds/join-secret" --json 2>/dev/null |
+			python3 -c 'import json,sys; print(sum(1 for d in json.load(sys.stdin)["data_servers"] if d.get("Up") and d.get("State") == "active"))' 2>/dev/null || echo 0)
+		[ "$up" = 3 ] && break
+		sleep 0.2
+	done
+	[ "$up" = 3 ] || die "3 data servers not in service after 30 s (logs: $work/logs)"
+	log "cluster up in $ns: MDS $mds_ip:2049, data servers ${ds_ips[*]}"
+
+	# The image: copied beside any older one, then the symlink switched
+	# with one RENAME (docs/diskless.md: atomic image update).
+	local name
+	name=$(basename "$rootfs")
+	local tc=$EPOCHREALTIME
+	inns "$shoal" cp -a "$rootfs" "nfs://$mds_ip:2049/images/$name" | sed 's/^/diskless: cp: /' >&2
+	local copy_s
+	copy_s=$(awk -v a="$tc" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+	mkdir -p "$work/link"
+	ln -sfn "$name" "$work/link/current"
+	inns "$shoal" cp -q "$work/link/current" "nfs://$mds_ip:2049/images/.current.new"
+	inns "$shoal" mv "nfs://$mds_ip:2049/images/.current.new" "nfs://$mds_ip:2049/images/current"
+	log "root tree copied in ${copy_s}s; /images/current -> $name"
+	for ((i = 0; i < nodes; i++)); do
+		inns "$shoal" mkdir -p "nfs://$mds_ip:2049/nodes/node$i" >/dev/null
+	done
+
+	local before=$work/before
+	mkdir -p "$before"
+	scrape "$mds_ip:9100" >"$before/mds"
+	for i in 0 1 2; do scrape "${ds_ips[$i]}:9100" >"$before/ds$i"; done
+
+	# SHOAL_DISKLESS_CAPTURE=1: capture the nodes' traffic (first 300
+	# bytes of each frame) on the bridge into capture.pcap (with --keep).
+	if [ "${SHOAL_DISKLESS_CAPTURE:-0}" = 1 ]; then
+		ip netns exec "$ns" dumpcap -q -i br0 -s 300 -w "$work/capture.pcap" 2>"$work/logs/dumpcap.log" &
+		pids+=($!)
+		sleep 1
+	fi
+
+	# The nodes, all at once.
+	local vmto=${SHOAL_DISKLESS_VM_TIMEOUT:-600} mem=${SHOAL_DISKLESS_MEM:-768}
+	local vpids=() tb=$EPOCHREALTIME
+	for ((i = 0; i < nodes; i++)); do
+		local ip=$subnet.$((15 + i)) host=node$i
+		local append="console=ttyS0 panic=-1 quiet root=nfs4:$mds_ip:/images/current ip=$ip::$mds_ip:255.255.255.0:$host:eth0:off nfs.nfs4_unique_id=$host shoal.state=nfs4:$mds_ip:/nodes/$host"
+		(
+			start=${EPOCHREALTIME/./}
+			inns timeout --kill-after=10 "$vmto" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
+				-m "$mem" -smp 1 -display none -no-reboot -nodefaults -monitor none -serial stdio \
+				-kernel "$kernel" -initrd "$initrd" -append "$append" \
+				-netdev "tap,id=n0,ifname=tap$i,script=no,downscript=no" \
+				-device "virtio-net-pci,netdev=n0,mac=52:54:00:12:34:$(printf %02x $((0x56 + i)))" </dev/null 2>&1 |
+				while IFS= read -r l; do
+					l=${l%$'\r'}
+					us=$((${EPOCHREALTIME/./} - start))
+					printf '%d.%02d %s\n' $((us / 1000000)) $((us % 1000000 / 10000)) "$l"
+				done >"$work/console-$host.log"
+		) &
+		vpids+=($!)
+	done
+	# --kill-ds S: kill -9 the first data server S seconds after node0's
+	# initramfs mounted the root, while systemd starts from it. With two
+	# copies of every stripe unit the nodes must not notice.
+	if [ -n "$kill_ds" ]; then
+		(
+			for ((j = 0; j < 1200; j++)); do
+				grep -q 'shoal-initramfs: root ' "$work/console-node0.log" 2>/dev/null && break
+				sleep 0.5
+			done
+			sleep "$kill_ds"
+			kill -9 "${ds_pids[0]}"
+			echo "KILLED ds0 (pid ${ds_pids[0]}) at node0 console time $(tail -n 1 "$work/console-node0.log" | cut -d' ' -f1)" >"$work/killed"
+		) &
+	fi
+	local rc=0
+	for p in "${vpids[@]}"; do
+		wait "$p" || rc=1
+	done
+	local boot_s
+	boot_s=$(awk -v a="$tb" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+
+	# Report.
+	local ok=0
+	for ((i = 0; i < nodes; i++)); do
+		local f=$work/console-node$i.log
+		local first done
+		first=$(awk '$2 == "DISKLESS" && $3 == "first-line" { print $1; exit }' "$f")
+		done=$(awk '$2 == "DISKLESS" && $3 == "done" { print $1; exit }' "$f")
+		if [ -n "$first" ] && [ -n "$done" ]; then
+			ok=$((ok + 1))
+			echo "NODE node$i ok first_line_s=$first done_s=$done"
+		else
+			echo "NODE node$i FAILED first_line_s=${first:-none} done_s=${done:-none} (console: $f)"
+			tail -n 30 "$f" | sed 's/^/  | /'
+		fi
+		grep -E '^[0-9.]+ (DISKLESS|shoal-initramfs:)' "$f" | sed "s/^/  node$i: /"
+	done
+	# What each node left in its own directory.
+	for ((i = 0; i < nodes; i++)); do
+		echo "STATE node$i $(inns "$shoal" cat "nfs://$mds_ip:2049/nodes/node$i/boots" 2>&1 | tail -n 1)"
+	done
+	[ -f "$work/killed" ] && cat "$work/killed"
+	local s k v b0 cur
+	for s in mds ds0 ds1 ds2; do
+		local addr=$mds_ip:9100
+		[ "$s" != mds ] && addr=${ds_ips[${s#ds}]}:9100
+		if ! cur=$(scrape "$addr"); then
+			echo "SERVER $s down"
+			continue
+		fi
+		printf 'SERVER %s' "$s"
+		while read -r k v; do
+			b0=$(awk -v k="$k" '$1 == k { print $2 }' "$before/$s")
+			printf ' %s=%d' "$k" $((v - ${b0:-0}))
+		done <<<"$cur"
+		echo
+	done
+	echo "RESULT nodes=$nodes ok=$ok kernel=$kver copy_s=$copy_s boot_s=$boot_s total_s=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')"
+	[ "$ok" = "$nodes" ] && [ $rc = 0 ]
+}
+
+case "${1:-}" in
+rootfs) shift; cmd_rootfs "$@" ;;
+initramfs) shift; cmd_initramfs "$@" ;;
+boot) shift; cmd_boot "$@" ;;
+*)
+	sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+	exit 2
+	;;
+esac
