@@ -229,6 +229,14 @@ func (s *inlineStore) Remove(ino uint64) error {
 	if ok {
 		ctx, cancel := bg()
 		defer cancel()
+		// Only the orphan freer removes a file's data, and only once the
+		// change that unlinked it is durable (orphans.go); the inode's
+		// free follows in the same log. So these changes need no
+		// fdatasync of their own (they cost one or two per removed
+		// small file, the freer running beside the next REMOVEs): a
+		// crash that loses them leaves the orphan with its inline data,
+		// and the freer removes both again.
+		ctx = meta.Deferred(ctx)
 		// DropInline refuses to drop bytes that have nowhere else to
 		// be: cut them first.
 		err := s.m.TruncateInline(ctx, meta.Ino(ino), 0)
