@@ -448,11 +448,8 @@ func (f *replicaFile) ReadAt(p []byte, off int64) (int, error) {
 // fails with pnfs.ErrNotMember if this data server is not a good member of
 // every unit it touches.
 func (f *replicaFile) WriteAt(p []byte, off int64) (int, error) {
-	if err := f.check(); err != nil {
+	if err := f.checkWrite(p, off); err != nil {
 		return 0, err
-	}
-	if off < 0 || uint64(off)+uint64(len(p)) > 1<<63-1 {
-		return 0, fmt.Errorf("cluster: write at %d+%d: %w", off, len(p), fs.ErrInvalid)
 	}
 	if len(p) == 0 {
 		return f.File.WriteAt(p, off)
@@ -462,6 +459,18 @@ func (f *replicaFile) WriteAt(p []byte, off int64) (int, error) {
 	n, err := f.s.write(ctx, f.ino, f.File, p, uint64(off))
 	f.s.a.stats.clientWriteBytes.Add(uint64(n))
 	return n, err
+}
+
+// checkWrite is what every write of the file checks first: the file is
+// open, and the range lies within a file's possible size.
+func (f *replicaFile) checkWrite(p []byte, off int64) error {
+	if err := f.check(); err != nil {
+		return err
+	}
+	if off < 0 || uint64(off)+uint64(len(p)) > 1<<63-1 {
+		return fmt.Errorf("cluster: write at %d+%d: %w", off, len(p), fs.ErrInvalid)
+	}
+	return nil
 }
 
 // Sync makes the file's data durable here and on every peer written

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 
 	"github.com/shoalfs/shoal/pnfs"
@@ -48,11 +47,8 @@ type localCopyFile struct {
 // WriteAt writes p to this copy only, after checking that this data
 // server is a good member of every unit the range touches.
 func (f *localCopyFile) WriteAt(p []byte, off int64) (int, error) {
-	if err := f.check(); err != nil {
+	if err := f.checkWrite(p, off); err != nil {
 		return 0, err
-	}
-	if off < 0 || uint64(off)+uint64(len(p)) > 1<<63-1 {
-		return 0, fmt.Errorf("cluster: write at %d+%d: %w", off, len(p), fs.ErrInvalid)
 	}
 	if len(p) == 0 {
 		return f.File.WriteAt(p, off)
