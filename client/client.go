@@ -135,9 +135,9 @@ type Stats struct {
 	// StateRevoked counts open and lock stateids found revoked
 	// (TEST_STATEID) and mended: freed, locks reported lost, the file
 	// opened again.
-	StateRevoked uint64
-	LocalOpens         uint64 // opens satisfied under a delegation, without OPEN
-	DelegatedAttrHits  uint64 // attributes answered from a delegation, without GETATTR
+	StateRevoked      uint64
+	LocalOpens        uint64 // opens satisfied under a delegation, without OPEN
+	DelegatedAttrHits uint64 // attributes answered from a delegation, without GETATTR
 }
 
 // Stats returns the client's counters.

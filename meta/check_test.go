@@ -15,8 +15,10 @@ import (
 // rename across directories and a symlink: it must find nothing.
 func TestCheckEngines(t *testing.T) {
 	engines := map[string]func(t *testing.T) meta.Engine{
-		"bolt":     func(t *testing.T) meta.Engine { return openBolt(meta.BoltOptions{NoSync: true})(t, t.TempDir()) },
-		"bolt-wal": func(t *testing.T) meta.Engine { return openBolt(meta.BoltOptions{WAL: true, NoSync: true})(t, t.TempDir()) },
+		"bolt": func(t *testing.T) meta.Engine { return openBolt(meta.BoltOptions{NoSync: true})(t, t.TempDir()) },
+		"bolt-wal": func(t *testing.T) meta.Engine {
+			return openBolt(meta.BoltOptions{WAL: true, NoSync: true})(t, t.TempDir())
+		},
 		"etcd": func(t *testing.T) meta.Engine {
 			return openEtcdOpts(etcdtest.Start(t, 1, etcdtest.Options{NoFsync: true}), meta.EtcdOptions{ScanPage: 3})(t, t.TempDir())
 		},

@@ -101,10 +101,10 @@ type Server struct {
 	// mdsThreshold is the encoded mdsthreshold attribute (inline.go);
 	// mdsThresholdFlex that of flexfiles exports.
 	mdsThreshold, mdsThresholdFlex []byte
-	ns           *namespace
-	fh           fhCodec
-	rpc          *rpc.Server
-	cache        *inodeCache
+	ns                             *namespace
+	fh                             fhCodec
+	rpc                            *rpc.Server
+	cache                          *inodeCache
 
 	// life ends when Close starts: the only thing that cuts a COMPOUND
 	// short (see compoundRequest).
