@@ -259,7 +259,29 @@ func (o *orphanSet) tryFree(ino meta.Ino) bool {
 // The caller makes sure nobody opens ino meanwhile: the stripe lock for
 // an orphan that is not doomed, the doom itself for one that is.
 func (o *orphanSet) free(ino meta.Ino) bool {
-	return o.removeData(ino) && o.syncRemoved([]meta.Ino{ino}) && o.freeInodes([]meta.Ino{ino}) == 1
+	return o.awaitUnlinks([]meta.Ino{ino}) && o.removeData(ino) && o.syncRemoved([]meta.Ino{ino}) && o.freeInodes([]meta.Ino{ino}) == 1
+}
+
+// awaitUnlinks returns once the changes that made inos orphans (a REMOVE
+// or RENAME each, possibly still only in the metadata log:
+// durability.go) are durable, which they must be before their data goes,
+// or a machine crash would bring back a name whose data is gone. It waits
+// for the log's next fdatasync (at most the commit interval) rather than
+// add one, and once for a whole batch of orphans: their changes were all
+// made before they were queued. On failure the orphans are retried later.
+func (o *orphanSet) awaitUnlinks(inos []meta.Ino) bool {
+	sy := o.s.syncer
+	if sy == nil || len(inos) == 0 {
+		return true
+	}
+	if err := sy.Await(o.ctx); err != nil {
+		o.s.log.Warn("free unlinked files: sync metadata", "orphans", len(inos), "err", err)
+		for _, ino := range inos {
+			o.retryLater(ino)
+		}
+		return false
+	}
+	return true
 }
 
 // syncRemoved makes the data removals of inos durable before their
@@ -288,8 +310,8 @@ func (o *orphanSet) syncRemoved(inos []meta.Ino) bool {
 	return true
 }
 
-// removeData is free's first step: it removes the data of the orphan
-// ino. Data goes first: if the inode's free then fails or the server
+// removeData is free's first step, after awaitUnlinks: it removes the
+// data of the orphan ino. Data goes first: if the inode's free then fails or the server
 // stops in between, the orphan is still recorded and freed again later,
 // rather than its data leaking.
 func (o *orphanSet) removeData(ino meta.Ino) bool {
@@ -308,19 +330,6 @@ func (o *orphanSet) removeData(ino meta.Ino) bool {
 		log.Error("free unlinked file: it has links", "nlink", a.Nlink)
 		o.drop(ino)
 		return false
-	}
-	// The change that made it an orphan (a REMOVE or RENAME, possibly
-	// still only in the metadata log: durability.go) must be durable
-	// before its data goes, or a machine crash would bring back a name
-	// whose data is gone. The freer can wait for the log's next
-	// fdatasync (at most the commit interval) rather than add one per
-	// file.
-	if sy := o.s.syncer; sy != nil {
-		if err := sy.Await(o.ctx); err != nil {
-			log.Warn("free unlinked file: sync metadata", "err", err)
-			o.retryLater(ino)
-			return false
-		}
 	}
 	o.s.cache.forget(ino)
 	if err := o.s.data.Remove(uint64(ino)); err != nil {
@@ -419,6 +428,12 @@ func (o *orphanSet) runFreer() {
 
 // freeBatch frees the doomed orphans of batch.
 func (o *orphanSet) freeBatch(batch []meta.Ino) {
+	// One wait for the log's fdatasync for the whole batch: with one
+	// per orphan, eight at a time, an async server (whose log is synced
+	// only every commit interval) freed about eighty orphans a second.
+	if !o.awaitUnlinks(batch) {
+		return
+	}
 	gone := make([]bool, len(batch))
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, orphanFreers)
