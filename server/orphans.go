@@ -259,7 +259,7 @@ func (o *orphanSet) tryFree(ino meta.Ino) bool {
 // The caller makes sure nobody opens ino meanwhile: the stripe lock for
 // an orphan that is not doomed, the doom itself for one that is.
 func (o *orphanSet) free(ino meta.Ino) bool {
-	return o.awaitUnlinks([]meta.Ino{ino}) && o.removeData(ino) && o.syncRemoved([]meta.Ino{ino}) && o.freeInodes([]meta.Ino{ino}) == 1
+	return o.awaitUnlinks([]meta.Ino{ino}) && o.removeData(ino, false) && o.syncRemoved([]meta.Ino{ino}) && o.freeInodes([]meta.Ino{ino}) == 1
 }
 
 // awaitUnlinks returns once the changes that made inos orphans (a REMOVE
@@ -310,11 +310,19 @@ func (o *orphanSet) syncRemoved(inos []meta.Ino) bool {
 	return true
 }
 
+// orphanDataRemover is a data backend that removes the data of a doomed
+// orphan more cheaply than Remove, leaving to the inode's free what goes
+// with the inode (the inline store: inline.go).
+type orphanDataRemover interface {
+	RemoveOrphanData(ino uint64) error
+}
+
 // removeData is free's first step, after awaitUnlinks: it removes the
-// data of the orphan ino. Data goes first: if the inode's free then fails or the server
-// stops in between, the orphan is still recorded and freed again later,
-// rather than its data leaking.
-func (o *orphanSet) removeData(ino meta.Ino) bool {
+// data of the orphan ino. Data goes first: if the inode's free then
+// fails or the server stops in between, the orphan is still recorded and
+// freed again later, rather than its data leaking. doomed says the
+// orphan is the freer's, which nobody can open any more.
+func (o *orphanSet) removeData(ino meta.Ino, doomed bool) bool {
 	log := o.s.log.With("ino", uint64(ino))
 	a, err := o.s.meta.GetAttr(o.ctx, ino)
 	switch {
@@ -332,7 +340,11 @@ func (o *orphanSet) removeData(ino meta.Ino) bool {
 		return false
 	}
 	o.s.cache.forget(ino)
-	if err := o.s.data.Remove(uint64(ino)); err != nil {
+	remove := o.s.data.Remove
+	if r, ok := o.s.data.(orphanDataRemover); ok && doomed {
+		remove = r.RemoveOrphanData
+	}
+	if err := remove(uint64(ino)); err != nil {
 		log.Warn("free unlinked file: remove data", "err", err)
 		o.retryLater(ino)
 		return false
@@ -444,7 +456,7 @@ func (o *orphanSet) freeBatch(batch []meta.Ino) {
 			if h := o.testHookBeforeFree.Load(); h != nil {
 				(*h)(ino)
 			}
-			gone[i] = o.removeData(ino)
+			gone[i] = o.removeData(ino, true)
 		})
 	}
 	wg.Wait()
