@@ -12,14 +12,14 @@ import (
 	"github.com/shoalfs/shoal/server"
 )
 
-// TestAsyncFreerOneWaitPerBatch: on an async server, whose metadata log
+// TestAsyncFreerWaitsOncePerRound: on an async server, whose metadata log
 // is synced only every commit interval, the orphan freer waits for that
-// sync once per batch of removed files before it deletes their data, not
-// once per file: a burst of removes is freed after a few of the
-// interval's fdatasyncs. With one wait per file, eight at a time, 96
-// files took twelve or more, and a burst of thousands was freed at about
-// eighty a second.
-func TestAsyncFreerOneWaitPerBatch(t *testing.T) {
+// sync once per round of removed files (up to 1024) before it deletes
+// their data, not once per file: a burst of removes is freed after a few
+// of the interval's fdatasyncs. With one wait per file, eight at a time,
+// 96 files took twelve or more, and a burst of thousands was freed at
+// about eighty a second.
+func TestAsyncFreerWaitsOncePerRound(t *testing.T) {
 	const files = 96
 	f := false
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -81,9 +81,9 @@ func TestAsyncFreerOneWaitPerBatch(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	// Per batch (freerBatch, 64) one sync it waits for and one that
-	// makes its frees durable, and spares for a burst that a slow
-	// machine splits over more batches.
+	// Per round one sync it waits for and one that makes its frees
+	// durable, and spares for a burst that a slow machine splits over
+	// more rounds.
 	if syncs := srv.Stats().Log.Syncs - before; syncs > 6 {
 		t.Errorf("freeing %d orphans took %d log fdatasyncs, want at most 6", files, syncs)
 	}
