@@ -323,19 +323,18 @@ type orphanDataRemover interface {
 // freed again later, rather than its data leaking. doomed says the
 // orphan is the freer's, which nobody can open any more.
 func (o *orphanSet) removeData(ino meta.Ino, doomed bool) bool {
-	log := o.s.log.With("ino", uint64(ino))
 	a, err := o.s.meta.GetAttr(o.ctx, ino)
 	switch {
 	case errors.Is(err, meta.ErrStale):
 		// Gone from the engine already; make sure the data is too.
 	case err != nil:
-		log.Warn("free unlinked file: getattr", "err", err)
+		o.s.log.Warn("free unlinked file: getattr", "ino", uint64(ino), "err", err)
 		o.retryLater(ino)
 		return false
 	case a.Nlink != 0:
 		// Not an orphan (the engine refuses links to one, so this is a
 		// bug elsewhere): never drop a named file's data.
-		log.Error("free unlinked file: it has links", "nlink", a.Nlink)
+		o.s.log.Error("free unlinked file: it has links", "ino", uint64(ino), "nlink", a.Nlink)
 		o.drop(ino)
 		return false
 	}
@@ -345,7 +344,7 @@ func (o *orphanSet) removeData(ino meta.Ino, doomed bool) bool {
 		remove = r.RemoveOrphanData
 	}
 	if err := remove(uint64(ino)); err != nil {
-		log.Warn("free unlinked file: remove data", "err", err)
+		o.s.log.Warn("free unlinked file: remove data", "ino", uint64(ino), "err", err)
 		o.retryLater(ino)
 		return false
 	}
