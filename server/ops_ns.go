@@ -140,7 +140,8 @@ func (c *compound) create(a *nfs4.CREATE4args) opReply {
 
 // stickyDenied implements the sticky-directory rule: only the owner of the
 // entry or of the directory (or root) may remove or rename it.
-func (c *compound) stickyDenied(dir *object, name string) bool {
+func (c *compound) stickyDenied(t *target) bool {
+	dir := t.dir
 	if dir.attr.Mode&0o1000 == 0 {
 		return false
 	}
@@ -148,8 +149,36 @@ func (c *compound) stickyDenied(dir *object, name string) bool {
 	if cr.uid == 0 || cr.uid == dir.attr.UID {
 		return false
 	}
-	nd, err := c.s.meta.Lookup(c.ctx, dir.fh.ino, name)
+	nd, err := t.node()
 	return err == nil && nd.Attr.UID != cr.uid
+}
+
+// target is the object that a REMOVE or RENAME names, for the checks
+// before the change (sticky bit, delegations, layouts): looked up at
+// most once for all of them, as the engine call after them looks it up
+// again itself. What it finds may be out of date by the time the change
+// runs, as each check's own lookup was.
+type target struct {
+	c    *compound
+	dir  *object
+	name string
+
+	looked bool
+	nd     meta.Node
+	err    error
+}
+
+func (c *compound) target(dir *object, name string) *target {
+	return &target{c: c, dir: dir, name: name}
+}
+
+// node looks the target up, the first time it is asked.
+func (t *target) node() (meta.Node, error) {
+	if !t.looked {
+		t.nd, t.err = t.c.s.meta.Lookup(t.c.ctx, t.dir.fh.ino, t.name)
+		t.looked = true
+	}
+	return t.nd, t.err
 }
 
 // released handles an inode that lost a link: a regular file whose last
@@ -169,13 +198,14 @@ func (c *compound) remove(a *nfs4.REMOVE4args) opReply {
 	if st := checkName(a.Target); st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	if c.stickyDenied(dir, string(a.Target)) {
+	t := c.target(dir, string(a.Target))
+	if c.stickyDenied(t) {
 		return fail(nfs4.NFS4ERR_ACCESS)
 	}
-	if st := c.breakDelegationsOf(dir, string(a.Target)); st != nfs4.NFS4_OK {
+	if st := c.breakDelegationsOf(t); st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	if !c.s.pnfs.recallLastLink(c, dir, string(a.Target)) {
+	if !c.s.pnfs.recallLastLink(c, t) {
 		return fail(nfs4.NFS4ERR_DELAY)
 	}
 	ctx, rw := c.replayStart(nfs4.OP_REMOVE, replayDigest(nfs4.OP_REMOVE, []meta.Ino{dir.fh.ino}, a.Target))
@@ -219,18 +249,16 @@ func (c *compound) rename(a *nfs4.RENAME4args) opReply {
 			return fail(st)
 		}
 	}
-	if c.stickyDenied(src, string(a.Oldname)) || c.stickyDenied(dst, string(a.Newname)) {
+	from, to := c.target(src, string(a.Oldname)), c.target(dst, string(a.Newname))
+	if c.stickyDenied(from) || c.stickyDenied(to) {
 		return fail(nfs4.NFS4ERR_ACCESS)
 	}
-	for _, n := range []struct {
-		dir  *object
-		name []byte
-	}{{src, a.Oldname}, {dst, a.Newname}} {
-		if st := c.breakDelegationsOf(n.dir, string(n.name)); st != nfs4.NFS4_OK {
+	for _, t := range []*target{from, to} {
+		if st := c.breakDelegationsOf(t); st != nfs4.NFS4_OK {
 			return fail(st)
 		}
 	}
-	if !c.s.pnfs.recallLastLink(c, dst, string(a.Newname)) {
+	if !c.s.pnfs.recallLastLink(c, to) {
 		return fail(nfs4.NFS4ERR_DELAY)
 	}
 	ctx, rw := c.replayStart(nfs4.OP_RENAME, replayDigest(nfs4.OP_RENAME, []meta.Ino{src.fh.ino, dst.fh.ino}, a.Oldname, a.Newname))
@@ -431,22 +459,22 @@ func sortedKeys(m map[string]child) []string {
 	return keys
 }
 
-// breakDelegationsOf recalls other clients' delegations of the file name
-// in dir, which the operation removes or renames (deleg.go).
-func (c *compound) breakDelegationsOf(dir *object, name string) nfs4.Nfsstat4 {
+// breakDelegationsOf recalls other clients' delegations of the file t
+// names, which the operation removes or renames (deleg.go).
+func (c *compound) breakDelegationsOf(t *target) nfs4.Nfsstat4 {
 	if c.s.cfg.NoDelegations {
 		return nfs4.NFS4_OK
 	}
 	// Looked up even when no delegation is out: breakDelegations also
 	// holds back grants of the file until the operation is done.
-	nd, err := c.s.meta.Lookup(c.ctx, dir.fh.ino, name)
+	nd, err := t.node()
 	if err != nil || nd.Attr.Type != meta.TypeRegular {
 		return nfs4.NFS4_OK // the operation reports a missing name itself
 	}
 	return c.breakDelegations(nd.Ino, true)
 }
 
-// recallLastLink recalls the layouts of name in dir when the operation
+// recallLastLink recalls the layouts of the file t names when the operation
 // would drop the file's last link (REMOVE, or RENAME over it) and so free
 // it: the data servers' objects go away with it (RFC 8881 §12.5.5.1). It
 // reports whether the caller may go ahead, after waiting up to recallWait
@@ -459,17 +487,19 @@ func (c *compound) breakDelegationsOf(dir *object, name string) nfs4.Nfsstat4 {
 // the last open goes before the remove, the file is freed with layouts
 // out, which can do no more I/O: data servers accept only the open and
 // lock stateids the metadata server still knows.
-func (p *pnfsState) recallLastLink(c *compound, dir *object, name string) bool {
+func (p *pnfsState) recallLastLink(c *compound, t *target) bool {
 	if p == nil {
 		return true // no layouts
 	}
-	nd, err := c.s.meta.Lookup(c.ctx, dir.fh.ino, name)
+	nd, err := t.node()
 	if err != nil || nd.Attr.Type != meta.TypeRegular || nd.Attr.Nlink != 1 {
 		return true
 	}
-	if c.s.st.m.HasOpen(state.FileID(nd.Ino)) {
+	if c.s.st.m.HasOpen(state.FileID(nd.Ino)) || c.s.st.m.Recalled(state.FileID(nd.Ino)) {
+		// Open: nothing is freed. No layout out (the common case): no
+		// recall, and no filehandle to sign for one.
 		return true
 	}
-	h := fhandle{kind: fhObject, export: dir.fh.export, ino: nd.Ino}
+	h := fhandle{kind: fhObject, export: t.dir.fh.export, ino: nd.Ino}
 	return c.recallAndWait(nd.Ino, c.s.fh.encode(h))
 }
