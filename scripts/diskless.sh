@@ -291,7 +291,7 @@ declare -A fo_ip=([a]=$subnet.1 [b]=$subnet.2) mds_pid=()
 # prints its PID.
 start_mds() {
 	local h=$1
-	ip netns exec "$ns-$h" "$shoal" mds --config "$work/mds.yaml" --listen 0.0.0.0:2049 --advertise "${fo_ip[$h]}:2049" \
+	ip netns exec "$fo_prefix-$h" "$shoal" mds --config "$work/mds.yaml" --listen 0.0.0.0:2049 --advertise "${fo_ip[$h]}:2049" \
 		--dir "$work/mds-$h" --meta "$fo_meta" --node "mds-$h" --join-secret-file "$secret" \
 		--http 0.0.0.0:9100 --mirrors 2 --lease 15s --leader-lease 3s >>"$work/logs/mds-$h.log" 2>&1 &
 	echo $!
@@ -311,7 +311,7 @@ cluster_failover() {
 	command -v etcd >/dev/null || die "--kill mds needs etcd (Debian package etcd-server)"
 	local p
 	p=shdf$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
-	ns=$p-svc vmns=$p-lan
+	ns=$p-svc vmns=$p-lan fo_prefix=$p
 	for r in lan a b svc; do
 		ip netns add "$p-$r"
 		nss+=("$p-$r")
