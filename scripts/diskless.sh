@@ -16,6 +16,7 @@
 #       Debian kernel fetched by test/kernel/setup.sh (never installed).
 #       Prints KVER=, KERNEL=, INITRD=.
 #   diskless.sh boot [--kernel 6.1|newest] [--nodes N] [--kill-ds S] [--keep DIR]
+#                    [--loop SECS [--kill ds|mds] [--down S]]
 #       The whole run: rootfs --check, initramfs, a network namespace with a
 #       bridge, a Shoal cluster in it (shoal mds + 3 shoal ds, --mirrors 2),
 #       shoal cp -a of the root tree to /images/NAME and the symlink
@@ -25,6 +26,20 @@
 #       written, READ and LAYOUTGET counts during the boots). Exit status 0
 #       if every node ran the check to its end. --kill-ds S kill -9s the
 #       first data server S seconds after node0 mounted its root.
+#   diskless.sh boot --loop SECS [--kill ds|mds] [--down S] [--kernel K]
+#       Running nodes: each node's boot check runs
+#       test/diskless/run-loop.sh for SECS seconds and at least 8 rounds
+#       (python3, md5sum and ls -lR from the root, page cache dropped
+#       every round) and prints
+#       a loop-summary line (iterations, errors, longest gap). --kill ds
+#       kill -9s data server ds0 once node0's loop has run 3 rounds and
+#       starts it again S seconds later (default 10). --kill mds runs the
+#       cluster as docs/availability.md deploys it (3 etcd members, two
+#       shoal mds with shoal vip beside each, in namespaces a and b, the
+#       data servers and etcd in svc, the nodes on a bridge in lan),
+#       mounts the service address, and kill -9s the leading MDS instead
+#       (restarted after S seconds, default 1). FAULT lines say what was
+#       done and when.
 #
 # Environment: SHOAL_DISKLESS_CACHE (default /var/cache/shoal-diskless),
 # SHOAL_DISKLESS_SUITE (bookworm), SHOAL_DISKLESS_MIRROR
@@ -375,6 +390,13 @@ cluster_failover() {
 	done
 }
 
+# console_now prints the time on node0's console log's clock (seconds
+# since its qemu started).
+console_now() {
+	local us=$((${EPOCHREALTIME/./} - $(cat "$work/start-node0")))
+	printf '%d.%02d' $((us / 1000000)) $((us % 1000000 / 10000))
+}
+
 # fault_driver KIND DOWN: wait until node0's loop has run 3 rounds, kill
 # -9 a data server (ds0; with 3 data servers and --mirrors 2 every file
 # larger than a stripe unit has units on each) or the leading MDS, and
@@ -390,7 +412,7 @@ fault_driver() {
 		return
 	fi
 	local at t0=$EPOCHREALTIME
-	at="console $(tail -n 1 "$f" | cut -d' ' -f1) s, after $(grep -o 'DISKLESS loop iter [0-9]*' "$f" | tail -n 1 | cut -d' ' -f3-)"
+	at="console $(console_now) s, after $(grep -o 'DISKLESS loop iter [0-9]*' "$f" | tail -n 1 | cut -d' ' -f3-)"
 	case "$kind" in
 	ds)
 		local reads
@@ -399,7 +421,7 @@ fault_driver() {
 		echo "FAULT killed ds0 (pid ${ds_pids[0]}, ${reads:-?} READs served so far) at $at" >>"$out"
 		sleep "$down"
 		start_ds 0 >>"$work/restarted.pids"
-		echo "FAULT restarted ds0 $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s after the kill" >>"$out"
+		echo "FAULT restarted ds0 $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s after the kill, at console $(console_now) s" >>"$out"
 		;;
 	mds)
 		local h o
@@ -411,7 +433,7 @@ fault_driver() {
 		echo "FAULT killed the leading MDS mds-$h (pid ${mds_pid[$h]}) at $at" >>"$out"
 		sleep "$down"
 		start_mds "$h" >>"$work/restarted.pids"
-		echo "FAULT restarted mds-$h $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s after the kill" >>"$out"
+		echo "FAULT restarted mds-$h $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s after the kill, at console $(console_now) s" >>"$out"
 		for ((j = 0; j < 600; j++)); do
 			[ "$(leader)" = "$o" ] && break
 			sleep 0.1
@@ -536,6 +558,7 @@ cmd_boot() {
 		[ -n "$loop" ] && append+=" shoal.loop=$loop"
 		(
 			start=${EPOCHREALTIME/./}
+			echo "$start" >"$work/start-$host"
 			ip netns exec "$vmns" timeout --kill-after=10 "$vmto" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
 				-m "$mem" -smp 1 -display none -no-reboot -nodefaults -monitor none -serial stdio \
 				-kernel "$kernel" -initrd "$initrd" -append "$append" \

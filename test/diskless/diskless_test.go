@@ -33,6 +33,7 @@ type node struct {
 	loop       map[string]string // the loop-summary line's key=value pairs (shoal.loop)
 	loopErrors []string          // the loop's ERROR lines
 	loopIters  int               // loop iter lines seen
+	loopEnd    float64           // console time of the loop-summary line (s since qemu started)
 	nfsv4      string            // the root mount's nfsv4: line of /proc/self/mountstats
 	mountstats []string
 }
@@ -70,6 +71,7 @@ func parse(out string) *report {
 			case "root-ro":
 				n.rootRO = m[3]
 			case "loop-summary":
+				n.loopEnd, _ = strconv.ParseFloat(strings.Fields(l)[1], 64)
 				n.loop = map[string]string{}
 				for _, kv := range kvRE.FindAllStringSubmatch(m[3], -1) {
 					n.loop[kv[1]] = kv[2]

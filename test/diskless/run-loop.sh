@@ -1,7 +1,9 @@
 #!/bin/sh
-# run-loop.sh SECS: the "running node" of docs/diskless.md, run by
-# boot-check.sh when the kernel command line has shoal.loop=SECS. For SECS
-# seconds (and at most 5000 rounds) it reads and executes programs from
+# run-loop.sh SECS [ROUNDS]: the "running node" of docs/diskless.md, run
+# by boot-check.sh when the kernel command line has shoal.loop=SECS. For
+# SECS seconds, and at least ROUNDS rounds (default 8, so that a fault the
+# host injects after round 3 has rounds after it however slow the machine
+# is), and at most 5000 rounds, it reads and executes programs from
 # the shared root, the way a compute node's jobs do, while the host kills
 # a data server or the leading MDS underneath (scripts/diskless.sh boot
 # --loop SECS --kill ds|mds). Each round first drops the page cache, so
@@ -19,7 +21,7 @@
 # "DISKLESS loop-summary iterations=N errors=E max_gap_s=G ..." where G is
 # the longest time between the ends of two rounds (or from the start to
 # the first end): how long the node stood still at worst.
-secs=${1:-60}
+secs=${1:-60} rounds=${2:-8}
 bins="/usr/bin/python3.11 /usr/lib/x86_64-linux-gnu/libc.so.6 /usr/bin/bash /usr/lib/systemd/systemd /usr/bin/ls /usr/bin/md5sum /usr/bin/sort /usr/bin/find"
 # The binaries that exist in this root (a trimmed root may lack one).
 set --
@@ -59,8 +61,8 @@ start=$(now)
 last=$start
 maxgap=0 maxiter=0 iter=0
 sums=
-echo "DISKLESS loop start secs=$secs t=$(cs "$start") files=$*"
-while [ $(($(now) - start)) -lt $((secs * 100)) ] && [ $iter -lt 5000 ]; do
+echo "DISKLESS loop start secs=$secs rounds=$rounds t=$(cs "$start") files=$*"
+while { [ $(($(now) - start)) -lt $((secs * 100)) ] || [ $iter -lt "$rounds" ]; } && [ $iter -lt 5000 ]; do
 	iter=$((iter + 1))
 	t0=$(now)
 	echo 3 >/proc/sys/vm/drop_caches
