@@ -30,8 +30,8 @@
 #       Running nodes: each node's boot check runs
 #       test/diskless/run-loop.sh for SECS seconds and at least 8 rounds
 #       (python3, md5sum and ls -lR from the root, page cache dropped
-#       every round) and prints
-#       a loop-summary line (iterations, errors, longest gap). --kill ds
+#       every round) and prints a loop-summary line (iterations, errors,
+#       longest gap). --kill ds
 #       kill -9s data server ds0 once node0's loop has run 3 rounds and
 #       starts it again S seconds later (default 10). --kill mds runs the
 #       cluster as docs/availability.md deploys it (3 etcd members, two
