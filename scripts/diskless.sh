@@ -16,6 +16,7 @@
 #       Debian kernel fetched by test/kernel/setup.sh (never installed).
 #       Prints KVER=, KERNEL=, INITRD=.
 #   diskless.sh boot [--kernel 6.1|newest] [--nodes N] [--kill-ds S] [--keep DIR]
+#                    [--loop SECS [--kill ds|mds] [--down S]]
 #       The whole run: rootfs --check, initramfs, a network namespace with a
 #       bridge, a Shoal cluster in it (shoal mds + 3 shoal ds, --mirrors 2),
 #       shoal cp -a of the root tree to /images/NAME and the symlink
@@ -25,6 +26,20 @@
 #       written, READ and LAYOUTGET counts during the boots). Exit status 0
 #       if every node ran the check to its end. --kill-ds S kill -9s the
 #       first data server S seconds after node0 mounted its root.
+#   diskless.sh boot --loop SECS [--kill ds|mds] [--down S] [--kernel K]
+#       Running nodes: each node's boot check runs
+#       test/diskless/run-loop.sh for SECS seconds and at least 8 rounds
+#       (python3, md5sum and ls -lR from the root, page cache dropped
+#       every round) and prints a loop-summary line (iterations, errors,
+#       longest gap). --kill ds
+#       kill -9s data server ds0 once node0's loop has run 3 rounds and
+#       starts it again S seconds later (default 10). --kill mds runs the
+#       cluster as docs/availability.md deploys it (3 etcd members, two
+#       shoal mds with shoal vip beside each, in namespaces a and b, the
+#       data servers and etcd in svc, the nodes on a bridge in lan),
+#       mounts the service address, and kill -9s the leading MDS instead
+#       (restarted after S seconds, default 1). FAULT lines say what was
+#       done and when.
 #
 # Environment: SHOAL_DISKLESS_CACHE (default /var/cache/shoal-diskless),
 # SHOAL_DISKLESS_SUITE (bookworm), SHOAL_DISKLESS_MIRROR
@@ -89,12 +104,13 @@ cmd_rootfs() {
 	local img=$base
 	if [ $check = 1 ]; then
 		local ckey
-		ckey=$(cat "$here/test/diskless/boot-check.sh" "$here/test/diskless/boot-check.service" | sha256sum | cut -c1-12)
+		ckey=$(cat "$here/test/diskless/boot-check.sh" "$here/test/diskless/boot-check.service" "$here/test/diskless/run-loop.sh" | sha256sum | cut -c1-12)
 		img=$cache/image-$suite-$key-check-$ckey
 		if [ ! -f "$img.done" ]; then
 			rm -rf "$img"
 			cp -a "$base" "$img.tmp"
 			install -m 755 "$here/test/diskless/boot-check.sh" "$img.tmp/usr/local/sbin/boot-check.sh"
+			install -m 755 "$here/test/diskless/run-loop.sh" "$img.tmp/usr/local/sbin/run-loop.sh"
 			install -m 644 "$here/test/diskless/boot-check.service" "$img.tmp/etc/systemd/system/boot-check.service"
 			mkdir -p "$img.tmp/etc/systemd/system/multi-user.target.wants"
 			ln -sf /etc/systemd/system/boot-check.service "$img.tmp/etc/systemd/system/multi-user.target.wants/"
@@ -160,31 +176,41 @@ cmd_initramfs() {
 
 # --- boot ---------------------------------------------------------------
 
-ns= work= keep= pids=()
+ns= vmns= work= keep= pids=() nss=()
 # cleanup stops what the run started: the servers (their PIDs, as started
-# with ip netns exec, which execs them) and anything else still running in
-# the run's own namespace (a VM left by an interrupted run), then deletes
-# the namespace. Nothing outside the namespace is touched.
+# with ip netns exec, which execs them; a server restarted by --kill is in
+# $work/restarted.pids) and anything else still running in the run's own
+# namespaces (a VM left by an interrupted run), then deletes the
+# namespaces. Nothing outside them is touched.
 cleanup() {
-	local p i left
-	if [ -n "$ns" ]; then
-		for p in "${pids[@]}" $(ip netns pids "$ns" 2>/dev/null); do
+	local p i left n
+	[ ${#nss[@]} -gt 0 ] || { [ -n "$work" ] && [ -z "$keep" ] && rm -rf "$work"; return 0; }
+	for p in "${pids[@]}" $(cat "$work/restarted.pids" 2>/dev/null); do
+		kill "$p" 2>/dev/null || true
+	done
+	for n in "${nss[@]}"; do
+		for p in $(ip netns pids "$n" 2>/dev/null); do
 			kill "$p" 2>/dev/null || true
 		done
-		for ((i = 0; i < 50; i++)); do
-			left=$(ip netns pids "$ns" 2>/dev/null)
-			[ -z "$left" ] && break
-			sleep 0.2
-		done
-		for p in $(ip netns pids "$ns" 2>/dev/null); do
+	done
+	for ((i = 0; i < 50; i++)); do
+		left=
+		for n in "${nss[@]}"; do left+=$(ip netns pids "$n" 2>/dev/null); done
+		[ -z "$left" ] && break
+		sleep 0.2
+	done
+	for n in "${nss[@]}"; do
+		for p in $(ip netns pids "$n" 2>/dev/null); do
 			kill -9 "$p" 2>/dev/null || true
 		done
-		ip netns del "$ns" 2>/dev/null
-	fi
+		ip netns del "$n" 2>/dev/null
+	done
 	[ -n "$work" ] && [ -z "$keep" ] && rm -rf "$work"
 	return 0
 }
 
+# inns runs a command where the servers are reached from (the cluster's
+# namespace; svc in the failover topology).
 inns() { ip netns exec "$ns" "$@"; }
 
 # scrape prints "name value" for the counters the report uses, from the
@@ -201,18 +227,247 @@ scrape() {
 		END { printf "read_bytes %d\nwrite_bytes %d\nREAD %d\nLAYOUTGET %d\nGETDEVICEINFO %d\n", r, w, rd, lg, gd }' <<<"$m"
 }
 
+# up_ds prints how many data servers are up and active, by the MDS(es) at
+# $mds_list.
+up_ds() {
+	inns "$shoal" admin status --mds "$mds_list" --join-secret-file "$secret" --json 2>/dev/null |
+		python3 -c 'import json,sys; print(sum(1 for d in json.load(sys.stdin)["data_servers"] if d.get("Up") and d.get("State") == "active"))' 2>/dev/null || echo 0
+}
+
+# The exports of docs/diskless.md: the images read-only for the nodes and
+# writable only for the image builder ($1, the address shoal cp connects
+# from), root not squashed (a root tree is root's); one writable directory
+# per node.
+write_exports() {
+	cat >"$work/mds.yaml" <<-EOF
+		exports:
+		  - path: /images
+		    ro: true
+		    rw_clients: [$1/32]
+		    clients: [$subnet.0/24]
+		    root_squash: false
+		  - path: /nodes
+		    clients: [$subnet.0/24]
+		    root_squash: false
+	EOF
+}
+
+# start_ds I [MDS]: data server I in $ns, in the background; prints its
+# PID (ip netns exec execs the server).
+start_ds() {
+	ip netns exec "$ns" "$shoal" ds --mds "$mds_list" --join-secret-file "$secret" --dir "$work/ds$1" \
+		--listen "${ds_ips[$1]}:2049" --http "${ds_ips[$1]}:9100" >>"$work/logs/ds$1.log" 2>&1 &
+	echo $!
+}
+
+# cluster_single: one namespace with a bridge; shoal mds and 3 shoal ds
+# (--mirrors 2) on its addresses; the VMs' taps on the same bridge.
+cluster_single() {
+	local nodes=$1 a i
+	ns=shdl$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+	vmns=$ns
+	ip netns add "$ns"
+	nss+=("$ns")
+	inns ip link set lo up
+	inns ip link add br0 type bridge
+	inns ip link set br0 up
+	for a in "$mds_ip" "${ds_ips[@]}"; do
+		inns ip addr add "$a/24" dev br0
+	done
+	for ((i = 0; i < nodes; i++)); do
+		inns ip tuntap add dev "tap$i" mode tap
+		inns ip link set "tap$i" master br0 up
+	done
+	svc_addr=$mds_ip mds_list=$mds_ip:2049 secret=$work/mds/join-secret
+	mds_http=("mds $mds_ip:9100")
+	mkdir -p "$work/mds"
+	write_exports "$mds_ip"
+	ip netns exec "$ns" "$shoal" mds --config "$work/mds.yaml" --listen "$mds_ip:2049" --dir "$work/mds" --mirrors 2 \
+		--lease 15s --http "$mds_ip:9100" >"$work/logs/mds.log" 2>&1 &
+	pids+=($!)
+	for ((i = 0; i < 100; i++)); do
+		[ -s "$secret" ] && break
+		sleep 0.1
+	done
+	[ -s "$secret" ] || die "the MDS wrote no join secret (log: $work/logs/mds.log)"
+}
+
+# The failover topology (as test/kernel's shoal-failover kind builds it,
+# failover_net_test.go): namespaces lan (bridge br0 and the VMs' taps), a
+# and b (one MDS host each: shoal mds and shoal vip) and svc (3 etcd
+# members on .10, the data servers on .11-.13), joined by veths to br0.
+# The service address .100 sits on the leading MDS's host; the nodes
+# mount it.
+fo_vip=$subnet.100
+fo_etcd=$subnet.10
+declare -A fo_ip=([a]=$subnet.1 [b]=$subnet.2) mds_pid=()
+
+# start_mds HOST: shoal mds on host HOST (a or b), in the background;
+# prints its PID.
+start_mds() {
+	local h=$1
+	ip netns exec "$fo_prefix-$h" "$shoal" mds --config "$work/mds.yaml" --listen 0.0.0.0:2049 --advertise "${fo_ip[$h]}:2049" \
+		--dir "$work/mds-$h" --meta "$fo_meta" --node "mds-$h" --join-secret-file "$secret" \
+		--http 0.0.0.0:9100 --mirrors 2 --lease 15s --leader-lease 3s >>"$work/logs/mds-$h.log" 2>&1 &
+	echo $!
+}
+
+# leader prints the host (a or b) whose MDS says it leads, or nothing.
+leader() {
+	local h v
+	for h in a b; do
+		v=$(inns curl -sf --max-time 2 "http://${fo_ip[$h]}:9100/metrics" 2>/dev/null | awk '$1 == "shoal_mds_leader" { print $2 }')
+		[ "$v" = 1 ] && { echo "$h"; return; }
+	done
+}
+
+cluster_failover() {
+	local nodes=$1 i h r
+	command -v etcd >/dev/null || die "--kill mds needs etcd (Debian package etcd-server)"
+	local p
+	p=shdf$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
+	ns=$p-svc vmns=$p-lan fo_prefix=$p
+	for r in lan a b svc; do
+		ip netns add "$p-$r"
+		nss+=("$p-$r")
+	done
+	ip -n "$vmns" link add br0 type bridge
+	ip -n "$vmns" link set br0 up
+	for ((i = 0; i < nodes; i++)); do
+		ip -n "$vmns" tuntap add dev "tap$i" mode tap
+		ip -n "$vmns" link set "tap$i" master br0 up
+	done
+	declare -A addrs=([a]="${fo_ip[a]}" [b]="${fo_ip[b]}" [svc]="$fo_etcd ${ds_ips[*]}")
+	for r in a b svc; do
+		ip link add eth0 netns "$p-$r" type veth peer name "v$r" netns "$vmns"
+		ip -n "$vmns" link set "v$r" master br0 up
+		ip -n "$p-$r" link set lo up
+		ip -n "$p-$r" link set eth0 up
+		for a in ${addrs[$r]}; do
+			ip -n "$p-$r" addr add "$a/24" dev eth0
+		done
+	done
+	local initial= eps=
+	for i in 0 1 2; do
+		initial+=${initial:+,}e$i=http://$fo_etcd:$((2380 + 100 * i))
+		eps+=${eps:+,}$fo_etcd:$((2379 + 100 * i))
+	done
+	for i in 0 1 2; do
+		local c=http://$fo_etcd:$((2379 + 100 * i)) pe=http://$fo_etcd:$((2380 + 100 * i))
+		inns etcd --name "e$i" --data-dir "$work/etcd$i" --listen-client-urls "$c" --advertise-client-urls "$c" \
+			--listen-peer-urls "$pe" --initial-advertise-peer-urls "$pe" --initial-cluster "$initial" \
+			--initial-cluster-state new --initial-cluster-token "$p" --heartbeat-interval 100 \
+			--election-timeout 1000 --log-level warn >"$work/logs/etcd$i.log" 2>&1 &
+		pids+=($!)
+	done
+	for ((i = 0; i < 300; i++)); do
+		inns curl -sf --max-time 2 "http://$fo_etcd:2379/health" 2>/dev/null | grep -q '"true"' && break
+		sleep 0.2
+	done
+	fo_meta=etcd://$eps/shoal-diskless
+	svc_addr=$fo_vip mds_list=${fo_ip[a]}:2049,${fo_ip[b]}:2049 secret=$work/mds-a/join-secret
+	mds_http=("mds-a ${fo_ip[a]}:9100" "mds-b ${fo_ip[b]}:9100")
+	mkdir -p "$work/mds-a" "$work/mds-b"
+	# shoal cp runs in svc, whose first address is etcd's.
+	write_exports "$fo_etcd"
+	mds_pid[a]=$(start_mds a)
+	pids+=("${mds_pid[a]}")
+	for ((i = 0; i < 300; i++)); do
+		[ "$(leader)" = a ] && [ -s "$secret" ] && break
+		sleep 0.2
+	done
+	[ -s "$secret" ] || die "MDS a does not lead within 60 s (log: $work/logs/mds-a.log)"
+	mds_pid[b]=$(start_mds b)
+	pids+=("${mds_pid[b]}")
+	for h in a b; do
+		ip netns exec "$p-$h" "$shoal" vip --meta "$fo_meta" --node "mds-$h" --address "$fo_vip/24" \
+			--interface eth0 --http 0.0.0.0:9103 >"$work/logs/vip-$h.log" 2>&1 &
+		pids+=($!)
+	done
+	for ((i = 0; i < 150; i++)); do
+		inns curl -s --max-time 1 -o /dev/null "http://$fo_vip:9100/metrics" && break
+		sleep 0.2
+	done
+}
+
+# console_now prints the time on node0's console log's clock (seconds
+# since its qemu started).
+console_now() {
+	local us=$((${EPOCHREALTIME/./} - $(cat "$work/start-node0")))
+	printf '%d.%02d' $((us / 1000000)) $((us % 1000000 / 10000))
+}
+
+# fault_driver KIND DOWN: wait until node0's loop has run 3 rounds, kill
+# -9 a data server (ds0; with 3 data servers and --mirrors 2 every file
+# larger than a stripe unit has units on each) or the leading MDS, and
+# start it again DOWN seconds later. What it did goes to $work/fault.
+fault_driver() {
+	local kind=$1 down=$2 j f=$work/console-node0.log out=$work/fault
+	for ((j = 0; j < 2400; j++)); do
+		grep -q 'DISKLESS loop iter 3 ' "$f" 2>/dev/null && break
+		sleep 0.5
+	done
+	if ! grep -q 'DISKLESS loop iter 3 ' "$f" 2>/dev/null; then
+		echo "FAULT none: node0's loop never reached round 3" >"$out"
+		return
+	fi
+	local at t0=$EPOCHREALTIME
+	at="console $(console_now) s, after $(grep -o 'DISKLESS loop iter [0-9]*' "$f" | tail -n 1 | cut -d' ' -f3-)"
+	case "$kind" in
+	ds)
+		local reads
+		reads=$(scrape "${ds_ips[0]}:9100" | awk '$1 == "READ" { print $2 }')
+		kill -9 "${ds_pids[0]}"
+		echo "FAULT killed ds0 (pid ${ds_pids[0]}, ${reads:-?} READs served so far) at $at" >>"$out"
+		sleep "$down"
+		start_ds 0 >>"$work/restarted.pids"
+		echo "FAULT restarted ds0 $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s after the kill, at console $(console_now) s" >>"$out"
+		;;
+	mds)
+		local h o
+		h=$(leader)
+		[ -n "$h" ] || { echo "FAULT none: no MDS leads" >>"$out"; return; }
+		o=b
+		[ "$h" = b ] && o=a
+		kill -9 "${mds_pid[$h]}"
+		echo "FAULT killed the leading MDS mds-$h (pid ${mds_pid[$h]}) at $at" >>"$out"
+		sleep "$down"
+		start_mds "$h" >>"$work/restarted.pids"
+		echo "FAULT restarted mds-$h $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s after the kill, at console $(console_now) s" >>"$out"
+		for ((j = 0; j < 600; j++)); do
+			[ "$(leader)" = "$o" ] && break
+			sleep 0.1
+		done
+		echo "FAULT mds-$o leads $(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') s after the kill ($(leader || true))" >>"$out"
+		;;
+	esac
+}
+
 cmd_boot() {
-	local which=6.1 nodes=1 kill_ds=
+	local which=6.1 nodes=1 kill_ds= loop= kill= down=
 	while [ $# -gt 0 ]; do
 		case "$1" in
 		--kill-ds) kill_ds=$2; shift 2 ;;
 		--kernel) which=$2; shift 2 ;;
 		--nodes) nodes=$2; shift 2 ;;
 		--keep) keep=$2; shift 2 ;;
+		--loop) loop=$2; shift 2 ;;
+		--kill) kill=$2; shift 2 ;;
+		--down) down=$2; shift 2 ;;
 		*) die "boot: unknown argument $1" ;;
 		esac
 	done
 	[ "$nodes" -ge 1 ] && [ "$nodes" -le 8 ] || die "--nodes $nodes: want 1 to 8"
+	case "$kill" in
+	"") ;;
+	ds | mds) [ -n "$loop" ] || die "--kill $kill needs --loop SECS" ;;
+	*) die "--kill $kill: want ds or mds" ;;
+	esac
+	[ -z "$loop" ] || [ "$loop" -ge 1 ] || die "--loop $loop: want seconds"
+	# How long the killed server stays down: long enough for a data
+	# server's loss to be seen; a second for the MDS, as
+	# test/kernel/failover.sh's kill round does.
+	[ -n "$down" ] || { down=10; [ "$kill" = mds ] && down=1; }
 	command -v curl >/dev/null || die "needs curl"
 	local t0=$EPOCHREALTIME
 	local rootfs kout kver kernel initrd
@@ -230,99 +485,66 @@ cmd_boot() {
 	else
 		work=$(mktemp -d /tmp/shoal-diskless.XXXXXX)
 	fi
-	ns=shdl$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
 	trap cleanup EXIT
 	trap 'exit 130' INT TERM
-	local shoal=${SHOAL_BIN:-}
+	shoal=${SHOAL_BIN:-}
 	if [ -z "$shoal" ]; then
 		shoal=$work/shoal
 		(cd "$here" && go build -o "$shoal" ./cmd/shoal) || die "go build ./cmd/shoal failed"
 	fi
-
-	# The network: one namespace, a bridge holding the servers' addresses,
-	# one tap per VM.
-	ip netns add "$ns"
-	inns ip link set lo up
-	inns ip link add br0 type bridge
-	inns ip link set br0 up
-	local a i
-	for a in "$mds_ip" "${ds_ips[@]}"; do
-		inns ip addr add "$a/24" dev br0
-	done
-	for ((i = 0; i < nodes; i++)); do
-		inns ip tuntap add dev "tap$i" mode tap
-		inns ip link set "tap$i" master br0 up
-	done
+	mkdir -p "$work/logs"
 
 	# The cluster: separate processes, as on real servers. Two copies of
 	# every stripe unit, so a node survives the loss of a data server.
-	# The exports of docs/diskless.md: the images read-only for the nodes
-	# and writable only for the image builder (here the MDS's own address,
-	# from which shoal cp connects), root not squashed (a root tree is
-	# root's); one writable directory per node.
-	mkdir -p "$work/mds" "$work/logs"
-	cat >"$work/mds.yaml" <<-EOF
-		exports:
-		  - path: /images
-		    ro: true
-		    rw_clients: [$mds_ip/32]
-		    clients: [$subnet.0/24]
-		    root_squash: false
-		  - path: /nodes
-		    clients: [$subnet.0/24]
-		    root_squash: false
-	EOF
-	ip netns exec "$ns" "$shoal" mds --config "$work/mds.yaml" --listen "$mds_ip:2049" --dir "$work/mds" --mirrors 2 \
-		--lease 15s --http "$mds_ip:9100" >"$work/logs/mds.log" 2>&1 &
-	pids+=($!)
-	for ((i = 0; i < 100; i++)); do
-		[ -s "$work/mds/join-secret" ] && break
-		sleep 0.1
-	done
-	[ -s "$work/mds/join-secret" ] || die "the MDS wrote no join secret (log: $work/logs/mds.log)"
-	local ds_pids=()
+	# --kill mds: two MDSes on etcd with the service address, as
+	# docs/availability.md deploys them.
+	if [ "$kill" = mds ]; then
+		cluster_failover "$nodes"
+	else
+		cluster_single "$nodes"
+	fi
+	local i
+	ds_pids=()
 	for i in 0 1 2; do
-		ip netns exec "$ns" "$shoal" ds --mds "$mds_ip:2049" --join-secret-file "$work/mds/join-secret" --dir "$work/ds$i" \
-			--listen "${ds_ips[$i]}:2049" --http "${ds_ips[$i]}:9100" >"$work/logs/ds$i.log" 2>&1 &
-		pids+=($!)
-		ds_pids+=($!)
+		ds_pids+=("$(start_ds "$i")")
+		pids+=("${ds_pids[$i]}")
 	done
 	local up=0
 	for ((i = 0; i < 150; i++)); do
-		up=$(inns "$shoal" admin status --mds "$mds_ip:2049" --join-secret-file "$work/mds/join-secret" --json 2>/dev/null |
-			python3 -c 'import json,sys; print(sum(1 for d in json.load(sys.stdin)["data_servers"] if d.get("Up") and d.get("State") == "active"))' 2>/dev/null || echo 0)
+		up=$(up_ds)
 		[ "$up" = 3 ] && break
 		sleep 0.2
 	done
 	[ "$up" = 3 ] || die "3 data servers not in service after 30 s (logs: $work/logs)"
-	log "cluster up in $ns: MDS $mds_ip:2049, data servers ${ds_ips[*]}"
+	inns curl -s --max-time 5 -o /dev/null "http://$svc_addr:9100/metrics" || die "nothing answers at $svc_addr (logs: $work/logs)"
+	log "cluster up in $ns: MDS $svc_addr:2049 ($mds_list), data servers ${ds_ips[*]}"
 
 	# The image: copied beside any older one, then the symlink switched
 	# with one RENAME (docs/diskless.md: atomic image update).
 	local name
 	name=$(basename "$rootfs")
 	local tc=$EPOCHREALTIME
-	inns "$shoal" cp -a "$rootfs" "nfs://$mds_ip:2049/images/$name" | sed 's/^/diskless: cp: /' >&2
+	inns "$shoal" cp -a "$rootfs" "nfs://$svc_addr:2049/images/$name" | sed 's/^/diskless: cp: /' >&2
 	local copy_s
 	copy_s=$(awk -v a="$tc" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
 	mkdir -p "$work/link"
 	ln -sfn "$name" "$work/link/current"
-	inns "$shoal" cp -q "$work/link/current" "nfs://$mds_ip:2049/images/.current.new"
-	inns "$shoal" mv "nfs://$mds_ip:2049/images/.current.new" "nfs://$mds_ip:2049/images/current"
+	inns "$shoal" cp -q "$work/link/current" "nfs://$svc_addr:2049/images/.current.new"
+	inns "$shoal" mv "nfs://$svc_addr:2049/images/.current.new" "nfs://$svc_addr:2049/images/current"
 	log "root tree copied in ${copy_s}s; /images/current -> $name"
 	for ((i = 0; i < nodes; i++)); do
-		inns "$shoal" mkdir -p "nfs://$mds_ip:2049/nodes/node$i" >/dev/null
+		inns "$shoal" mkdir -p "nfs://$svc_addr:2049/nodes/node$i" >/dev/null
 	done
 
-	local before=$work/before
+	local before=$work/before s addr
 	mkdir -p "$before"
-	scrape "$mds_ip:9100" >"$before/mds"
+	for s in "${mds_http[@]}"; do scrape "${s#* }" >"$before/${s%% *}"; done
 	for i in 0 1 2; do scrape "${ds_ips[$i]}:9100" >"$before/ds$i"; done
 
 	# SHOAL_DISKLESS_CAPTURE=1: capture the nodes' traffic (first 300
 	# bytes of each frame) on the bridge into capture.pcap (with --keep).
 	if [ "${SHOAL_DISKLESS_CAPTURE:-0}" = 1 ]; then
-		ip netns exec "$ns" dumpcap -q -i br0 -s 300 -w "$work/capture.pcap" 2>"$work/logs/dumpcap.log" &
+		ip netns exec "$vmns" dumpcap -q -i br0 -s 300 -w "$work/capture.pcap" 2>"$work/logs/dumpcap.log" &
 		pids+=($!)
 		sleep 1
 	fi
@@ -332,10 +554,12 @@ cmd_boot() {
 	local vpids=() tb=$EPOCHREALTIME
 	for ((i = 0; i < nodes; i++)); do
 		local ip=$subnet.$((15 + i)) host=node$i
-		local append="console=ttyS0 panic=-1 quiet root=nfs4:$mds_ip:/images/current ip=$ip::$mds_ip:255.255.255.0:$host:eth0:off nfs.nfs4_unique_id=$host shoal.state=nfs4:$mds_ip:/nodes/$host"
+		local append="console=ttyS0 panic=-1 quiet root=nfs4:$svc_addr:/images/current ip=$ip::$svc_addr:255.255.255.0:$host:eth0:off nfs.nfs4_unique_id=$host shoal.state=nfs4:$svc_addr:/nodes/$host"
+		[ -n "$loop" ] && append+=" shoal.loop=$loop"
 		(
 			start=${EPOCHREALTIME/./}
-			inns timeout --kill-after=10 "$vmto" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
+			echo "$start" >"$work/start-$host"
+			ip netns exec "$vmns" timeout --kill-after=10 "$vmto" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
 				-m "$mem" -smp 1 -display none -no-reboot -nodefaults -monitor none -serial stdio \
 				-kernel "$kernel" -initrd "$initrd" -append "$append" \
 				-netdev "tap,id=n0,ifname=tap$i,script=no,downscript=no" \
@@ -362,6 +586,8 @@ cmd_boot() {
 			echo "KILLED ds0 (pid ${ds_pids[0]}) at node0 console time $(tail -n 1 "$work/console-node0.log" | cut -d' ' -f1)" >"$work/killed"
 		) &
 	fi
+	# --kill ds|mds: the same under running nodes (fault_driver).
+	[ -n "$kill" ] && fault_driver "$kill" "$down" &
 	local rc=0
 	for p in "${vpids[@]}"; do
 		wait "$p" || rc=1
@@ -387,13 +613,15 @@ cmd_boot() {
 	done
 	# What each node left in its own directory.
 	for ((i = 0; i < nodes; i++)); do
-		echo "STATE node$i $(inns "$shoal" cat "nfs://$mds_ip:2049/nodes/node$i/boots" 2>&1 | tail -n 1)"
+		echo "STATE node$i $(inns "$shoal" cat "nfs://$svc_addr:2049/nodes/node$i/boots" 2>&1 | tail -n 1)"
 	done
 	[ -f "$work/killed" ] && cat "$work/killed"
-	local s k v b0 cur
-	for s in mds ds0 ds1 ds2; do
-		local addr=$mds_ip:9100
-		[ "$s" != mds ] && addr=${ds_ips[${s#ds}]}:9100
+	[ -f "$work/fault" ] && cat "$work/fault"
+	# Each server's counters during the boots (a server restarted by
+	# --kill counts from its restart).
+	local k v b0 cur
+	for s in "${mds_http[@]}" "ds0 ${ds_ips[0]}:9100" "ds1 ${ds_ips[1]}:9100" "ds2 ${ds_ips[2]}:9100"; do
+		addr=${s#* } s=${s%% *}
 		if ! cur=$(scrape "$addr"); then
 			echo "SERVER $s down"
 			continue
@@ -401,11 +629,12 @@ cmd_boot() {
 		printf 'SERVER %s' "$s"
 		while read -r k v; do
 			b0=$(awk -v k="$k" '$1 == k { print $2 }' "$before/$s")
+			[ "$v" -lt "${b0:-0}" ] && b0=0
 			printf ' %s=%d' "$k" $((v - ${b0:-0}))
 		done <<<"$cur"
 		echo
 	done
-	echo "RESULT nodes=$nodes ok=$ok kernel=$kver copy_s=$copy_s boot_s=$boot_s total_s=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')"
+	echo "RESULT nodes=$nodes ok=$ok kernel=$kver copy_s=$copy_s boot_s=$boot_s total_s=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') loop=${loop:-0} kill=${kill:-none} load=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' /)"
 	[ "$ok" = "$nodes" ] && [ $rc = 0 ]
 }
 

@@ -31,6 +31,10 @@ awk '$1 == "device" { on = ($8 == "nfs4" && ($5 == "/" || $5 == "/media/root-ro"
 if [ -d /var/lib/shoal-node ] && echo "$(hostname) booted at uptime $up" >>/var/lib/shoal-node/boots; then
 	echo "DISKLESS state ok $(tail -n 1 /var/lib/shoal-node/boots)"
 fi
+# shoal.loop=SECS: keep running programs from the root for SECS seconds
+# while the host takes servers away (run-loop.sh).
+loop=$(sed -n 's/.*shoal\.loop=\([0-9][0-9]*\).*/\1/p' /proc/cmdline)
+[ -n "$loop" ] && /usr/local/sbin/run-loop.sh "$loop"
 # The shared root is read-only underneath the overlay.
 if touch /media/root-ro/.probe 2>/dev/null; then
 	echo "DISKLESS root-ro WRITABLE"

@@ -20,6 +20,7 @@ type report struct {
 	nodes   map[string]*node          // by name (node0, ...)
 	servers map[string]map[string]int // SERVER lines: name -> counter -> value during the boots
 	result  map[string]string         // the RESULT line's key=value pairs
+	faults  []string                  // FAULT lines (boot --kill): what the host did
 }
 
 // node is one VM's part of the report.
@@ -29,7 +30,11 @@ type node struct {
 	python     string
 	state      string
 	rootRO     string
-	nfsv4      string // the root mount's nfsv4: line of /proc/self/mountstats
+	loop       map[string]string // the loop-summary line's key=value pairs (shoal.loop)
+	loopErrors []string          // the loop's ERROR lines
+	loopIters  int               // loop iter lines seen
+	loopEnd    float64           // console time of the loop-summary line (s since qemu started)
+	nfsv4      string            // the root mount's nfsv4: line of /proc/self/mountstats
 	mountstats []string
 }
 
@@ -65,6 +70,19 @@ func parse(out string) *report {
 				n.state = m[3]
 			case "root-ro":
 				n.rootRO = m[3]
+			case "loop-summary":
+				n.loopEnd, _ = strconv.ParseFloat(strings.Fields(l)[1], 64)
+				n.loop = map[string]string{}
+				for _, kv := range kvRE.FindAllStringSubmatch(m[3], -1) {
+					n.loop[kv[1]] = kv[2]
+				}
+			case "loop":
+				switch {
+				case strings.HasPrefix(m[3], "ERROR "):
+					n.loopErrors = append(n.loopErrors, m[3])
+				case strings.HasPrefix(m[3], "iter "):
+					n.loopIters++
+				}
 			case "mountstats":
 				n.mountstats = append(n.mountstats, m[3])
 				if f := strings.Fields(m[3]); len(f) > 0 && f[0] == "nfsv4:" {
@@ -80,6 +98,8 @@ func parse(out string) *report {
 			if m[2] != "down" {
 				r.servers[m[1]] = c
 			}
+		case strings.HasPrefix(l, "FAULT "):
+			r.faults = append(r.faults, strings.TrimPrefix(l, "FAULT "))
 		case strings.HasPrefix(l, "RESULT "):
 			for _, kv := range kvRE.FindAllStringSubmatch(l, -1) {
 				r.result[kv[1]] = kv[2]
@@ -132,7 +152,7 @@ func TestDiskless(t *testing.T) {
 	}
 	for _, k := range strings.Split(kernels, ",") {
 		t.Run(k, func(t *testing.T) {
-			out, err := runBoot(t, root, bin, k, nodes, killDS)
+			out, err := runBoot(t, root, bin, k, "--nodes", strconv.Itoa(nodes), "--kill-ds", killDS)
 			r := parse(out)
 			t.Logf("RESULT %v", r.result)
 			if err != nil {
@@ -145,12 +165,16 @@ func TestDiskless(t *testing.T) {
 
 // runBoot runs the script under a hard limit and streams its output to
 // the test log.
-func runBoot(t *testing.T, root, bin, kernel string, nodes int, killDS string) (string, error) {
+// extra are flag/value pairs for boot; a pair with an empty value is
+// left out.
+func runBoot(t *testing.T, root, bin, kernel string, extra ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	args := []string{"boot", "--kernel", kernel, "--nodes", strconv.Itoa(nodes)}
-	if killDS != "" {
-		args = append(args, "--kill-ds", killDS)
+	args := []string{"boot", "--kernel", kernel}
+	for i := 0; i+1 < len(extra); i += 2 {
+		if extra[i+1] != "" {
+			args = append(args, extra[i], extra[i+1])
+		}
 	}
 	cmd := exec.CommandContext(ctx, filepath.Join(root, "scripts/diskless.sh"), args...)
 	cmd.Dir = root
@@ -172,7 +196,7 @@ func runBoot(t *testing.T, root, bin, kernel string, nodes int, killDS string) (
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			l := sc.Text()
-			if !strings.Contains(l, "DISKLESS mountstats") || strings.Contains(l, "nfsv4:") {
+			if (!strings.Contains(l, "DISKLESS mountstats") || strings.Contains(l, "nfsv4:")) && !strings.Contains(l, "DISKLESS loop md5") {
 				t.Log(l)
 			}
 			b.WriteString(l + "\n")

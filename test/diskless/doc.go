@@ -13,4 +13,13 @@
 //	SHOAL_DISKLESS=1 go test ./test/diskless -v -timeout 30m
 //	SHOAL_DISKLESS=1 SHOAL_DISKLESS_KERNELS=6.1,newest SHOAL_DISKLESS_NODES=2 go test ./test/diskless -v -timeout 60m
 //	SHOAL_DISKLESS=1 SHOAL_DISKLESS_KILL_DS=1 go test ./test/diskless -v -timeout 30m   # kill -9 a data server during the boot
+//
+// TestDisklessFaults (SHOAL_DISKLESS_FAULTS=1) boots a node that runs
+// programs from its root in a loop (run-loop.sh) and kills -9 a data
+// server, then the leading MDS of a failover cluster, under it
+// (scripts/diskless.sh boot --loop SECS --kill ds|mds); the loop must see
+// no error:
+//
+//	SHOAL_DISKLESS_FAULTS=1 go test ./test/diskless -run TestDisklessFaults -v -timeout 60m
+//	SHOAL_DISKLESS_FAULTS=1 SHOAL_DISKLESS_KERNELS=6.1,newest go test ./test/diskless -run TestDisklessFaults -v -timeout 60m
 package diskless
