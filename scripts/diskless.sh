@@ -201,18 +201,47 @@ scrape() {
 		END { printf "read_bytes %d\nwrite_bytes %d\nREAD %d\nLAYOUTGET %d\nGETDEVICEINFO %d\n", r, w, rd, lg, gd }' <<<"$m"
 }
 
+# scrape_ganesha prints the same names as scrape from NFS-Ganesha's own
+# statistics of export 1 (D-Bus, org.ganesha.nfsd.exportstats, NFSv4.1 and
+# 4.2 summed): bytes transferred and operations of reads and writes.
+scrape_ganesha() {
+	local v out all=
+	for v in 41 42; do
+		out=$(dbus-send --system --print-reply --reply-timeout=3000 --dest=org.ganesha.nfsd /org/ganesha/nfsd/ExportMgr \
+			"org.ganesha.nfsd.exportstats.GetNFSv${v}IO" uint16:1) || return 1
+		all+=$(tr -s ' \n' ' ' <<<"$out")$'\n'
+	done
+	# A reply: boolean ok, string, struct {time}, struct {read: requested,
+	# transferred, ops, errors, latency, ...}, struct {write: the same}.
+	awk '
+		$0 ~ /boolean true/ {
+			n = split($0, w, " "); k = 0
+			for (i = 1; i <= n; i++) if (w[i] == "uint64") v[++k] = w[i + 1]
+			# v[1], v[2]: time; v[3..8]: read; v[9..14]: write
+			r += v[4]; rd += v[5]; wr += v[10]
+		}
+		END { printf "read_bytes %d\nwrite_bytes %d\nREAD %d\nLAYOUTGET 0\nGETDEVICEINFO 0\n", r, wr, rd }' <<<"$all"
+}
+
+# scrape_server ADDRESS: a Shoal metrics endpoint, or "dbus" for Ganesha.
+scrape_server() {
+	if [ "$1" = dbus ]; then scrape_ganesha; else scrape "$1"; fi
+}
+
 cmd_boot() {
-	local which=6.1 nodes=1 kill_ds=
+	local which=6.1 nodes=1 kill_ds= target=shoal
 	while [ $# -gt 0 ]; do
 		case "$1" in
 		--kill-ds) kill_ds=$2; shift 2 ;;
 		--kernel) which=$2; shift 2 ;;
 		--nodes) nodes=$2; shift 2 ;;
+		--target) target=$2; shift 2 ;;
 		--keep) keep=$2; shift 2 ;;
 		*) die "boot: unknown argument $1" ;;
 		esac
 	done
 	[ "$nodes" -ge 1 ] && [ "$nodes" -le 8 ] || die "--nodes $nodes: want 1 to 8"
+	[ -z "$kill_ds" ] || [ "$target" = shoal ] || die "--kill-ds needs --target shoal"
 	command -v curl >/dev/null || die "needs curl"
 	local t0=$EPOCHREALTIME
 	local rootfs kout kver kernel initrd
@@ -254,14 +283,13 @@ cmd_boot() {
 		inns ip link set "tap$i" master br0 up
 	done
 
-	# The cluster: separate processes, as on real servers. Two copies of
-	# every stripe unit, so a node survives the loss of a data server.
 	# The exports of docs/diskless.md: the images read-only for the nodes
-	# and writable only for the image builder (here the MDS's own address,
-	# from which shoal cp connects), root not squashed (a root tree is
-	# root's); one writable directory per node.
-	mkdir -p "$work/mds" "$work/logs"
-	cat >"$work/mds.yaml" <<-EOF
+	# and writable only for the image builder (here the server's own
+	# address, from which shoal cp connects), root not squashed (a root
+	# tree is root's); one writable directory per node. shoal serve reads
+	# the same exports as shoal mds.
+	mkdir -p "$work/logs"
+	cat >"$work/mds.yaml" <<-EOF2
 		exports:
 		  - path: /images
 		    ro: true
@@ -271,54 +299,138 @@ cmd_boot() {
 		  - path: /nodes
 		    clients: [$subnet.0/24]
 		    root_squash: false
-	EOF
-	ip netns exec "$ns" "$shoal" mds --config "$work/mds.yaml" --listen "$mds_ip:2049" --dir "$work/mds" --mirrors 2 \
-		--lease 15s --http "$mds_ip:9100" >"$work/logs/mds.log" 2>&1 &
-	pids+=($!)
-	for ((i = 0; i < 100; i++)); do
-		[ -s "$work/mds/join-secret" ] && break
-		sleep 0.1
-	done
-	[ -s "$work/mds/join-secret" ] || die "the MDS wrote no join secret (log: $work/logs/mds.log)"
-	local ds_pids=()
-	for i in 0 1 2; do
-		ip netns exec "$ns" "$shoal" ds --mds "$mds_ip:2049" --join-secret-file "$work/mds/join-secret" --dir "$work/ds$i" \
-			--listen "${ds_ips[$i]}:2049" --http "${ds_ips[$i]}:9100" >"$work/logs/ds$i.log" 2>&1 &
+	EOF2
+	# servers: the NAME=ADDRESS of every server whose own counters the
+	# report reads (ADDRESS is the metrics endpoint; ganesha: D-Bus).
+	local ds_pids=() servers=() up=0 root_path=/images/current state_path=/nodes pnfs_opt=
+	case "$target" in
+	shoal)
+		# The cluster: separate processes, as on real servers. Two
+		# copies of every stripe unit, so a node survives the loss of
+		# a data server.
+		mkdir -p "$work/mds"
+		ip netns exec "$ns" "$shoal" mds --config "$work/mds.yaml" --listen "$mds_ip:2049" --dir "$work/mds" --mirrors 2 \
+			--lease 15s --http "$mds_ip:9100" >"$work/logs/mds.log" 2>&1 &
 		pids+=($!)
-		ds_pids+=($!)
-	done
-	local up=0
-	for ((i = 0; i < 150; i++)); do
-		up=$(inns "$shoal" admin status --mds "$mds_ip:2049" --join-secret-file "$work/mds/join-secret" --json 2>/dev/null |
-			python3 -c 'import json,sys; print(sum(1 for d in json.load(sys.stdin)["data_servers"] if d.get("Up") and d.get("State") == "active"))' 2>/dev/null || echo 0)
-		[ "$up" = 3 ] && break
-		sleep 0.2
-	done
-	[ "$up" = 3 ] || die "3 data servers not in service after 30 s (logs: $work/logs)"
-	log "cluster up in $ns: MDS $mds_ip:2049, data servers ${ds_ips[*]}"
+		for ((i = 0; i < 100; i++)); do
+			[ -s "$work/mds/join-secret" ] && break
+			sleep 0.1
+		done
+		[ -s "$work/mds/join-secret" ] || die "the MDS wrote no join secret (log: $work/logs/mds.log)"
+		for i in 0 1 2; do
+			ip netns exec "$ns" "$shoal" ds --mds "$mds_ip:2049" --join-secret-file "$work/mds/join-secret" --dir "$work/ds$i" \
+				--listen "${ds_ips[$i]}:2049" --http "${ds_ips[$i]}:9100" >"$work/logs/ds$i.log" 2>&1 &
+			pids+=($!)
+			ds_pids+=($!)
+		done
+		for ((i = 0; i < 150; i++)); do
+			up=$(inns "$shoal" admin status --mds "$mds_ip:2049" --join-secret-file "$work/mds/join-secret" --json 2>/dev/null |
+				python3 -c 'import json,sys; print(sum(1 for d in json.load(sys.stdin)["data_servers"] if d.get("Up") and d.get("State") == "active"))' 2>/dev/null || echo 0)
+			[ "$up" = 3 ] && break
+			sleep 0.2
+		done
+		[ "$up" = 3 ] || die "3 data servers not in service after 30 s (logs: $work/logs)"
+		log "cluster up in $ns: MDS $mds_ip:2049, data servers ${ds_ips[*]}"
+		servers=("mds=$mds_ip:9100" "ds0=${ds_ips[0]}:9100" "ds1=${ds_ips[1]}:9100" "ds2=${ds_ips[2]}:9100")
+		;;
+	serve)
+		# One Shoal server, no pNFS: the NFSv4 baseline of the same code.
+		mkdir -p "$work/serve"
+		ip netns exec "$ns" "$shoal" serve --config "$work/mds.yaml" --listen "$mds_ip:2049" --dir "$work/serve" \
+			--lease 15s --http "$mds_ip:9100" >"$work/logs/serve.log" 2>&1 &
+		pids+=($!)
+		for ((i = 0; i < 150; i++)); do
+			inns curl -sf --max-time 2 -o /dev/null "http://$mds_ip:9100/metrics" && { up=1; break; }
+			sleep 0.2
+		done
+		[ "$up" = 1 ] || die "shoal serve not up after 30 s (log: $work/logs/serve.log)"
+		log "shoal serve up in $ns: $mds_ip:2049"
+		servers=("serve=$mds_ip:9100")
+		pnfs_opt=" shoal.pnfs=prefer"
+		;;
+	ganesha)
+		# NFS-Ganesha (VFS backend) serving a local copy of the tree:
+		# one export, /export, no root squash (scripts/ganesha.sh). Its
+		# statistics are read over D-Bus, from a private bus.
+		command -v ganesha.nfsd >/dev/null || die "needs ganesha.nfsd (apt-get install nfs-ganesha nfs-ganesha-vfs)"
+		command -v dbus-daemon >/dev/null || die "needs dbus-daemon"
+		mkdir -p "$work/dbus"
+		cat >"$work/dbus/bus.conf" <<-EOF2
+			<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+			 "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+			<busconfig>
+			  <type>system</type>
+			  <listen>unix:path=$work/dbus/bus.sock</listen>
+			  <auth>EXTERNAL</auth>
+			  <policy context="default">
+			    <allow user="root"/>
+			    <allow own="org.ganesha.nfsd"/>
+			    <allow send_type="method_call"/>
+			    <allow send_type="method_return"/>
+			    <allow send_type="signal"/>
+			    <allow send_type="error"/>
+			    <allow receive_type="method_call"/>
+			    <allow receive_type="method_return"/>
+			    <allow receive_type="signal"/>
+			    <allow receive_type="error"/>
+			  </policy>
+			</busconfig>
+		EOF2
+		dbus-daemon --config-file="$work/dbus/bus.conf" --nofork --nopidfile >"$work/logs/dbus.log" 2>&1 &
+		pids+=($!)
+		export DBUS_SYSTEM_BUS_ADDRESS=unix:path=$work/dbus/bus.sock
+		for ((i = 0; i < 50; i++)); do
+			[ -S "$work/dbus/bus.sock" ] && break
+			sleep 0.1
+		done
+		root_path=/export/images/current state_path=/export/nodes
+		pnfs_opt=" shoal.pnfs=prefer"
+		servers=("ganesha=dbus")
+		;;
+	*) die "--target $target: want shoal, serve or ganesha" ;;
+	esac
 
 	# The image: copied beside any older one, then the symlink switched
-	# with one RENAME (docs/diskless.md: atomic image update).
+	# with one RENAME (docs/diskless.md: atomic image update). Ganesha
+	# serves a local directory: there the copy is cp -a.
 	local name
 	name=$(basename "$rootfs")
-	local tc=$EPOCHREALTIME
-	inns "$shoal" cp -a "$rootfs" "nfs://$mds_ip:2049/images/$name" | sed 's/^/diskless: cp: /' >&2
-	local copy_s
-	copy_s=$(awk -v a="$tc" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
-	mkdir -p "$work/link"
-	ln -sfn "$name" "$work/link/current"
-	inns "$shoal" cp -q "$work/link/current" "nfs://$mds_ip:2049/images/.current.new"
-	inns "$shoal" mv "nfs://$mds_ip:2049/images/.current.new" "nfs://$mds_ip:2049/images/current"
-	log "root tree copied in ${copy_s}s; /images/current -> $name"
-	for ((i = 0; i < nodes; i++)); do
-		inns "$shoal" mkdir -p "nfs://$mds_ip:2049/nodes/node$i" >/dev/null
-	done
+	local tc=$EPOCHREALTIME copy_s
+	if [ "$target" = ganesha ]; then
+		mkdir -p "$work/ganesha/export/images" "$work/ganesha/export/nodes"
+		cp -a "$rootfs" "$work/ganesha/export/images/$name"
+		ln -sfn "$name" "$work/ganesha/export/images/current"
+		for ((i = 0; i < nodes; i++)); do mkdir -p "$work/ganesha/export/nodes/node$i"; done
+		copy_s=$(awk -v a="$tc" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+		inns env GANESHA_BIND="$mds_ip" GANESHA_LEASE=15 "$here/scripts/ganesha.sh" start "$work/ganesha" 2049 >/dev/null ||
+			die "ganesha did not start (log: $work/ganesha/ganesha.log)"
+		pids+=("$("$here/scripts/ganesha.sh" pid "$work/ganesha")")
+		for ((i = 0; i < 20; i++)); do
+			scrape_ganesha >/dev/null 2>&1 && break
+			sleep 0.5
+		done
+		log "ganesha up in $ns: $mds_ip:2049, /export = $work/ganesha/export (copied in ${copy_s}s)"
+	else
+		inns "$shoal" cp -a "$rootfs" "nfs://$mds_ip:2049/images/$name" | sed 's/^/diskless: cp: /' >&2
+		copy_s=$(awk -v a="$tc" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+		mkdir -p "$work/link"
+		ln -sfn "$name" "$work/link/current"
+		inns "$shoal" cp -q "$work/link/current" "nfs://$mds_ip:2049/images/.current.new"
+		inns "$shoal" mv "nfs://$mds_ip:2049/images/.current.new" "nfs://$mds_ip:2049/images/current"
+		log "root tree copied in ${copy_s}s; /images/current -> $name"
+		for ((i = 0; i < nodes; i++)); do
+			inns "$shoal" mkdir -p "nfs://$mds_ip:2049/nodes/node$i" >/dev/null
+		done
+	fi
 
-	local before=$work/before
+	local before=$work/before sv
 	mkdir -p "$before"
-	scrape "$mds_ip:9100" >"$before/mds"
-	for i in 0 1 2; do scrape "${ds_ips[$i]}:9100" >"$before/ds$i"; done
-
+	for sv in "${servers[@]}"; do
+		scrape_server "${sv#*=}" >"$before/${sv%%=*}" || die "no counters from ${sv%%=*}"
+	done
+	for ((i = 0; i < nodes; i++)); do
+		inns cat "/sys/class/net/tap$i/statistics/tx_bytes" >"$before/tap$i"
+	done
 	# SHOAL_DISKLESS_CAPTURE=1: capture the nodes' traffic (first 300
 	# bytes of each frame) on the bridge into capture.pcap (with --keep).
 	if [ "${SHOAL_DISKLESS_CAPTURE:-0}" = 1 ]; then
@@ -332,7 +444,7 @@ cmd_boot() {
 	local vpids=() tb=$EPOCHREALTIME
 	for ((i = 0; i < nodes; i++)); do
 		local ip=$subnet.$((15 + i)) host=node$i
-		local append="console=ttyS0 panic=-1 quiet root=nfs4:$mds_ip:/images/current ip=$ip::$mds_ip:255.255.255.0:$host:eth0:off nfs.nfs4_unique_id=$host shoal.state=nfs4:$mds_ip:/nodes/$host"
+		local append="console=ttyS0 panic=-1 quiet root=nfs4:$mds_ip:$root_path ip=$ip::$mds_ip:255.255.255.0:$host:eth0:off nfs.nfs4_unique_id=$host shoal.state=nfs4:$mds_ip:$state_path/$host$pnfs_opt"
 		(
 			start=${EPOCHREALTIME/./}
 			inns timeout --kill-after=10 "$vmto" qemu-system-x86_64 -accel tcg,thread=multi -cpu max \
@@ -369,8 +481,12 @@ cmd_boot() {
 	local boot_s
 	boot_s=$(awk -v a="$tb" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
 
-	# Report.
-	local ok=0
+	# Report. wire_rx_bytes: what the bridge delivered to the node (its
+	# tap's transmit counter), whichever server sent it.
+	local ok=0 rx=()
+	for ((i = 0; i < nodes; i++)); do
+		rx[i]=$(($(inns cat "/sys/class/net/tap$i/statistics/tx_bytes") - $(cat "$before/tap$i")))
+	done
 	for ((i = 0; i < nodes; i++)); do
 		local f=$work/console-node$i.log
 		local first done
@@ -378,23 +494,26 @@ cmd_boot() {
 		done=$(awk '$2 == "DISKLESS" && $3 == "done" { print $1; exit }' "$f")
 		if [ -n "$first" ] && [ -n "$done" ]; then
 			ok=$((ok + 1))
-			echo "NODE node$i ok first_line_s=$first done_s=$done"
+			echo "NODE node$i ok first_line_s=$first done_s=$done wire_rx_bytes=${rx[$i]}"
 		else
-			echo "NODE node$i FAILED first_line_s=${first:-none} done_s=${done:-none} (console: $f)"
+			echo "NODE node$i FAILED first_line_s=${first:-none} done_s=${done:-none} wire_rx_bytes=${rx[$i]} (console: $f)"
 			tail -n 30 "$f" | sed 's/^/  | /'
 		fi
 		grep -E '^[0-9.]+ (DISKLESS|shoal-initramfs:)' "$f" | sed "s/^/  node$i: /"
 	done
 	# What each node left in its own directory.
 	for ((i = 0; i < nodes; i++)); do
-		echo "STATE node$i $(inns "$shoal" cat "nfs://$mds_ip:2049/nodes/node$i/boots" 2>&1 | tail -n 1)"
+		if [ "$target" = ganesha ]; then
+			echo "STATE node$i $(tail -n 1 "$work/ganesha/export/nodes/node$i/boots" 2>&1)"
+		else
+			echo "STATE node$i $(inns "$shoal" cat "nfs://$mds_ip:2049/nodes/node$i/boots" 2>&1 | tail -n 1)"
+		fi
 	done
 	[ -f "$work/killed" ] && cat "$work/killed"
 	local s k v b0 cur
-	for s in mds ds0 ds1 ds2; do
-		local addr=$mds_ip:9100
-		[ "$s" != mds ] && addr=${ds_ips[${s#ds}]}:9100
-		if ! cur=$(scrape "$addr"); then
+	for sv in "${servers[@]}"; do
+		s=${sv%%=*}
+		if ! cur=$(scrape_server "${sv#*=}"); then
 			echo "SERVER $s down"
 			continue
 		fi
@@ -405,7 +524,7 @@ cmd_boot() {
 		done <<<"$cur"
 		echo
 	done
-	echo "RESULT nodes=$nodes ok=$ok kernel=$kver copy_s=$copy_s boot_s=$boot_s total_s=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')"
+	echo "RESULT target=$target nodes=$nodes ok=$ok kernel=$kver copy_s=$copy_s boot_s=$boot_s total_s=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')"
 	[ "$ok" = "$nodes" ] && [ $rc = 0 ]
 }
 
