@@ -10,6 +10,9 @@
 #
 #   scripts/diskless-bench.sh [--kernel 6.1|newest] [--nodes "1 2 4"]
 #                             [--targets "shoal serve ganesha"] [--out DIR]
+#   scripts/diskless-bench.sh --report --out DIR [--targets ...] [--nodes ...]
+#       only the table and JSON of the runs already in DIR (after one run
+#       was redone with --targets T --nodes N --out DIR)
 #
 # Targets:
 #   shoal    shoal mds + 3 shoal ds, --mirrors 2, pNFS files layout
@@ -31,9 +34,10 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-kernel=6.1 counts="1 2 4" targets="shoal serve ganesha" out=
+kernel=6.1 counts="1 2 4" targets="shoal serve ganesha" out= report=0
 while [ $# -gt 0 ]; do
 	case "$1" in
+	--report) report=1; shift ;;
 	--kernel) kernel=$2; shift 2 ;;
 	--nodes) counts=$2; shift 2 ;;
 	--targets) targets=$2; shift 2 ;;
@@ -46,12 +50,14 @@ mkdir -p "$out"
 export SHOAL_DISKLESS_MEM=${SHOAL_DISKLESS_MEM:-256}
 runto=${SHOAL_DLBENCH_RUN_TIMEOUT:-900}
 
+fail=0
+# --report (with --out): no runs, only the table of the logs in DIR.
+if [ $report = 0 ]; then
 # One shoal binary for every run.
 bin=$out/shoal
 (cd "$here" && go build -o "$bin" ./cmd/shoal) || { echo "go build ./cmd/shoal failed" >&2; exit 1; }
 export SHOAL_BIN=$bin
 
-fail=0
 # Node counts outside, targets inside: the three targets of one count run
 # close together in time, under about the same load.
 for n in $counts; do
@@ -68,6 +74,7 @@ for n in $counts; do
 		grep -q '^EXIT 0$' "$log" || { fail=1; echo "diskless-bench: $t, $n node(s) failed (see $log)" >&2; }
 	done
 done
+fi
 
 # The table and the JSON, from the runs' NODE, SERVER, RESULT and LOAD lines.
 python3 - "$out" $targets -- $counts <<'PY'
@@ -77,16 +84,24 @@ out = sys.argv[1]
 sep = sys.argv.index("--")
 targets, counts = sys.argv[2:sep], [int(c) for c in sys.argv[sep + 1:]]
 runs = []
-for t in targets:
-    for n in counts:
+for n in counts:
+    for t in targets:
         path = os.path.join(out, f"{t}-{n}.log")
         if not os.path.exists(path):
             continue
         r = {"target": t, "nodes": n, "node_first_line_s": {}, "node_wire_rx_bytes": {},
-             "servers": {}, "failed_nodes": [], "load": {}}
+             "node_guest_uptime_s": {}, "node_root_mounted_s": {}, "servers": {}, "failed_nodes": [], "load": {}}
         for line in open(path, errors="replace"):
             f = line.split()
             if not f:
+                continue
+            m = re.match(r"\s+(node\d+): \S+ DISKLESS first-line .*uptime=([0-9.]+)", line)
+            if m:
+                r["node_guest_uptime_s"][m.group(1)] = float(m.group(2))
+                continue
+            m = re.match(r"\s+(node\d+): ([0-9.]+) shoal-initramfs: mounted \S+ on /run/lower ", line)
+            if m:
+                r["node_root_mounted_s"][m.group(1)] = float(m.group(2))
                 continue
             if f[0] == "NODE" and len(f) >= 3:
                 kv = dict(x.split("=", 1) for x in f[3:] if "=" in x)
@@ -113,6 +128,16 @@ for t in targets:
         if times:
             r["first_line_median_s"] = round(statistics.median(times), 2)
             r["first_line_max_s"] = round(max(times), 2)
+        # From the initramfs's root mount to the first line: the part of
+        # the boot that reads the root (systemd's start).
+        after = [r["node_first_line_s"][k] - v for k, v in r["node_root_mounted_s"].items() if k in r["node_first_line_s"]]
+        if after:
+            r["mount_to_first_line_median_s"] = round(statistics.median(after), 2)
+            r["mount_to_first_line_max_s"] = round(max(after), 2)
+        up = list(r["node_guest_uptime_s"].values())
+        if up:
+            r["guest_uptime_median_s"] = round(statistics.median(up), 2)
+            r["guest_uptime_max_s"] = round(max(up), 2)
         runs.append(r)
 
 json.dump(runs, open(os.path.join(out, "results.json"), "w"), indent=1)
@@ -120,8 +145,8 @@ json.dump(runs, open(os.path.join(out, "results.json"), "w"), indent=1)
 def mb(b):
     return "-" if b is None else f"{b / 1e6:.1f}"
 
-rows = ["| target | nodes | ok | first line median / max (s) | bytes read by server (MB) | READs | LAYOUTGETs | delivered to the nodes (MB) | load before / after |",
-        "|---|---|---|---|---|---|---|---|---|"]
+rows = ["| target | nodes | ok | first line median / max (s) | guest uptime at it, median / max (s) | root mount to first line, median / max (s) | bytes read by server (MB) | READs | LAYOUTGETs | delivered to the nodes (MB) | load before / after |",
+        "|---|---|---|---|---|---|---|---|---|---|---|"]
 for r in runs:
     srv = r["servers"]
     reads = ", ".join(f"{k} {mb(v['read_bytes']) if v else 'down'}" for k, v in srv.items())
@@ -129,9 +154,11 @@ for r in runs:
     lg = sum(v.get("LAYOUTGET", 0) for v in srv.values() if v)
     ok = r.get("result", {}).get("ok", "0")
     tm = f"{r['first_line_median_s']} / {r['first_line_max_s']}" if "first_line_median_s" in r else "-"
+    gu = f"{r['guest_uptime_median_s']} / {r['guest_uptime_max_s']}" if "guest_uptime_median_s" in r else "-"
+    mf = f"{r['mount_to_first_line_median_s']} / {r['mount_to_first_line_max_s']}" if "mount_to_first_line_median_s" in r else "-"
     wire = mb(sum(r["node_wire_rx_bytes"].values())) if r["node_wire_rx_bytes"] else "-"
     load = f"{r['load'].get('before', '?').split()[0]} / {r['load'].get('after', '?').split()[0]}"
-    rows.append(f"| {r['target']} | {r['nodes']} | {ok}/{r['nodes']} | {tm} | {reads} | {ops} | {lg} | {wire} | {load} |")
+    rows.append(f"| {r['target']} | {r['nodes']} | {ok}/{r['nodes']} | {tm} | {gu} | {mf} | {reads} | {ops} | {lg} | {wire} | {load} |")
 table = "\n".join(rows) + "\n"
 open(os.path.join(out, "table.md"), "w").write(table)
 print(table)

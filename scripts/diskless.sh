@@ -15,16 +15,23 @@
 #       helper, the NIC, NFS, pNFS layout and overlayfs modules) for a
 #       Debian kernel fetched by test/kernel/setup.sh (never installed).
 #       Prints KVER=, KERNEL=, INITRD=.
-#   diskless.sh boot [--kernel 6.1|newest] [--nodes N] [--kill-ds S] [--keep DIR]
+#   diskless.sh boot [--kernel 6.1|newest] [--nodes N] [--target T] [--kill-ds S] [--keep DIR]
 #       The whole run: rootfs --check, initramfs, a network namespace with a
 #       bridge, a Shoal cluster in it (shoal mds + 3 shoal ds, --mirrors 2),
 #       shoal cp -a of the root tree to /images/NAME and the symlink
 #       /images/current, then N VMs booted at once from it. Prints one
-#       NODE line per VM (boot time to the boot check's first line, its
-#       DISKLESS lines) and one SERVER line per server (bytes read and
-#       written, READ and LAYOUTGET counts during the boots). Exit status 0
+#       NODE line per VM (boot time to the boot check's first line, bytes
+#       the bridge delivered to it, its DISKLESS lines) and one SERVER line
+#       per server (bytes read and written, READ and LAYOUTGET counts
+#       during the boots, from the server's own counters). Exit status 0
 #       if every node ran the check to its end. --kill-ds S kill -9s the
 #       first data server S seconds after node0 mounted its root.
+#       --target picks the server(s) of the root: shoal (the default, the
+#       above), serve (one `shoal serve`, no pNFS, the same exports) or
+#       ganesha (NFS-Ganesha, VFS backend, serving a cp -a of the tree as
+#       /export, started by scripts/ganesha.sh; statistics over a private
+#       D-Bus). The baselines boot with shoal.pnfs=prefer: the initramfs
+#       stops a boot without a pNFS layout by default.
 #
 # Environment: SHOAL_DISKLESS_CACHE (default /var/cache/shoal-diskless),
 # SHOAL_DISKLESS_SUITE (bookworm), SHOAL_DISKLESS_MIRROR
@@ -339,8 +346,11 @@ cmd_boot() {
 		ip netns exec "$ns" "$shoal" serve --config "$work/mds.yaml" --listen "$mds_ip:2049" --dir "$work/serve" \
 			--lease 15s --http "$mds_ip:9100" >"$work/logs/serve.log" 2>&1 &
 		pids+=($!)
+		# The metrics endpoint comes up before the NFS listener: wait
+		# for both.
 		for ((i = 0; i < 150; i++)); do
-			inns curl -sf --max-time 2 -o /dev/null "http://$mds_ip:9100/metrics" && { up=1; break; }
+			inns curl -sf --max-time 2 -o /dev/null "http://$mds_ip:9100/metrics" &&
+				inns bash -c "exec 3<>/dev/tcp/$mds_ip/2049" 2>/dev/null && { up=1; break; }
 			sleep 0.2
 		done
 		[ "$up" = 1 ] || die "shoal serve not up after 30 s (log: $work/logs/serve.log)"
