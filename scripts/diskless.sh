@@ -15,17 +15,25 @@
 #       helper, the NIC, NFS, pNFS layout and overlayfs modules) for a
 #       Debian kernel fetched by test/kernel/setup.sh (never installed).
 #       Prints KVER=, KERNEL=, INITRD=.
-#   diskless.sh boot [--kernel 6.1|newest] [--nodes N] [--kill-ds S] [--keep DIR]
+#   diskless.sh boot [--kernel 6.1|newest] [--nodes N] [--target T] [--kill-ds S] [--keep DIR]
 #                    [--loop SECS [--kill ds|mds] [--down S]]
 #       The whole run: rootfs --check, initramfs, a network namespace with a
 #       bridge, a Shoal cluster in it (shoal mds + 3 shoal ds, --mirrors 2),
 #       shoal cp -a of the root tree to /images/NAME and the symlink
 #       /images/current, then N VMs booted at once from it. Prints one
-#       NODE line per VM (boot time to the boot check's first line, its
-#       DISKLESS lines) and one SERVER line per server (bytes read and
-#       written, READ and LAYOUTGET counts during the boots). Exit status 0
+#       NODE line per VM (boot time to the boot check's first line, bytes
+#       the bridge delivered to it, its DISKLESS lines) and one SERVER line
+#       per server (bytes read and written, READ and LAYOUTGET counts
+#       during the boots, from the server's own counters). Exit status 0
 #       if every node ran the check to its end. --kill-ds S kill -9s the
 #       first data server S seconds after node0 mounted its root.
+#       --target picks the server(s) of the root: shoal (the default, the
+#       above), serve (one `shoal serve`, no pNFS, the same exports) or
+#       ganesha (NFS-Ganesha, VFS backend, serving a cp -a of the tree as
+#       /export, started by scripts/ganesha.sh; statistics over a private
+#       D-Bus). The baselines boot with shoal.pnfs=prefer: the initramfs
+#       stops a boot without a pNFS layout by default. --kill and --kill-ds
+#       need --target shoal.
 #   diskless.sh boot --loop SECS [--kill ds|mds] [--down S] [--kernel K]
 #       Running nodes: each node's boot check runs
 #       test/diskless/run-loop.sh for SECS seconds and at least 8 rounds
@@ -176,7 +184,7 @@ cmd_initramfs() {
 
 # --- boot ---------------------------------------------------------------
 
-ns= vmns= work= keep= pids=() nss=()
+ns= vmns= work= keep= pids=() nss=() servers=()
 # cleanup stops what the run started: the servers (their PIDs, as started
 # with ip netns exec, which execs them; a server restarted by --kill is in
 # $work/restarted.pids) and anything else still running in the run's own
@@ -227,6 +235,33 @@ scrape() {
 		END { printf "read_bytes %d\nwrite_bytes %d\nREAD %d\nLAYOUTGET %d\nGETDEVICEINFO %d\n", r, w, rd, lg, gd }' <<<"$m"
 }
 
+# scrape_ganesha prints the same names as scrape from NFS-Ganesha's own
+# statistics of export 1 (D-Bus, org.ganesha.nfsd.exportstats, NFSv4.1 and
+# 4.2 summed): bytes transferred and operations of reads and writes.
+scrape_ganesha() {
+	local v out all=
+	for v in 41 42; do
+		out=$(dbus-send --system --print-reply --reply-timeout=3000 --dest=org.ganesha.nfsd /org/ganesha/nfsd/ExportMgr \
+			"org.ganesha.nfsd.exportstats.GetNFSv${v}IO" uint16:1) || return 1
+		all+=$(tr -s ' \n' ' ' <<<"$out")$'\n'
+	done
+	# A reply: boolean ok, string, struct {time}, struct {read: requested,
+	# transferred, ops, errors, latency, ...}, struct {write: the same}.
+	awk '
+		$0 ~ /boolean true/ {
+			n = split($0, w, " "); k = 0
+			for (i = 1; i <= n; i++) if (w[i] == "uint64") v[++k] = w[i + 1]
+			# v[1], v[2]: time; v[3..8]: read; v[9..14]: write
+			r += v[4]; rd += v[5]; wr += v[10]
+		}
+		END { printf "read_bytes %d\nwrite_bytes %d\nREAD %d\nLAYOUTGET 0\nGETDEVICEINFO 0\n", r, wr, rd }' <<<"$all"
+}
+
+# scrape_server ADDRESS: a Shoal metrics endpoint, or "dbus" for Ganesha.
+scrape_server() {
+	if [ "$1" = dbus ]; then scrape_ganesha; else scrape "$1"; fi
+}
+
 # up_ds prints how many data servers are up and active, by the MDS(es) at
 # $mds_list.
 up_ds() {
@@ -260,10 +295,13 @@ start_ds() {
 	echo $!
 }
 
-# cluster_single: one namespace with a bridge; shoal mds and 3 shoal ds
-# (--mirrors 2) on its addresses; the VMs' taps on the same bridge.
+# cluster_single TARGET NODES: one namespace with a bridge, the VMs' taps
+# on it, and the root's server(s) on its addresses: shoal, shoal mds (the
+# data servers are started by cmd_boot); serve, one shoal serve, no pNFS,
+# the same exports; ganesha, a private D-Bus for NFS-Ganesha's statistics
+# (Ganesha itself starts once its tree is copied).
 cluster_single() {
-	local nodes=$1 a i
+	local target=$1 nodes=$2 a i
 	ns=shdl$(od -An -N3 -tx1 /dev/urandom | tr -d ' \n')
 	vmns=$ns
 	ip netns add "$ns"
@@ -279,17 +317,76 @@ cluster_single() {
 		inns ip link set "tap$i" master br0 up
 	done
 	svc_addr=$mds_ip mds_list=$mds_ip:2049 secret=$work/mds/join-secret
-	mds_http=("mds $mds_ip:9100")
-	mkdir -p "$work/mds"
 	write_exports "$mds_ip"
-	ip netns exec "$ns" "$shoal" mds --config "$work/mds.yaml" --listen "$mds_ip:2049" --dir "$work/mds" --mirrors 2 \
-		--lease 15s --http "$mds_ip:9100" >"$work/logs/mds.log" 2>&1 &
-	pids+=($!)
-	for ((i = 0; i < 100; i++)); do
-		[ -s "$secret" ] && break
-		sleep 0.1
-	done
-	[ -s "$secret" ] || die "the MDS wrote no join secret (log: $work/logs/mds.log)"
+	case "$target" in
+	shoal)
+		servers=("mds=$mds_ip:9100")
+		mkdir -p "$work/mds"
+		ip netns exec "$ns" "$shoal" mds --config "$work/mds.yaml" --listen "$mds_ip:2049" --dir "$work/mds" --mirrors 2 \
+			--lease 15s --http "$mds_ip:9100" >"$work/logs/mds.log" 2>&1 &
+		pids+=($!)
+		for ((i = 0; i < 100; i++)); do
+			[ -s "$secret" ] && break
+			sleep 0.1
+		done
+		[ -s "$secret" ] || die "the MDS wrote no join secret (log: $work/logs/mds.log)"
+		;;
+	serve)
+		# One Shoal server, no pNFS: the NFSv4 baseline of the same code.
+		servers=("serve=$mds_ip:9100")
+		mkdir -p "$work/serve"
+		ip netns exec "$ns" "$shoal" serve --config "$work/mds.yaml" --listen "$mds_ip:2049" --dir "$work/serve" \
+			--lease 15s --http "$mds_ip:9100" >"$work/logs/serve.log" 2>&1 &
+		pids+=($!)
+		# The metrics endpoint comes up before the NFS listener: wait
+		# for both.
+		local up=0
+		for ((i = 0; i < 150; i++)); do
+			inns curl -sf --max-time 2 -o /dev/null "http://$mds_ip:9100/metrics" &&
+				inns bash -c "exec 3<>/dev/tcp/$mds_ip/2049" 2>/dev/null && { up=1; break; }
+			sleep 0.2
+		done
+		[ "$up" = 1 ] || die "shoal serve not up after 30 s (log: $work/logs/serve.log)"
+		log "shoal serve up in $ns: $mds_ip:2049"
+		;;
+	ganesha)
+		# NFS-Ganesha (VFS backend) serving a local copy of the tree:
+		# one export, /export, no root squash (scripts/ganesha.sh). Its
+		# statistics are read over D-Bus, from a private bus.
+		servers=("ganesha=dbus")
+		command -v ganesha.nfsd >/dev/null || die "needs ganesha.nfsd (apt-get install nfs-ganesha nfs-ganesha-vfs)"
+		command -v dbus-daemon >/dev/null || die "needs dbus-daemon"
+		mkdir -p "$work/dbus"
+		cat >"$work/dbus/bus.conf" <<-EOF
+			<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-BUS Bus Configuration 1.0//EN"
+			 "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+			<busconfig>
+			  <type>system</type>
+			  <listen>unix:path=$work/dbus/bus.sock</listen>
+			  <auth>EXTERNAL</auth>
+			  <policy context="default">
+			    <allow user="root"/>
+			    <allow own="org.ganesha.nfsd"/>
+			    <allow send_type="method_call"/>
+			    <allow send_type="method_return"/>
+			    <allow send_type="signal"/>
+			    <allow send_type="error"/>
+			    <allow receive_type="method_call"/>
+			    <allow receive_type="method_return"/>
+			    <allow receive_type="signal"/>
+			    <allow receive_type="error"/>
+			  </policy>
+			</busconfig>
+		EOF
+		dbus-daemon --config-file="$work/dbus/bus.conf" --nofork --nopidfile >"$work/logs/dbus.log" 2>&1 &
+		pids+=($!)
+		export DBUS_SYSTEM_BUS_ADDRESS=unix:path=$work/dbus/bus.sock
+		for ((i = 0; i < 50; i++)); do
+			[ -S "$work/dbus/bus.sock" ] && break
+			sleep 0.1
+		done
+		;;
+	esac
 }
 
 # The failover topology (as test/kernel's shoal-failover kind builds it,
@@ -366,7 +463,7 @@ cluster_failover() {
 	done
 	fo_meta=etcd://$eps/shoal-diskless
 	svc_addr=$fo_vip mds_list=${fo_ip[a]}:2049,${fo_ip[b]}:2049 secret=$work/mds-a/join-secret
-	mds_http=("mds-a ${fo_ip[a]}:9100" "mds-b ${fo_ip[b]}:9100")
+	servers=("mds-a=${fo_ip[a]}:9100" "mds-b=${fo_ip[b]}:9100")
 	mkdir -p "$work/mds-a" "$work/mds-b"
 	# shoal cp runs in svc, whose first address is etcd's.
 	write_exports "$fo_etcd"
@@ -444,12 +541,13 @@ fault_driver() {
 }
 
 cmd_boot() {
-	local which=6.1 nodes=1 kill_ds= loop= kill= down=
+	local which=6.1 nodes=1 kill_ds= loop= kill= down= target=shoal
 	while [ $# -gt 0 ]; do
 		case "$1" in
 		--kill-ds) kill_ds=$2; shift 2 ;;
 		--kernel) which=$2; shift 2 ;;
 		--nodes) nodes=$2; shift 2 ;;
+		--target) target=$2; shift 2 ;;
 		--keep) keep=$2; shift 2 ;;
 		--loop) loop=$2; shift 2 ;;
 		--kill) kill=$2; shift 2 ;;
@@ -464,6 +562,16 @@ cmd_boot() {
 	*) die "--kill $kill: want ds or mds" ;;
 	esac
 	[ -z "$loop" ] || [ "$loop" -ge 1 ] || die "--loop $loop: want seconds"
+	case "$target" in
+	shoal) ;;
+	serve | ganesha)
+		# The faults are a data server's and the MDS's: the baselines
+		# have neither.
+		[ -z "$kill" ] || die "--kill $kill needs --target shoal (--target $target has no data servers or MDS to kill)"
+		[ -z "$kill_ds" ] || die "--kill-ds needs --target shoal (--target $target has no data servers)"
+		;;
+	*) die "--target $target: want shoal, serve or ganesha" ;;
+	esac
 	# How long the killed server stays down: long enough for a data
 	# server's loss to be seen; a second for the MDS, as
 	# test/kernel/failover.sh's kill round does.
@@ -497,49 +605,80 @@ cmd_boot() {
 	# The cluster: separate processes, as on real servers. Two copies of
 	# every stripe unit, so a node survives the loss of a data server.
 	# --kill mds: two MDSes on etcd with the service address, as
-	# docs/availability.md deploys them.
+	# docs/availability.md deploys them. servers: the NAME=ADDRESS of
+	# every server whose own counters the report reads (ADDRESS is the
+	# metrics endpoint; ganesha: dbus).
 	if [ "$kill" = mds ]; then
 		cluster_failover "$nodes"
 	else
-		cluster_single "$nodes"
+		cluster_single "$target" "$nodes"
 	fi
-	local i
+	local i root_path=/images/current state_path=/nodes pnfs_opt=
 	ds_pids=()
-	for i in 0 1 2; do
-		ds_pids+=("$(start_ds "$i")")
-		pids+=("${ds_pids[$i]}")
-	done
-	local up=0
-	for ((i = 0; i < 150; i++)); do
-		up=$(up_ds)
-		[ "$up" = 3 ] && break
-		sleep 0.2
-	done
-	[ "$up" = 3 ] || die "3 data servers not in service after 30 s (logs: $work/logs)"
-	inns curl -s --max-time 5 -o /dev/null "http://$svc_addr:9100/metrics" || die "nothing answers at $svc_addr (logs: $work/logs)"
-	log "cluster up in $ns: MDS $svc_addr:2049 ($mds_list), data servers ${ds_ips[*]}"
+	if [ "$target" = shoal ]; then
+		for i in 0 1 2; do
+			ds_pids+=("$(start_ds "$i")")
+			pids+=("${ds_pids[$i]}")
+			servers+=("ds$i=${ds_ips[$i]}:9100")
+		done
+		local up=0
+		for ((i = 0; i < 150; i++)); do
+			up=$(up_ds)
+			[ "$up" = 3 ] && break
+			sleep 0.2
+		done
+		[ "$up" = 3 ] || die "3 data servers not in service after 30 s (logs: $work/logs)"
+		inns curl -s --max-time 5 -o /dev/null "http://$svc_addr:9100/metrics" || die "nothing answers at $svc_addr (logs: $work/logs)"
+		log "cluster up in $ns: MDS $svc_addr:2049 ($mds_list), data servers ${ds_ips[*]}"
+	else
+		# The baselines have no layouts to give.
+		pnfs_opt=" shoal.pnfs=prefer"
+	fi
 
 	# The image: copied beside any older one, then the symlink switched
-	# with one RENAME (docs/diskless.md: atomic image update).
+	# with one RENAME (docs/diskless.md: atomic image update). Ganesha
+	# serves a local directory: there the copy is cp -a.
 	local name
 	name=$(basename "$rootfs")
-	local tc=$EPOCHREALTIME
-	inns "$shoal" cp -a "$rootfs" "nfs://$svc_addr:2049/images/$name" | sed 's/^/diskless: cp: /' >&2
-	local copy_s
-	copy_s=$(awk -v a="$tc" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
-	mkdir -p "$work/link"
-	ln -sfn "$name" "$work/link/current"
-	inns "$shoal" cp -q "$work/link/current" "nfs://$svc_addr:2049/images/.current.new"
-	inns "$shoal" mv "nfs://$svc_addr:2049/images/.current.new" "nfs://$svc_addr:2049/images/current"
-	log "root tree copied in ${copy_s}s; /images/current -> $name"
-	for ((i = 0; i < nodes; i++)); do
-		inns "$shoal" mkdir -p "nfs://$svc_addr:2049/nodes/node$i" >/dev/null
-	done
+	local tc=$EPOCHREALTIME copy_s
+	if [ "$target" = ganesha ]; then
+		root_path=/export/images/current state_path=/export/nodes
+		mkdir -p "$work/ganesha/export/images" "$work/ganesha/export/nodes"
+		cp -a "$rootfs" "$work/ganesha/export/images/$name"
+		ln -sfn "$name" "$work/ganesha/export/images/current"
+		for ((i = 0; i < nodes; i++)); do mkdir -p "$work/ganesha/export/nodes/node$i"; done
+		copy_s=$(awk -v a="$tc" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+		inns env GANESHA_BIND="$mds_ip" GANESHA_LEASE=15 "$here/scripts/ganesha.sh" start "$work/ganesha" 2049 >/dev/null ||
+			die "ganesha did not start (log: $work/ganesha/ganesha.log)"
+		pids+=("$("$here/scripts/ganesha.sh" pid "$work/ganesha")")
+		for ((i = 0; i < 20; i++)); do
+			scrape_ganesha >/dev/null 2>&1 && break
+			sleep 0.5
+		done
+		log "ganesha up in $ns: $mds_ip:2049, /export = $work/ganesha/export (copied in ${copy_s}s)"
+	else
+		inns "$shoal" cp -a "$rootfs" "nfs://$svc_addr:2049/images/$name" | sed 's/^/diskless: cp: /' >&2
+		copy_s=$(awk -v a="$tc" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+		mkdir -p "$work/link"
+		ln -sfn "$name" "$work/link/current"
+		inns "$shoal" cp -q "$work/link/current" "nfs://$svc_addr:2049/images/.current.new"
+		inns "$shoal" mv "nfs://$svc_addr:2049/images/.current.new" "nfs://$svc_addr:2049/images/current"
+		log "root tree copied in ${copy_s}s; /images/current -> $name"
+		for ((i = 0; i < nodes; i++)); do
+			inns "$shoal" mkdir -p "nfs://$svc_addr:2049/nodes/node$i" >/dev/null
+		done
+	fi
 
-	local before=$work/before s addr
+	local before=$work/before s sv
 	mkdir -p "$before"
-	for s in "${mds_http[@]}"; do scrape "${s#* }" >"$before/${s%% *}"; done
-	for i in 0 1 2; do scrape "${ds_ips[$i]}:9100" >"$before/ds$i"; done
+	for sv in "${servers[@]}"; do
+		scrape_server "${sv#*=}" >"$before/${sv%%=*}" || die "no counters from ${sv%%=*}"
+	done
+	# The bytes the bridge delivers to each node: its tap's transmit
+	# counter, in the namespace of the VMs' bridge.
+	for ((i = 0; i < nodes; i++)); do
+		ip netns exec "$vmns" cat "/sys/class/net/tap$i/statistics/tx_bytes" >"$before/tap$i"
+	done
 
 	# SHOAL_DISKLESS_CAPTURE=1: capture the nodes' traffic (first 300
 	# bytes of each frame) on the bridge into capture.pcap (with --keep).
@@ -554,7 +693,7 @@ cmd_boot() {
 	local vpids=() tb=$EPOCHREALTIME
 	for ((i = 0; i < nodes; i++)); do
 		local ip=$subnet.$((15 + i)) host=node$i
-		local append="console=ttyS0 panic=-1 quiet root=nfs4:$svc_addr:/images/current ip=$ip::$svc_addr:255.255.255.0:$host:eth0:off nfs.nfs4_unique_id=$host shoal.state=nfs4:$svc_addr:/nodes/$host"
+		local append="console=ttyS0 panic=-1 quiet root=nfs4:$svc_addr:$root_path ip=$ip::$svc_addr:255.255.255.0:$host:eth0:off nfs.nfs4_unique_id=$host shoal.state=nfs4:$svc_addr:$state_path/$host$pnfs_opt"
 		[ -n "$loop" ] && append+=" shoal.loop=$loop"
 		(
 			start=${EPOCHREALTIME/./}
@@ -595,8 +734,12 @@ cmd_boot() {
 	local boot_s
 	boot_s=$(awk -v a="$tb" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
 
-	# Report.
-	local ok=0
+	# Report. wire_rx_bytes: what the bridge delivered to the node (its
+	# tap's transmit counter), whichever server sent it.
+	local ok=0 rx=()
+	for ((i = 0; i < nodes; i++)); do
+		rx[i]=$(($(ip netns exec "$vmns" cat "/sys/class/net/tap$i/statistics/tx_bytes") - $(cat "$before/tap$i")))
+	done
 	for ((i = 0; i < nodes; i++)); do
 		local f=$work/console-node$i.log
 		local first done
@@ -604,25 +747,29 @@ cmd_boot() {
 		done=$(awk '$2 == "DISKLESS" && $3 == "done" { print $1; exit }' "$f")
 		if [ -n "$first" ] && [ -n "$done" ]; then
 			ok=$((ok + 1))
-			echo "NODE node$i ok first_line_s=$first done_s=$done"
+			echo "NODE node$i ok first_line_s=$first done_s=$done wire_rx_bytes=${rx[$i]}"
 		else
-			echo "NODE node$i FAILED first_line_s=${first:-none} done_s=${done:-none} (console: $f)"
+			echo "NODE node$i FAILED first_line_s=${first:-none} done_s=${done:-none} wire_rx_bytes=${rx[$i]} (console: $f)"
 			tail -n 30 "$f" | sed 's/^/  | /'
 		fi
 		grep -E '^[0-9.]+ (DISKLESS|shoal-initramfs:)' "$f" | sed "s/^/  node$i: /"
 	done
 	# What each node left in its own directory.
 	for ((i = 0; i < nodes; i++)); do
-		echo "STATE node$i $(inns "$shoal" cat "nfs://$svc_addr:2049/nodes/node$i/boots" 2>&1 | tail -n 1)"
+		if [ "$target" = ganesha ]; then
+			echo "STATE node$i $(tail -n 1 "$work/ganesha/export/nodes/node$i/boots" 2>&1)"
+		else
+			echo "STATE node$i $(inns "$shoal" cat "nfs://$svc_addr:2049/nodes/node$i/boots" 2>&1 | tail -n 1)"
+		fi
 	done
 	[ -f "$work/killed" ] && cat "$work/killed"
 	[ -f "$work/fault" ] && cat "$work/fault"
 	# Each server's counters during the boots (a server restarted by
 	# --kill counts from its restart).
 	local k v b0 cur
-	for s in "${mds_http[@]}" "ds0 ${ds_ips[0]}:9100" "ds1 ${ds_ips[1]}:9100" "ds2 ${ds_ips[2]}:9100"; do
-		addr=${s#* } s=${s%% *}
-		if ! cur=$(scrape "$addr"); then
+	for sv in "${servers[@]}"; do
+		s=${sv%%=*}
+		if ! cur=$(scrape_server "${sv#*=}"); then
 			echo "SERVER $s down"
 			continue
 		fi
@@ -634,7 +781,7 @@ cmd_boot() {
 		done <<<"$cur"
 		echo
 	done
-	echo "RESULT nodes=$nodes ok=$ok kernel=$kver copy_s=$copy_s boot_s=$boot_s total_s=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') loop=${loop:-0} kill=${kill:-none} load=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' /)"
+	echo "RESULT target=$target nodes=$nodes ok=$ok kernel=$kver copy_s=$copy_s boot_s=$boot_s total_s=$(awk -v a="$t0" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }') loop=${loop:-0} kill=${kill:-none} load=$(cut -d' ' -f1-3 /proc/loadavg | tr ' ' /)"
 	[ "$ok" = "$nodes" ] && [ $rc = 0 ]
 }
 

@@ -8,7 +8,7 @@ import (
 // A report as scripts/diskless.sh boot prints it (shortened), and one of
 // each way a boot can fall short: check must pass the first and fail
 // every other.
-const goodReport = `NODE node0 ok first_line_s=18.69 done_s=20.21
+const goodReport = `NODE node0 ok first_line_s=18.69 done_s=20.21 wire_rx_bytes=30890810
   node0: 18.69 DISKLESS first-line host=node0 uptime=10.35 init=/usr/lib/systemd/systemd kernel=6.1.0-56-amd64
   node0: 19.85 DISKLESS python ok python 3.11.2 /usr/bin/python3.11 6834488 bytes sha256 6d97
   node0: 19.89 DISKLESS mountstats 	nfsv4:	bm0=0xfcffafff,sessions,pnfs=LAYOUT_NFSV4_1_FILES,lease_time=15
@@ -18,7 +18,7 @@ SERVER mds read_bytes=558805 write_bytes=0 READ=191 LAYOUTGET=225 GETDEVICEINFO=
 SERVER ds0 read_bytes=7839304 write_bytes=0 READ=108 LAYOUTGET=0 GETDEVICEINFO=0
 SERVER ds1 read_bytes=10301312 write_bytes=0 READ=131 LAYOUTGET=0 GETDEVICEINFO=0
 SERVER ds2 read_bytes=10102048 write_bytes=0 READ=123 LAYOUTGET=0 GETDEVICEINFO=0
-RESULT nodes=1 ok=1 kernel=6.1.0-56-amd64 copy_s=11.4 boot_s=22.0 total_s=46.1
+RESULT target=shoal nodes=1 ok=1 kernel=6.1.0-56-amd64 copy_s=11.4 boot_s=22.0 total_s=46.1
 `
 
 // recorder is a testing.TB stand-in that only counts errors.
