@@ -7,7 +7,7 @@
 #
 #   SHOAL_FUZZTIME=30s   time per fuzz target (0 to skip; 15 targets, so CI stays under 45 min with the failover tests and the newest kernel)
 #   SHOAL_KERNEL=0       skip the qemu kernel-client test
-#   SHOAL_KERNEL_NEWEST_SERVER=shoal-pnfs,shoal-pnfs-mirror
+#   SHOAL_KERNEL_NEWEST_SERVER=shoal-pnfs,shoal-pnfs-mirror,shoal-flex
 #                        kinds run on the newest Debian kernel (all kinds
 #                        run on 6.1; scripts/kernel-matrix.sh runs all on both)
 #   SHOAL_CRASH_SMOKE=0  skip the machine-crash smoke (test/crash, qemu)
@@ -118,20 +118,21 @@ if [ "$SHOAL_KERNEL" = "1" ]; then
 	# processes that gains a third data server under the mounted client
 	# (shoal-pnfs-grow), and a cluster with two copies of every stripe that
 	# loses two of its three data servers under a running dd
-	# (shoal-pnfs-mirror). A list of kinds runs in one `go test`, so one
+	# (shoal-pnfs-mirror), and a flexfiles export with 2 copies the client
+	# writes itself (shoal-flex). A list of kinds runs in one `go test`, so one
 	# JSON file. The MDS-failover kind (shoal-failover: kill -9, SIGSTOP
 	# and step-down of the leading MDS under the mounted client, in
 	# network namespaces) takes 3.5-10 minutes per kernel here and is not in the
 	# default list; SHOAL_KERNEL_SERVER=...,shoal-failover adds it, and
 	# scripts/kernel-matrix.sh runs it on both kernels.
 	kinds=$SHOAL_KERNEL_SERVER
-	[ "$kinds" = shoal ] && kinds=shoal,shoal-pnfs,shoal-pnfs-grow,shoal-pnfs-mirror
+	[ "$kinds" = shoal ] && kinds=shoal,shoal-pnfs,shoal-pnfs-grow,shoal-pnfs-mirror,shoal-flex
 	SHOAL_KERNELS=6.1 SHOAL_KERNEL_SERVER=$kinds gotestsum --format standard-verbose --jsonfile "$work/kernel.json" -- \
 		-count=1 -timeout 45m ./test/kernel/ || kernel_rc=1
 	step "Linux kernel client in qemu: the newest Debian kernel"
 	# If the newest kernel cannot be fetched, setup fails and so does
 	# this step: it never falls back to another kernel.
-	newest_kinds=${SHOAL_KERNEL_NEWEST_SERVER:-shoal-pnfs,shoal-pnfs-mirror}
+	newest_kinds=${SHOAL_KERNEL_NEWEST_SERVER:-shoal-pnfs,shoal-pnfs-mirror,shoal-flex}
 	SHOAL_KERNELS=newest SHOAL_KERNEL_SERVER=$newest_kinds gotestsum --format standard-verbose --jsonfile "$work/kernel-newest.json" -- \
 		-count=1 -timeout 30m ./test/kernel/ || kernel_rc=1
 	# The summary reads kernel.json: one file for both kernels' events.
