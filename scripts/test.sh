@@ -113,7 +113,7 @@ if [ "$SHOAL_KERNEL" = "1" ]; then
 	# TestKernel/6.1/shoal-pnfs/v4.1/io/64M.
 	kernel_rc=0
 	step "Linux kernel client in qemu: Debian 12 (6.1)"
-	# Shoal runs four times: `shoal serve`, the pNFS cluster (`shoal up`,
+	# Shoal runs five times: `shoal serve`, the pNFS cluster (`shoal up`,
 	# 4 data servers), and a cluster of separate `shoal mds`/`shoal ds`
 	# processes that gains a third data server under the mounted client
 	# (shoal-pnfs-grow), and a cluster with two copies of every stripe that
