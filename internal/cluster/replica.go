@@ -421,17 +421,8 @@ func (f *replicaFile) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("cluster: read at %d: %w", off, fs.ErrInvalid)
 	}
-	ctx, cancel := f.s.context()
-	defer cancel()
-	m, err := f.s.a.Map(ctx, f.ino)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, pnfs.ErrMDSUnreachable) {
-			return 0, notMember("read", f.ino, uint64(off), len(p), err)
-		}
+	if err := f.checkMember("read", off, len(p)); err != nil {
 		return 0, err
-	}
-	if !holdsRange(m, f.s.a.cfg.ID, uint64(off), len(p)) {
-		return 0, notMember("read", f.ino, uint64(off), len(p), nil)
 	}
 	n, err := f.File.ReadAt(p, off)
 	f.s.a.stats.clientReadBytes.Add(uint64(n))
@@ -459,6 +450,26 @@ func (f *replicaFile) WriteAt(p []byte, off int64) (int, error) {
 	n, err := f.s.write(ctx, f.ino, f.File, p, uint64(off))
 	f.s.a.stats.clientWriteBytes.Add(uint64(n))
 	return n, err
+}
+
+// checkMember fails with pnfs.ErrNotMember unless this data server is a
+// good member of every unit [off, off+n) touches, by the file's current
+// stripe map (a map the MDS cannot give counts as not a member: the
+// client goes through the MDS).
+func (f *replicaFile) checkMember(op string, off int64, n int) error {
+	ctx, cancel := f.s.context()
+	defer cancel()
+	m, err := f.s.a.Map(ctx, f.ino)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, pnfs.ErrMDSUnreachable) {
+			return notMember(op, f.ino, uint64(off), n, err)
+		}
+		return err
+	}
+	if !holdsRange(m, f.s.a.cfg.ID, uint64(off), n) {
+		return notMember(op, f.ino, uint64(off), n, nil)
+	}
+	return nil
 }
 
 // checkWrite is what every write of the file checks first: the file is

@@ -1,10 +1,6 @@
 package cluster
 
 import (
-	"errors"
-	"io/fs"
-
-	"github.com/shoalfs/shoal/pnfs"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -53,17 +49,8 @@ func (f *localCopyFile) WriteAt(p []byte, off int64) (int, error) {
 	if len(p) == 0 {
 		return f.File.WriteAt(p, off)
 	}
-	ctx, cancel := f.s.context()
-	defer cancel()
-	m, err := f.s.a.Map(ctx, f.ino)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, pnfs.ErrMDSUnreachable) {
-			return 0, notMember("write", f.ino, uint64(off), len(p), err)
-		}
+	if err := f.checkMember("write", off, len(p)); err != nil {
 		return 0, err
-	}
-	if !holdsRange(m, f.s.a.cfg.ID, uint64(off), len(p)) {
-		return 0, notMember("write", f.ino, uint64(off), len(p), nil)
 	}
 	n, err := f.s.writeLocal(f.ino, f.File, p, uint64(off))
 	f.s.a.stats.clientWriteBytes.Add(uint64(n))
