@@ -162,11 +162,13 @@ func (m *Manager) LayoutGet(id ClientID, sid Stateid, file FileID, iomode uint32
 		}
 		cur = c.layouts[file]
 	}
+	// The client's own recall decides first: the set of a file's layouts
+	// is a map, so which recalled layout a scan meets first is random.
+	if cur != nil && cur.recalling {
+		return Stateid{}, ErrRecallConflict
+	}
 	for l := range m.layouts[file] {
 		if l.recalling {
-			if l.client == c {
-				return Stateid{}, ErrRecallConflict
-			}
 			return Stateid{}, ErrLayoutTryLater
 		}
 	}
