@@ -10,6 +10,7 @@ import (
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/server/internal/state"
 )
 
 // opReply is what an operation handler returns: the status, and the body that
@@ -82,6 +83,7 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 		// (NFS4ERR_DELAY here would park the Linux client: see
 		// notLeading's use below.)
 		s.counters.notLeading.Add(1)
+		s.confirmDropped(call.Args)
 		return rpc.Drop
 	}
 	// A COMPOUND runs to its end even if its connection closes under it:
@@ -299,6 +301,32 @@ func (s *Server) initLife() {
 	s.replied = func() { s.inflight.Add(-1) }
 }
 
+// confirmDropped retires the replay records that a COMPOUND dropped while
+// quiescing proves obsolete: if it opens with a SEQUENCE that is the next
+// request on its slot, the client had the reply of the slot's previous
+// one. Quiesce deletes what is retired before the hand-over, so the next
+// leader does not answer a new request from such a record.
+func (s *Server) confirmDropped(args []byte) {
+	if s.replays == nil {
+		return
+	}
+	d := xdr.NewDecoder(args)
+	d.Opaque(nfs4.NFS4_OPAQUE_LIMIT) // tag
+	d.Uint32()                       // minorversion
+	if d.ArrayLen(0, 4) < 1 || d.Uint32() != uint32(nfs4.OP_SEQUENCE) {
+		return
+	}
+	var a nfs4.SEQUENCE4args
+	a.DecodeXDR(d)
+	if d.Err() != nil {
+		return
+	}
+	id := state.SessionID(a.SaSessionid)
+	if s.st.m.NextOnSlot(id, a.SaSlotid, a.SaSequenceid) {
+		s.replays.confirm(id, a.SaSlotid)
+	}
+}
+
 // Quiesce prepares a planned hand-over (a leader stepping down): every
 // COMPOUND from now on is dropped unanswered and not run (the client
 // sends it again once the connection closes), and Quiesce returns once
@@ -316,6 +344,13 @@ func (s *Server) Quiesce(ctx context.Context) error {
 			return fmt.Errorf("server: %d COMPOUNDs still running: %w", s.inflight.Load(), ctx.Err())
 		case <-t.C:
 		}
+	}
+	// The replay records whose replies provably arrived go now, not
+	// with a flush this server will not live to run: a record the next
+	// leader finds may answer a new request identical to the old one
+	// (the residual hazard in replay.go).
+	if _, err := s.replays.deleteRetired(ctx); err != nil {
+		return fmt.Errorf("server: delete retired replay records: %w", err)
 	}
 	return nil
 }

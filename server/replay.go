@@ -362,25 +362,38 @@ func (b *replayBook) run(ctx context.Context) {
 
 // flush deletes the retired records in transactions of their own.
 func (b *replayBook) flush(ctx context.Context) {
+	n, err := b.deleteRetired(ctx)
+	if err != nil {
+		if !b.failing && ctx.Err() == nil && !errors.Is(err, meta.ErrClosed) && !errors.Is(err, meta.ErrFenced) {
+			b.s.log.Warn("delete retired replay records; retrying every 200ms", "n", n, "err", err)
+		}
+		b.failing = true
+		return
+	}
+	b.failing = false
+}
+
+// deleteRetired deletes the records retired so far; on failure they stay
+// retired for the next attempt. It returns how many it tried.
+func (b *replayBook) deleteRetired(ctx context.Context) (int, error) {
+	if b == nil {
+		return 0, nil
+	}
 	b.mu.Lock()
 	ids := b.retired
 	b.retired = nil
 	b.mu.Unlock()
 	if len(ids) == 0 {
-		return
+		return 0, nil
 	}
 	if err := b.s.meta.DeleteReplays(ctx, ids); err != nil {
-		if !b.failing && ctx.Err() == nil && !errors.Is(err, meta.ErrClosed) && !errors.Is(err, meta.ErrFenced) {
-			b.s.log.Warn("delete retired replay records; retrying every 200ms", "n", len(ids), "err", err)
-		}
-		b.failing = true
 		b.mu.Lock()
 		b.retireLocked(ids...)
 		b.mu.Unlock()
-		return
+		return len(ids), err
 	}
-	b.failing = false
 	b.dropped.Add(uint64(len(ids)))
+	return len(ids), nil
 }
 
 // expire deletes records older than maxAge.

@@ -503,6 +503,27 @@ func (m *Manager) Sequence(a SequenceArgs) (SequenceResult, error) {
 	return res, nil
 }
 
+// NextOnSlot reports whether a request with seqid on the session's slot
+// would be the slot's next one (not a retransmission): the client sends it
+// only once it has the reply of the slot's previous request. It changes
+// nothing; a server that will not run the request uses it to learn that
+// much.
+func (m *Manager) NextOnSlot(id SessionID, slot, seqid uint32) bool {
+	m.mu.RLock()
+	s := m.sessions[id]
+	m.mu.RUnlock()
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dead || slot >= uint32(len(s.slots)) {
+		return false
+	}
+	sl := &s.slots[slot]
+	return !sl.inUse && seqid == sl.seq+1
+}
+
 func (s *Session) hasBackLocked() bool {
 	for _, d := range s.conns {
 		if d&ChannelBack != 0 {
