@@ -31,6 +31,9 @@ import (
 	"time"
 )
 
+// testLease is the NFSv4 lease of the test clusters' metadata servers.
+const testLease = 10 * time.Second
+
 // Proc is a process the test started.
 type Proc struct {
 	Name    string
@@ -341,7 +344,7 @@ func (w *World) AddMDSEnv(env []string, extra ...string) *MDS {
 func (w *World) StartMDS(m *MDS, extra ...string) {
 	w.T.Helper()
 	args := append([]string{"mds", "--listen", m.Addr, "--dir", m.Dir, "--meta", w.MetaURL(), "--node", m.Node,
-		"--http", m.HTTP, "--mirrors", strconv.Itoa(w.Mirrors), "--no-root-squash", "--lease", "10s",
+		"--http", m.HTTP, "--mirrors", strconv.Itoa(w.Mirrors), "--no-root-squash", "--lease", testLease.String(),
 		"--leader-lease", "3s", "--ds-down-after", "60s"}, extra...)
 	m.P = w.startEnv(m.Node, m.Env, w.Bin, args...)
 }

@@ -184,14 +184,18 @@ func (h *history) faultWindow(from, to time.Time, abrupt bool) {
 //     right before the leader died can leave a record the crash kept (the
 //     slot's next request retires it, durably only with the next change
 //     or within replayFlushEvery). If the same client then removes the
-//     same name again after recovering, while the name is absent, the new
-//     leader answers it from that record: success, although nothing was
-//     there. So the first later delete of the same key by the same client
-//     after a delete of it that succeeded within recordSurvives before a
-//     leader was killed or stopped has an unchecked Existed: it leaves
-//     the key absent either way.
+//     same name again at a later leader while the name is absent, that
+//     leader answers it from the record: success, although nothing was
+//     there. The record lives until it answers or expires (four leases).
+//     So after a delete that succeeded within recordSurvives before a
+//     leader was killed or stopped, the same client's deletes of the same
+//     key called after the fault and within recordLives have an
+//     unchecked Existed: they leave the key absent either way.
 func (h *history) replayable() {
-	const recordSurvives = int64(time.Second)
+	const (
+		recordSurvives = int64(time.Second)
+		recordLives    = int64(4 * testLease)
+	)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	sort.SliceStable(h.ops, func(i, j int) bool { return h.ops[i].Call < h.ops[j].Call })
@@ -199,16 +203,17 @@ func (h *history) replayable() {
 		client int
 		key    string
 	}
-	exposed := map[ck]bool{}
+	// exposed: from when to when a client's deletes of a key may be
+	// answered from a surviving record.
+	exposed := map[ck][][2]int64{}
 	for i, op := range h.ops {
 		in, out := op.Input.(linIn), op.Output.(linOut)
 		if in.Op != opDel || out.Unknown {
 			continue
 		}
 		k := ck{op.ClientId, in.Key}
-		if exposed[k] {
-			delete(exposed, k)
-			if out.Existed {
+		for _, w := range exposed[k] {
+			if out.Existed && op.Call >= w[0] && op.Call <= w[1] {
 				h.ops[i].Output = linOut{Existed: true, Uncertain: true}
 			}
 		}
@@ -219,7 +224,7 @@ func (h *history) replayable() {
 				break
 			}
 			if out.Existed && f[2] == 1 && op.Return <= f[0] && op.Return >= f[0]-recordSurvives {
-				exposed[k] = true
+				exposed[k] = append(exposed[k], [2]int64{f[0], f[0] + recordLives})
 			}
 		}
 	}
