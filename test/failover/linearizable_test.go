@@ -11,6 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -51,9 +53,10 @@ const emptyFile = "<empty>"
 const lockKey = "/lin/lock"
 
 type linIn struct {
-	Op  linOp
-	Key string
-	Val string // put's value
+	Op     linOp
+	Key    string
+	Val    string // put's value
+	Client int    // who sent it (history.add sets it)
 }
 
 type linOut struct {
@@ -61,9 +64,45 @@ type linOut struct {
 	Val     string // get's value ("" absent)
 	Existed bool   // del: the file was there
 	Granted bool   // acquire: the lock was granted
-	// Uncertain marks a del whose Existed is not checked: it may have
-	// been answered from a replay record (see history.replayable).
-	Uncertain bool
+	// Exposing marks a del that succeeded right before a leader died:
+	// its replay record may survive. Uncertain marks a later del of the
+	// same key by the same client: a surviving record may answer it
+	// (success, once) while the name is absent. See history.replayable.
+	Exposing, Uncertain bool
+}
+
+// linState is a key's register ("": no such file) and the replay records
+// that may survive for it: the IDs of their clients, sorted, as a string
+// so that the state stays comparable.
+type linState struct {
+	Val     string
+	Records string
+}
+
+// withRecord adds a surviving record of client c.
+func (s linState) withRecord(c int) linState {
+	ids := []string{strconv.Itoa(c)}
+	if s.Records != "" {
+		ids = append(ids, strings.Split(s.Records, ",")...)
+	}
+	sort.Strings(ids)
+	s.Records = strings.Join(ids, ",")
+	return s
+}
+
+// takeRecord uses up a surviving record of client c, if there is one.
+func (s linState) takeRecord(c int) (linState, bool) {
+	if s.Records == "" {
+		return s, false
+	}
+	ids := strings.Split(s.Records, ",")
+	for i, id := range ids {
+		if id == strconv.Itoa(c) {
+			s.Records = strings.Join(append(ids[:i:i], ids[i+1:]...), ",")
+			return s, true
+		}
+	}
+	return s, false
 }
 
 // linModel is a register per key whose value is a file's contents ("":
@@ -86,30 +125,32 @@ var linModel = porcupine.NondeterministicModel{
 		}
 		return out
 	},
-	Init: func() []interface{} { return []interface{}{""} },
+	Init: func() []interface{} { return []interface{}{linState{}} },
 	Step: func(state, input, output interface{}) []interface{} {
-		s, in, out := state.(string), input.(linIn), output.(linOut)
+		st, in, out := state.(linState), input.(linIn), output.(linOut)
+		s := st.Val
+		set := func(v string) linState { n := st; n.Val = v; return n }
 		switch in.Op {
 		case opPut:
 			if out.Unknown {
-				return []interface{}{in.Val, s}
+				return []interface{}{set(in.Val), st}
 			}
-			return []interface{}{in.Val}
+			return []interface{}{set(in.Val)}
 		case opGet:
 			if out.Val == s {
-				return []interface{}{s}
+				return []interface{}{st}
 			}
 			return nil
 		case opAcquire:
 			switch {
 			case out.Unknown && s == "":
-				return []interface{}{in.Val, s}
+				return []interface{}{set(in.Val), st}
 			case out.Unknown:
-				return []interface{}{s}
+				return []interface{}{st}
 			case out.Granted && s == "":
-				return []interface{}{in.Val}
+				return []interface{}{set(in.Val)}
 			case !out.Granted && s != "" && s != in.Val:
-				return []interface{}{s}
+				return []interface{}{st}
 			}
 			return nil
 		case opRelease:
@@ -117,18 +158,25 @@ var linModel = porcupine.NondeterministicModel{
 			case s != in.Val:
 				return nil // releasing a lock it does not hold
 			case out.Unknown:
-				return []interface{}{"", s}
+				return []interface{}{set(""), st}
 			}
-			return []interface{}{""}
+			return []interface{}{set("")}
 		default:
 			if out.Unknown {
-				return []interface{}{"", s}
-			}
-			if out.Uncertain {
-				return []interface{}{""}
+				return []interface{}{set(""), st}
 			}
 			if out.Existed == (s != "") {
-				return []interface{}{""}
+				n := set("")
+				if out.Exposing {
+					n = n.withRecord(in.Client)
+				}
+				return []interface{}{n}
+			}
+			if out.Uncertain && out.Existed && s == "" {
+				// Answered from a surviving record of this client's.
+				if n, ok := st.takeRecord(in.Client); ok {
+					return []interface{}{n}
+				}
 			}
 			return nil
 		}
@@ -145,7 +193,7 @@ var linModel = porcupine.NondeterministicModel{
 		case in.Op == opRelease:
 			return fmt.Sprintf("%s: unlock unknown=%v", in.Val, out.Unknown)
 		default:
-			return fmt.Sprintf("del(%s) existed=%v unknown=%v uncertain=%v", in.Key, out.Existed, out.Unknown, out.Uncertain)
+			return fmt.Sprintf("del(%s) existed=%v unknown=%v exposing=%v uncertain=%v", in.Key, out.Existed, out.Unknown, out.Exposing, out.Uncertain)
 		}
 	},
 }
@@ -187,11 +235,12 @@ func (h *history) faultWindow(from, to time.Time, abrupt bool) {
 //     same name again at a later leader while the name is absent, that
 //     leader answers it from the record: success, although nothing was
 //     there. The record lives until it answers or expires (four leases).
-//     So after a delete that succeeded within recordSurvives before a
-//     leader was killed or stopped, the same client's deletes of the same
-//     key called after the fault and within recordLives have an
-//     unchecked Existed: they leave the key absent either way.
-func (h *history) replayable() {
+//     So a delete that succeeded within recordSurvives before a leader
+//     was killed or stopped is Exposing: the model gives its client a
+//     record for the key. The same client's deletes of the key called
+//     after the fault and within recordLives are Uncertain: one of them
+//     may succeed on an absent key by using the record up.
+func (h *history) replayable() (unknown, uncertain int) {
 	const (
 		recordSurvives = int64(time.Second)
 		recordLives    = int64(4 * testLease)
@@ -213,21 +262,27 @@ func (h *history) replayable() {
 		}
 		k := ck{op.ClientId, in.Key}
 		for _, w := range exposed[k] {
-			if out.Existed && op.Call >= w[0] && op.Call <= w[1] {
-				h.ops[i].Output = linOut{Existed: true, Uncertain: true}
+			if out.Existed && op.Call >= w[0] && op.Call <= w[1] && !out.Uncertain {
+				out.Uncertain = true
+				h.ops[i].Output = out
+				uncertain++
 			}
 		}
 		for _, f := range h.faults {
 			if !out.Existed && op.Call <= f[1] && op.Return >= f[0] {
 				h.ops[i].Output = linOut{Unknown: true}
 				h.ops[i].Return = math.MaxInt64
+				unknown++
 				break
 			}
 			if out.Existed && f[2] == 1 && op.Return <= f[0] && op.Return >= f[0]-recordSurvives {
 				exposed[k] = append(exposed[k], [2]int64{f[0], f[0] + recordLives})
+				out.Exposing = true
+				h.ops[i].Output = out
 			}
 		}
 	}
+	return unknown, uncertain
 }
 
 func (h *history) now() int64 { return int64(time.Since(h.start)) }
@@ -236,6 +291,7 @@ func (h *history) add(client int, in linIn, call int64, out linOut, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	ret := h.now()
+	in.Client = client
 	if err != nil {
 		h.fails++
 		if in.Op == opGet {
@@ -453,7 +509,8 @@ func runLinearizable(t *testing.T, w *World, kinds []string, dur time.Duration) 
 	for err := range errs {
 		t.Fatal(err)
 	}
-	h.replayable()
+	unknown, uncertain := h.replayable()
+	t.Logf("deletes around leader changes: %d of unknown effect (found nothing while a leader was replaced), %d that a surviving replay record may answer (once per record)", unknown, uncertain)
 	res, info := porcupine.CheckOperationsVerbose(linModel.ToModel(), h.ops, 2*time.Minute)
 	t.Logf("history: %d operations (%d failed: effect unknown or dropped); porcupine: %v", len(h.ops), h.fails, res)
 	if res == porcupine.Illegal {
