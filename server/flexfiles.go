@@ -73,8 +73,20 @@ type CopyFailer interface {
 	CopyFailed(ctx context.Context, ino uint64, device [16]byte) (ds string, marked bool, err error)
 }
 
-// maxImpls bounds pnfsState.stripes.
+// maxImpls bounds pnfsState.impls.
 const maxImpls = 1 << 16
+
+// impl is what the MDS takes from a client's EXCHANGE_ID implementation
+// id.
+type impl struct {
+	// stripes: the client can stripe inside a flexfiles mirror
+	// (implStripes).
+	stripes bool
+	// linux: the client is the Linux kernel, which asks for a layout in
+	// every OPEN and sends I/O below the mdsthreshold hint through the
+	// MDS (ops_layout.go, declineOnOpen).
+	linux bool
+}
 
 // linuxRelease finds the kernel release in a Linux client's
 // implementation id name ("Linux 6.1.0-27-amd64 #1 SMP ...").
@@ -98,6 +110,16 @@ func implStripes(ids []nfs4.NfsImplId4) bool {
 	return false
 }
 
+// implLinux reports whether ids name the Linux kernel's client.
+func implLinux(ids []nfs4.NfsImplId4) bool {
+	for _, id := range ids {
+		if linuxRelease.MatchString(string(id.NiiName)) {
+			return true
+		}
+	}
+	return false
+}
+
 // noteImpl records what client id said it is in EXCHANGE_ID.
 func (p *pnfsState) noteImpl(id state.ClientID, ids []nfs4.NfsImplId4) {
 	if p == nil {
@@ -105,10 +127,17 @@ func (p *pnfsState) noteImpl(id state.ClientID, ids []nfs4.NfsImplId4) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.stripes) >= maxImpls {
-		clear(p.stripes)
+	if len(p.impls) >= maxImpls {
+		clear(p.impls)
 	}
-	p.stripes[id] = implStripes(ids)
+	p.impls[id] = impl{stripes: implStripes(ids), linux: implLinux(ids)}
+}
+
+// isLinux reports whether client id said it is the Linux kernel.
+func (p *pnfsState) isLinux(id state.ClientID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.impls[id].linux
 }
 
 // flexStripes reports whether client id gets flexfiles layouts that
@@ -122,7 +151,7 @@ func (p *pnfsState) flexStripes(e *Export, id state.ClientID) bool {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.stripes[id]
+	return p.impls[id].stripes
 }
 
 // flexLayout returns the flexfiles layout for client id's LAYOUTGET of

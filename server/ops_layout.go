@@ -45,7 +45,7 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 		a.LogaLength != toEOF && a.LogaLength > toEOF-a.LogaOffset {
 		return fail(nfs4.NFS4ERR_INVAL)
 	}
-	if c.opened && s.inline != nil {
+	if c.opened && s.inline != nil && c.declineOnOpen(id, a.LogaLayoutType) {
 		// Linux asks for a layout in every OPEN, before it knows how
 		// much it will read or write. For a file whose data is at the
 		// MDS (inline, or none yet: no stripe map) a layout would move
@@ -154,6 +154,26 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 			LoContent: nfs4.LayoutContent4{LocType: a.LogaLayoutType, LocBody: body},
 		}},
 	})
+}
+
+// declineOnOpen reports whether a LAYOUTGET of type t by client id that
+// follows an OPEN in the same COMPOUND is declined for a file whose data
+// is not on the data servers (inline data, layoutGet).
+//
+// The files layout declines it for every client. A flexfiles layout
+// declines it only for the Linux kernel: the decline is a guess about
+// that client's habits (asking in every OPEN, small I/O through the MDS
+// below mdsthreshold, a later LAYOUTGET of its own for large I/O).
+// Another flexfiles client that asks for a layout in the OPEN that
+// creates a file means to use it: pynfs's FFLS1 opens, gets the layout
+// in one COMPOUND and returns it with I/O statistics of the data
+// servers. That file is placed on the data servers at once and is never
+// kept inline.
+func (c *compound) declineOnOpen(id state.ClientID, t nfs4.Layouttype4) bool {
+	if t != nfs4.LAYOUT4_FLEX_FILES {
+		return true
+	}
+	return c.s.pnfs.isLinux(id)
 }
 
 // deviceAddr encodes the files-layout device: stripe index i maps to the

@@ -65,13 +65,13 @@ type pnfsState struct {
 	layoutFH map[state.FileID][]byte // filehandle of a file's last LAYOUTGET, for recalls
 	fenced   map[state.ClientID]bool
 	recalls  map[state.FileID]time.Time // last CB_LAYOUTRECALL sent, to pace resends
-	stripes  map[state.ClientID]bool    // clients that can stripe a flexfiles mirror (flexfiles.go)
+	impls    map[state.ClientID]impl    // what clients said they are in EXCHANGE_ID (flexfiles.go)
 	cancelOn func()
 }
 
 func newPNFS(s *Server, cfg *PNFSConfig) *pnfsState {
 	return &pnfsState{s: s, ds: cfg.DataServers, fenced: map[state.ClientID]bool{}, recalls: map[state.FileID]time.Time{},
-		held: map[state.FileID]int{}, layoutFH: map[state.FileID][]byte{}, stripes: map[state.ClientID]bool{}}
+		held: map[state.FileID]int{}, layoutFH: map[state.FileID][]byte{}, impls: map[state.ClientID]impl{}}
 }
 
 // start follows the data servers: those joining or leaving change the
