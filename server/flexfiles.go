@@ -295,7 +295,7 @@ func (c *compound) flexReturn(id state.ClientID, o *object, body []byte) {
 		c.recordErrors(id, o, e.FfieOffset, e.FfieLength, e.FfieErrors)
 	}
 	for _, st := range lr.FflrIostatsReport {
-		c.recordStats(id, o, st.FfisDeviceid, st.FfisOffset, st.FfisLength, st.FfisRead, st.FfisWrite)
+		c.recordStats(id, o, st.FfisDeviceid, st.FfisOffset, st.FfisLength, st.FfisRead, st.FfisWrite, &st.FfisLayoutupdate)
 	}
 }
 
