@@ -41,7 +41,7 @@ type ioTotals struct {
 	// operations completed, the sum of their completion times and the
 	// time the client had operations outstanding (both in seconds).
 	completed, completion, busy float64
-	notDelivered               float64
+	notDelivered                float64
 }
 
 // clientDSStats is one client's reported I/O to one data server.

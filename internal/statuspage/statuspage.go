@@ -53,7 +53,7 @@ type Snapshot struct {
 	// servers (LAYOUTSTATS, LAYOUTRETURN), by client and data server.
 	LayoutIO []LayoutIO `json:"layout_io"`
 	Files    Files      `json:"files"`
-	Events      []Event      `json:"events"` // newest first
+	Events   []Event    `json:"events"` // newest first
 	// MDSNodes are the metadata servers in the election when the
 	// metadata is on etcd (leader first); empty for a single MDS.
 	MDSNodes []MDSNode `json:"mds_nodes"`

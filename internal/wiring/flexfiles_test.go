@@ -40,7 +40,7 @@ func startFlexClusterInline(t *testing.T, n, mirrors int, stripe string, inlineM
 	defer cancel()
 	c, err := Start(ctx, Config{
 		Dir: t.TempDir(), DataServers: n, Listen: "127.0.0.1:0", Mirrors: mirrors,
-		Exports: []*server.Export{{Path: "/", RootSquash: &f, Layout: server.LayoutFlexFiles, FlexStripe: stripe}},
+		Exports:   []*server.Export{{Path: "/", RootSquash: &f, Layout: server.LayoutFlexFiles, FlexStripe: stripe}},
 		Lease:     30 * time.Second,
 		InlineMax: inlineMax,
 		// A copy a client reports failing is healed at the next heal

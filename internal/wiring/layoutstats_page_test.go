@@ -64,7 +64,9 @@ func TestLayoutStatsPage(t *testing.T) {
 
 	// Two reports of running totals: the second adds 1 MiB read in 4
 	// operations of 1 ms each, and 2 MiB written in 8 of 3 ms each.
-	ms := func(n uint64) nfs4.Nfstime4 { return nfs4.Nfstime4{Seconds: int64(n / 1000), Nseconds: uint32(n%1000) * 1e6} }
+	ms := func(n uint64) nfs4.Nfstime4 {
+		return nfs4.Nfstime4{Seconds: int64(n / 1000), Nseconds: uint32(n%1000) * 1e6}
+	}
 	report := func(k uint64) {
 		t.Helper()
 		lat := func(ops, bytes, each uint64) nfs4.FfIoLatency4 {
