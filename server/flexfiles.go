@@ -15,7 +15,8 @@ import (
 // The flexible files layout (RFC 8435) of the metadata server, tightly
 // coupled with Shoal's own data servers.
 //
-// An export with `layout: flexfiles` lists LAYOUT4_FLEX_FILES (only) in
+// An export with `layout: flexfiles` (or a file created below a directory
+// that set flexfiles, layoutpolicy.go) lists LAYOUT4_FLEX_FILES in
 // fs_layout_types and answers LAYOUTGET of that type with an ff_layout4
 // built from the file's stripe map (FlexLayouter, cluster.Striped): one
 // mirror per good copy in service, each mirror the data servers of the
@@ -245,7 +246,7 @@ func (s *Server) flexDeviceAddr(addrs []string) ([]byte, error) {
 // may a client that wrote every other copy count its write as done
 // without this one (recordErrors).
 func (c *compound) copyFailed(o *object, device [16]byte, status nfs4.Nfsstat4) (out bool) {
-	if !o.export.flex() {
+	if c.fileLayoutType(o) != nfs4.LAYOUT4_FLEX_FILES {
 		return false
 	}
 	switch status {
@@ -300,8 +301,9 @@ func (c *compound) flexReturn(id state.ClientID, o *object, body []byte) {
 }
 
 // servesLayoutType reports whether some export of the server hands out
-// layouts of type t (GETDEVICEINFO and LAYOUTRETURN of the whole client
-// name no file, so no export).
+// layouts of type t, or one was handed out since the server started
+// (GETDEVICEINFO and LAYOUTRETURN of the whole client name no file, so
+// no export).
 func (s *Server) servesLayoutType(t nfs4.Layouttype4) bool {
 	if s.pnfs == nil {
 		return false
@@ -311,5 +313,7 @@ func (s *Server) servesLayoutType(t nfs4.Layouttype4) bool {
 			return true
 		}
 	}
-	return false
+	// A type set on a directory (layoutpolicy.go) is served once a
+	// layout of it was handed out.
+	return s.pnfs.grantedType(t)
 }

@@ -162,6 +162,7 @@ func (c *compound) layoutError(a *nfs4.LAYOUTERROR4args) opReply {
 func (c *compound) recordErrors(id state.ClientID, o *object, off, length uint64, errs []nfs4.DeviceError4) (writesOut bool) {
 	s := c.s
 	writesOut = true
+	flex := len(errs) > 0 && c.fileLayoutType(o) == nfs4.LAYOUT4_FLEX_FILES
 	for _, e := range errs {
 		sh := s.shares(c.ctx, uint64(o.fh.ino), e.DeDeviceid, off, length)
 		status, op := statusLabel(e.DeStatus), opLabelOf(e.DeOpnum)
@@ -176,7 +177,7 @@ func (c *compound) recordErrors(id state.ClientID, o *object, off, length uint64
 			"device", hex.EncodeToString(e.DeDeviceid[:]), "ds", ids, "status", status, "op", op,
 			"offset", off, "length", length)
 		out := c.copyFailed(o, e.DeDeviceid, e.DeStatus)
-		if o.export.flex() && !out && (e.DeOpnum == nfs4.OP_WRITE || e.DeOpnum == nfs4.OP_COMMIT) {
+		if flex && !out && (e.DeOpnum == nfs4.OP_WRITE || e.DeOpnum == nfs4.OP_COMMIT) {
 			writesOut = false
 		}
 	}

@@ -29,22 +29,7 @@ func TestFlexFilesOpenLayoutInline(t *testing.T) {
 		{"shoal", []nfs4.NfsImplId4{{NiiDomain: []byte("shoal.dev"), NiiName: []byte("shoal client")}}, nfs4.NFS4_OK, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx := ctxT(t)
-			cl, err := wiretest.Dial(ctx, c.MDS.Addr.String())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { cl.Close() })
-			cl.ImplID = tc.impl
-			if _, err := cl.ExchangeID(ctx, []byte("open-layout-"+tc.name), nfs4.Verifier4{1}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := cl.CreateSession(ctx, true); err != nil {
-				t.Fatal(err)
-			}
-			if err := cl.ReclaimComplete(ctx); err != nil {
-				t.Fatal(err)
-			}
+			cl := setupAs(t, c.MDS.Addr.String(), "open-layout-"+tc.name, tc.impl)
 			name := "open-layout-" + tc.name
 			res, err := cl.Compound(op(nfs4.NfsArgop4{Argop: nfs4.OP_PUTROOTFH}), flexOpenOp(cl, name),
 				op(nfs4.NfsArgop4{Argop: nfs4.OP_GETFH}),
@@ -77,4 +62,27 @@ func TestFlexFilesOpenLayoutInline(t *testing.T) {
 			}
 		})
 	}
+}
+
+// setupAs is wiretest.Setup for a client that names itself impl in
+// EXCHANGE_ID.
+func setupAs(t *testing.T, addr, owner string, impl []nfs4.NfsImplId4) *wiretest.Client {
+	t.Helper()
+	ctx := ctxT(t)
+	cl, err := wiretest.Dial(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	cl.ImplID = impl
+	if _, err := cl.ExchangeID(ctx, []byte(owner), nfs4.Verifier4{1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.CreateSession(ctx, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.ReclaimComplete(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return cl
 }
