@@ -270,8 +270,9 @@
 //
 // # Replication policies
 //
-// A directory may carry a Policy (SetPolicy): for now the number of copies
-// ("mirrors") the data of its files gets. A policy is a default for new
+// A directory may carry a Policy (SetPolicy): the number of copies
+// ("mirrors") the data of its files gets, and the pNFS layout type their
+// clients get (Policy.Layout). A policy is a default for new
 // inodes, as Lustre's default directory striping is: Create copies the
 // parent's policy record to a new regular file or directory in the same
 // transaction that creates it, so a file's own Policy is the one its data

@@ -61,8 +61,8 @@ func FuzzDecodeStripeMap(f *testing.F) {
 }
 
 // FuzzDecodePolicy feeds arbitrary records to decodePolicy: it must never
-// panic, and what it accepts is a set policy whose encoding is the
-// record's version-1 prefix.
+// panic, and what it accepts is a set policy whose encoding is a prefix
+// of the record (the mirrors, and the layout bytes if any is set).
 func FuzzDecodePolicy(f *testing.F) {
 	for m := 1; m <= MaxMirrors; m++ {
 		f.Add(Policy{Mirrors: m}.encode())
@@ -70,15 +70,17 @@ func FuzzDecodePolicy(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte{1, 0})
 	f.Add([]byte{1, 2, 0xff})
+	f.Add(Policy{Layout: LayoutFlexFiles, LayoutsBelow: layoutSetAll}.encode())
+	f.Add([]byte{1, 2, 0, 0, 7})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := decodePolicy(b)
 		if err != nil {
 			return
 		}
-		if p.Mirrors == 0 || p.validate() != nil {
+		if p == (Policy{}) || p.validate() != nil {
 			t.Fatalf("%x decodes to %+v, which is not a set policy", b, p)
 		}
-		if enc := p.encode(); !bytes.Equal(enc, b[:policyV1Len]) {
+		if enc := p.encode(); !bytes.Equal(enc, b[:len(enc)]) {
 			t.Fatalf("%x decodes to %+v, which encodes to %x", b, p, enc)
 		}
 	})

@@ -289,7 +289,9 @@ type Engine interface {
 	// clears it. Like Lustre's default directory striping, the change
 	// applies only to files and directories created in ino afterwards,
 	// which get a copy of it: inodes created before keep the policy they
-	// were created with. p.Mirrors must be 0 to MaxMirrors (else
+	// were created with (Policy.LayoutsBelow, which describes the
+	// directory's subtree, is not copied). p.Mirrors must be 0 to
+	// MaxMirrors, p.Layout and p.LayoutsBelow known values (else
 	// ErrInval), and ino a directory (else ErrNotDir). The directory's
 	// attributes, change included, are left alone: a policy is not an
 	// NFS attribute.

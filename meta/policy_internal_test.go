@@ -19,11 +19,29 @@ func TestPolicyCodec(t *testing.T) {
 			t.Fatalf("encode(%+v) = %x", p, b)
 		}
 		// Trailing fields from a newer version are ignored.
-		if got, err := decodePolicy(append(b, 0xff)); err != nil || got != p {
+		if got, err := decodePolicy(append(b, 0, 0, 0xff)); err != nil || got != p {
 			t.Fatalf("decode(%x) = %+v, %v", b, got, err)
 		}
 	}
-	for _, bad := range [][]byte{nil, {}, {1}, {1, 0}, {1, MaxMirrors + 1}, {1, 0xff}, {2, 1}, {0, 1}} {
+	// Layouts: the record grows by the layout bytes, mirrors may be 0.
+	for _, tc := range []struct {
+		p   Policy
+		rec []byte
+	}{
+		{Policy{Layout: LayoutFlexFiles}, []byte{1, 0, 2, 0}},
+		{Policy{Mirrors: 2, Layout: LayoutFiles}, []byte{1, 2, 1, 0}},
+		{Policy{LayoutsBelow: LayoutSet(0).With(LayoutFlexFiles)}, []byte{1, 0, 0, 4}},
+		{Policy{Mirrors: 3, Layout: LayoutFlexFiles, LayoutsBelow: layoutSetAll}, []byte{1, 3, 2, 6}},
+	} {
+		if b := tc.p.encode(); !bytes.Equal(b, tc.rec) {
+			t.Fatalf("encode(%+v) = %x, want %x", tc.p, b, tc.rec)
+		}
+		if got, err := decodePolicy(append(tc.rec, 0xff)); err != nil || got != tc.p {
+			t.Fatalf("decode(%x) = %+v, %v", tc.rec, got, err)
+		}
+	}
+	for _, bad := range [][]byte{nil, {}, {1}, {1, 0}, {1, MaxMirrors + 1}, {1, 0xff}, {2, 1}, {0, 1},
+		{1, 1, 2}, {1, 0, 0, 0}, {1, 1, 3, 0}, {1, 1, 1, 1}, {1, 1, 1, 8}} {
 		if p, err := decodePolicy(bad); err == nil {
 			t.Fatalf("decoded corrupt record %x as %+v", bad, p)
 		}

@@ -260,13 +260,13 @@ func (c *compound) attrValues(e *xdr.Encoder, o *object, bm nfs4.Bitmap4, rdErr 
 		case nfs4.FATTR4_TIME_MODIFY:
 			nfsTime(e, a.Mtime)
 		case nfs4.FATTR4_FS_LAYOUT_TYPES:
-			types := s.pnfs.layoutTypes(o.export)
+			types := c.layoutTypesOf(o)
 			e.Uint32(uint32(len(types)))
 			for _, t := range types {
 				e.Uint32(uint32(t))
 			}
 		case nfs4.FATTR4_MDSTHRESHOLD:
-			if o.export.flex() {
+			if c.fileLayoutType(o) == nfs4.LAYOUT4_FLEX_FILES {
 				e.Append(s.mdsThresholdFlex)
 			} else {
 				e.Append(s.mdsThreshold)

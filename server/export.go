@@ -41,9 +41,11 @@ type Export struct {
 	// Layout is the pNFS layout type the export hands out on a metadata
 	// server with data servers: "files" (the default, RFC 8881 §13: the
 	// data servers copy replicated stripes) or "flexfiles" (RFC 8435:
-	// the client writes every copy itself). fs_layout_types lists only
-	// this one type: the Linux client prefers FLEX_FILES over FILES when
-	// both are listed, so offering both would not let a client choose.
+	// the client writes every copy itself). A directory may set another
+	// for the files created below it (layoutpolicy.go); otherwise
+	// fs_layout_types lists only this one type: the Linux client prefers
+	// FLEX_FILES over FILES when both are listed, so offering both would
+	// not let a client choose.
 	Layout string `yaml:"layout"`
 	// FlexStripe says whether a flexfiles layout stripes each mirror over
 	// the file's stripe map ("on"), names one data server per mirror

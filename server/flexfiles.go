@@ -15,7 +15,8 @@ import (
 // The flexible files layout (RFC 8435) of the metadata server, tightly
 // coupled with Shoal's own data servers.
 //
-// An export with `layout: flexfiles` lists LAYOUT4_FLEX_FILES (only) in
+// An export with `layout: flexfiles` (or a file created below a directory
+// that set flexfiles, layoutpolicy.go) lists LAYOUT4_FLEX_FILES in
 // fs_layout_types and answers LAYOUTGET of that type with an ff_layout4
 // built from the file's stripe map (FlexLayouter, cluster.Striped): one
 // mirror per good copy in service, each mirror the data servers of the
@@ -73,8 +74,20 @@ type CopyFailer interface {
 	CopyFailed(ctx context.Context, ino uint64, device [16]byte) (ds string, marked bool, err error)
 }
 
-// maxImpls bounds pnfsState.stripes.
+// maxImpls bounds pnfsState.impls.
 const maxImpls = 1 << 16
+
+// impl is what the MDS takes from a client's EXCHANGE_ID implementation
+// id.
+type impl struct {
+	// stripes: the client can stripe inside a flexfiles mirror
+	// (implStripes).
+	stripes bool
+	// linux: the client is the Linux kernel, which asks for a layout in
+	// every OPEN and sends I/O below the mdsthreshold hint through the
+	// MDS (ops_layout.go, declineOnOpen).
+	linux bool
+}
 
 // linuxRelease finds the kernel release in a Linux client's
 // implementation id name ("Linux 6.1.0-27-amd64 #1 SMP ...").
@@ -98,6 +111,16 @@ func implStripes(ids []nfs4.NfsImplId4) bool {
 	return false
 }
 
+// implLinux reports whether ids name the Linux kernel's client.
+func implLinux(ids []nfs4.NfsImplId4) bool {
+	for _, id := range ids {
+		if linuxRelease.MatchString(string(id.NiiName)) {
+			return true
+		}
+	}
+	return false
+}
+
 // noteImpl records what client id said it is in EXCHANGE_ID.
 func (p *pnfsState) noteImpl(id state.ClientID, ids []nfs4.NfsImplId4) {
 	if p == nil {
@@ -105,10 +128,17 @@ func (p *pnfsState) noteImpl(id state.ClientID, ids []nfs4.NfsImplId4) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.stripes) >= maxImpls {
-		clear(p.stripes)
+	if len(p.impls) >= maxImpls {
+		clear(p.impls)
 	}
-	p.stripes[id] = implStripes(ids)
+	p.impls[id] = impl{stripes: implStripes(ids), linux: implLinux(ids)}
+}
+
+// isLinux reports whether client id said it is the Linux kernel.
+func (p *pnfsState) isLinux(id state.ClientID) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.impls[id].linux
 }
 
 // flexStripes reports whether client id gets flexfiles layouts that
@@ -122,7 +152,7 @@ func (p *pnfsState) flexStripes(e *Export, id state.ClientID) bool {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.stripes[id]
+	return p.impls[id].stripes
 }
 
 // flexLayout returns the flexfiles layout for client id's LAYOUTGET of
@@ -216,7 +246,7 @@ func (s *Server) flexDeviceAddr(addrs []string) ([]byte, error) {
 // may a client that wrote every other copy count its write as done
 // without this one (recordErrors).
 func (c *compound) copyFailed(o *object, device [16]byte, status nfs4.Nfsstat4) (out bool) {
-	if !o.export.flex() {
+	if c.fileLayoutType(o) != nfs4.LAYOUT4_FLEX_FILES {
 		return false
 	}
 	switch status {
@@ -266,13 +296,14 @@ func (c *compound) flexReturn(id state.ClientID, o *object, body []byte) {
 		c.recordErrors(id, o, e.FfieOffset, e.FfieLength, e.FfieErrors)
 	}
 	for _, st := range lr.FflrIostatsReport {
-		c.recordStats(id, o, st.FfisDeviceid, st.FfisOffset, st.FfisLength, st.FfisRead, st.FfisWrite)
+		c.recordStats(id, o, st.FfisDeviceid, st.FfisOffset, st.FfisLength, st.FfisRead, st.FfisWrite, &st.FfisLayoutupdate)
 	}
 }
 
 // servesLayoutType reports whether some export of the server hands out
-// layouts of type t (GETDEVICEINFO and LAYOUTRETURN of the whole client
-// name no file, so no export).
+// layouts of type t, or one was handed out since the server started
+// (GETDEVICEINFO and LAYOUTRETURN of the whole client name no file, so
+// no export).
 func (s *Server) servesLayoutType(t nfs4.Layouttype4) bool {
 	if s.pnfs == nil {
 		return false
@@ -282,5 +313,7 @@ func (s *Server) servesLayoutType(t nfs4.Layouttype4) bool {
 			return true
 		}
 	}
-	return false
+	// A type set on a directory (layoutpolicy.go) is served once a
+	// layout of it was handed out.
+	return s.pnfs.grantedType(t)
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -68,12 +69,17 @@ type layoutReports struct {
 	// last holds the totals each source reported last: clients report
 	// totals since they got the layout (Linux sends its running counts),
 	// so only the increase since the previous report is new I/O.
-	last map[statsSource][2]nfs4.IoInfo4
+	last map[statsSource]lastReport
+	// clients holds the totals by client and data server, latency the
+	// ff_io_latency4 totals by data server (layoutstats_clients.go).
+	clients map[clientDSKey]*clientDSStats
+	latency map[layoutIOKey]ioTotals
 }
 
 func newLayoutReports() *layoutReports {
 	return &layoutReports{errors: map[layoutErrorKey]uint64{}, bytes: map[layoutIOKey]float64{},
-		ops: map[layoutIOKey]float64{}, staled: map[string]uint64{}, last: map[statsSource][2]nfs4.IoInfo4{}}
+		ops: map[layoutIOKey]float64{}, staled: map[string]uint64{}, last: map[statsSource]lastReport{},
+		clients: map[clientDSKey]*clientDSStats{}, latency: map[layoutIOKey]ioTotals{}}
 }
 
 // shares returns the data servers a report on device of file ino's range
@@ -156,6 +162,7 @@ func (c *compound) layoutError(a *nfs4.LAYOUTERROR4args) opReply {
 func (c *compound) recordErrors(id state.ClientID, o *object, off, length uint64, errs []nfs4.DeviceError4) (writesOut bool) {
 	s := c.s
 	writesOut = true
+	flex := len(errs) > 0 && c.fileLayoutType(o) == nfs4.LAYOUT4_FLEX_FILES
 	for _, e := range errs {
 		sh := s.shares(c.ctx, uint64(o.fh.ino), e.DeDeviceid, off, length)
 		status, op := statusLabel(e.DeStatus), opLabelOf(e.DeOpnum)
@@ -170,7 +177,7 @@ func (c *compound) recordErrors(id state.ClientID, o *object, off, length uint64
 			"device", hex.EncodeToString(e.DeDeviceid[:]), "ds", ids, "status", status, "op", op,
 			"offset", off, "length", length)
 		out := c.copyFailed(o, e.DeDeviceid, e.DeStatus)
-		if o.export.flex() && !out && (e.DeOpnum == nfs4.OP_WRITE || e.DeOpnum == nfs4.OP_COMMIT) {
+		if flex && !out && (e.DeOpnum == nfs4.OP_WRITE || e.DeOpnum == nfs4.OP_COMMIT) {
 			writesOut = false
 		}
 	}
@@ -182,14 +189,15 @@ func (c *compound) layoutStats(a *nfs4.LAYOUTSTATS4args) opReply {
 	if st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	c.recordStats(id, o, a.LsaDeviceid, a.LsaOffset, a.LsaLength, a.LsaRead, a.LsaWrite)
+	c.recordStats(id, o, a.LsaDeviceid, a.LsaOffset, a.LsaLength, a.LsaRead, a.LsaWrite, latencyUpdate(a.LsaLayoutupdate))
 	return ok(nil)
 }
 
 // recordStats takes a client's I/O statistics on device for the range
 // [off, off+length) of file o (LAYOUTSTATS, or the ff_iostats4 of a
-// LAYOUTRETURN): running totals since the client got the layout.
-func (c *compound) recordStats(id state.ClientID, o *object, device [16]byte, off, length uint64, read, write nfs4.IoInfo4) {
+// LAYOUTRETURN): running totals since the client got the layout, and a
+// flexfiles client's latencies (lu, nil if the report has none).
+func (c *compound) recordStats(id state.ClientID, o *object, device [16]byte, off, length uint64, read, write nfs4.IoInfo4, lu *nfs4.FfLayoutupdate4) {
 	s := c.s
 	sh := s.shares(c.ctx, uint64(o.fh.ino), device, off, length)
 	var total uint64
@@ -197,6 +205,11 @@ func (c *compound) recordStats(id state.ClientID, o *object, device [16]byte, of
 		total += w
 	}
 	src := statsSource{client: id, file: state.FileID(o.fh.ino), device: device}
+	cur := lastReport{io: [2]nfs4.IoInfo4{read, write}}
+	if lu != nil {
+		cur.lat = [2]nfs4.FfIoLatency4{lu.FflRead, lu.FflWrite}
+	}
+	now := time.Now()
 	r := s.reports
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -204,16 +217,19 @@ func (c *compound) recordStats(id state.ClientID, o *object, device [16]byte, of
 	if !seen && len(r.last) >= maxStatsSources {
 		clear(r.last)
 	}
-	r.last[src] = [2]nfs4.IoInfo4{read, write}
+	if lu == nil {
+		cur.lat = prev.lat // a report without latencies changes none
+	}
+	r.last[src] = cur
 	for i, dir := range [2]string{"read", "write"} {
-		now := [2]nfs4.IoInfo4{read, write}[i]
-		ops, bytes := increase(prev[i].IiCount, now.IiCount), increase(prev[i].IiBytes, now.IiBytes)
+		ops, bytes := increase(prev.io[i].IiCount, cur.io[i].IiCount), increase(prev.io[i].IiBytes, cur.io[i].IiBytes)
 		for ds, w := range sh {
 			part := float64(w) / float64(total)
 			r.ops[layoutIOKey{ds, dir}] += float64(ops) * part
 			r.bytes[layoutIOKey{ds, dir}] += float64(bytes) * part
 		}
 	}
+	r.addClientStats(id, sh, total, prev, cur, lu != nil, now)
 }
 
 // increase is how much a reported running total grew; a total below the
@@ -228,6 +244,7 @@ func increase(prev, now uint64) uint64 {
 // layoutCollector exports the layout reports.
 type layoutCollector struct {
 	errs, bytes, ops, staled *prometheus.Desc
+	latency                  latencyCollector
 }
 
 func newLayoutCollector(labels prometheus.Labels) layoutCollector {
@@ -242,6 +259,7 @@ func newLayoutCollector(labels prometheus.Labels) layoutCollector {
 		staled: prometheus.NewDesc("shoal_pnfs_flex_copies_staled_total",
 			"Copies of files marked stale because a client reported its I/O to them failing through a flexfiles layout (LAYOUTERROR, LAYOUTRETURN), by data server.",
 			[]string{"ds"}, labels),
+		latency: newLatencyCollector(labels),
 	}
 }
 
@@ -250,6 +268,7 @@ func (l layoutCollector) describe(ch chan<- *prometheus.Desc) {
 	ch <- l.bytes
 	ch <- l.ops
 	ch <- l.staled
+	l.latency.describe(ch)
 }
 
 func (l layoutCollector) collect(r *layoutReports, ch chan<- prometheus.Metric) {
@@ -270,4 +289,5 @@ func (l layoutCollector) collect(r *layoutReports, ch chan<- prometheus.Metric) 
 	for ds, n := range r.staled {
 		ch <- prometheus.MustNewConstMetric(l.staled, prometheus.CounterValue, float64(n), ds)
 	}
+	l.latency.collect(r, ch)
 }

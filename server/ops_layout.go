@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,7 +15,8 @@ import (
 
 // pNFS operations of the metadata server (RFC 8881 §18.40–18.44) for the
 // files layout (§13) and the flexible files layout (RFC 8435,
-// flexfiles.go): each export hands out one of them (Export.Layout).
+// flexfiles.go): each file hands out one of them, its export's
+// (Export.Layout) or the one its directory set (layoutpolicy.go).
 
 func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 	s := c.s
@@ -29,7 +31,12 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 	if o.attr.Type != meta.TypeRegular {
 		return fail(nfs4.NFS4ERR_LAYOUTUNAVAILABLE)
 	}
-	if a.LogaLayoutType != layoutTypeOf(o.export) {
+	if t := c.fileLayoutType(o); a.LogaLayoutType != t {
+		// A type the export offers, but not this file's: no layout
+		// for this file (layoutpolicy.go).
+		if c.exportOffers(o.export, a.LogaLayoutType) {
+			return fail(nfs4.NFS4ERR_LAYOUTUNAVAILABLE)
+		}
 		return fail(nfs4.NFS4ERR_UNKNOWN_LAYOUTTYPE)
 	}
 	flex := a.LogaLayoutType == nfs4.LAYOUT4_FLEX_FILES
@@ -45,7 +52,7 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 		a.LogaLength != toEOF && a.LogaLength > toEOF-a.LogaOffset {
 		return fail(nfs4.NFS4ERR_INVAL)
 	}
-	if c.opened && s.inline != nil {
+	if c.opened && s.inline != nil && c.declineOnOpen(id, a.LogaLayoutType) {
 		// Linux asks for a layout in every OPEN, before it knows how
 		// much it will read or write. For a file whose data is at the
 		// MDS (inline, or none yet: no stripe map) a layout would move
@@ -123,6 +130,7 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 		return r
 	}
 	s.pnfs.unfence(id)
+	s.pnfs.noteGranted(a.LogaLayoutType)
 	s.pnfs.noteLayoutFH(state.FileID(o.fh.ino), c.s.fh.encode(o.fh))
 	c.setStateid(ls)
 	mode := a.LogaIomode
@@ -154,6 +162,26 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 			LoContent: nfs4.LayoutContent4{LocType: a.LogaLayoutType, LocBody: body},
 		}},
 	})
+}
+
+// declineOnOpen reports whether a LAYOUTGET of type t by client id that
+// follows an OPEN in the same COMPOUND is declined for a file whose data
+// is not on the data servers (inline data, layoutGet).
+//
+// The files layout declines it for every client. A flexfiles layout
+// declines it only for the Linux kernel: the decline is a guess about
+// that client's habits (asking in every OPEN, small I/O through the MDS
+// below mdsthreshold, a later LAYOUTGET of its own for large I/O).
+// Another flexfiles client that asks for a layout in the OPEN that
+// creates a file means to use it: pynfs's FFLS1 opens, gets the layout
+// in one COMPOUND and returns it with I/O statistics of the data
+// servers. That file is placed on the data servers at once and is never
+// kept inline.
+func (c *compound) declineOnOpen(id state.ClientID, t nfs4.Layouttype4) bool {
+	if t != nfs4.LAYOUT4_FLEX_FILES {
+		return true
+	}
+	return c.s.pnfs.isLinux(id)
 }
 
 // deviceAddr encodes the files-layout device: stripe index i maps to the
@@ -222,7 +250,7 @@ func (c *compound) getDeviceList(a *nfs4.GETDEVICELIST4args) opReply {
 	if st != nfs4.NFS4_OK {
 		return fail(st)
 	}
-	if a.GdlaLayoutType != layoutTypeOf(o.export) {
+	if !slices.Contains(c.layoutTypesOf(o), a.GdlaLayoutType) {
 		return fail(nfs4.NFS4ERR_UNKNOWN_LAYOUTTYPE)
 	}
 	// Every device in one reply: there are as many as distinct data-server
@@ -364,7 +392,7 @@ func (c *compound) layoutReturn(a *nfs4.LAYOUTRETURN4args) opReply {
 		if st != nfs4.NFS4_OK {
 			return fail(st)
 		}
-		if a.LoraLayoutType != layoutTypeOf(o.export) {
+		if a.LoraLayoutType != c.fileLayoutType(o) {
 			return fail(nfs4.NFS4ERR_UNKNOWN_LAYOUTTYPE)
 		}
 		if a.LoraLayoutType == nfs4.LAYOUT4_FLEX_FILES {

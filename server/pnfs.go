@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
@@ -65,13 +66,14 @@ type pnfsState struct {
 	layoutFH map[state.FileID][]byte // filehandle of a file's last LAYOUTGET, for recalls
 	fenced   map[state.ClientID]bool
 	recalls  map[state.FileID]time.Time // last CB_LAYOUTRECALL sent, to pace resends
-	stripes  map[state.ClientID]bool    // clients that can stripe a flexfiles mirror (flexfiles.go)
+	impls    map[state.ClientID]impl    // what clients said they are in EXCHANGE_ID (flexfiles.go)
+	granted  atomic.Uint32              // layout types handed out, by meta.Layout bit (layoutpolicy.go)
 	cancelOn func()
 }
 
 func newPNFS(s *Server, cfg *PNFSConfig) *pnfsState {
 	return &pnfsState{s: s, ds: cfg.DataServers, fenced: map[state.ClientID]bool{}, recalls: map[state.FileID]time.Time{},
-		held: map[state.FileID]int{}, layoutFH: map[state.FileID][]byte{}, stripes: map[state.ClientID]bool{}}
+		held: map[state.FileID]int{}, layoutFH: map[state.FileID][]byte{}, impls: map[state.ClientID]impl{}}
 }
 
 // start follows the data servers: those joining or leaving change the
@@ -83,16 +85,8 @@ func (p *pnfsState) start() {
 	p.cancelOn = p.ds.OnChange(func() { go p.s.recallAll() })
 }
 
-// layoutTypes is the fs_layout_types attribute of export e: the one
-// layout type it hands out (Export.Layout), or none without data servers.
-func (p *pnfsState) layoutTypes(e *Export) []nfs4.Layouttype4 {
-	if p == nil {
-		return nil
-	}
-	return []nfs4.Layouttype4{layoutTypeOf(e)}
-}
-
-// layoutTypeOf is the layout type export e hands out.
+// layoutTypeOf is the layout type export e hands out to files that
+// record none of their own (layoutpolicy.go).
 func layoutTypeOf(e *Export) nfs4.Layouttype4 {
 	if e.flex() {
 		return nfs4.LAYOUT4_FLEX_FILES
@@ -407,10 +401,14 @@ func (s *Server) sendLayoutRecall(h state.LayoutHolder, file state.FileID, fh []
 }
 
 // recallType is the layout type of the file a recall names by fh: the
-// type its export hands out.
+// file's own (layoutpolicy.go).
 func (s *Server) recallType(fh []byte) nfs4.Layouttype4 {
 	if h, err := s.fh.decode(fh); err == nil && h.kind == fhObject {
-		return layoutTypeOf(s.ns.byID[h.export])
+		t, err := s.layoutTypeOfFile(s.st.ctx, s.ns.byID[h.export], h.ino)
+		if err != nil {
+			s.log.Warn("the layout type of a recalled file is unknown: using its export's", "ino", h.ino, "err", err)
+		}
+		return t
 	}
 	return nfs4.LAYOUT4_NFSV4_1_FILES
 }

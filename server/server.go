@@ -155,6 +155,8 @@ type Server struct {
 	counters counters
 	copies   asyncCopies    // COPY in the background (copy_async.go)
 	reports  *layoutReports // LAYOUTERROR, LAYOUTSTATS (layoutstats.go)
+	// fileLayouts caches the layout types recorded on files (layoutpolicy.go).
+	fileLayouts fileLayouts
 	// ownData is set when the server opened its data store itself (and so
 	// closes it); a store handed in by the caller stays open.
 	ownData bool

@@ -433,20 +433,38 @@ what was found.`,
 func newAdminPolicyCmd() *cobra.Command {
 	var f adminFlags
 	var mirrors int
+	var layout string
 	cmd := &cobra.Command{
 		Use:   "policy PATH",
-		Short: "Show or set how many copies the files created below a directory get",
-		Long: `Show the replication policy of PATH (a directory of the file system, from its
-root), or set it with --mirrors N: files created below PATH from then on keep
-N copies of each stripe unit, on N different data servers (at most 3, and at
-most the number of data servers). --mirrors 0 clears the setting, so PATH
-inherits from above it, up to the cluster default. Existing files keep the
-copies they have.`,
+		Short: "Show or set how many copies, and which pNFS layout, the files created below a directory get",
+		Long: `Show the policy of PATH (a directory of the file system, from its root), or
+set it.
+
+--mirrors N: files created below PATH from then on keep N copies of each
+stripe unit, on N different data servers (at most 3, and at most the number
+of data servers). --mirrors 0 clears the setting, so PATH inherits from above
+it, up to the cluster default.
+
+--layout files|flexfiles|inherit: files created below PATH from then on hand
+out pNFS layouts of that type (the files layout, RFC 8881, or the flexible
+files layout, RFC 8435: docs/flexfiles.md), whatever their export's layout
+setting; inherit clears the setting, so new files get what PATH inherited
+when it was created, or else the export's type. A file's layout type is
+fixed when it is created. Every directory above PATH then lists the type in
+fs_layout_types too, since a client may meet it below them.
+
+Existing files keep the copies and the layout type they have.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := cluster.AdminRequest{Path: args[0]}
 			if cmd.Flags().Changed("mirrors") {
 				req.Mirrors = &mirrors
+			}
+			if cmd.Flags().Changed("layout") {
+				if _, err := cluster.ParseLayout(layout); err != nil {
+					return err
+				}
+				req.Layout = &layout
 			}
 			var pi cluster.PolicyInfo
 			if err := f.call(cmd.Context(), "policy", req, &pi); err != nil {
@@ -462,10 +480,19 @@ copies they have.`,
 			} else {
 				fmt.Printf("%s: %d copies for files created in it from now on (cluster default %d)\n", pi.Path, pi.Mirrors, pi.Default)
 			}
+			if pi.Layout != "" {
+				fmt.Printf("%s: %s layouts for files created in it from now on\n", pi.Path, pi.Layout)
+			} else {
+				fmt.Printf("%s: the export's layout type for files created in it\n", pi.Path)
+			}
+			if len(pi.LayoutsBelow) > 0 {
+				fmt.Printf("%s: directories below it set %s\n", pi.Path, strings.Join(pi.LayoutsBelow, ", "))
+			}
 			return nil
 		},
 	}
 	f.register(cmd)
 	cmd.Flags().IntVar(&mirrors, "mirrors", 0, "set the number of copies (1-3); 0 clears the setting")
+	cmd.Flags().StringVar(&layout, "layout", "", "set the pNFS layout type of new files: files, flexfiles, or inherit to clear the setting")
 	return cmd
 }

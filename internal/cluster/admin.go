@@ -101,6 +101,17 @@ type PolicyStore interface {
 	SetPolicy(ctx context.Context, path string, mirrors int) (PolicyInfo, error)
 }
 
+// LayoutPolicyStore is an optional capability of a PolicyStore: the pNFS
+// layout type of the files created below a directory (`shoal admin
+// policy --layout`).
+type LayoutPolicyStore interface {
+	// SetLayout sets path's layout type: meta.LayoutFiles or
+	// meta.LayoutFlexFiles, or meta.LayoutDefault to clear it (path
+	// then inherits: files created in it get the export's type). The
+	// path's mirror count is left alone.
+	SetLayout(ctx context.Context, path string, layout meta.Layout) (PolicyInfo, error)
+}
+
 // PolicyInfo is a directory's replication policy.
 type PolicyInfo struct {
 	Path    string `json:"path"`
@@ -109,6 +120,25 @@ type PolicyInfo struct {
 	// being set on the path or above it.
 	Inherited bool `json:"inherited"`
 	Default   int  `json:"default"` // the cluster default
+	// Layout is the pNFS layout type of files created in the path:
+	// "files" or "flexfiles", or "" when none is set on it (they get
+	// their export's type).
+	Layout string `json:"layout,omitempty"`
+	// LayoutsBelow are the layout types set on directories below the
+	// path (listed in fs_layout_types).
+	LayoutsBelow []string `json:"layouts_below,omitempty"`
+}
+
+// ParseLayout parses a layout type as `shoal admin policy --layout` and
+// AdminRequest.Layout write it: "files", "flexfiles", or "inherit" to
+// clear the setting.
+func ParseLayout(s string) (meta.Layout, error) {
+	for l := meta.LayoutDefault; l <= meta.LayoutFlexFiles; l++ {
+		if s == l.String() {
+			return l, nil
+		}
+	}
+	return 0, fmt.Errorf("cluster: layout %q: want files, flexfiles or inherit: %w", s, errInval)
 }
 
 // Admin runs cluster administration on the MDS.
@@ -204,10 +234,13 @@ func (a *Admin) Kick() {
 type AdminRequest struct {
 	DS    string `json:"ds,omitempty"`
 	Force bool   `json:"force,omitempty"`
-	// Path and Mirrors are the policy command's: the directory, and the
-	// mirror count to set (nil: only show it; 0: clear it).
-	Path    string `json:"path,omitempty"`
-	Mirrors *int   `json:"mirrors,omitempty"`
+	// Path, Mirrors and Layout are the policy command's: the directory,
+	// the mirror count to set (nil: only show it; 0: clear it) and the
+	// layout type to set (nil: leave it; "files", "flexfiles", or
+	// "inherit" to clear it).
+	Path    string  `json:"path,omitempty"`
+	Mirrors *int    `json:"mirrors,omitempty"`
+	Layout  *string `json:"layout,omitempty"`
 }
 
 // Admin implements AdminHandler.
@@ -230,7 +263,7 @@ func (a *Admin) Admin(ctx context.Context, command string, request []byte) ([]by
 	case "scrub":
 		out, err = a.start("scrub", "")
 	case "policy":
-		out, err = a.Policy(ctx, req.Path, req.Mirrors)
+		out, err = a.Policy(ctx, req.Path, req.Mirrors, req.Layout)
 	case "cancel":
 		out, err = a.Cancel()
 	case "remove":
@@ -294,25 +327,45 @@ func (j *Job) snapshot() *Job {
 }
 
 // Policy shows the replication policy of path, or sets its mirror count
-// (0 clears it) if mirrors is not nil.
-func (a *Admin) Policy(ctx context.Context, path string, mirrors *int) (*PolicyInfo, error) {
+// (0 clears it) if mirrors is not nil, and its layout type if layout is
+// not nil (ParseLayout).
+func (a *Admin) Policy(ctx context.Context, path string, mirrors *int, layout *string) (*PolicyInfo, error) {
 	if a.cfg.Policy == nil {
 		return nil, fmt.Errorf("cluster: this MDS keeps no replication policies: %w", errInval)
 	}
 	if path == "" {
 		return nil, fmt.Errorf("cluster: a path is required: %w", errInval)
 	}
+	var lay meta.Layout
+	var lps LayoutPolicyStore
+	if layout != nil {
+		var err error
+		if lay, err = ParseLayout(*layout); err != nil {
+			return nil, err
+		}
+		var ok bool
+		if lps, ok = a.cfg.Policy.(LayoutPolicyStore); !ok {
+			return nil, fmt.Errorf("cluster: this MDS keeps no layout policies: %w", errInval)
+		}
+	}
+	if mirrors != nil && (*mirrors < 0 || *mirrors > meta.MaxMirrors) {
+		return nil, fmt.Errorf("cluster: %d mirrors: must be 1 to %d, or 0 to clear: %w", *mirrors, meta.MaxMirrors, errInval)
+	}
 	var pi PolicyInfo
 	var err error
-	if mirrors == nil {
+	if mirrors == nil && layout == nil {
 		pi, err = a.cfg.Policy.PolicyOf(ctx, path)
-	} else {
-		if *mirrors < 0 || *mirrors > meta.MaxMirrors {
-			return nil, fmt.Errorf("cluster: %d mirrors: must be 1 to %d, or 0 to clear: %w", *mirrors, meta.MaxMirrors, errInval)
-		}
+	}
+	if err == nil && mirrors != nil {
 		pi, err = a.cfg.Policy.SetPolicy(ctx, path, *mirrors)
 		if err == nil {
 			a.log.Info("cluster: replication policy set", "path", path, "mirrors", *mirrors)
+		}
+	}
+	if err == nil && layout != nil {
+		pi, err = lps.SetLayout(ctx, path, lay)
+		if err == nil {
+			a.log.Info("cluster: layout policy set", "path", path, "layout", lay.String())
 		}
 	}
 	if err != nil {

@@ -32,6 +32,7 @@ var page = template.Must(template.New("page.html").Funcs(template.FuncMap{
 	"upDown":    func(up bool) string { return map[bool]string{true: "up", false: "down"}[up] },
 	"kindClass": func(kind string) string { return strings.ReplaceAll(kind, " ", "-") },
 	"tail":      sessionTail,
+	"latency":   formatLatency,
 }).ParseFS(files, "page.html"))
 
 // snapshotTimeout bounds one snapshot, so a stuck metadata engine makes
@@ -179,3 +180,17 @@ func usedPercent(capacity, free uint64) int {
 // sessionTail shortens a session ID (hex) to its last 8 digits: the first
 // ones repeat the client ID.
 func sessionTail(id string) string { return id[max(len(id)-8, 0):] }
+
+// formatLatency shows a mean completion time to three significant
+// figures, or "–" when none was reported (status.js latency).
+func formatLatency(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "–"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.3g µs", float64(d)/float64(time.Microsecond))
+	case d < time.Second:
+		return fmt.Sprintf("%.3g ms", float64(d)/float64(time.Millisecond))
+	}
+	return fmt.Sprintf("%.3g s", d.Seconds())
+}

@@ -49,8 +49,11 @@ type Snapshot struct {
 	Warnings    []string     `json:"warnings,omitempty"`
 	DataServers []DataServer `json:"data_servers"`
 	Clients     []Client     `json:"clients"`
-	Files       Files        `json:"files"`
-	Events      []Event      `json:"events"` // newest first
+	// LayoutIO is what clients reported of their I/O to the data
+	// servers (LAYOUTSTATS, LAYOUTRETURN), by client and data server.
+	LayoutIO []LayoutIO `json:"layout_io"`
+	Files    Files      `json:"files"`
+	Events   []Event    `json:"events"` // newest first
 	// MDSNodes are the metadata servers in the election when the
 	// metadata is on etcd (leader first); empty for a single MDS.
 	MDSNodes []MDSNode `json:"mds_nodes"`
@@ -113,6 +116,30 @@ type Client struct {
 	Layouts      int       `json:"layouts"`   // files it holds a layout of
 	Recalling    int       `json:"recalling"` // of those, layouts being recalled
 	Fenced       bool      `json:"fenced"`    // data servers refuse its I/O
+}
+
+// LayoutIO is what one client reported of its I/O to one data server
+// through layouts, since the MDS started.
+type LayoutIO struct {
+	Client string `json:"client"` // the client ID, as Client.ID
+	DS     string `json:"ds"`
+	Read   IOStat `json:"read"`
+	Write  IOStat `json:"write"`
+	// Updated is when its last report came.
+	Updated time.Time `json:"updated"`
+}
+
+// IOStat is one direction of a LayoutIO. Latency and Busy come from
+// flexfiles clients only (ff_layoutupdate4): zero from files-layout
+// clients.
+type IOStat struct {
+	Bytes uint64 `json:"bytes"`
+	Ops   uint64 `json:"ops"`
+	// Latency is the mean completion time of the operations the client
+	// saw complete; Busy the time it had I/O outstanding.
+	Latency      time.Duration `json:"latency"`
+	Busy         time.Duration `json:"busy"`
+	NotDelivered uint64        `json:"not_delivered"`
 }
 
 // Files summarizes the files' availability and replication.

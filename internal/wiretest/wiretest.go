@@ -31,6 +31,8 @@ const CBProgram = 0x40000000
 // share slot 0 and are serialized.
 type Client struct {
 	Conn *rpc.Conn
+	// ImplID is the implementation id EXCHANGE_ID sends (none if empty).
+	ImplID []nfs4.NfsImplId4
 	// Cred is the RPC credential for every call (default AUTH_SYS uid 0).
 	Cred rpc.OpaqueAuth
 
@@ -221,6 +223,7 @@ func (c *Client) ExchangeID(ctx context.Context, owner []byte, verf nfs4.Verifie
 		EiaClientowner:  nfs4.ClientOwner4{CoVerifier: verf, CoOwnerid: owner},
 		EiaFlags:        0,
 		EiaStateProtect: nfs4.StateProtect4A{SpaHow: nfs4.SP4_NONE},
+		EiaClientImplId: c.ImplID,
 	}})
 	if err != nil {
 		return nil, err

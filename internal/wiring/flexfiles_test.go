@@ -25,21 +25,24 @@ import (
 
 // startFlexCluster starts n data servers and an MDS whose one export hands
 // out flexfiles layouts, striped inside a mirror or not (Export.FlexStripe),
-// with mirrors copies of every stripe unit.
+// with mirrors copies of every stripe unit, and no inline data.
 func startFlexCluster(t *testing.T, n, mirrors int, stripe string) *Cluster {
+	t.Helper()
+	return startFlexClusterInline(t, n, mirrors, stripe, -1)
+}
+
+// startFlexClusterInline is startFlexCluster with server.Config.InlineMax
+// inlineMax (0: the default, inline data on).
+func startFlexClusterInline(t *testing.T, n, mirrors int, stripe string, inlineMax int) *Cluster {
 	t.Helper()
 	f := false
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := Start(ctx, Config{
 		Dir: t.TempDir(), DataServers: n, Listen: "127.0.0.1:0", Mirrors: mirrors,
-		Exports: []*server.Export{{Path: "/", RootSquash: &f, Layout: server.LayoutFlexFiles, FlexStripe: stripe}},
-		Lease:   30 * time.Second,
-		// pynfs asks for a layout inside the OPEN that creates a file
-		// (FFLS1); with inline data that layout is declined
-		// (NFS4ERR_LAYOUTUNAVAILABLE, ops_layout.go), as for the files
-		// layout, so these tests keep every file on the data servers.
-		InlineMax: -1,
+		Exports:   []*server.Export{{Path: "/", RootSquash: &f, Layout: server.LayoutFlexFiles, FlexStripe: stripe}},
+		Lease:     30 * time.Second,
+		InlineMax: inlineMax,
 		// A copy a client reports failing is healed at the next heal
 		// pass, not at once (cluster.Striped.CopyFailed): tests heal
 		// with Admin.Kick, so no pass comes between their steps.
@@ -191,9 +194,22 @@ func lastDS(t *testing.T, ff nfs4.FfLayout4) nfs4.FfDataServer4 {
 }
 
 // TestFlexFilesPynfs covers pynfs's flex group, case by case, on a
-// cluster of 3 data servers with 2 copies of every stripe unit.
+// cluster of 3 data servers with 2 copies of every stripe unit: with the
+// server's default inline data (pynfs's FFLS1 asks for a layout in the
+// OPEN that creates a file, which a client that is not Linux is granted:
+// ops_layout.go, declineOnOpen) and without.
 func TestFlexFilesPynfs(t *testing.T) {
-	c := startFlexCluster(t, 3, 2, server.FlexStripeAuto)
+	for _, tc := range []struct {
+		name      string
+		inlineMax int
+	}{{"inline", 0}, {"noinline", -1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			testFlexFilesPynfs(t, startFlexClusterInline(t, 3, 2, server.FlexStripeAuto, tc.inlineMax))
+		})
+	}
+}
+
+func testFlexFilesPynfs(t *testing.T, c *Cluster) {
 	rw, rd := nfs4.LAYOUTIOMODE4_RW, nfs4.LAYOUTIOMODE4_READ
 	all := ^uint64(0)
 

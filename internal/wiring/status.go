@@ -94,6 +94,12 @@ func (s *statusSource) Snapshot(ctx context.Context) (*statuspage.Snapshot, erro
 			Fenced: c.Fenced,
 		})
 	}
+	snap.LayoutIO = []statuspage.LayoutIO{}
+	for _, l := range s.m.Server.LayoutStats() {
+		snap.LayoutIO = append(snap.LayoutIO, statuspage.LayoutIO{
+			Client: clientID(l.Client), DS: l.DS, Read: ioStat(l.Read), Write: ioStat(l.Write), Updated: l.Updated,
+		})
+	}
 	rep := scan.Replication
 	snap.Files = statuspage.Files{
 		Placed: scan.Files, Replicated: rep.Files, Degraded: rep.DegradedFiles, Unhealable: rep.UnhealableFiles,
@@ -120,6 +126,11 @@ func (s *statusSource) scanned(ctx context.Context) (*cluster.Status, error) {
 	}
 	s.scan, s.at, s.gen = st, time.Now(), gen
 	return st, nil
+}
+
+// ioStat is the page's form of one direction of a client's reported I/O.
+func ioStat(io server.LayoutIO) statuspage.IOStat {
+	return statuspage.IOStat{Bytes: io.Bytes, Ops: io.Ops, Latency: io.Latency, Busy: io.Busy, NotDelivered: io.NotDelivered}
 }
 
 // clientID prints an NFS client ID as the page and its events do.

@@ -22,6 +22,7 @@ func runPolicies(t *testing.T, open Opener, ctx context.Context) {
 		{"LinkRenameKeep", testPolicyLinkRename},
 		{"DeletedWithInode", testPolicyDeleted},
 		{"ConcurrentSetCreate", testPolicyConcurrent},
+		{"Layout", testPolicyLayout},
 	}
 	for _, tc := range tests {
 		t.Run("Policies/"+tc.name, func(t *testing.T) {
@@ -312,4 +313,67 @@ func testPolicyConcurrent(t *testing.T, v *env) {
 	}
 	v.setPolicy(d.Ino, 2)
 	v.wantPolicy("created after the last change", v.create(d.Ino, "last", meta.TypeRegular).Ino, 2)
+}
+
+// testPolicyLayout checks a policy's layout type: set with or without
+// mirrors, copied to new files and directories at any depth and kept by
+// them when the directory changes, validated; and LayoutsBelow, which
+// stays on the directory it is set on and is not copied.
+func testPolicyLayout(t *testing.T, v *env) {
+	d := v.create(meta.RootIno, "d", meta.TypeDirectory)
+	before := v.create(d.Ino, "before", meta.TypeRegular)
+	flex := meta.Policy{Layout: meta.LayoutFlexFiles}
+	set := func(ino meta.Ino, p meta.Policy) {
+		t.Helper()
+		if err := v.e.SetPolicy(v.ctx, ino, p); err != nil {
+			t.Fatalf("SetPolicy %d %+v: %v", ino, p, err)
+		}
+	}
+	want := func(what string, ino meta.Ino, p meta.Policy) {
+		t.Helper()
+		if got := v.policy(ino); got != p {
+			t.Fatalf("%s: policy of %d = %+v, want %+v", what, ino, got, p)
+		}
+	}
+	set(d.Ino, flex)
+	below := meta.LayoutSet(0).With(meta.LayoutFlexFiles)
+	set(meta.RootIno, meta.Policy{Mirrors: 2, LayoutsBelow: below})
+	want("layout alone", d.Ino, flex)
+	want("layouts below", meta.RootIno, meta.Policy{Mirrors: 2, LayoutsBelow: below})
+	want("created before", before.Ino, meta.Policy{})
+
+	f := v.create(d.Ino, "f", meta.TypeRegular)
+	sub := v.create(d.Ino, "sub", meta.TypeDirectory)
+	deep := v.create(sub.Ino, "f", meta.TypeRegular)
+	l := v.create(d.Ino, "l", meta.TypeSymlink)
+	top := v.create(meta.RootIno, "top", meta.TypeRegular)
+	topDir := v.create(meta.RootIno, "top-dir", meta.TypeDirectory)
+	for _, ino := range []meta.Ino{f.Ino, sub.Ino, deep.Ino} {
+		want("inherited", ino, flex)
+	}
+	want("symlink", l.Ino, meta.Policy{})
+	// The root's mirrors are copied, its LayoutsBelow is not.
+	want("child of the root", top.Ino, meta.Policy{Mirrors: 2})
+	want("subdirectory of the root", topDir.Ino, meta.Policy{Mirrors: 2})
+
+	// Files keep the type of their creation; the directory changes.
+	both := meta.Policy{Mirrors: 3, Layout: meta.LayoutFiles}
+	set(d.Ino, both)
+	g := v.create(d.Ino, "g", meta.TypeRegular)
+	set(d.Ino, meta.Policy{})
+	h := v.create(d.Ino, "h", meta.TypeRegular)
+	v.reopen()
+	want("files keep their type", f.Ino, flex)
+	want("mirrors and layout", g.Ino, both)
+	want("cleared", h.Ino, meta.Policy{})
+	want("cleared directory", d.Ino, meta.Policy{})
+	want("subdirectory keeps its copy", sub.Ino, flex)
+
+	for _, bad := range []meta.Policy{{Layout: 3}, {Layout: 0xff}, {LayoutsBelow: 1}, {LayoutsBelow: 0x80}} {
+		err := v.e.SetPolicy(v.ctx, sub.Ino, bad)
+		wantErr(t, fmt.Sprintf("SetPolicy %+v", bad), err, meta.ErrInval)
+	}
+	want("after refusals", sub.Ino, flex)
+	err := v.e.SetPolicy(v.ctx, f.Ino, flex)
+	wantErr(t, "SetPolicy of a file", err, meta.ErrNotDir)
 }

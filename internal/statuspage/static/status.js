@@ -109,6 +109,27 @@
     }), 8, "No client is connected.");
   }
 
+  // latency formats a mean completion time in nanoseconds (handler.go
+  // formatLatency).
+  function latency(ns) {
+    if (!ns || ns <= 0) return "–";
+    const g = (v) => String(Number(v.toPrecision(3)));
+    if (ns < 1e6) return g(ns / 1e3) + " µs";
+    if (ns < 1e9) return g(ns / 1e6) + " ms";
+    return g(ns / 1e9) + " s";
+  }
+
+  function layoutIO(s, now) {
+    fill("layout-io-rows", (s.layout_io || []).map((l) =>
+      h("tr", { "data-client": l.client, "data-ds": l.ds },
+        h("td", null, code(l.client)),
+        h("td", null, code(l.ds)),
+        num(bytes(l.read.bytes)), num(String(l.read.ops)), num(latency(l.read.latency)),
+        num(bytes(l.write.bytes)), num(String(l.write.ops)), num(latency(l.write.latency)),
+        h("td", null, ago(l.updated, now)))),
+      9, "No client has reported I/O statistics.");
+  }
+
   function files(s) {
     const f = s.files;
     text("files-summary", f.placed + " files placed · " + f.replicated + " replicated · " + f.degraded + " degraded · " +
@@ -158,6 +179,7 @@
     mdsNodes(s);
     dataServers(s, now);
     clients(s, now);
+    layoutIO(s, now);
     files(s);
     events(s);
   }
