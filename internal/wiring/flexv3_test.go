@@ -60,7 +60,7 @@ func TestFlexFilesNFSv3(t *testing.T) {
 	c, err := Start(ctx, Config{
 		Dir: t.TempDir(), DataServers: 0, Listen: "127.0.0.1:0",
 		Exports: []*server.Export{{Path: "/", RootSquash: &f, Layout: server.LayoutFlexFiles, FlexStripe: server.FlexStripeOff}},
-		Lease:   30 * time.Second, FlexV3: v3,
+		Lease:   2 * time.Second, FlexV3: v3,
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
@@ -202,6 +202,39 @@ func TestFlexFilesNFSv3(t *testing.T) {
 		}
 		if err := write(e, []byte("y")); err != nil {
 			t.Fatalf("new layout's WRITE on server %d: %v", e.srv, err)
+		}
+	}
+
+	// The real trigger: a client that never returns a recalled layout.
+	// Truncating the file recalls it; after a lease the MDS revokes it,
+	// fences the client (a new owner on the data files) and truncates
+	// the data files.
+	s.cl.KeepLayouts = true
+	st, _, ff3 := s.layoutGet(fh, sid, nfs4.LAYOUTIOMODE4_RW, 0, ^uint64(0), 0)
+	if st != nfs4.NFS4_OK {
+		t.Fatalf("LAYOUTGET: %v", st)
+	}
+	es3 := entries(ff3)
+	truncate := func() nfs4.Nfsstat4 {
+		res, err := s.cl.Compound(putFH(fh), op(nfs4.NfsArgop4{Argop: nfs4.OP_SETATTR, Opsetattr: &nfs4.SETATTR4args{
+			Stateid: sid, ObjAttributes: nfs4.Fattr4{Attrmask: nfs4.Bitmap4{1 << nfs4.FATTR4_SIZE}, AttrVals: make([]byte, 8)}}}))
+		return status(t, res, err)
+	}
+	if st := truncate(); st != nfs4.NFS4ERR_DELAY {
+		t.Fatalf("truncate with a layout out: %v, want DELAY while recalling", st)
+	}
+	waitFor(t, "truncate after the layout's revocation", func() bool { return truncate() == nfs4.NFS4_OK })
+	if f := c.MDS.Server.Stats().Fences; f != 1 {
+		t.Fatalf("fences = %d, want 1", f)
+	}
+	for _, e := range es3 {
+		if st := nfs3.Status(write(e, []byte("z"))); st != nfs3.NFS3ERR_ACCES && st != nfs3.NFS3ERR_PERM {
+			t.Fatalf("revoked layout's WRITE on server %d: %v, want an access error", e.srv, st)
+		}
+	}
+	for _, g := range gs {
+		if fi, err := os.Stat(filepath.Join(g.Export, dataName(t, gs))); err != nil || fi.Size() != 0 {
+			t.Fatalf("data file on %s after the truncate: %v, %v", g.Export, fi, err)
 		}
 	}
 
