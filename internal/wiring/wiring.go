@@ -446,7 +446,7 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 	m.Admin = cluster.NewAdmin(cluster.AdminConfig{
 		Registry: m.Registry, Striped: m.Striped, Hold: srv.HoldLayouts, FileSize: srv.FileSize,
 		Policy: policies, HealRate: cfg.HealRate, HealInterval: cfg.HealInterval, HA: ha,
-		Logger: cfg.Logger.With("role", "admin"),
+		Logger: cfg.Logger.With("role", "admin"), FenceFile: m.fenceFile(policies),
 	})
 	m.Registry.SetAdmin(m.Admin)
 	m.status = newStatusSource(m, events)
