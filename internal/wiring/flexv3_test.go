@@ -6,13 +6,16 @@ import (
 	"crypto/rand"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/shoalfs/shoal/client"
 	"github.com/shoalfs/shoal/internal/flexv3"
 	"github.com/shoalfs/shoal/internal/ganeshatest"
 	"github.com/shoalfs/shoal/internal/nfs3"
@@ -30,7 +33,11 @@ import (
 // through the MDS landing in the data files, fencing (the old ids are
 // refused by Ganesha, a new layout carries new ones) and REMOVE taking
 // the data files with it.
-func TestFlexFilesNFSv3(t *testing.T) {
+// startV3Cluster starts two NFS-Ganesha NFSv3 servers in a network
+// namespace of the test's own and an MDS whose flexfiles export keeps its
+// data on them (MDSConfig.FlexV3, as shoal mds --flex-v3-server builds it).
+func startV3Cluster(t *testing.T, lease time.Duration) (*Cluster, *ganeshatest.Netns, []*ganeshatest.Server) {
+	t.Helper()
 	if why := ganeshatest.Available(); why != "" {
 		t.Skip("ganesha: " + why)
 	}
@@ -60,14 +67,19 @@ func TestFlexFilesNFSv3(t *testing.T) {
 	c, err := Start(ctx, Config{
 		Dir: t.TempDir(), DataServers: 0, Listen: "127.0.0.1:0",
 		Exports: []*server.Export{{Path: "/", RootSquash: &f, Layout: server.LayoutFlexFiles, FlexStripe: server.FlexStripeOff}},
-		Lease:   2 * time.Second, FlexV3: v3,
+		Lease:   lease, FlexV3: v3,
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	return c, ns, gs
+}
 
+func TestFlexFilesNFSv3(t *testing.T) {
+	c, ns, gs := startV3Cluster(t, 2*time.Second)
+	ctx := ctxT(t)
 	s := newFlexSession(t, c, "v3-client")
 	sid, fh := s.create("f")
 	st, lsid, ff := s.layoutGet(fh, sid, nfs4.LAYOUTIOMODE4_RW, 0, ^uint64(0), 0)
@@ -269,4 +281,93 @@ func dataName(t *testing.T, gs []*ganeshatest.Server) string {
 		t.Fatalf("data files on %s: %v, want one", gs[0].Export, m)
 	}
 	return filepath.Base(m[0])
+}
+
+// TestFlexFilesNFSv3Client drives the same cluster with Shoal's own
+// client: its flexfiles driver speaks NFSv3 to the Ganesha data servers
+// with the layout's ids (client/dataserver_v3.go). The bytes must land
+// in both data files, written by the client (its data-server counters),
+// and read back; after the file is fenced (`shoal admin fence-file`'s
+// call) and its layout recalled, the client writes again, with a new
+// layout.
+func TestFlexFilesNFSv3Client(t *testing.T) {
+	c, ns, gs := startV3Cluster(t, 30*time.Second)
+	ctx := ctxT(t)
+	ganesha := map[string]bool{}
+	for _, g := range gs {
+		ganesha[g.Addr()] = true
+	}
+	// The MDS listens on the host's loopback, the Ganeshas inside the
+	// namespace.
+	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if ganesha[addr] {
+			return ns.Dial(ctx, network, addr)
+		}
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	cl, err := client.Dial(ctx, c.MDS.Addr.String(), client.Options{Dial: dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+
+	data := make([]byte, 5<<20+4321)
+	rand.Read(data)
+	f, err := cl.Open(ctx, "/big", os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	st := cl.Stats()
+	if st.DSWriteBytes < 2*uint64(len(data)) {
+		t.Fatalf("the client wrote %d bytes to data servers, want both copies of %d", st.DSWriteBytes, len(data))
+	}
+	name := dataName(t, gs)
+	for _, g := range gs {
+		b, err := os.ReadFile(filepath.Join(g.Export, name))
+		if err != nil || !bytes.Equal(b, data) {
+			t.Fatalf("data file on %s: %d bytes, %v", g.Export, len(b), err)
+		}
+	}
+	got := make([]byte, len(data))
+	if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back: %v, equal %v", err, bytes.Equal(got, data))
+	}
+
+	// Fence the file as `shoal admin fence-file` does; the client's next
+	// write gets a new layout (or goes through the MDS) and lands.
+	if _, err := c.MDS.FlexV3.FenceFile(ctx, inoOfData(t, name)); err != nil {
+		t.Fatal(err)
+	}
+	c.MDS.Server.RecallLayouts(inoOfData(t, name))
+	patch := []byte("after the fence")
+	if _, err := f.WriteAt(patch, 4096); err != nil {
+		t.Fatalf("write after the fence: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatalf("close after the fence: %v", err)
+	}
+	copy(data[4096:], patch)
+	for _, g := range gs {
+		b, err := os.ReadFile(filepath.Join(g.Export, name))
+		if err != nil || !bytes.Equal(b, data) {
+			t.Fatalf("data file on %s after the fence: %d bytes, %v, equal %v", g.Export, len(b), err, bytes.Equal(b, data))
+		}
+	}
+	t.Logf("client stats: %+v", cl.Stats())
+}
+
+func inoOfData(t *testing.T, name string) uint64 {
+	t.Helper()
+	ino, err := strconv.ParseUint(strings.TrimPrefix(name, "shoal-"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ino
 }
