@@ -2,9 +2,12 @@ package server
 
 import (
 	"context"
+	"fmt"
+	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/server/internal/state"
 )
 
 // Loosely coupled flexfiles data servers (RFC 8435 with NFSv3 data
@@ -45,4 +48,19 @@ func (c *compound) looseBody(l LooseFlexLayouter, o *object, id uint64, mode nfs
 		return nil, err
 	}
 	return xdr.Marshal(&ff), nil
+}
+
+// fenceLoose fences, on loosely coupled data servers, a client whose
+// lease expired: its layouts are gone with its state, but it may still be
+// writing to the data servers with their ids. (Shoal's own data servers
+// ask the MDS about every stateid and need no such step.)
+func (p *pnfsState) fenceLoose(id state.ClientID) {
+	if p.looseFlex() == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.ds.Fence(ctx, uint64(id)); err != nil {
+		p.s.log.Warn("fence an expired client's files on the NFSv3 data servers", "clientid", fmt.Sprintf("%#x", uint64(id)), "err", err)
+	}
 }

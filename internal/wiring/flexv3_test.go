@@ -371,3 +371,53 @@ func inoOfData(t *testing.T, name string) uint64 {
 	}
 	return ino
 }
+
+// TestFlexFilesNFSv3LeaseExpiry: a client that holds a read/write layout
+// and stops renewing its lease is purged, and the MDS fences the files
+// it had layouts of: Ganesha then refuses the layout's ids.
+func TestFlexFilesNFSv3LeaseExpiry(t *testing.T) {
+	c, ns, gs := startV3Cluster(t, 2*time.Second)
+	ctx := ctxT(t)
+	s := newFlexSession(t, c, "v3-expiring")
+	sid, fh := s.create("f")
+	st, _, ff := s.layoutGet(fh, sid, nfs4.LAYOUTIOMODE4_RW, 0, ^uint64(0), 0)
+	if st != nfs4.NFS4_OK {
+		t.Fatalf("LAYOUTGET: %v", st)
+	}
+	ds := ff.FflMirrors[0].FfmDataServers[0]
+	uid, _ := strconv.ParseUint(string(ds.FfdsUser), 10, 32)
+	gid, _ := strconv.ParseUint(string(ds.FfdsGroup), 10, 32)
+	name := dataName(t, gs)
+	owner := func() uint32 {
+		fi, err := os.Stat(filepath.Join(gs[0].Export, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Uid
+	}
+	if owner() != uint32(uid) {
+		t.Fatalf("data file owner %d, layout uid %d", owner(), uid)
+	}
+	root, err := nfs3.Mount(ctx, gs[0].MountAddr(), gs[0].Path, nfs3.Options{Dial: ns.Dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := nfs3.Dial(ctx, gs[0].Addr(), nfs3.Options{Dial: ns.Dial})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	dfh, err := cl.Lookup(ctx, root, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := cl.As(uint32(uid), uint32(gid))
+	if _, err := old.Write(ctx, dfh, 0, []byte("x"), nfs3.FILE_SYNC); err != nil {
+		t.Fatalf("WRITE with the layout's ids: %v", err)
+	}
+	// The session goes silent: no SEQUENCE renews the lease.
+	waitFor(t, "the expired client's files fenced", func() bool { return owner() != uint32(uid) })
+	if _, err := old.Write(ctx, dfh, 0, []byte("x"), nfs3.FILE_SYNC); nfs3.Status(err) != nfs3.NFS3ERR_ACCES && nfs3.Status(err) != nfs3.NFS3ERR_PERM {
+		t.Fatalf("WRITE with the expired client's ids: %v, want an access error", err)
+	}
+}
