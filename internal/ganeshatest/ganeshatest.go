@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -59,7 +60,26 @@ func Available() string {
 type Netns struct {
 	Name    string
 	owned   bool
-	rpcbind *exec.Cmd
+	rpcbind *proc
+}
+
+// proc is a process the package started; one goroutine waits for it and
+// closes done.
+type proc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startProc(c *exec.Cmd) (*proc, error) {
+	if err := c.Start(); err != nil {
+		return nil, err
+	}
+	p := &proc{cmd: c, done: make(chan struct{})}
+	go func() {
+		c.Wait()
+		close(p.done)
+	}()
+	return p, nil
 }
 
 // NewNetns creates namespace name (which must not exist), brings up its
@@ -98,13 +118,14 @@ func (n *Netns) StartRpcbind(ctx context.Context) error {
 	// rpcbind: the PID started is rpcbind's.
 	c := exec.Command("ip", "netns", "exec", n.Name, "unshare", "--mount", "--propagation", "private",
 		"sh", "-c", "mount -t tmpfs shoal-rpcbind /run && exec rpcbind -f")
-	var errb bytes.Buffer
+	var errb lockedBuffer
 	c.Stderr = &errb
-	if err := c.Start(); err != nil {
+	p, err := startProc(c)
+	if err != nil {
 		return fmt.Errorf("ganeshatest: start rpcbind: %w", err)
 	}
-	n.rpcbind = c
-	if err := n.waitListening(ctx, "127.0.0.1:111", c); err != nil {
+	n.rpcbind = p
+	if err := n.waitListening(ctx, "127.0.0.1:111", p); err != nil {
 		return fmt.Errorf("ganeshatest: rpcbind: %w: %s", err, errb.String())
 	}
 	return nil
@@ -117,18 +138,7 @@ func (n *Netns) Dial(ctx context.Context, network, addr string) (net.Conn, error
 
 // waitListening dials addr until it answers, p exits, or 30 s pass
 // (bounded: 300 tries).
-func (n *Netns) waitListening(ctx context.Context, addr string, p *exec.Cmd) error {
-	exited := make(chan struct{})
-	go func() {
-		// Only to notice an early exit; Wait is called by stop.
-		for range 300 {
-			if p.ProcessState != nil || syscall.Kill(p.Process.Pid, 0) != nil {
-				close(exited)
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}()
+func (n *Netns) waitListening(ctx context.Context, addr string, p *proc) error {
 	for range 300 {
 		c, err := n.Dial(ctx, "tcp", addr)
 		if err == nil {
@@ -136,8 +146,8 @@ func (n *Netns) waitListening(ctx context.Context, addr string, p *exec.Cmd) err
 			return nil
 		}
 		select {
-		case <-exited:
-			return fmt.Errorf("process %d exited before listening on %s", p.Process.Pid, addr)
+		case <-p.done:
+			return fmt.Errorf("process %d exited before listening on %s", p.cmd.Process.Pid, addr)
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
@@ -159,19 +169,36 @@ func (n *Netns) Close() error {
 	return nil
 }
 
-func stop(c *exec.Cmd) {
-	if c == nil || c.Process == nil {
+// stop sends p SIGTERM and waits for it to exit, killing it after 10 s.
+func stop(p *proc) {
+	if p == nil {
 		return
 	}
-	c.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { c.Wait(); close(done) }()
+	p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case <-done:
+	case <-p.done:
 	case <-time.After(10 * time.Second):
-		c.Process.Kill()
-		<-done
+		p.cmd.Process.Kill()
+		<-p.done
 	}
+}
+
+// lockedBuffer collects a process's output while it runs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // Server is one running ganesha.nfsd serving Export over NFSv3 (and
@@ -182,7 +209,7 @@ type Server struct {
 	Port      int
 	MountPort int    // Port+1
 	Path      string // the export's path as clients mount it
-	cmd       *exec.Cmd
+	cmd       *proc
 }
 
 // Addr is the server's host:port inside its namespace.
@@ -215,13 +242,14 @@ func Start(ctx context.Context, n *Netns, dir string, port int) (*Server, error)
 	}
 	c := exec.Command("ip", "netns", "exec", n.Name, "ganesha.nfsd", "-F", "-f", conf,
 		"-L", filepath.Join(dir, "ganesha.log"), "-p", filepath.Join(dir, "ganesha.pid"), "-N", "NIV_EVENT")
-	var errb bytes.Buffer
+	var errb lockedBuffer
 	c.Stdout, c.Stderr = &errb, &errb
-	if err := c.Start(); err != nil {
+	p, err := startProc(c)
+	if err != nil {
 		return nil, fmt.Errorf("ganeshatest: start ganesha: %w", err)
 	}
-	s.cmd = c
-	if err := n.waitListening(ctx, s.Addr(), c); err != nil {
+	s.cmd = p
+	if err := n.waitListening(ctx, s.Addr(), p); err != nil {
 		s.Stop()
 		return nil, fmt.Errorf("ganeshatest: ganesha on %d: %w: %s\n%s", port, err, errb.String(), lastLines(s.Log(), 15))
 	}
