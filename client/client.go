@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -43,6 +44,10 @@ type Options struct {
 	Root string
 	// Logger receives diagnostics. Default: discard.
 	Logger *slog.Logger
+	// Dial, if set, opens the client's TCP connections (to the server and
+	// to data servers) instead of net.Dialer: for a client that must
+	// reach servers from another network namespace, or through a proxy.
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// DialTimeout bounds the TCP connect and session setup. Default 15s.
 	// With several server addresses (see Dial) it bounds Dial as a whole,
 	// and each address gets at most 5 s to connect and 3 s to answer.

@@ -115,8 +115,15 @@ func (c *endpoint) dialAddr(ctx context.Context, addr string) (*rpc.Conn, error)
 	if cb == nil {
 		cb = rpc.HandlerFunc(serveNoCallbacks)
 	}
-	return rpc.Dial(ctx, "tcp", addr, cb,
-		rpc.WithConfig(rpc.ConnConfig{MaxRecord: maxRecord, Logger: c.log}))
+	cfg := rpc.ConnConfig{MaxRecord: maxRecord, Logger: c.log}
+	if c.opts.Dial != nil {
+		nc, err := c.opts.Dial(ctx, "tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("rpc: %w", err)
+		}
+		return rpc.NewConn(nc, cb, cfg), nil
+	}
+	return rpc.Dial(ctx, "tcp", addr, cb, rpc.WithConfig(cfg))
 }
 
 // addr is the address that answered last, for messages.

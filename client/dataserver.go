@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/client/layout"
+	"github.com/shoalfs/shoal/internal/nfs3"
 	"github.com/shoalfs/shoal/internal/nfs4"
 )
 
@@ -53,15 +54,16 @@ type dataServer struct {
 	addrs []string
 	minor uint32          // NFSv4 minor version; 0: the metadata server's
 	auth  *layout.AuthSys // nil: the Client's own credential
-	v3    bool            // NFSv3: no session (errDSVersion)
+	v3    bool            // NFSv3: no session; I/O over c3 (dataserver_v3.go)
 	sem   chan struct{}
 
 	mu        sync.Mutex // serializes dials
 	cl        *endpoint
-	failures  int       // consecutive failures; 0 after a success
-	downUntil time.Time // no dial before this
-	failedAt  time.Time // the last failure
-	lastErr   error     // ... and its error
+	c3        *nfs3.Client // NFSv3 data servers
+	failures  int          // consecutive failures; 0 after a success
+	downUntil time.Time    // no dial before this
+	failedAt  time.Time    // the last failure
+	lastErr   error        // ... and its error
 }
 
 // server returns the dataServer of copy c of an extent.
@@ -133,6 +135,13 @@ func (d *dataServer) markDownLocked(err error) {
 func (d *dataServer) probe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, dsDialTimeout)
 	defer cancel()
+	if d.v3 {
+		c, err := d.v3client(ctx)
+		if err != nil {
+			return err
+		}
+		return d.v3done(c, ctx, c.Null(ctx))
+	}
 	cl, err := d.client(ctx)
 	if err != nil {
 		return err
@@ -224,6 +233,9 @@ func (ds *dataServer) callRelease(ctx context.Context, f *File, build func(cl *e
 
 // read reads b from copy e on the data server.
 func (ds *dataServer) read(ctx context.Context, f *File, e *layout.Copy, b []byte) error {
+	if ds.v3 {
+		return ds.readV3(ctx, f, e, b)
+	}
 	for n := 0; n < len(b); {
 		var want uint32
 		_, res, release, err := ds.callRelease(ctx, f, func(cl *endpoint) []nfs4.NfsArgop4 {

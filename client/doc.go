@@ -372,9 +372,10 @@
 // reads through the metadata server. A data server may speak another
 // NFSv4 minor version than the metadata server, and a loosely coupled one
 // is given the layout's synthetic uid and gid (a session of its own per
-// identity). NFSv3 data servers (loose coupling with a plain NFS server)
-// are not spoken yet: I/O on a layout that names one goes through the
-// metadata server. The client names itself in EXCHANGE_ID (domain
+// identity). NFSv3 data servers (loose coupling with a plain NFS server,
+// such as NFS-Ganesha) are spoken over internal/nfs3 with the layout's
+// synthetic ids (dataserver_v3.go): READ, WRITE and COMMIT, their
+// errors mapped to the NFSv4 status of the same meaning. The client names itself in EXCHANGE_ID (domain
 // shoal.dev), which is how Shoal's MDS knows to give it layouts that
 // stripe inside a mirror.
 //

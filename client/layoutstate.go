@@ -541,6 +541,10 @@ func (l *fileLayout) sync(ctx context.Context, f *File) error {
 	var wg sync.WaitGroup
 	for i, w := range dirty {
 		wg.Go(func() {
+			if w.ds.v3 {
+				outs[i].verf, outs[i].err = w.ds.commitV3(ctx, w.fh)
+				return
+			}
 			_, res, err := w.ds.call(ctx, f, func(*endpoint) []nfs4.NfsArgop4 {
 				return []nfs4.NfsArgop4{putfh(w.fh), {Argop: nfs4.OP_COMMIT, Opcommit: &nfs4.COMMIT4args{}}}
 			})

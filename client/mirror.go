@@ -115,6 +115,9 @@ var errAllStale = errors.New("nfs: every copy of the range was reported failing"
 
 // writeCopy writes b to copy c on data server ds.
 func (l *fileLayout) writeCopy(ctx context.Context, f *File, ds *dataServer, c *layout.Copy, b []byte) copyResult {
+	if ds.v3 {
+		return l.writeV3(ctx, f, ds, c, b)
+	}
 	r := copyResult{ds: ds, committed: nfs4.FILE_SYNC4}
 	stable := nfs4.UNSTABLE4
 	if f.flag&os.O_SYNC != 0 {

@@ -134,11 +134,14 @@ func (p *pnfsClient) close() {
 	p.wg.Wait()
 	for _, d := range servers {
 		d.mu.Lock()
-		cl := d.cl
-		d.cl = nil
+		cl, c3 := d.cl, d.c3
+		d.cl, d.c3 = nil, nil
 		d.mu.Unlock()
 		if cl != nil {
 			cl.close(nil)
+		}
+		if c3 != nil {
+			c3.Close()
 		}
 	}
 }

@@ -91,7 +91,12 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 		ffl pnfs.FlexLayout
 		err error
 	)
-	if flex {
+	loose := s.pnfs.looseFlex()
+	if flex && loose != nil {
+		// Loosely coupled NFSv3 data servers (flexfiles_v3.go): the data
+		// files are created here, before any layout state exists.
+		_, err = loose.LooseFlexLayout(c.ctx, uint64(id), uint64(o.fh.ino), false)
+	} else if flex {
 		var st nfs4.Nfsstat4
 		if ffl, st, err = c.flexLayout(o, id); st != nfs4.NFS4_OK {
 			return fail(st)
@@ -138,7 +143,11 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 		mode = nfs4.LAYOUTIOMODE4_READ // RW asked under a read-only open
 	}
 	var body []byte
-	if flex {
+	if flex && loose != nil {
+		if body, err = c.looseBody(loose, o, uint64(id), mode); err != nil {
+			return failErr(err)
+		}
+	} else if flex {
 		body = c.flexBody(o, ffl, ls, mode)
 	} else {
 		dataFH := s.fh.encode(fhandle{kind: fhData, ino: o.fh.ino})
@@ -218,6 +227,17 @@ func (c *compound) getDeviceInfo(a *nfs4.GETDEVICEINFO4args) opReply {
 	if !s.servesLayoutType(a.GdiaLayoutType) {
 		return fail(nfs4.NFS4ERR_UNKNOWN_LAYOUTTYPE)
 	}
+	if l := s.pnfs.looseFlex(); l != nil && a.GdiaLayoutType == nfs4.LAYOUT4_FLEX_FILES {
+		body, found, err := l.LooseDeviceAddr(a.GdiaDeviceId)
+		if !found {
+			return fail(nfs4.NFS4ERR_NOENT)
+		}
+		if err != nil {
+			c.log.Warn("bad advertised NFSv3 data server address", "err", err)
+			return fail(nfs4.NFS4ERR_SERVERFAULT)
+		}
+		return c.deviceInfoReply(a, body)
+	}
 	addrs, found := s.pnfs.ds.Device(a.GdiaDeviceId)
 	if !found || a.GdiaLayoutType == nfs4.LAYOUT4_FLEX_FILES && len(addrs) != 1 {
 		// A flexfiles device is one data server.
@@ -234,6 +254,11 @@ func (c *compound) getDeviceInfo(a *nfs4.GETDEVICEINFO4args) opReply {
 		c.log.Warn("bad advertised data server address", "err", err)
 		return fail(nfs4.NFS4ERR_SERVERFAULT)
 	}
+	return c.deviceInfoReply(a, body)
+}
+
+// deviceInfoReply answers GETDEVICEINFO with device body, or TOOSMALL.
+func (c *compound) deviceInfoReply(a *nfs4.GETDEVICEINFO4args, body []byte) opReply {
 	// device_addr4 = type + opaque body, then the notification bitmap.
 	need := uint32(4 + 4 + len(body) + 3&^3 + 8)
 	if a.GdiaMaxcount != 0 && a.GdiaMaxcount < need {

@@ -122,6 +122,9 @@ func newStateGlue(s *Server, epoch uint32, store state.ClientStore) (*stateGlue,
 			s.log.Info("client state purged", "clientid", fmt.Sprintf("%#x", uint64(p.ClientID)), "reason", p.Reason.String(), "files", len(p.Files), "sessions", len(p.Sessions))
 			g.sessionsGone(p.Sessions...)
 			g.orphans.purged(p.Files)
+			if p.Reason == state.PurgeExpired {
+				s.pnfs.fenceLoose(p.ClientID) // its layouts went with its lease
+			}
 			s.event(Event{Kind: EventClientPurged, ClientID: uint64(p.ClientID), Reason: p.Reason.String()})
 		},
 	})

@@ -40,8 +40,14 @@ type spec struct {
 
 func load(t *testing.T) *spec {
 	t.Helper()
+	return loadFiles(t, specFiles...)
+}
+
+// loadFiles parses the given .x files as one text.
+func loadFiles(t *testing.T, files ...string) *spec {
+	t.Helper()
 	var all strings.Builder
-	for _, f := range specFiles {
+	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatalf("read %s: %v", f, err)

@@ -48,6 +48,7 @@ func newMDSCmd() *cobra.Command {
 		advertise    string
 		durability   durabilityFlags
 		layout       layoutFlags
+		flexV3       flexV3Flags
 	)
 	cmd := &cobra.Command{
 		Use:   "mds",
@@ -57,12 +58,16 @@ func newMDSCmd() *cobra.Command {
   shoal mds --config /etc/shoal/mds.yaml`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			serverGC()
-			file, err := loadConfig[exportsFile](cmd, config)
+			file, err := loadConfig[mdsFile](cmd, config)
 			if err != nil {
 				return err
 			}
 			if dir == "" {
 				return fmt.Errorf("--dir is required")
+			}
+			v3, err := flexV3.config(file.FlexV3Servers)
+			if err != nil {
+				return err
 			}
 			if err := checkMetaURL(metaURL); err != nil {
 				return err
@@ -95,7 +100,7 @@ func newMDSCmd() *cobra.Command {
 				JoinSecretFile: secretFile, DownAfter: downAfter, Mirrors: mirrors, HealRate: rate,
 				Exports: layout.apply(squashExports(file.Exports, noRootSquash)), Logger: slog.Default(), Metrics: web.registerer(),
 				NoDelegations: !delegations, InlineMax: inline, Node: node, LeaderLease: leaderLease, Advertise: advertise,
-				Async: !durability.sync, CommitInterval: durability.interval,
+				Async: !durability.sync, CommitInterval: durability.interval, FlexV3: v3,
 			}
 			// On etcd the MDS stands for election and serves only while it
 			// leads; RunMDS stands it again whenever a term ends.
@@ -134,6 +139,7 @@ func newMDSCmd() *cobra.Command {
 	cmd.Flags().StringVar(&advertise, "advertise", "", "with --meta etcd://...: the address this MDS is reached at, as `shoal admin status` lists it (default: --listen)")
 	durability.register(cmd)
 	layout.register(cmd)
+	flexV3.register(cmd)
 	cmd.Flags().DurationVar(&leaderLease, "leader-lease", leader.DefaultTTL, "with --meta etcd://...: the election lease; a standby takes over this long after the leader stops renewing it (whole seconds)")
 	return cmd
 }

@@ -43,6 +43,9 @@ type AdminConfig struct {
 	// also scans when data servers come and go): 0 is
 	// DefaultHealInterval, negative turns healing off.
 	HealInterval time.Duration
+	// FenceFile, if set, fences a file's data on loosely coupled NFSv3
+	// data servers (flexv3): the "fence-file" command.
+	FenceFile func(ctx context.Context, path string) (*FenceInfo, error)
 	// HA, if set, is the metadata servers' election (an MDS on etcd):
 	// status lists the MDS nodes, and `shoal admin step-down` hands
 	// leadership over. Nil: one MDS, and step-down is refused.
@@ -268,6 +271,8 @@ func (a *Admin) Admin(ctx context.Context, command string, request []byte) ([]by
 		out, err = a.Cancel()
 	case "remove":
 		out, err = a.Remove(ctx, req.DS, req.Force)
+	case "fence-file":
+		out, err = a.fenceFile(ctx, req.Path)
 	case "step-down":
 		if a.cfg.HA == nil {
 			return nil, fmt.Errorf("cluster: step-down: this MDS is not elected (its metadata is not on etcd): %w", errInval)
@@ -920,3 +925,29 @@ type adminError struct {
 
 func (e *adminError) Error() string { return e.msg }
 func (e *adminError) Unwrap() error { return e.err }
+
+// FenceInfo is the answer of the fence-file command.
+type FenceInfo struct {
+	Path  string `json:"path"`
+	Ino   uint64 `json:"ino"`
+	Owner uint32 `json:"owner"` // the data files' new owner uid
+}
+
+// fenceFile gives a file's data files on the NFSv3 data servers a new
+// owner and recalls its layouts: clients holding the old layouts' ids are
+// refused by the data servers (RFC 8435 section 2.2), and new layouts
+// carry the new ids.
+func (a *Admin) fenceFile(ctx context.Context, path string) (*FenceInfo, error) {
+	if a.cfg.FenceFile == nil {
+		return nil, fmt.Errorf("cluster: fence-file: this MDS has no NFSv3 data servers: %w", errInval)
+	}
+	if path == "" {
+		return nil, fmt.Errorf("cluster: fence-file: a path is required: %w", errInval)
+	}
+	fi, err := a.cfg.FenceFile(ctx, path)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: fence-file %s: %w", path, err)
+	}
+	a.log.Info("cluster: file fenced on the NFSv3 data servers", "path", fi.Path, "ino", fi.Ino, "owner", fi.Owner)
+	return fi, nil
+}

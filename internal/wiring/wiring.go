@@ -33,6 +33,7 @@ import (
 
 	"github.com/shoalfs/shoal/internal/cluster"
 	"github.com/shoalfs/shoal/internal/ctlproto"
+	"github.com/shoalfs/shoal/internal/flexv3"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/internal/serverhook"
 	"github.com/shoalfs/shoal/internal/statuspage"
@@ -141,6 +142,9 @@ type MDS struct {
 	Registry *cluster.Registry
 	Striped  *cluster.Striped
 	Admin    *cluster.Admin
+	// FlexV3 is the loosely coupled NFSv3 data servers (MDSConfig.FlexV3),
+	// or nil.
+	FlexV3 *flexv3.DataServers
 	// JoinSecretFile is the file data servers and `shoal admin` read the
 	// join secret from.
 	JoinSecretFile string
@@ -213,6 +217,11 @@ type MDSConfig struct {
 	// Events, if set, records the MDS's events (the status page's)
 	// across terms; RunMDS keeps one.
 	Events *statuspage.EventLog
+	// FlexV3, if set, makes the MDS's pNFS data servers the loosely
+	// coupled NFSv3 servers it names (docs/flexfiles.md): flexfiles
+	// exports hand out layouts on them, and I/O through the MDS goes to
+	// their data files. Inline data is off then (InlineMax -1).
+	FlexV3 *flexv3.Config
 }
 
 // dataServers adapts the registry and striping to server.DataServers.
@@ -351,6 +360,16 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 	// the server is built with an adapter whose fields are filled in
 	// before it serves anything.
 	ds := &dataServers{}
+	pnfsCfg := &server.PNFSConfig{DataServers: ds, Backend: lazyBackend{ds}}
+	if cfg.FlexV3 != nil {
+		st, err := flexv3.New(*cfg.FlexV3)
+		if err != nil {
+			return fail(err)
+		}
+		m.FlexV3 = flexv3.NewDataServers(st, cfg.StripeUnit)
+		pnfsCfg = &server.PNFSConfig{DataServers: m.FlexV3, Backend: st}
+		cfg.InlineMax = -1
+	}
 	scfg := server.Config{
 		Dir:     cfg.Dir,
 		MetaURL: cfg.MetaURL,
@@ -360,7 +379,7 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 		Lease:   cfg.Lease,
 		Logger:  cfg.Logger.With("role", "mds"),
 		Metrics: cfg.Metrics, MetricLabels: prometheus.Labels{"role": "mds", "instance": "mds"},
-		PNFS:           &server.PNFSConfig{DataServers: ds, Backend: lazyBackend{ds}},
+		PNFS:           pnfsCfg,
 		NoDelegations:  cfg.NoDelegations,
 		InlineMax:      cfg.InlineMax,
 		Async:          cfg.Async,
@@ -427,7 +446,7 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 	m.Admin = cluster.NewAdmin(cluster.AdminConfig{
 		Registry: m.Registry, Striped: m.Striped, Hold: srv.HoldLayouts, FileSize: srv.FileSize,
 		Policy: policies, HealRate: cfg.HealRate, HealInterval: cfg.HealInterval, HA: ha,
-		Logger: cfg.Logger.With("role", "admin"),
+		Logger: cfg.Logger.With("role", "admin"), FenceFile: m.fenceFile(policies),
 	})
 	m.Registry.SetAdmin(m.Admin)
 	m.status = newStatusSource(m, events)
@@ -804,13 +823,15 @@ type Config struct {
 	// Async and CommitInterval are MDSConfig's.
 	Async          bool
 	CommitInterval time.Duration
+	// FlexV3 is MDSConfig.FlexV3.
+	FlexV3 *flexv3.Config
 }
 
 // Start brings up a local cluster and waits until every data server is in
 // service.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
-	if cfg.DataServers < 1 {
-		return nil, errors.New("a cluster needs at least one data server")
+	if cfg.DataServers < 1 && cfg.FlexV3 == nil {
+		return nil, errors.New("a cluster needs at least one data server (or NFSv3 ones, FlexV3)")
 	}
 	host, _, err := net.SplitHostPort(cfg.Listen)
 	if err != nil {
@@ -820,7 +841,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		Listen: cfg.Listen, Dir: filepath.Join(cfg.Dir, "mds"), MetaURL: cfg.MetaURL, StripeUnit: cfg.StripeUnit,
 		Exports: cfg.Exports, Lease: cfg.Lease, DownAfter: cfg.DownAfter, Mirrors: cfg.Mirrors, Logger: cfg.Logger, Metrics: cfg.Metrics,
 		NoDelegations: cfg.NoDelegations, InlineMax: cfg.InlineMax, Async: cfg.Async, CommitInterval: cfg.CommitInterval,
-		HealInterval: cfg.HealInterval,
+		HealInterval: cfg.HealInterval, FlexV3: cfg.FlexV3,
 	})
 	if err != nil {
 		return nil, err

@@ -136,6 +136,11 @@ func testServer(t *testing.T, kind, root, shoalBin string, img images, vmTimeout
 				// both copies (mirror_test.go).
 				testMirror(t, shoalBin, img, vmTimeout, vers, out, true)
 				return
+			case "shoal-flex-ganesha":
+				// Flexfiles on two NFS-Ganesha NFSv3 data servers
+				// (flexganesha_test.go).
+				testFlexGanesha(t, shoalBin, img, vmTimeout, vers, out)
+				return
 			case "shoal-flex":
 				// Flexfiles layouts, the client writing both copies
 				// (flex_test.go).
@@ -367,7 +372,7 @@ func newServer(t *testing.T, kind, root, shoalBin, dir string, port int) server 
 			argv: expandArgs(tmpl, port, dir),
 		}
 	default:
-		t.Fatalf("SHOAL_KERNEL_SERVER=%q: want ganesha, shoal, shoal-pnfs, shoal-pnfs-grow, shoal-pnfs-mirror, shoal-flex, shoal-flex-mirror, shoal-failover or cmd", kind)
+		t.Fatalf("SHOAL_KERNEL_SERVER=%q: want ganesha, shoal, shoal-pnfs, shoal-pnfs-grow, shoal-pnfs-mirror, shoal-flex, shoal-flex-mirror, shoal-flex-ganesha, shoal-failover or cmd", kind)
 		return nil
 	}
 }
