@@ -17,7 +17,7 @@ func (m *MDS) fenceFile(paths policyStore) func(ctx context.Context, p string) (
 		return nil
 	}
 	return func(ctx context.Context, p string) (*cluster.FenceInfo, error) {
-		ino, clean, err := paths.resolve(ctx, p)
+		ino, clean, _, err := paths.resolve(ctx, p)
 		if err != nil {
 			return nil, err
 		}
