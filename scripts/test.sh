@@ -36,7 +36,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/shoal-test.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 step "install dependencies"
-pkgs=(qemu-system-x86 busybox-static tshark nfs-ganesha nfs-ganesha-vfs fuse3 cpio kmod gcc libc6-dev iproute2 rsync git fio postmark jq bc etcd-server etcd-client chromium debootstrap curl)
+pkgs=(qemu-system-x86 busybox-static tshark nfs-ganesha nfs-ganesha-vfs rpcbind fuse3 cpio kmod gcc libc6-dev iproute2 rsync git fio postmark jq bc etcd-server etcd-client chromium debootstrap curl)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 # The kernel-client test fetches Debian's kernel package with apt-get
