@@ -7,7 +7,7 @@
 # (shoal-failover: root, network namespaces, Debian's etcd; 3.5-10
 # minutes per kernel, which keeps it out of CI's default list).
 #
-#   KINDS=shoal,shoal-pnfs,shoal-pnfs-grow,shoal-pnfs-mirror,shoal-failover,shoal-flex,shoal-flex-mirror
+#   KINDS=shoal,shoal-pnfs,shoal-pnfs-grow,shoal-pnfs-mirror,shoal-failover,shoal-flex,shoal-flex-mirror,shoal-flex-ganesha
 #   KERNELS=6.1,newest     (SHOAL_KERNELS: 6.1 and/or newest)
 #   VERS=4.1,4.2           (SHOAL_KERNEL_VERS; shoal-failover runs
 #                          SHOAL_KERNEL_FAILOVER_VERS, default 4.2)
@@ -23,7 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export SHOAL_KERNEL=1
-export SHOAL_KERNEL_SERVER=${KINDS:-shoal,shoal-pnfs,shoal-pnfs-grow,shoal-pnfs-mirror,shoal-failover,shoal-flex,shoal-flex-mirror}
+export SHOAL_KERNEL_SERVER=${KINDS:-shoal,shoal-pnfs,shoal-pnfs-grow,shoal-pnfs-mirror,shoal-failover,shoal-flex,shoal-flex-mirror,shoal-flex-ganesha}
 export SHOAL_KERNELS=${KERNELS:-6.1,newest}
 export SHOAL_KERNEL_VERS=${VERS:-4.1,4.2}
 timeout=${TIMEOUT:-150m}

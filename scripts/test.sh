@@ -119,14 +119,16 @@ if [ "$SHOAL_KERNEL" = "1" ]; then
 	# (shoal-pnfs-grow), and a cluster with two copies of every stripe that
 	# loses two of its three data servers under a running dd
 	# (shoal-pnfs-mirror), and a flexfiles export with 2 copies the client
-	# writes itself (shoal-flex). A list of kinds runs in one `go test`, so one
+	# writes itself (shoal-flex), and a flexfiles export whose data servers
+	# are two NFS-Ganesha NFSv3 servers (shoal-flex-ganesha, loosely
+	# coupled, with a fence). A list of kinds runs in one `go test`, so one
 	# JSON file. The MDS-failover kind (shoal-failover: kill -9, SIGSTOP
 	# and step-down of the leading MDS under the mounted client, in
 	# network namespaces) takes 3.5-10 minutes per kernel here and is not in the
 	# default list; SHOAL_KERNEL_SERVER=...,shoal-failover adds it, and
 	# scripts/kernel-matrix.sh runs it on both kernels.
 	kinds=$SHOAL_KERNEL_SERVER
-	[ "$kinds" = shoal ] && kinds=shoal,shoal-pnfs,shoal-pnfs-grow,shoal-pnfs-mirror,shoal-flex
+	[ "$kinds" = shoal ] && kinds=shoal,shoal-pnfs,shoal-pnfs-grow,shoal-pnfs-mirror,shoal-flex,shoal-flex-ganesha
 	SHOAL_KERNELS=6.1 SHOAL_KERNEL_SERVER=$kinds gotestsum --format standard-verbose --jsonfile "$work/kernel.json" -- \
 		-count=1 -timeout 45m ./test/kernel/ || kernel_rc=1
 	step "Linux kernel client in qemu: the newest Debian kernel"
