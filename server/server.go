@@ -158,6 +158,9 @@ type Server struct {
 	// ownData is set when the server opened its data store itself (and so
 	// closes it); a store handed in by the caller stays open.
 	ownData bool
+	// sweep removes data objects no file owns after an unclean start
+	// (sweep.go); nil on a data server.
+	sweep *sweeper
 }
 
 const (
@@ -264,6 +267,7 @@ func New(cfg Config) (*Server, error) {
 		m.Close()
 		return nil, err
 	}
+	s.sweep = newSweeper(s)
 	if cfg.PNFS != nil {
 		s.pnfs = newPNFS(s, cfg.PNFS)
 		s.ops, s.exchangeFlags = mdsOps, nfs4.EXCHGID4_FLAG_USE_PNFS_MDS

@@ -222,6 +222,7 @@ type dataServers struct {
 }
 
 var (
+	_ store.ObjectLister  = lazyBackend{}
 	_ server.DataServers  = (*dataServers)(nil)
 	_ server.FlexLayouter = (*dataServers)(nil)
 	_ server.CopyFailer   = (*dataServers)(nil)
@@ -282,6 +283,15 @@ func (b lazyBackend) StatFS() (uint64, uint64, uint64, error) {
 	return b.d.striped.StatFS()
 }
 func (b lazyBackend) Close() error { return b.d.striped.Close() }
+
+// ListObjects and RemoveObject are the sweep's (store.ObjectLister).
+func (b lazyBackend) ListObjects(ctx context.Context, fn func(place string, inos []uint64) error) error {
+	return b.d.striped.ListObjects(ctx, fn)
+}
+
+func (b lazyBackend) RemoveObject(ctx context.Context, place string, ino uint64) error {
+	return b.d.striped.RemoveObject(ctx, place, ino)
+}
 
 // CopyRange lets the data servers copy for COPY and CLONE (store.Copier).
 func (b lazyBackend) CopyRange(src, dst uint64, srcOff, dstOff, n int64) error {
