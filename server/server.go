@@ -335,6 +335,9 @@ func (s *Server) Close() error {
 	err := s.rpc.Close()
 	s.startOnce.Do(func() { close(s.st.done) }) // never started
 	s.st.stop()
+	if s.sweep != nil {
+		s.sweep.wg.Wait() // stopped with life
+	}
 	s.copies.wait() // stopped with the state's context
 	if ferr := s.cache.flushAll(context.Background()); err == nil {
 		err = ferr

@@ -103,6 +103,8 @@ type sweeper struct {
 	mu      sync.Mutex
 	running bool
 	last    *SweepReport
+	// wg counts the sweeps StartSweep started; Close waits for them.
+	wg sync.WaitGroup
 
 	listed, unowned, removed, failed atomic.Uint64
 	runs, incomplete                 atomic.Uint64
@@ -155,7 +157,10 @@ func (w *sweeper) afterStart(ctx context.Context) {
 		case <-t.C:
 		}
 	}
-	if _, err := w.run(ctx, below, true); err != nil && !errors.Is(err, ErrSweepRunning) && ctx.Err() == nil {
+	if !w.begin() {
+		return // one on demand runs: it covers the mark
+	}
+	if _, err := w.run(ctx, below, true); err != nil && ctx.Err() == nil {
 		w.s.log.Warn("sweep of unowned data objects after an unclean start did not finish; it runs again at the next start", "err", err)
 	}
 }
@@ -167,11 +172,32 @@ func (w *sweeper) afterStart(ctx context.Context) {
 // the engine holds a sweep mark at or below that counter, it clears the
 // mark.
 func (s *Server) SweepUnowned(ctx context.Context) (SweepReport, error) {
-	st, err := s.meta.StatFS(ctx)
-	if err != nil {
-		return SweepReport{}, fmt.Errorf("server: sweep: read the inode counter: %w", err)
+	if !s.sweep.begin() {
+		return SweepReport{}, ErrSweepRunning
 	}
-	return s.sweep.run(ctx, st.NextIno, false)
+	return s.sweep.onDemand(ctx)
+}
+
+// StartSweep runs SweepUnowned in the background, until it ends or the
+// server closes, unless a sweep runs already; it reports whether it
+// started one. LastSweep reports the outcome.
+func (s *Server) StartSweep() bool {
+	if !s.sweep.begin() {
+		return false
+	}
+	s.sweep.wg.Go(func() {
+		if _, err := s.sweep.onDemand(s.life); err != nil && s.life.Err() == nil {
+			s.log.Warn("sweep of unowned data objects", "err", err)
+		}
+	})
+	return true
+}
+
+// Sweeping reports whether a sweep runs.
+func (s *Server) Sweeping() bool {
+	s.sweep.mu.Lock()
+	defer s.sweep.mu.Unlock()
+	return s.sweep.running
 }
 
 // LastSweep reports the last sweep that ended, if any.
@@ -184,21 +210,46 @@ func (s *Server) LastSweep() (SweepReport, bool) {
 	return *s.sweep.last, true
 }
 
-// run sweeps the objects below below. fromMark says below is the engine's
-// sweep mark.
-func (w *sweeper) run(ctx context.Context, below meta.Ino, fromMark bool) (SweepReport, error) {
-	l := w.lister()
-	if l == nil {
-		return SweepReport{}, errors.New("server: sweep: this data backend cannot list its objects")
-	}
+// begin marks a sweep running; false if one runs already.
+func (w *sweeper) begin() bool {
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.running {
-		w.mu.Unlock()
-		return SweepReport{}, ErrSweepRunning
+		return false
 	}
 	w.running = true
+	return true
+}
+
+// onDemand is a begun sweep below the inode counter as it is now.
+func (w *sweeper) onDemand(ctx context.Context) (SweepReport, error) {
+	st, err := w.s.meta.StatFS(ctx)
+	if err != nil {
+		err = fmt.Errorf("server: sweep: read the inode counter: %w", err)
+		w.end(&SweepReport{Started: time.Now(), Ended: time.Now(), Err: err.Error()})
+		return SweepReport{}, err
+	}
+	return w.run(ctx, st.NextIno, false)
+}
+
+func (w *sweeper) end(rep *SweepReport) {
+	w.mu.Lock()
+	w.running = false
+	w.last = rep
 	w.mu.Unlock()
+}
+
+// run sweeps the objects below below; the caller has begun the sweep.
+// fromMark says below is the engine's sweep mark.
+func (w *sweeper) run(ctx context.Context, below meta.Ino, fromMark bool) (SweepReport, error) {
 	rep := SweepReport{Below: below, Started: time.Now()}
+	l := w.lister()
+	if l == nil {
+		err := errors.New("server: sweep: this data backend cannot list its objects")
+		rep.Ended, rep.Err = time.Now(), err.Error()
+		w.end(&rep)
+		return rep, err
+	}
 	w.s.log.Info("sweeping data objects no file owns", "below", uint64(below), "after_crash", fromMark)
 	err := w.sweep(ctx, l, below, &rep)
 	rep.Ended = time.Now()
@@ -225,10 +276,7 @@ func (w *sweeper) run(ctx context.Context, below meta.Ino, fromMark bool) (Sweep
 	} else {
 		w.s.log.Info("swept data objects no file owns", args...)
 	}
-	w.mu.Lock()
-	w.running = false
-	w.last = &rep
-	w.mu.Unlock()
+	w.end(&rep)
 	return rep, err
 }
 

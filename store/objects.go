@@ -2,7 +2,9 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -104,4 +106,27 @@ func (l *Local) Page(after uint64, max int) (inos []uint64, eof bool, err error)
 		}
 	}
 	return inos, true, nil
+}
+
+// RemoveLocal removes the object ino (and its checksum sidecar) from the
+// store NewLocal(dir) would open, without opening it, and syncs its
+// folder: for the offline repair of a stopped server's directory
+// (`shoal admin fsck --repair`). A missing object is not an error.
+func RemoveLocal(dir string, ino uint64) error {
+	sub := filepath.Join(dir, "data", fmt.Sprintf("%02x", ino&0xff))
+	name := filepath.Join(sub, strconv.FormatUint(ino, 10))
+	for _, p := range []string{name + sidecarExt, name} {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("store: remove %d: %w", ino, err)
+		}
+	}
+	d, err := os.Open(sub)
+	if err != nil {
+		return fmt.Errorf("store: remove %d: %w", ino, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("store: remove %d: sync folder: %w", ino, err)
+	}
+	return nil
 }

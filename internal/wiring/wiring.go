@@ -284,6 +284,22 @@ func (b lazyBackend) StatFS() (uint64, uint64, uint64, error) {
 }
 func (b lazyBackend) Close() error { return b.d.striped.Close() }
 
+// serverSweep is the server's sweep of unowned data objects as the
+// cluster's administration runs it.
+type serverSweep struct{ s *server.Server }
+
+var _ cluster.Sweeper = serverSweep{}
+
+func (w serverSweep) StartSweep() bool { return w.s.StartSweep() }
+
+func (w serverSweep) SweepState() cluster.SweepState {
+	st := cluster.SweepState{Running: w.s.Sweeping()}
+	if rep, ok := w.s.LastSweep(); ok {
+		st.Last, _ = json.Marshal(rep)
+	}
+	return st
+}
+
 // ListObjects and RemoveObject are the sweep's (store.ObjectLister).
 func (b lazyBackend) ListObjects(ctx context.Context, fn func(place string, inos []uint64) error) error {
 	return b.d.striped.ListObjects(ctx, fn)
@@ -436,7 +452,7 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 	}
 	m.Admin = cluster.NewAdmin(cluster.AdminConfig{
 		Registry: m.Registry, Striped: m.Striped, Hold: srv.HoldLayouts, FileSize: srv.FileSize,
-		Policy: policies, HealRate: cfg.HealRate, HealInterval: cfg.HealInterval, HA: ha,
+		Policy: policies, HealRate: cfg.HealRate, HealInterval: cfg.HealInterval, HA: ha, Sweep: serverSweep{srv},
 		Logger: cfg.Logger.With("role", "admin"),
 	})
 	m.Registry.SetAdmin(m.Admin)
