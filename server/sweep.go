@@ -294,6 +294,12 @@ func (w *sweeper) clearMark(ctx context.Context, below meta.Ino) error {
 // by page.
 func (w *sweeper) sweep(ctx context.Context, l store.ObjectLister, below meta.Ino, rep *SweepReport) error {
 	var failures []error
+	// A local store's unlinks reach the disk with the file system's next
+	// journal commit: they are made durable before the sweep counts as
+	// complete (and its mark is cleared), or a crash right after could
+	// bring the objects back with nothing left to sweep them.
+	rs, _ := l.(store.RemoveSyncer)
+	var removed []uint64
 	err := l.ListObjects(ctx, func(place string, page []uint64) error {
 		if err := w.check.WaitN(ctx, min(len(page), w.check.Burst())); err != nil {
 			return err
@@ -332,12 +338,20 @@ func (w *sweeper) sweep(ctx context.Context, l store.ObjectLister, below meta.In
 			}
 			rep.Removed++
 			w.removed.Add(1)
+			if rs != nil {
+				removed = append(removed, uint64(ino))
+			}
 			w.s.log.Debug("removed a data object no file owns", "ino", uint64(ino), "place", place)
 		}
 		return nil
 	})
 	if len(failures) > 0 {
 		w.s.log.Warn("sweep: removing unowned data objects", "failed", rep.Failed, "first_errors", errors.Join(failures...))
+	}
+	if len(removed) > 0 {
+		if serr := rs.SyncRemoved(removed); serr != nil && err == nil {
+			err = fmt.Errorf("server: sweep: sync removals: %w", serr)
+		}
 	}
 	return err
 }
