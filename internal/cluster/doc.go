@@ -69,7 +69,7 @@
 // REGISTER carries the DS's protocol revision and the MDS answers a revision
 // it does not speak with CTL_ERR_VERSION and the range it does; the agent
 // then stops (ErrVersion) rather than retrying forever. The current
-// revision is 6 (spec/control.x lists what each brought) and the MDS
+// revision is 8 (spec/control.x lists what each brought) and the MDS
 // speaks only it, so MDS and DSes must be upgraded together.
 //
 // # Membership and stripe maps
