@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -94,6 +95,9 @@ type SweepReport struct {
 // ErrSweepRunning is returned by SweepUnowned while a sweep runs.
 var ErrSweepRunning = errors.New("server: a sweep of unowned data objects is running")
 
+// errNoSweep: a data server has no namespace to sweep against.
+var errNoSweep = errors.New("server: a data server does not sweep")
+
 // sweeper runs the sweeps of a metadata server.
 type sweeper struct {
 	s *Server
@@ -172,6 +176,9 @@ func (w *sweeper) afterStart(ctx context.Context) {
 // the engine holds a sweep mark at or below that counter, it clears the
 // mark.
 func (s *Server) SweepUnowned(ctx context.Context) (SweepReport, error) {
+	if s.sweep == nil {
+		return SweepReport{}, errNoSweep
+	}
 	if !s.sweep.begin() {
 		return SweepReport{}, ErrSweepRunning
 	}
@@ -182,7 +189,7 @@ func (s *Server) SweepUnowned(ctx context.Context) (SweepReport, error) {
 // server closes, unless a sweep runs already; it reports whether it
 // started one. LastSweep reports the outcome.
 func (s *Server) StartSweep() bool {
-	if !s.sweep.begin() {
+	if s.sweep == nil || !s.sweep.begin() {
 		return false
 	}
 	s.sweep.wg.Go(func() {
@@ -195,6 +202,9 @@ func (s *Server) StartSweep() bool {
 
 // Sweeping reports whether a sweep runs.
 func (s *Server) Sweeping() bool {
+	if s.sweep == nil {
+		return false
+	}
 	s.sweep.mu.Lock()
 	defer s.sweep.mu.Unlock()
 	return s.sweep.running
@@ -202,6 +212,9 @@ func (s *Server) Sweeping() bool {
 
 // LastSweep reports the last sweep that ended, if any.
 func (s *Server) LastSweep() (SweepReport, bool) {
+	if s.sweep == nil {
+		return SweepReport{}, false
+	}
 	s.sweep.mu.Lock()
 	defer s.sweep.mu.Unlock()
 	if s.sweep.last == nil {
@@ -293,67 +306,94 @@ func (w *sweeper) clearMark(ctx context.Context, below meta.Ino) error {
 // sweep lists the objects and removes the unowned ones below below, page
 // by page.
 func (w *sweeper) sweep(ctx context.Context, l store.ObjectLister, below meta.Ino, rep *SweepReport) error {
-	var failures []error
+	r := &sweepRun{w: w, l: l, below: below, rep: rep}
 	// A local store's unlinks reach the disk with the file system's next
 	// journal commit: they are made durable before the sweep counts as
 	// complete (and its mark is cleared), or a crash right after could
 	// bring the objects back with nothing left to sweep them.
-	rs, _ := l.(store.RemoveSyncer)
-	var removed []uint64
+	r.rs, _ = l.(store.RemoveSyncer)
 	err := l.ListObjects(ctx, func(place string, page []uint64) error {
-		if err := w.check.WaitN(ctx, min(len(page), w.check.Burst())); err != nil {
-			return err
-		}
-		rep.Listed += uint64(len(page))
-		w.listed.Add(uint64(len(page)))
-		var cand []meta.Ino
-		for _, ino := range page {
-			if meta.Ino(ino) < below {
-				cand = append(cand, meta.Ino(ino))
-			}
-		}
-		if len(cand) == 0 {
-			return nil
-		}
-		gone, err := meta.Unowned(ctx, w.s.meta, cand)
-		if err != nil {
-			return err
-		}
-		rep.Unowned += uint64(len(gone))
-		w.unowned.Add(uint64(len(gone)))
-		for _, ino := range gone {
-			if err := w.remove.Wait(ctx); err != nil {
+		// A data server's page (cluster.listPage) is larger than the
+		// limiter's burst: it is checked in chunks, one metadata
+		// snapshot each (any snapshot after the start will do: see
+		// the rule).
+		for chunk := range slices.Chunk(page, store.ListPage) {
+			if err := w.check.WaitN(ctx, len(chunk)); err != nil {
 				return err
 			}
-			rctx, cancel := context.WithTimeout(ctx, sweepCall)
-			err := l.RemoveObject(rctx, place, uint64(ino))
-			cancel()
-			if err != nil {
-				rep.Failed++
-				w.failed.Add(1)
-				if len(failures) < 10 {
-					failures = append(failures, err)
-				}
-				continue
+			if err := r.page(ctx, place, chunk); err != nil {
+				return err
 			}
-			rep.Removed++
-			w.removed.Add(1)
-			if rs != nil {
-				removed = append(removed, uint64(ino))
-			}
-			w.s.log.Debug("removed a data object no file owns", "ino", uint64(ino), "place", place)
 		}
 		return nil
 	})
-	if len(failures) > 0 {
-		w.s.log.Warn("sweep: removing unowned data objects", "failed", rep.Failed, "first_errors", errors.Join(failures...))
+	if len(r.failures) > 0 {
+		w.s.log.Warn("sweep: removing unowned data objects", "failed", rep.Failed, "first_errors", errors.Join(r.failures...))
 	}
-	if len(removed) > 0 {
-		if serr := rs.SyncRemoved(removed); serr != nil && err == nil {
+	if len(r.removed) > 0 {
+		if serr := r.rs.SyncRemoved(r.removed); serr != nil && err == nil {
 			err = fmt.Errorf("server: sweep: sync removals: %w", serr)
 		}
 	}
 	return err
+}
+
+// sweepRun is one sweep's state.
+type sweepRun struct {
+	w     *sweeper
+	l     store.ObjectLister
+	below meta.Ino
+	rep   *SweepReport
+	// rs, if the store needs it, makes removed's removals durable.
+	rs       store.RemoveSyncer
+	removed  []uint64
+	failures []error // the first few
+}
+
+// page checks a chunk of the objects listed at place against the
+// metadata and removes those below the mark that no file owns.
+func (r *sweepRun) page(ctx context.Context, place string, page []uint64) error {
+	w, rep := r.w, r.rep
+	rep.Listed += uint64(len(page))
+	w.listed.Add(uint64(len(page)))
+	var cand []meta.Ino
+	for _, ino := range page {
+		if meta.Ino(ino) < r.below {
+			cand = append(cand, meta.Ino(ino))
+		}
+	}
+	if len(cand) == 0 {
+		return nil
+	}
+	gone, err := meta.Unowned(ctx, w.s.meta, cand)
+	if err != nil {
+		return err
+	}
+	rep.Unowned += uint64(len(gone))
+	w.unowned.Add(uint64(len(gone)))
+	for _, ino := range gone {
+		if err := w.remove.Wait(ctx); err != nil {
+			return err
+		}
+		rctx, cancel := context.WithTimeout(ctx, sweepCall)
+		err := r.l.RemoveObject(rctx, place, uint64(ino))
+		cancel()
+		if err != nil {
+			rep.Failed++
+			w.failed.Add(1)
+			if len(r.failures) < 10 {
+				r.failures = append(r.failures, err)
+			}
+			continue
+		}
+		rep.Removed++
+		w.removed.Add(1)
+		if r.rs != nil {
+			r.removed = append(r.removed, uint64(ino))
+		}
+		w.s.log.Debug("removed a data object no file owns", "ino", uint64(ino), "place", place)
+	}
+	return nil
 }
 
 // sweepCollector exports the sweeps' counters.
