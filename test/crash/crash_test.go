@@ -63,15 +63,16 @@ type row struct {
 	// LeakedObjects counts the data objects fsck found unreferenced that
 	// belong to creates a crash took back (async mode only).
 	LeakedObjects int     `json:"leaked_data_objects"`
-	// Swept is true when the server completed its sweep of data objects
-	// no file owns in the boot this round ran in, before the kill: no
-	// object of an earlier round's lost creates may be left then.
-	Swept bool `json:"swept"`
 	FsckOK        bool    `json:"fsck_ok"`
 	Inodes        uint64  `json:"inodes"`
 	BootS         float64 `json:"boot_to_serving_s"`
 	Result        string  `json:"result"` // pass, fail
 	Detail        string  `json:"detail,omitempty"`
+
+	// Swept is true when the server completed its sweep of data objects
+	// no file owns in the boot this round ran in, before the kill: no
+	// object of an earlier round's lost creates may be left then.
+	Swept bool `json:"swept"`
 }
 
 var (

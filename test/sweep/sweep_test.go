@@ -346,4 +346,3 @@ func mapKeys(m map[string][]byte) func(func(string) bool) {
 		}
 	}
 }
-
