@@ -101,7 +101,8 @@ var errNoSweep = errors.New("server: a data server does not sweep")
 // sweeper runs the sweeps of a metadata server.
 type sweeper struct {
 	s *Server
-	// check and remove pace the sweep (tests make them faster).
+	// check and remove pace the sweep: objects checked and removed a
+	// second (sweepCheckRate, sweepRemoveRate).
 	check, remove *rate.Limiter
 
 	mu      sync.Mutex
@@ -148,10 +149,10 @@ func (w *sweeper) afterStart(ctx context.Context) {
 		return
 	}
 	if w.lister() == nil {
-		w.s.log.Warn("the last run ended uncleanly, but this data backend cannot list its objects: not sweeping", "below", uint64(below))
+		w.s.log.Warn("a sweep of data objects no file owns is pending, but this data backend cannot list its objects: not sweeping", "below", uint64(below))
 		return
 	}
-	w.s.log.Info("the last run did not shut down cleanly: data objects no file owns will be swept after the grace period", "below", uint64(below))
+	w.s.log.Info("a sweep of data objects no file owns is pending (a run ended uncleanly): it starts after the grace period", "below", uint64(below))
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for w.s.st.m.InGrace() {
