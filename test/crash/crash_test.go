@@ -700,6 +700,8 @@ func writeOps(t *testing.T, path string, rs *roundState) {
 // that no file owns is left.
 func finalSweep(t *testing.T, v *vm, img images, disk, dir string, params map[string]string) {
 	t.Helper()
+	start := time.Now()
+	defer func() { t.Logf("async: the check of the last sweep took %.1f s", time.Since(start).Seconds()) }()
 	err := v.waitSwept(5 * time.Minute)
 	v.kill()
 	if err != nil {
