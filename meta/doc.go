@@ -187,7 +187,11 @@
 // fsck --dir` runs it offline. Every change being one transaction, and
 // recovery keeping a prefix of them, a database that only crashes
 // happened to must always pass: the machine-crash harness (test/crash)
-// cuts the power under a running server and checks that it does.
+// cuts the power under a running server and checks that it does. The one
+// exception is outside the namespace: a create answered under Deferred
+// and lost can leave its file's data object, which Check reports; an
+// unclean open sets the sweep mark (sweep.go) so that the server sweeps
+// such objects (SweepMark, Unowned).
 //
 // # The read cache
 //

@@ -377,14 +377,20 @@ func (e *kvEngine) update(ctx context.Context, fn func(x *tx) error) error {
 	return e.kv.Update(run)
 }
 
-// skipInodes advances the inode counter by n, durably (see walKV.inoGap).
+// skipInodes advances the inode counter by n, durably (see walKV.inoGap),
+// and sets the sweep mark.
 func (e *kvEngine) skipInodes(ctx context.Context, n uint64) error {
 	return e.update(ctx, func(x *tx) error {
 		next, err := x.counter(keyNextIno)
 		if err != nil {
 			return err
 		}
-		return x.t.Put(keyNextIno, be.AppendUint64(nil, next+n))
+		if err := x.t.Put(keyNextIno, be.AppendUint64(nil, next+n)); err != nil {
+			return err
+		}
+		// Data objects of the creates that can have been lost are below
+		// the new counter: the sweep's mark (sweep.go).
+		return x.markSweep(next + n)
 	})
 }
 

@@ -51,15 +51,19 @@ except (OSError, ValueError) as e:
 rows = rows or []
 # fsck: ok (nothing found), leaks (only data objects of creates a crash
 # took back, async mode), BAD (anything else). leaked: such objects on
-# the disk at that boot, earlier rounds' included.
-print(f"{'mode':8} {'round':>5} {'kill s':>6} {'sent':>5} {'acked':>5} {'lost':>4} {'oldest lost ms':>14} {'in flight':>9} {'leaked':>6} {'fsck':>5} {'inodes':>6} {'boot s':>6}  result")
+# the disk at that boot, earlier rounds' included unless the server's
+# sweep of objects no file owns completed in the boot the round ran in
+# (swept: y; "-" in runs from before the sweep existed).
+print(f"{'mode':8} {'round':>5} {'kill s':>6} {'sent':>5} {'acked':>5} {'lost':>4} {'oldest lost ms':>14} {'in flight':>9} {'leaked':>6} {'swept':>5} {'fsck':>5} {'inodes':>6} {'boot s':>6}  result")
+def swept(r):
+    return "-" if "swept" not in r else ("y" if r["swept"] else "n")
 def fsck(r):
     if r["fsck_ok"]:
         return "ok"
     return "leaks" if r["result"] == "pass" and r["leaked_data_objects"] > 0 else "BAD"
 for r in rows:
     print(f"{r['mode']:8} {r['round']:5} {r['kill_after_s']:6.1f} {r['ops_sent']:5} {r['ops_acked']:5} {r['acked_ops_lost']:4} "
-          f"{r['max_lost_age_ms']:14.0f} {r['in_flight_found']:9} {r['leaked_data_objects']:6} {fsck(r):>5} "
+          f"{r['max_lost_age_ms']:14.0f} {r['in_flight_found']:9} {r['leaked_data_objects']:6} {swept(r):>5} {fsck(r):>5} "
           f"{r['inodes']:6} {r['boot_to_serving_s']:6.1f}  {r['result']}{(': ' + r['detail'][:160]) if r.get('detail') else ''}")
 print()
 for mode in dict.fromkeys(r["mode"] for r in rows):
@@ -72,7 +76,8 @@ for mode in dict.fromkeys(r["mode"] for r in rows):
     leaked = rs[-1]["leaked_data_objects"] if rs else 0
     print(f"{mode}: {passed}/{len(rs)} rounds passed; {acked} changes acknowledged, {lost} of them lost in {withloss} rounds, "
           f"the oldest acknowledged {worst:.0f} ms before its kill; fsck found nothing in {sum(r['fsck_ok'] for r in rs)}, "
-          f"only data objects of lost creates in {sum(fsck(r) == 'leaks' for r in rs)} ({leaked} such objects at the end)")
+          f"only data objects of lost creates in {sum(fsck(r) == 'leaks' for r in rs)} ({leaked} such objects at the end); "
+          f"a complete sweep before the kill in {sum(bool(r.get('swept')) for r in rs)}")
 PY
 grep -E -- '--- (FAIL|PASS)|caught the loss' "$out/test.log" | cut -c1-300 || true
 echo "crash-bench: $(( $(date +%s) - start )) s, load $(cut -d' ' -f1-3 /proc/loadavg), exit $rc"

@@ -197,7 +197,10 @@
 // async export) the reply does not wait, and the log is synced within
 // Config.CommitInterval: a crash of the machine may lose the changes of
 // that last interval (never the namespace's consistency), a crash of the
-// process none; COMMIT, stable WRITEs and LAYOUTCOMMIT still wait. Data is durable after
+// process none; COMMIT, stable WRITEs and LAYOUTCOMMIT still wait. A
+// create lost that way can leave the data its client wrote: after an
+// unclean start the server sweeps the data objects no file owns
+// (sweep.go). Data is durable after
 // COMMIT or a FILE_SYNC/DATA_SYNC WRITE; the write verifier changes on every
 // start so clients resend UNSTABLE data the server may have lost. Confirmed
 // client records are persisted, and after a restart the server is in grace

@@ -234,5 +234,11 @@ func (s *Server) registerMetrics() error {
 	if s.cfg.Metrics == nil {
 		return nil
 	}
-	return s.cfg.Metrics.Register(newCollector(s, s.cfg.MetricLabels))
+	if err := s.cfg.Metrics.Register(newCollector(s, s.cfg.MetricLabels)); err != nil {
+		return err
+	}
+	if s.sweep != nil {
+		return s.cfg.Metrics.Register(newSweepCollector(s.sweep, s.cfg.MetricLabels))
+	}
+	return nil
 }

@@ -160,6 +160,9 @@ type Server struct {
 	// ownData is set when the server opened its data store itself (and so
 	// closes it); a store handed in by the caller stays open.
 	ownData bool
+	// sweep removes data objects no file owns after an unclean start
+	// (sweep.go); nil on a data server.
+	sweep *sweeper
 }
 
 const (
@@ -266,6 +269,7 @@ func New(cfg Config) (*Server, error) {
 		m.Close()
 		return nil, err
 	}
+	s.sweep = newSweeper(s)
 	if cfg.PNFS != nil {
 		s.pnfs = newPNFS(s, cfg.PNFS)
 		s.ops, s.exchangeFlags = mdsOps, nfs4.EXCHGID4_FLAG_USE_PNFS_MDS
@@ -333,6 +337,9 @@ func (s *Server) Close() error {
 	err := s.rpc.Close()
 	s.startOnce.Do(func() { close(s.st.done) }) // never started
 	s.st.stop()
+	if s.sweep != nil {
+		s.sweep.wg.Wait() // stopped with life
+	}
 	s.copies.wait() // stopped with the state's context
 	if ferr := s.cache.flushAll(context.Background()); err == nil {
 		err = ferr

@@ -165,6 +165,14 @@ func (g *stateGlue) run() {
 		g.s.replays.run(g.ctx)
 	}()
 	defer func() { <-replaysDone }()
+	if g.s.sweep != nil {
+		sweepDone := make(chan struct{})
+		go func() {
+			defer close(sweepDone)
+			g.s.sweep.afterStart(g.ctx)
+		}()
+		defer func() { <-sweepDone }()
+	}
 	g.orphans.sweep()
 	for {
 		select {

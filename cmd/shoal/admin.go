@@ -64,7 +64,7 @@ command presents the cluster's join secret (--join-secret-file), except
 fsck, which checks a stopped server's directory offline.`,
 	}
 	cmd.AddCommand(newAdminStatusCmd(), newAdminDrainCmd(), newAdminRemoveCmd(), newAdminRebalanceCmd(), newAdminCancelCmd(),
-		newAdminPolicyCmd(), newAdminScrubCmd(), newAdminStepDownCmd(), newAdminFsckCmd(), newAdminFenceFileCmd())
+		newAdminPolicyCmd(), newAdminScrubCmd(), newAdminStepDownCmd(), newAdminFsckCmd(), newAdminFenceFileCmd(), newAdminSweepCmd())
 	return cmd
 }
 

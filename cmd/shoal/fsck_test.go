@@ -60,6 +60,21 @@ func TestAdminFsck(t *testing.T) {
 	if err := run("--dir", dir, "--json"); !errors.As(err, &ee) || ee.code != exitInconsistent {
 		t.Fatalf("data object of no inode: %v, want exit status %d", err, exitInconsistent)
 	}
+	// --repair removes the object no file owns, keeps the file's, and
+	// the directory is consistent again.
+	if err := run("--dir", dir, "--repair"); err != nil {
+		t.Fatalf("--repair: %v", err)
+	}
+	objs, err := dataObjects(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 1 || objs[0] != n.Ino {
+		t.Fatalf("after --repair the data objects are %v, want only %d", objs, n.Ino)
+	}
+	if err := run("--dir", dir); err != nil {
+		t.Fatalf("after --repair: %v", err)
+	}
 	if err := run("--dir", t.TempDir()); err == nil || errors.As(err, &ee) {
 		t.Fatalf("directory without a database: %v", err)
 	}

@@ -49,7 +49,10 @@ type AdminConfig struct {
 	// HA, if set, is the metadata servers' election (an MDS on etcd):
 	// status lists the MDS nodes, and `shoal admin step-down` hands
 	// leadership over. Nil: one MDS, and step-down is refused.
-	HA     HA
+	HA HA
+	// Sweep, if set, runs the sweep of data objects no file owns
+	// (`shoal admin sweep`); nil: the command is refused.
+	Sweep  Sweeper
 	Logger *slog.Logger
 }
 
@@ -273,6 +276,10 @@ func (a *Admin) Admin(ctx context.Context, command string, request []byte) ([]by
 		out, err = a.Remove(ctx, req.DS, req.Force)
 	case "fence-file":
 		out, err = a.fenceFile(ctx, req.Path)
+	case "sweep":
+		out, err = a.sweep(true)
+	case "sweep-status":
+		out, err = a.sweep(false)
 	case "step-down":
 		if a.cfg.HA == nil {
 			return nil, fmt.Errorf("cluster: step-down: this MDS is not elected (its metadata is not on etcd): %w", errInval)

@@ -115,6 +115,7 @@ var ctlProcs = map[uint32]procDef{
 	ctlproto.CTLPROC_OBJ_COPY:     mdsToDS((*Agent).serveObjCopy),
 	ctlproto.CTLPROC_OBJ_GETSIZE:  mdsToDS((*Agent).serveObjGetsize),
 	ctlproto.CTLPROC_OBJ_SUM:      mdsToDS((*Agent).serveObjSum),
+	ctlproto.CTLPROC_OBJ_LIST:     mdsToDS((*Agent).serveObjList),
 	ctlproto.CTLPROC_FENCE:        mdsToDS((*Agent).serveFence),
 	ctlproto.CTLPROC_UNFENCE:      mdsToDS((*Agent).serveUnfence),
 	ctlproto.CTLPROC_MAP_CHANGED:  mdsToDS((*Agent).serveMapChanged),

@@ -47,6 +47,7 @@
 //	OBJ_ALLOCATE   MDS→DS    ino, offset, length, one position's extents → status
 //	OBJ_SEEK       MDS→DS    ino, offset, data or hole, one position's extents → found, offset
 //	OBJ_COPY       MDS→DS    source and destination ino and offset, length, stable, one position's extents → status
+//	OBJ_LIST       MDS→DS    after, count → a page of the DS's object names, eof (the sweep of objects no file owns)
 //	MAP            DS→MDS    ino → the file's stripe map and its members' addresses
 //	MAP_CHANGED    MDS→DS    ino → status (drop the cached map)
 //	REPLICA_FAILED DS→MDS    ino, gen, id → the map with id marked stale
@@ -68,7 +69,7 @@
 // REGISTER carries the DS's protocol revision and the MDS answers a revision
 // it does not speak with CTL_ERR_VERSION and the range it does; the agent
 // then stops (ErrVersion) rather than retrying forever. The current
-// revision is 6 (spec/control.x lists what each brought) and the MDS
+// revision is 8 (spec/control.x lists what each brought) and the MDS
 // speaks only it, so MDS and DSes must be upgraded together.
 //
 // # Membership and stripe maps

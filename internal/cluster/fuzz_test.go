@@ -44,6 +44,8 @@ func FuzzControlCall(f *testing.F) {
 		{ctlproto.CTLPROC_OBJ_COPY, &ctlproto.CtlCopyArgs{SrcIno: 1, DstIno: 2, SrcOffset: 4096, DstOffset: 8192, Length: 12288,
 			Stable: true, Extents: ctlproto.CtlExtents{Unit: 4096, Stride: 8192}}},
 		{ctlproto.CTLPROC_OBJ_COPY, &ctlproto.CtlCopyArgs{SrcIno: 1, DstIno: 1, Length: 10, DstOffset: 5}},
+		{ctlproto.CTLPROC_OBJ_LIST, &ctlproto.CtlListArgs{After: 0, Count: 100}},
+		{ctlproto.CTLPROC_OBJ_LIST, &ctlproto.CtlListArgs{After: 1<<40 + 3, Count: 1 << 31}},
 		{ctlproto.CTLPROC_FILE_SIZE, &ctlproto.CtlInoArgs{Ino: 1}},
 		{ctlproto.CTLPROC_ADMIN, &ctlproto.CtlAdminArgs{Token: testSecret, Command: "status", Request: []byte("{}")}},
 		{ctlproto.CTLPROC_ADMIN, &ctlproto.CtlAdminArgs{Token: []byte("wrong"), Command: "drain", Request: []byte(`{"id":"ds"}`)}},

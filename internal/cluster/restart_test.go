@@ -214,18 +214,19 @@ func TestProtocolVersions(t *testing.T) {
 	}
 	defer conn.Close()
 
-	// The MDS speaks revision 7 only: revision 6 has no terms (failover),
+	// The MDS speaks revision 8 only: revision 7 has no OBJ_LIST (the
+	// sweep of objects no file owns), revision 6 no terms (failover),
 	// revision 5 no OBJ_ALLOCATE and OBJ_SEEK, revision 4 no I/O counters
 	// in HEARTBEAT, revision 3 no replicated stripes, revision 2 stripe
 	// indexes and no cluster id.
-	for _, rev := range []uint32{0, 1, 2, 3, 4, 5, 6, 8, 99} {
+	for _, rev := range []uint32{0, 1, 2, 3, 4, 5, 6, 7, 9, 99} {
 		var res ctlproto.CtlRegisterRes
 		err = call(ctx, conn, ctlproto.CTLPROC_REGISTER, &ctlproto.CtlRegisterArgs{Revision: rev, Token: testSecret, DsId: "x"}, &res)
 		if err != nil {
 			t.Fatalf("REGISTER revision %d: %v", rev, err)
 		}
-		if res.Status != ctlproto.CTL_ERR_VERSION || res.Versions == nil || res.Versions.Low != 7 || res.Versions.High != 7 {
-			t.Errorf("REGISTER revision %d: %+v, want CTL_ERR_VERSION 7..7", rev, res)
+		if res.Status != ctlproto.CTL_ERR_VERSION || res.Versions == nil || res.Versions.Low != 8 || res.Versions.High != 8 {
+			t.Errorf("REGISTER revision %d: %+v, want CTL_ERR_VERSION 8..8", rev, res)
 		}
 	}
 	if n := len(tc.reg.DataServers()); n != 0 {

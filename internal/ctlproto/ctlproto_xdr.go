@@ -8,7 +8,7 @@ import (
 	"github.com/shoalfs/shoal/internal/xdr"
 )
 
-const CTL_VERSION = 7
+const CTL_VERSION = 8
 
 const CTL_MAX_ID = 255
 
@@ -1198,6 +1198,92 @@ func (v *CtlCopyArgs) DecodeXDR(d *xdr.Decoder) {
 	v.Extents.DecodeXDR(d)
 }
 
+const CTL_MAX_LIST = 16384
+
+// CtlListArgs is the XDR struct ctl_list_args.
+type CtlListArgs struct {
+	After uint64
+	Count uint32
+}
+
+// EncodeXDR implements xdr.Marshaler.
+func (v *CtlListArgs) EncodeXDR(e *xdr.Encoder) {
+	e.Uint64(v.After)
+	e.Uint32(v.Count)
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlListArgs) DecodeXDR(d *xdr.Decoder) {
+	v.After = d.Uint64()
+	v.Count = d.Uint32()
+}
+
+// CtlListOk is the XDR struct ctl_list_ok.
+type CtlListOk struct {
+	Inos []uint64
+	Eof  bool
+}
+
+// EncodeXDR implements xdr.Marshaler.
+func (v *CtlListOk) EncodeXDR(e *xdr.Encoder) {
+	e.Uint32(uint32(len(v.Inos)))
+	for i0 := range v.Inos {
+		e.Uint64(v.Inos[i0])
+	}
+	e.Bool(v.Eof)
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlListOk) DecodeXDR(d *xdr.Decoder) {
+	if n0 := d.ArrayLen(CTL_MAX_LIST, 8); n0 > 0 {
+		v.Inos = make([]uint64, n0)
+		for i0 := range v.Inos {
+			if d.Err() != nil {
+				break
+			}
+			v.Inos[i0] = d.Uint64()
+		}
+	} else {
+		v.Inos = nil
+	}
+	v.Eof = d.Bool()
+}
+
+// CtlListRes is the XDR union ctl_list_res. Only the field selected by Status is used.
+type CtlListRes struct {
+	Status CtlStatus
+	Ok     *CtlListOk
+}
+
+// EncodeXDR implements xdr.Marshaler. A nil arm encodes as its zero value.
+func (v *CtlListRes) EncodeXDR(e *xdr.Encoder) {
+	e.Int32(int32(v.Status))
+	switch v.Status {
+	case CTL_OK:
+		x := v.Ok
+		if x == nil {
+			x = new(CtlListOk)
+		}
+		x.EncodeXDR(e)
+	default:
+	}
+}
+
+// DecodeXDR implements xdr.Unmarshaler.
+func (v *CtlListRes) DecodeXDR(d *xdr.Decoder) {
+	*v = CtlListRes{}
+	v.Status = CtlStatus(d.Int32())
+	if d.Err() != nil {
+		return
+	}
+	switch v.Status {
+	case CTL_OK:
+		v.Ok = new(CtlListOk)
+		v.Ok.DecodeXDR(d)
+	default:
+	}
+}
+
 // Program SHOAL_CONTROL and its version and procedure numbers.
 const (
 	SHOAL_CONTROL          = 0x2E5A0001
@@ -1227,4 +1313,5 @@ const (
 	CTLPROC_OBJ_ALLOCATE   = 22
 	CTLPROC_OBJ_SEEK       = 23
 	CTLPROC_OBJ_COPY       = 24
+	CTLPROC_OBJ_LIST       = 25
 )

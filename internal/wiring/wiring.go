@@ -231,6 +231,7 @@ type dataServers struct {
 }
 
 var (
+	_ store.ObjectLister  = lazyBackend{}
 	_ server.DataServers  = (*dataServers)(nil)
 	_ server.FlexLayouter = (*dataServers)(nil)
 	_ server.CopyFailer   = (*dataServers)(nil)
@@ -291,6 +292,31 @@ func (b lazyBackend) StatFS() (uint64, uint64, uint64, error) {
 	return b.d.striped.StatFS()
 }
 func (b lazyBackend) Close() error { return b.d.striped.Close() }
+
+// serverSweep is the server's sweep of unowned data objects as the
+// cluster's administration runs it.
+type serverSweep struct{ s *server.Server }
+
+var _ cluster.Sweeper = serverSweep{}
+
+func (w serverSweep) StartSweep() bool { return w.s.StartSweep() }
+
+func (w serverSweep) SweepState() cluster.SweepState {
+	st := cluster.SweepState{Running: w.s.Sweeping()}
+	if rep, ok := w.s.LastSweep(); ok {
+		st.Last, _ = json.Marshal(rep)
+	}
+	return st
+}
+
+// ListObjects and RemoveObject are the sweep's (store.ObjectLister).
+func (b lazyBackend) ListObjects(ctx context.Context, fn func(place string, inos []uint64) error) error {
+	return b.d.striped.ListObjects(ctx, fn)
+}
+
+func (b lazyBackend) RemoveObject(ctx context.Context, place string, ino uint64) error {
+	return b.d.striped.RemoveObject(ctx, place, ino)
+}
 
 // CopyRange lets the data servers copy for COPY and CLONE (store.Copier).
 func (b lazyBackend) CopyRange(src, dst uint64, srcOff, dstOff, n int64) error {
@@ -445,7 +471,7 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 	}
 	m.Admin = cluster.NewAdmin(cluster.AdminConfig{
 		Registry: m.Registry, Striped: m.Striped, Hold: srv.HoldLayouts, FileSize: srv.FileSize,
-		Policy: policies, HealRate: cfg.HealRate, HealInterval: cfg.HealInterval, HA: ha,
+		Policy: policies, HealRate: cfg.HealRate, HealInterval: cfg.HealInterval, HA: ha, Sweep: serverSweep{srv},
 		Logger: cfg.Logger.With("role", "admin"), FenceFile: m.fenceFile(policies),
 	})
 	m.Registry.SetAdmin(m.Admin)

@@ -7,6 +7,8 @@
 #   FSCK-JSON {...}   fsck's report (boots after the first)
 #   FSCK-RC n         its exit status (0 consistent, 4 problems, 1 no open)
 #   SERVE-START       shoal serve is starting
+#   SWEEP-DONE ...    its sweep of data objects no file owns completed
+#   SWEEP-INCOMPLETE ...  or did not
 # Settings (kernel command line): t_sync=true|false, t_interval=100ms,
 # t_lease=15s, t_skipfsync=1 (only with a shoal_crashtest binary).
 /bin/busybox mkdir -p /proc /sys /dev /tmp
@@ -44,7 +46,19 @@ if [ -f /disk/shoal/meta.db ]; then
 fi
 [ "${t_skipfsync:-0}" = 1 ] && export SHOAL_TEST_SKIP_WAL_FSYNC=1
 echo "SERVE-START"
-/bin/shoal --log-level warn serve --listen 0.0.0.0:2049 --dir /disk/shoal --no-root-squash \
-	--delegations=false --lease "${t_lease:-15s}" --sync="${t_sync:-true}" --commit-interval "${t_interval:-100ms}"
-echo "SERVE-EXIT $?"
+# The server logs at info level through a filter that passes its
+# warnings and errors and turns the end of its sweep of data objects no
+# file owns (after an unclean start, once the grace period is over) into
+# one line: SWEEP-DONE (complete) or SWEEP-INCOMPLETE.
+{
+	/bin/shoal --log-level info serve --listen 0.0.0.0:2049 --dir /disk/shoal --no-root-squash \
+		--delegations=false --lease "${t_lease:-15s}" --sync="${t_sync:-true}" --commit-interval "${t_interval:-100ms}" 2>&1
+	echo "SERVE-EXIT $?"
+} | while IFS= read -r l; do
+	case "$l" in
+	*"swept data objects no file owns"*) echo "SWEEP-DONE $l" ;;
+	*"sweep of unowned data objects incomplete"*) echo "SWEEP-INCOMPLETE $l" ;;
+	SERVE-EXIT* | *level=WARN* | *level=ERROR*) echo "$l" ;;
+	esac
+done
 poweroff -f

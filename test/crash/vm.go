@@ -90,6 +90,9 @@ type vm struct {
 	events   chan string // FSCK-RC, SERVE-START, SERVE-EXIT lines
 	killed   bool
 	timer    *time.Timer
+	// swept: the server reported a complete sweep of data objects no
+	// file owns (SWEEP-DONE) in this boot.
+	swept bool
 }
 
 // fsckReport is `shoal admin fsck --json` as the guest printed it.
@@ -211,6 +214,8 @@ func (v *vm) line(l string) {
 	case strings.HasPrefix(l, "FSCK-RC "):
 		v.fsckRC, _ = strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(l, "FSCK-RC ")))
 		v.events <- l
+	case strings.HasPrefix(l, "SWEEP-DONE"):
+		v.swept = true
 	case l == "SERVE-START":
 		v.serving = true
 		v.events <- l
@@ -239,6 +244,29 @@ func (v *vm) waitServe(limit time.Duration) error {
 			return fmt.Errorf("VM did not start serving within %v; last console lines:\n%s", limit, v.lastLines())
 		}
 	}
+}
+
+// sweptDone reports whether the server completed its sweep of data
+// objects no file owns in this boot.
+func (v *vm) sweptDone() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.swept
+}
+
+// waitSwept waits for SWEEP-DONE, polling, at most limit.
+func (v *vm) waitSwept(limit time.Duration) error {
+	for end := time.Now().Add(limit); !v.sweptDone(); {
+		if time.Now().After(end) {
+			return fmt.Errorf("no complete sweep of unowned data objects within %v; last console lines:\n%s", limit, v.lastLines())
+		}
+		select {
+		case <-v.done:
+			return fmt.Errorf("VM exited before its sweep completed; last console lines:\n%s", v.lastLines())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 func (v *vm) lastLines() string {
