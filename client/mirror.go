@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -167,8 +168,16 @@ func (l *fileLayout) writeCopy(ctx context.Context, f *File, ds *dataServer, c *
 // server and filehandle for the COMMIT that follows, and one copy of the
 // data, kept until every copy that took it UNSTABLE has committed it.
 func (l *fileLayout) noteCopies(f *File, pc piece, b []byte, copies []layout.Copy, res []copyResult) {
+	// The copy of the data is made before taking l.wmu: a 1 MiB copy
+	// (and the page faults of a buffer not yet mapped) under the lock
+	// held up every other WRITE of the file that ended meanwhile.
 	var h *held
-	keep := f.flag&os.O_SYNC == 0
+	if f.flag&os.O_SYNC == 0 && slices.ContainsFunc(res, func(r copyResult) bool {
+		return !r.skipped && r.err == nil && r.committed == nfs4.UNSTABLE4
+	}) {
+		h = newHeld(pc.Off, b, nfs4.Verifier4{})
+	}
+	first := true
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	for i, r := range res {
@@ -180,21 +189,21 @@ func (l *fileLayout) noteCopies(f *File, pc piece, b []byte, copies []layout.Cop
 			continue
 		}
 		w.dirty = true
-		if !keep {
+		if h == nil {
 			continue
 		}
 		verf := r.verf
 		if r.mixed {
 			verf = mixedVerf(verf) // matches no COMMIT: written again
 		}
-		if h == nil {
-			h = newHeld(pc.Off, b, verf)
-			h.lay, h.w = l, w
+		if first {
+			first = false
+			h.verf, h.lay, h.w = verf, l, w
 		} else {
 			h.more = append(h.more, heldCopy{w: w, verf: verf})
 		}
 	}
-	if h != nil {
+	if h != nil && !first {
 		f.unst.insert(h)
 	}
 	l.wrote = true

@@ -627,3 +627,68 @@ func TestUnstableLimitDefault(t *testing.T) {
 		t.Errorf("DefaultPolicy().UnstableLimit = %d", d)
 	}
 }
+
+// TestUnstableLimitConcurrent: many writes of one File at once, as a FUSE
+// mount's writeback sends them, that find the File over its limit share
+// one commit round instead of each running one after the other. Counted
+// as the LAYOUTCOMMITs the MDS gets: one per round that published new
+// writes.
+func TestUnstableLimitConcurrent(t *testing.T) {
+	const (
+		limit   = 1 << 20
+		chunk   = 128 << 10
+		writers = 16
+		size    = 16 << 20
+	)
+	cl := startCluster(t, 2)
+	addr := cl.MDS.Addr.String()
+	c := dialer(addr, client.Options{Policy: client.Policy{UnstableLimit: limit}})(t)
+	defer c.Close()
+	f, err := c.Open(t.Context(), "/herd", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want := make([]byte, size)
+	pattern(want, 0)
+	before := cl.MDS.Server.Stats().Ops["LAYOUTCOMMIT"]
+	// Each writer takes the next chunk until the file is written.
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for range writers {
+		wg.Go(func() {
+			for {
+				off := next.Add(chunk) - chunk
+				if off >= size {
+					return
+				}
+				if _, err := f.WriteAt(want[off:off+chunk], off); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	rounds := cl.MDS.Server.Stats().Ops["LAYOUTCOMMIT"] - before
+	t.Logf("%d LAYOUTCOMMITs", rounds)
+	// size/limit rounds make room; the writes in flight when one starts
+	// may each add a little, so twice that is the bound. Each write
+	// committing on its own ran one round per write past the first
+	// limit's worth: about size/chunk.
+	if max := uint64(2 * size / limit); rounds > max {
+		t.Errorf("%d LAYOUTCOMMITs while writing %d MiB at a %d MiB limit, want at most %d", rounds, size>>20, limit>>20, max)
+	}
+	if rounds == 0 {
+		t.Errorf("no LAYOUTCOMMIT while writing %d MiB at a %d MiB limit: the File did not commit on its own", size>>20, limit>>20)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	readBack(t, addr, "/herd", want)
+}

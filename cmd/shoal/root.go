@@ -30,11 +30,15 @@ func newRootCmd() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.AddCommand(newServeCmd())
-	root.AddCommand(newMDSCmd(), newDSCmd(), newUpCmd(), newAdminCmd())
+	mds, ds, up, mount := newMDSCmd(), newDSCmd(), newUpCmd(), newMountCmd()
+	for _, c := range []*cobra.Command{mds, ds, up, mount} {
+		addPprofFlag(c)
+	}
+	root.AddCommand(mds, ds, up, newAdminCmd())
 	root.AddCommand(newVIPCmd())
 	root.AddCommand(newBenchCmd())
 	root.AddCommand(newTestbedCmd())
-	root.AddCommand(newMountCmd(), newUmountCmd())
+	root.AddCommand(mount, newUmountCmd())
 	root.AddCommand(newCpCmd())
 	root.AddCommand(newVersionCmd())
 	addFileCmds(root)
