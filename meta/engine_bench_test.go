@@ -19,7 +19,8 @@ import (
 // BenchmarkEngines measures the metadata operations of a small-file
 // workload (create, stat, remove of empty files in one directory) on each
 // engine as the server opens it, durably: bbolt with its write-ahead log
-// and group commit, etcd with one embedded member (fsync on), and, when
+// and group commit, etcd with one embedded member (fsync on), etcd with
+// three embedded members in this process ("etcd-embedded3"), and, when
 // SHOAL_BENCH_ETCD names the client endpoints of a running etcd cluster
 // (host:port,...; scripts/etcd-bench.sh starts three Debian etcd
 // processes), that cluster. etcd runs with group commit ("etcd") and
@@ -58,6 +59,18 @@ func BenchmarkEngines(b *testing.B) {
 		embeddedOnce.Do(func() { embedded = etcdtest.Start(b, 1, etcdtest.Options{}) })
 		return embedded.Endpoints
 	}
+	var (
+		three     *etcdtest.Cluster
+		threeOnce sync.Once
+	)
+	// Three embedded members (the same etcd as the one-member rows, each
+	// with its own data directory, fsync on, raft over loopback TCP):
+	// what a 3-member cluster costs against one member, without the
+	// version difference of Debian's etcd processes.
+	threeEndpoints := func(b *testing.B) []string {
+		threeOnce.Do(func() { three = etcdtest.Start(b, 3, etcdtest.Options{}) })
+		return three.Endpoints
+	}
 	engines := []engine{
 		{"bolt", func(b *testing.B) meta.Engine {
 			e, err := meta.OpenBolt(filepath.Join(b.TempDir(), "meta.db"), meta.BoltOptions{GroupCommit: true, WAL: true})
@@ -68,6 +81,8 @@ func BenchmarkEngines(b *testing.B) {
 		}},
 		{"etcd-embedded", etcdOn(embeddedEndpoints, false)},
 		{"etcd-embedded-solo", etcdOn(embeddedEndpoints, true)},
+		{"etcd-embedded3", etcdOn(threeEndpoints, false)},
+		{"etcd-embedded3-solo", etcdOn(threeEndpoints, true)},
 	}
 	if eps := os.Getenv("SHOAL_BENCH_ETCD"); eps != "" {
 		external := func(*testing.B) []string { return strings.Split(eps, ",") }
@@ -78,6 +93,7 @@ func BenchmarkEngines(b *testing.B) {
 	// Start the embedded cluster on the outer benchmark, so it outlives
 	// the sub-benchmarks that share it.
 	embeddedEndpoints(b)
+	threeEndpoints(b)
 	for _, eng := range engines {
 		for _, conc := range []int{1, 16} {
 			b.Run(fmt.Sprintf("%s/conc-%d", eng.name, conc), func(b *testing.B) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The metadata engines side by side: create, stat and remove of empty files
 # per second on bbolt (write-ahead log, group commit: what the server
-# opens), etcd with one embedded member, and a 3-member cluster of the
+# opens), etcd with one embedded member, three embedded members (the same
+# etcd, in the benchmark's process), and a 3-member cluster of the
 # system's etcd (Debian's etcd-server) as three processes on 127.0.0.1,
 # each serially and from 16 goroutines at once, etcd with group commit and
 # without ("-solo"). It runs meta's BenchmarkEngines (see there), prints a
@@ -116,6 +117,12 @@ jq -r '
 	      rate("etcd-external"; $c; "remove"), rate("etcd-embedded"; $c; "remove")]
 	   | select(.[1] > 0 and .[0] > 0)
 	   | "3 members / embedded, conc \($c): create \(.[0] / .[1] * 100 | round)%, stat \(.[2] / .[3] * 100 | round)%, remove \(.[4] / .[5] * 100 | round)%"),
+	  ([.results[].conc] | unique | .[] as $c
+	   | [$r | rate("etcd-embedded3"; $c; "create"), rate("etcd-embedded"; $c; "create"),
+	      rate("etcd-embedded3"; $c; "stat"), rate("etcd-embedded"; $c; "stat"),
+	      rate("etcd-embedded3"; $c; "remove"), rate("etcd-embedded"; $c; "remove")]
+	   | select(.[1] > 0 and .[0] > 0)
+	   | "3 embedded members / 1, same etcd, conc \($c): create \(.[0] / .[1] * 100 | round)%, stat \(.[2] / .[3] * 100 | round)%, remove \(.[4] / .[5] * 100 | round)%"),
 	  "machine: \(.machine.cpus) x \(.machine.cpu), load \(.machine.loadavg_before) before, \(.machine.loadavg_after) after; etcd \(.etcd_version); \(.ops_per_measurement) ops per measurement, median of \(.results[0].samples | length)"
 ' "$OUT"
 echo "JSON: $OUT"
