@@ -60,8 +60,10 @@ import (
 type FlexLayouter interface {
 	// FlexLayout returns file ino's flexfiles layout, placing the file
 	// first if it has no stripe map, width data servers wide per copy
-	// (0: as wide as the cluster places files). Errors are Layout's.
-	FlexLayout(ctx context.Context, ino uint64, width int) (pnfs.FlexLayout, error)
+	// (0: as wide as the cluster places files). A layout for writing
+	// (write) must not leave out a copy that is still counted good: the
+	// client writes only the mirrors it is given. Errors are Layout's.
+	FlexLayout(ctx context.Context, ino uint64, width int, write bool) (pnfs.FlexLayout, error)
 }
 
 // CopyFailer is an optional capability of DataServers (cluster.Striped):
@@ -126,8 +128,8 @@ func (p *pnfsState) flexStripes(e *Export, id state.ClientID) bool {
 }
 
 // flexLayout returns the flexfiles layout for client id's LAYOUTGET of
-// file o, or the status to fail it with.
-func (c *compound) flexLayout(o *object, id state.ClientID) (pnfs.FlexLayout, nfs4.Nfsstat4, error) {
+// file o (for writing: write), or the status to fail it with.
+func (c *compound) flexLayout(o *object, id state.ClientID, write bool) (pnfs.FlexLayout, nfs4.Nfsstat4, error) {
 	s := c.s
 	fx, ok := s.pnfs.ds.(FlexLayouter)
 	if !ok {
@@ -140,7 +142,7 @@ func (c *compound) flexLayout(o *object, id state.ClientID) (pnfs.FlexLayout, nf
 	}
 	var fl pnfs.FlexLayout
 	err := s.inline.striped(uint64(o.fh.ino), func() (err error) {
-		fl, err = fx.FlexLayout(c.ctx, uint64(o.fh.ino), width)
+		fl, err = fx.FlexLayout(c.ctx, uint64(o.fh.ino), width, write)
 		return err
 	})
 	if err != nil {

@@ -86,7 +86,7 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 	)
 	if flex {
 		var st nfs4.Nfsstat4
-		if ffl, st, err = c.flexLayout(o, id); st != nfs4.NFS4_OK {
+		if ffl, st, err = c.flexLayout(o, id, a.LogaIomode == nfs4.LAYOUTIOMODE4_RW); st != nfs4.NFS4_OK {
 			return fail(st)
 		}
 	} else {

@@ -33,10 +33,24 @@ import (
 // can hand out. As many mirrors as every position has good copies in
 // service; with a position that has none the file gets no layout, as for
 // Layout.
-func (s *Striped) FlexLayout(ctx context.Context, ino uint64, width int) (pnfs.FlexLayout, error) {
+//
+// A layout for writing (write) first marks stale every good copy whose
+// data server is out of service (staleOutOfService): the layout leaves
+// such a copy out, so the client's writes miss it, and nothing else
+// would mark it. With the files layout the data server that takes a
+// write forwards it to every copy and reports the one it cannot reach
+// (REPLICA_FAILED); a flexfiles client writes only the mirrors it is
+// given. Unmarked, the copy would count as good again once its data
+// server returned, holding the bytes from before these writes.
+func (s *Striped) FlexLayout(ctx context.Context, ino uint64, width int, write bool) (pnfs.FlexLayout, error) {
 	m, err := s.placeWidth(ctx, ino, width)
 	if err != nil {
 		return pnfs.FlexLayout{}, err
+	}
+	if write {
+		if m, err = s.staleOutOfService(ctx, ino, m); err != nil {
+			return pnfs.FlexLayout{}, err
+		}
 	}
 	n := len(m.DataServers)
 	good := make([][]string, n)
@@ -61,6 +75,36 @@ func (s *Striped) FlexLayout(ctx context.Context, ino uint64, width int) (pnfs.F
 		}
 	}
 	return fl, nil
+}
+
+// staleOutOfService marks stale the good copies of file ino (map m) on
+// data servers out of service, and returns the map now current. A copy
+// that is the last good one in service of some position is left as it
+// is (canMarkStale): that position has no copy to write, and FlexLayout
+// hands out no layout.
+func (s *Striped) staleOutOfService(ctx context.Context, ino uint64, m meta.StripeMap) (meta.StripeMap, error) {
+	var down []string
+	for p := range m.DataServers {
+		for _, id := range m.Good(p) {
+			if !s.r.inService(id) && !slices.Contains(down, id) {
+				down = append(down, id)
+			}
+		}
+	}
+	if len(down) == 0 {
+		return m, nil
+	}
+	// No heal at once: the data servers are out of service; the
+	// healer resyncs the copies when they return (a Joined event).
+	nm, _, err := s.markStaleWith(ctx, ino, down, false)
+	if err != nil {
+		return meta.StripeMap{}, fmt.Errorf("cluster: flexfiles layout of ino %d: marking the copies out of service stale: %w", ino, err)
+	}
+	if len(nm.Stale) > len(m.Stale) {
+		s.r.log.Warn("flexfiles: copies out of service left out of a layout for writing are stale until healed",
+			"ino", ino, "ds", down)
+	}
+	return nm, nil
 }
 
 // placeWidth is Place with the width of a new file's map given: 0 is the

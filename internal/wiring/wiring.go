@@ -228,8 +228,8 @@ var (
 )
 
 // FlexLayout hands out flexfiles layouts (cluster.Striped.FlexLayout).
-func (d *dataServers) FlexLayout(ctx context.Context, ino uint64, width int) (pnfs.FlexLayout, error) {
-	return d.striped.FlexLayout(ctx, ino, width)
+func (d *dataServers) FlexLayout(ctx context.Context, ino uint64, width int, write bool) (pnfs.FlexLayout, error) {
+	return d.striped.FlexLayout(ctx, ino, width, write)
 }
 
 // CopyFailed marks a copy a flexfiles client reports failing stale
