@@ -172,6 +172,9 @@ func (c *compound) flexBody(o *object, fl pnfs.FlexLayout, ls state.Stateid, mod
 	user := []byte(strconv.FormatUint(uint64(uid), 10))
 	group := []byte(strconv.FormatUint(uint64(o.attr.GID), 10))
 	ff := nfs4.FfLayout4{FflStripeUnit: fl.Unit, FflMirrors: make([]nfs4.FfMirror4, len(fl.Mirrors))}
+	if o.export.FlexNoIOThruMDS {
+		ff.FflFlags |= nfs4.FF_FLAGS_NO_IO_THRU_MDS
+	}
 	for j, devs := range fl.Mirrors {
 		m := &ff.FflMirrors[j]
 		for _, dev := range devs {

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -151,5 +152,38 @@ func TestFlexFilesWriteLayoutWithCopyDown(t *testing.T) {
 			}
 			t.Fatalf("mirror %d (%s) reads back %s version of the file", j, devs[ds.FfdsDeviceid].addr, what)
 		}
+	}
+}
+
+// TestFlexFilesExportFlags: flex_no_io_thru_mds sets
+// FF_FLAGS_NO_IO_THRU_MDS in the export's layouts (without it the flags
+// are 0: TestFlexFilesMirrors), and a negative flex_recall_delay is
+// refused.
+func TestFlexFilesExportFlags(t *testing.T) {
+	f := false
+	c, err := Start(ctxT(t), Config{
+		Dir: t.TempDir(), DataServers: 2, Listen: "127.0.0.1:0", Mirrors: 2,
+		Exports: []*server.Export{{Path: "/", RootSquash: &f, Layout: server.LayoutFlexFiles, FlexStripe: server.FlexStripeOff,
+			FlexNoIOThruMDS: true, FlexRecallDelay: 5 * time.Second}},
+		Lease: 30 * time.Second, InlineMax: -1, HealInterval: time.Hour, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s := newFlexSession(t, c, "flex-flags")
+	open, fh := s.create("f")
+	_, ff := s.mustLayoutGet(fh, open, nfs4.LAYOUTIOMODE4_RW)
+	if ff.FflFlags != nfs4.FF_FLAGS_NO_IO_THRU_MDS {
+		t.Fatalf("ffl_flags %#x, want FF_FLAGS_NO_IO_THRU_MDS (%#x)", ff.FflFlags, nfs4.FF_FLAGS_NO_IO_THRU_MDS)
+	}
+
+	_, err = Start(ctxT(t), Config{
+		Dir: t.TempDir(), DataServers: 1, Listen: "127.0.0.1:0",
+		Exports: []*server.Export{{Path: "/", Layout: server.LayoutFlexFiles, FlexRecallDelay: -time.Second}},
+		Logger:  slog.New(slog.DiscardHandler),
+	})
+	if err == nil || !strings.Contains(err.Error(), "flex_recall_delay") {
+		t.Fatalf("a negative flex_recall_delay: %v, want it refused", err)
 	}
 }

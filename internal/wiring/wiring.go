@@ -255,10 +255,10 @@ func (d *dataServers) Unfence(ctx context.Context, id uint64) error { return d.r
 // layouts naming it must be fetched again. A change of state (drain,
 // remove) moves no data by itself: each file that moves has its own
 // layouts recalled (HoldLayouts).
-func (d *dataServers) OnChange(fn func()) func() {
+func (d *dataServers) OnChange(fn func(left bool)) func() {
 	return d.reg.Subscribe(func(ev cluster.Event) {
 		if ev.Kind == cluster.Joined || ev.Kind == cluster.Left {
-			fn()
+			fn(ev.Kind == cluster.Left)
 		}
 	})
 }
