@@ -145,6 +145,13 @@ func (c *compound) flexLayout(o *object, id state.ClientID, write bool) (pnfs.Fl
 		fl, err = fx.FlexLayout(c.ctx, uint64(o.fh.ino), width, write)
 		return err
 	})
+	if len(fl.Staled) > 0 {
+		s.reports.mu.Lock()
+		for _, ds := range fl.Staled {
+			s.reports.staled[staleKey{ds, staleLeftOut}]++
+		}
+		s.reports.mu.Unlock()
+	}
 	if err != nil {
 		return fl, nfs4.NFS4_OK, err
 	}
@@ -244,7 +251,7 @@ func (c *compound) copyFailed(o *object, device [16]byte, status nfs4.Nfsstat4) 
 		return false
 	case marked:
 		c.s.reports.mu.Lock()
-		c.s.reports.staled[ds]++
+		c.s.reports.staled[staleKey{ds, staleReport}]++
 		c.s.reports.mu.Unlock()
 		c.log.Warn("flexfiles: a copy a client reports failing is stale until healed",
 			"ino", o.fh.ino, "ds", ds, "status", statusLabel(status))

@@ -47,8 +47,9 @@ func (s *Striped) FlexLayout(ctx context.Context, ino uint64, width int, write b
 	if err != nil {
 		return pnfs.FlexLayout{}, err
 	}
+	var staled []string
 	if write {
-		if m, err = s.staleOutOfService(ctx, ino, m); err != nil {
+		if m, staled, err = s.staleOutOfService(ctx, ino, m); err != nil {
 			return pnfs.FlexLayout{}, err
 		}
 	}
@@ -66,7 +67,7 @@ func (s *Striped) FlexLayout(ctx context.Context, ino uint64, width int, write b
 		}
 		return pnfs.FlexLayout{}, fmt.Errorf("cluster: flexfiles layout of ino %d: %w", ino, pnfs.ErrUnavailable)
 	}
-	fl := pnfs.FlexLayout{Unit: m.Unit, Mirrors: make([][][16]byte, k)}
+	fl := pnfs.FlexLayout{Unit: m.Unit, Mirrors: make([][][16]byte, k), Staled: staled}
 	for j := range k {
 		fl.Mirrors[j] = make([][16]byte, n)
 		for i := range n {
@@ -78,11 +79,12 @@ func (s *Striped) FlexLayout(ctx context.Context, ino uint64, width int, write b
 }
 
 // staleOutOfService marks stale the good copies of file ino (map m) on
-// data servers out of service, and returns the map now current. A copy
+// data servers out of service, and returns the map now current and the
+// data servers whose copies it marked. A copy
 // that is the last good one in service of some position is left as it
 // is (canMarkStale): that position has no copy to write, and FlexLayout
 // hands out no layout.
-func (s *Striped) staleOutOfService(ctx context.Context, ino uint64, m meta.StripeMap) (meta.StripeMap, error) {
+func (s *Striped) staleOutOfService(ctx context.Context, ino uint64, m meta.StripeMap) (meta.StripeMap, []string, error) {
 	var down []string
 	for p := range m.DataServers {
 		for _, id := range m.Good(p) {
@@ -92,19 +94,25 @@ func (s *Striped) staleOutOfService(ctx context.Context, ino uint64, m meta.Stri
 		}
 	}
 	if len(down) == 0 {
-		return m, nil
+		return m, nil, nil
 	}
 	// No heal at once: the data servers are out of service; the
 	// healer resyncs the copies when they return (a Joined event).
 	nm, _, err := s.markStaleWith(ctx, ino, down, false)
 	if err != nil {
-		return meta.StripeMap{}, fmt.Errorf("cluster: flexfiles layout of ino %d: marking the copies out of service stale: %w", ino, err)
+		return meta.StripeMap{}, nil, fmt.Errorf("cluster: flexfiles layout of ino %d: marking the copies out of service stale: %w", ino, err)
 	}
-	if len(nm.Stale) > len(m.Stale) {
+	var marked []string
+	for _, id := range down {
+		if nm.IsStale(id) && !m.IsStale(id) {
+			marked = append(marked, id)
+		}
+	}
+	if len(marked) > 0 {
 		s.r.log.Warn("flexfiles: copies out of service left out of a layout for writing are stale until healed",
-			"ino", ino, "ds", down)
+			"ino", ino, "ds", marked)
 	}
-	return nm, nil
+	return nm, marked, nil
 }
 
 // placeWidth is Place with the width of a new file's map given: 0 is the

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/shoalfs/shoal/internal/cluster"
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/wiretest"
@@ -27,6 +29,7 @@ import (
 func TestFlexFilesWriteLayoutWithCopyDown(t *testing.T) {
 	dir := t.TempDir()
 	f := false
+	reg := prometheus.NewRegistry()
 	c, err := Start(ctxT(t), Config{
 		Dir: dir, DataServers: 3, Listen: "127.0.0.1:0", Mirrors: 2,
 		Exports: []*server.Export{{Path: "/", RootSquash: &f, Layout: server.LayoutFlexFiles, FlexStripe: server.FlexStripeOff}},
@@ -34,6 +37,7 @@ func TestFlexFilesWriteLayoutWithCopyDown(t *testing.T) {
 		// The data server is not replaced while it is away: its copy
 		// is resynced when it returns.
 		DownAfter: time.Hour,
+		Metrics:   reg,
 		Logger:    slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
@@ -113,6 +117,7 @@ func TestFlexFilesWriteLayoutWithCopyDown(t *testing.T) {
 	if m, _, err := c.MDS.Striped.FileMap(ctxT(t), ino); err != nil || !m.IsStale(downID) {
 		t.Fatalf("after a write layout left out the copy on %s: map %+v, %v; want that copy stale", downID, m, err)
 	}
+	wantMetric(t, reg, "shoal_pnfs_flex_copies_staled_total", map[string]string{"ds": downID, "reason": "layout_left_out"}, 1)
 
 	// The data server returns; healing resyncs its copy.
 	secret, err := cluster.ReadJoinSecret(c.MDS.JoinSecretFile)

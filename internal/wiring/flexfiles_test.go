@@ -684,7 +684,7 @@ func TestFlexFilesMirrors(t *testing.T) {
 	}
 	waitFor(t, "CB_LAYOUTRECALL", func() bool { return hasLayoutRecall(s.cl, fh) })
 	wantMetric(t, reg, "shoal_pnfs_layout_errors_total", map[string]string{"ds": badID, "status": "NFS4ERR_NXIO", "op": "WRITE"}, 1)
-	wantMetric(t, reg, "shoal_pnfs_flex_copies_staled_total", map[string]string{"ds": badID}, 1)
+	wantMetric(t, reg, "shoal_pnfs_flex_copies_staled_total", map[string]string{"ds": badID, "reason": "client_report"}, 1)
 
 	// The next layout leaves the stale copy out: one mirror, and the
 	// stale copy's data server refuses the flexfiles handle.
