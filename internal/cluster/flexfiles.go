@@ -42,6 +42,19 @@ import (
 // (REPLICA_FAILED); a flexfiles client writes only the mirrors it is
 // given. Unmarked, the copy would count as good again once its data
 // server returned, holding the bytes from before these writes.
+//
+// For the same reason a layout for writing must name every good copy in
+// service: when the positions of a striped file have different numbers
+// of them (a copy on one data server is stale, and that data server holds
+// copies of some positions only), as many mirrors as the poorest position
+// has would leave out good copies of the others, and those copies would
+// miss the client's writes while still counting as good. Staleness is
+// per data server and file, not per position, so they cannot be marked
+// either (the same data server may hold the last good copy of another
+// position). Such a file gets no layout for writing until healing has
+// evened it out (an error wrapping pnfs.ErrUnavailable): the client
+// writes through the MDS, which writes every good copy. Layouts for
+// reading leave the extra copies out.
 func (s *Striped) FlexLayout(ctx context.Context, ino uint64, width int, write bool) (pnfs.FlexLayout, error) {
 	m, err := s.placeWidth(ctx, ino, width)
 	if err != nil {
@@ -63,9 +76,17 @@ func (s *Striped) FlexLayout(ctx context.Context, ino uint64, width int, write b
 	if k == 0 {
 		// Layout says why (no good copy, or the copies out of service).
 		if _, err := s.layoutIDs(ino, m); err != nil {
-			return pnfs.FlexLayout{}, err
+			return pnfs.FlexLayout{Staled: staled}, err
 		}
-		return pnfs.FlexLayout{}, fmt.Errorf("cluster: flexfiles layout of ino %d: %w", ino, pnfs.ErrUnavailable)
+		return pnfs.FlexLayout{Staled: staled}, fmt.Errorf("cluster: flexfiles layout of ino %d: %w", ino, pnfs.ErrUnavailable)
+	}
+	if write {
+		for p := range n {
+			if len(good[p]) > k {
+				return pnfs.FlexLayout{Staled: staled}, fmt.Errorf("cluster: flexfiles layout of ino %d for writing: position %d has %d good copies in service, others %d: %w",
+					ino, p, len(good[p]), k, pnfs.ErrUnavailable)
+			}
+		}
 	}
 	fl := pnfs.FlexLayout{Unit: m.Unit, Mirrors: make([][][16]byte, k), Staled: staled}
 	for j := range k {

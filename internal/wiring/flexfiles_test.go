@@ -686,10 +686,28 @@ func TestFlexFilesMirrors(t *testing.T) {
 	wantMetric(t, reg, "shoal_pnfs_layout_errors_total", map[string]string{"ds": badID, "status": "NFS4ERR_NXIO", "op": "WRITE"}, 1)
 	wantMetric(t, reg, "shoal_pnfs_flex_copies_staled_total", map[string]string{"ds": badID, "reason": "client_report"}, 1)
 
-	// The next layout leaves the stale copy out: one mirror, and the
-	// stale copy's data server refuses the flexfiles handle.
-	waitFor(t, "a layout without the stale copy", func() bool {
-		st, nls, nff := s.layoutGet(fh, open, nfs4.LAYOUTIOMODE4_RW, 0, ^uint64(0), 0)
+	// The stale copy's data server refuses the flexfiles handle, even
+	// under the layout that named it.
+	if st := badDS.write(t, bad.FfdsFhVers[0], ls, 0, data[:unit]); st != nfs4.NFS4ERR_PNFS_NO_LAYOUT {
+		t.Fatalf("WRITE to the stale copy: %v, want NFS4ERR_PNFS_NO_LAYOUT", st)
+	}
+	// The stale data server holds copies of two of the three stripe
+	// indexes; the third still has two good copies, which a layout of
+	// one mirror would leave one of unwritten but good. So no layout
+	// for writing until healing (writes go through the MDS), and a
+	// layout for reading has one mirror, without the stale copy.
+	waitFor(t, "the file's layouts returned", func() bool {
+		st, _, _ := s.layoutGet(fh, open, nfs4.LAYOUTIOMODE4_RW, 0, ^uint64(0), 0)
+		if st == nfs4.NFS4ERR_LAYOUTUNAVAILABLE {
+			return true
+		}
+		if st == nfs4.NFS4_OK {
+			t.Fatalf("a layout for writing while the stripe indexes have 1, 1 and 2 good copies")
+		}
+		return false
+	})
+	waitFor(t, "a read layout without the stale copy", func() bool {
+		st, nls, nff := s.layoutGet(fh, open, nfs4.LAYOUTIOMODE4_READ, 0, ^uint64(0), 0)
 		if st != nfs4.NFS4_OK {
 			return false
 		}
@@ -704,9 +722,6 @@ func TestFlexFilesMirrors(t *testing.T) {
 		if devs[ds.FfdsDeviceid] == badDS {
 			t.Fatalf("the layout names the stale copy on %s", badDS.addr)
 		}
-	}
-	if st := badDS.write(t, bad.FfdsFhVers[0], ff.FflMirrors[0].FfmDataServers[0].FfdsStateid, 0, data[:unit]); st != nfs4.NFS4ERR_PNFS_NO_LAYOUT {
-		t.Fatalf("WRITE to the stale copy: %v, want NFS4ERR_PNFS_NO_LAYOUT", st)
 	}
 
 	// The other copy of the same units is the last good one: a report
