@@ -43,18 +43,22 @@ import (
 // given. Unmarked, the copy would count as good again once its data
 // server returned, holding the bytes from before these writes.
 //
-// For the same reason a layout for writing must name every good copy in
-// service: when the positions of a striped file have different numbers
+// For the same reason a layout for writing names every good copy in
+// service. When the positions of a striped file have different numbers
 // of them (a copy on one data server is stale, and that data server holds
 // copies of some positions only), as many mirrors as the poorest position
 // has would leave out good copies of the others, and those copies would
-// miss the client's writes while still counting as good. Staleness is
+// miss the client's writes while still counting as good; staleness is
 // per data server and file, not per position, so they cannot be marked
 // either (the same data server may hold the last good copy of another
-// position). Such a file gets no layout for writing until healing has
-// evened it out (an error wrapping pnfs.ErrUnavailable): the client
-// writes through the MDS, which writes every good copy. Layouts for
-// reading leave the extra copies out.
+// position). Nor can the file go without a layout for writing: Linux 7.2
+// with FF_FLAGS_NO_IO_THRU_MDS answered NFS4ERR_LAYOUTUNAVAILABLE by
+// waiting two minutes for the next LAYOUTGET, not by writing through the
+// MDS. So a layout for writing has as many mirrors as the richest
+// position, and in a poorer position the extra mirrors name its good
+// copies again: the client writes those twice, the same bytes to the
+// same place. Layouts for reading have as many mirrors as the poorest
+// position.
 func (s *Striped) FlexLayout(ctx context.Context, ino uint64, width int, write bool) (pnfs.FlexLayout, error) {
 	m, err := s.placeWidth(ctx, ino, width)
 	if err != nil {
@@ -82,10 +86,7 @@ func (s *Striped) FlexLayout(ctx context.Context, ino uint64, width int, write b
 	}
 	if write {
 		for p := range n {
-			if len(good[p]) > k {
-				return pnfs.FlexLayout{Staled: staled}, fmt.Errorf("cluster: flexfiles layout of ino %d for writing: position %d has %d good copies in service, others %d: %w",
-					ino, p, len(good[p]), k, pnfs.ErrUnavailable)
-			}
+			k = max(k, len(good[p]))
 		}
 	}
 	fl := pnfs.FlexLayout{Unit: m.Unit, Mirrors: make([][][16]byte, k), Staled: staled}
@@ -93,7 +94,7 @@ func (s *Striped) FlexLayout(ctx context.Context, ino uint64, width int, write b
 		fl.Mirrors[j] = make([][16]byte, n)
 		for i := range n {
 			p := (int(m.First) + i) % n
-			fl.Mirrors[j][i] = s.devices.id([]string{good[p][j]})
+			fl.Mirrors[j][i] = s.devices.id([]string{good[p][j%len(good[p])]})
 		}
 	}
 	return fl, nil

@@ -692,20 +692,36 @@ func TestFlexFilesMirrors(t *testing.T) {
 		t.Fatalf("WRITE to the stale copy: %v, want NFS4ERR_PNFS_NO_LAYOUT", st)
 	}
 	// The stale data server holds copies of two of the three stripe
-	// indexes; the third still has two good copies, which a layout of
-	// one mirror would leave one of unwritten but good. So no layout
-	// for writing until healing (writes go through the MDS), and a
-	// layout for reading has one mirror, without the stale copy.
-	waitFor(t, "the file's layouts returned", func() bool {
-		st, _, _ := s.layoutGet(fh, open, nfs4.LAYOUTIOMODE4_RW, 0, ^uint64(0), 0)
-		if st == nfs4.NFS4ERR_LAYOUTUNAVAILABLE {
-			return true
+	// indexes; the third still has two good copies, and a layout for
+	// writing must name both (or one would miss the writes while
+	// counting as good): 2 mirrors, the stripe indexes of the stale
+	// copy naming their one good copy in both. A layout for reading
+	// has one mirror. Neither names the stale copy.
+	waitFor(t, "a write layout without the stale copy", func() bool {
+		st, nls, nff := s.layoutGet(fh, open, nfs4.LAYOUTIOMODE4_RW, 0, ^uint64(0), 0)
+		if st != nfs4.NFS4_OK {
+			return false
 		}
-		if st == nfs4.NFS4_OK {
-			t.Fatalf("a layout for writing while the stripe indexes have 1, 1 and 2 good copies")
-		}
-		return false
+		ls, ff = nls, nff
+		return true
 	})
+	if len(ff.FflMirrors) != 2 {
+		t.Fatalf("write layout after the error: %d mirrors, want 2", len(ff.FflMirrors))
+	}
+	devs = flexDevices(t, s, ff, byAddr)
+	twoCopies := 0
+	for i := range 3 {
+		a, b := devs[ff.FflMirrors[0].FfmDataServers[i].FfdsDeviceid], devs[ff.FflMirrors[1].FfmDataServers[i].FfdsDeviceid]
+		if a == badDS || b == badDS {
+			t.Fatalf("stripe index %d of the write layout names the stale copy on %s", i, badDS.addr)
+		}
+		if a != b {
+			twoCopies++
+		}
+	}
+	if twoCopies != 1 {
+		t.Fatalf("write layout: %d stripe indexes name two different copies, want 1 (the one the stale data server holds no copy of)", twoCopies)
+	}
 	waitFor(t, "a read layout without the stale copy", func() bool {
 		st, nls, nff := s.layoutGet(fh, open, nfs4.LAYOUTIOMODE4_READ, 0, ^uint64(0), 0)
 		if st != nfs4.NFS4_OK {
