@@ -26,15 +26,13 @@ import (
 // to the dead data server fails with a connection error (the reconnect is
 // refused; the DS RPC client is SOFTCONN), which ff_layout_io_track_ds_error
 // records as NFS4ERR_NXIO for that mirror's device and marks the layout
-// for return. The MDS saw the data server's control connection close at
-// the same moment and recalled the file's layout, so the layout segment
-// is no longer valid: the write is resent through pNFS, and before that
-// ff_layout_write_release sends the recorded errors in a LAYOUTERROR
-// (only with NFS_CAP_LAYOUTERROR, i.e. NFSv4.2). With 4.1 the errors stay
-// recorded and go to the MDS in the LAYOUTRETURN that answers the recall.
-// (Had the segment still been valid, a read/write layout with a mirror
-// down resets to the MDS, and the errors go with the LAYOUTRETURN after
-// the MDS's own write already marked the copy stale.)
+// for return. The layouts carry FF_FLAGS_NO_IO_THRU_MDS
+// (flexReportArgs), so the write is resent through pNFS rather than the
+// MDS, and ff_layout_write_release first sends the recorded errors in a
+// LAYOUTERROR (only with NFS_CAP_LAYOUTERROR, i.e. NFSv4.2); with 4.1 they
+// go in the LAYOUTRETURN. The MDS recalls the layouts of a leaving data
+// server only 5 s later, so its recall does not overtake the failing
+// write. docs/flexfiles.md has the runs.
 
 // flexDownAfter is the MDS's --ds-down-after for the flexfiles outage:
 // far longer than the outage, so healing waits for the data server.
