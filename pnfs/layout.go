@@ -19,4 +19,8 @@ type FileLayout struct {
 type FlexLayout struct {
 	Unit    uint64
 	Mirrors [][][16]byte
+	// Staled lists the data servers whose copies of the file were
+	// marked stale in making a layout for writing, because they were
+	// out of service and the layout leaves them out.
+	Staled []string
 }

@@ -6,6 +6,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/shoalfs/shoal/meta"
 )
@@ -56,6 +57,28 @@ type Export struct {
 	// mirror, so only clients whose EXCHANGE_ID implementation id says
 	// Linux 6.18 or later, or Shoal, get striped layouts.
 	FlexStripe string `yaml:"flex_stripe"`
+	// FlexNoIOThruMDS sets FF_FLAGS_NO_IO_THRU_MDS in the export's
+	// flexfiles layouts (RFC 8435 §5.1). Without it, Linux resends a
+	// write that failed on a data server through the MDS, whose own
+	// write marks the missed copy stale, and the client's error report
+	// comes later in LAYOUTRETURN. With it, the client reports the
+	// failure first (LAYOUTERROR with NFSv4.2, LAYOUTRETURN with 4.1),
+	// which marks the copy stale, and resends through a new layout that
+	// leaves the copy out: the MDS carries no file data when a data
+	// server fails. A client that gets no layout at all still does its
+	// I/O through the MDS.
+	FlexNoIOThruMDS bool `yaml:"flex_no_io_thru_mds"`
+	// FlexRecallDelay is how long the MDS waits, after a data server
+	// leaves service, before it recalls the export's flexfiles layouts
+	// (0, the default: at once, as for the files layout, whose devices
+	// change). A flexfiles device is one data server and does not
+	// change; the recall only spares clients the wait for their own
+	// timeouts on a data server that hangs. A client writing to one that
+	// died has its connection refused at once and reports which copy its
+	// write missed, unless the recall came first: Linux then resends
+	// its I/O under the new layout and may report nothing (seen with
+	// 6.1 and NFSv4.1). A few seconds lets the clients' reports arrive.
+	FlexRecallDelay time.Duration `yaml:"flex_recall_delay"`
 
 	nets  []netip.Prefix
 	wnets []netip.Prefix // WriteClients
@@ -274,6 +297,9 @@ func (e *Export) checkLayout() error {
 	case "", FlexStripeAuto, FlexStripeOn, FlexStripeOff:
 	default:
 		return fmt.Errorf("flex_stripe %q: want %s, %s or %s", e.FlexStripe, FlexStripeAuto, FlexStripeOn, FlexStripeOff)
+	}
+	if e.FlexRecallDelay < 0 {
+		return fmt.Errorf("flex_recall_delay %v: want 0 or more", e.FlexRecallDelay)
 	}
 	return nil
 }

@@ -61,8 +61,10 @@ import (
 type FlexLayouter interface {
 	// FlexLayout returns file ino's flexfiles layout, placing the file
 	// first if it has no stripe map, width data servers wide per copy
-	// (0: as wide as the cluster places files). Errors are Layout's.
-	FlexLayout(ctx context.Context, ino uint64, width int) (pnfs.FlexLayout, error)
+	// (0: as wide as the cluster places files). A layout for writing
+	// (write) must not leave out a copy that is still counted good: the
+	// client writes only the mirrors it is given. Errors are Layout's.
+	FlexLayout(ctx context.Context, ino uint64, width int, write bool) (pnfs.FlexLayout, error)
 }
 
 // CopyFailer is an optional capability of DataServers (cluster.Striped):
@@ -156,8 +158,8 @@ func (p *pnfsState) flexStripes(e *Export, id state.ClientID) bool {
 }
 
 // flexLayout returns the flexfiles layout for client id's LAYOUTGET of
-// file o, or the status to fail it with.
-func (c *compound) flexLayout(o *object, id state.ClientID) (pnfs.FlexLayout, nfs4.Nfsstat4, error) {
+// file o (for writing: write), or the status to fail it with.
+func (c *compound) flexLayout(o *object, id state.ClientID, write bool) (pnfs.FlexLayout, nfs4.Nfsstat4, error) {
 	s := c.s
 	fx, ok := s.pnfs.ds.(FlexLayouter)
 	if !ok {
@@ -170,9 +172,16 @@ func (c *compound) flexLayout(o *object, id state.ClientID) (pnfs.FlexLayout, nf
 	}
 	var fl pnfs.FlexLayout
 	err := s.inline.striped(uint64(o.fh.ino), func() (err error) {
-		fl, err = fx.FlexLayout(c.ctx, uint64(o.fh.ino), width)
+		fl, err = fx.FlexLayout(c.ctx, uint64(o.fh.ino), width, write)
 		return err
 	})
+	if len(fl.Staled) > 0 {
+		s.reports.mu.Lock()
+		for _, ds := range fl.Staled {
+			s.reports.staled[staleKey{ds, staleLeftOut}]++
+		}
+		s.reports.mu.Unlock()
+	}
 	if err != nil {
 		return fl, nfs4.NFS4_OK, err
 	}
@@ -200,6 +209,9 @@ func (c *compound) flexBody(o *object, fl pnfs.FlexLayout, ls state.Stateid, mod
 	user := []byte(strconv.FormatUint(uint64(uid), 10))
 	group := []byte(strconv.FormatUint(uint64(o.attr.GID), 10))
 	ff := nfs4.FfLayout4{FflStripeUnit: fl.Unit, FflMirrors: make([]nfs4.FfMirror4, len(fl.Mirrors))}
+	if o.export.FlexNoIOThruMDS {
+		ff.FflFlags |= nfs4.FF_FLAGS_NO_IO_THRU_MDS
+	}
 	for j, devs := range fl.Mirrors {
 		m := &ff.FflMirrors[j]
 		for _, dev := range devs {
@@ -269,7 +281,7 @@ func (c *compound) copyFailed(o *object, device [16]byte, status nfs4.Nfsstat4) 
 		return false
 	case marked:
 		c.s.reports.mu.Lock()
-		c.s.reports.staled[ds]++
+		c.s.reports.staled[staleKey{ds, staleReport}]++
 		c.s.reports.mu.Unlock()
 		c.log.Warn("flexfiles: a copy a client reports failing is stale until healed",
 			"ino", o.fh.ino, "ds", ds, "status", statusLabel(status))

@@ -49,6 +49,19 @@ type layoutErrorKey struct{ ds, status, op string }
 
 type layoutIOKey struct{ ds, dir string }
 
+type staleKey struct{ ds, reason string }
+
+// Reasons a flexfiles copy was marked stale (the reason label of
+// shoal_pnfs_flex_copies_staled_total).
+const (
+	// staleReport: a client reported its I/O to the copy failing
+	// (LAYOUTERROR, or ff_ioerr4 in LAYOUTRETURN).
+	staleReport = "client_report"
+	// staleLeftOut: a layout for writing left the copy out, its data
+	// server being out of service (cluster.Striped.FlexLayout).
+	staleLeftOut = "layout_left_out"
+)
+
 // statsSource is what one LAYOUTSTATS stream reports on: a client's I/O
 // to one device for one file.
 type statsSource struct {
@@ -63,9 +76,9 @@ type layoutReports struct {
 	errors map[layoutErrorKey]uint64
 	bytes  map[layoutIOKey]float64
 	ops    map[layoutIOKey]float64
-	// staled counts, by data server, the flexfiles copies marked stale
-	// on a client's error report.
-	staled map[string]uint64
+	// staled counts the flexfiles copies marked stale, by data server
+	// and reason (staleReport, staleLeftOut).
+	staled map[staleKey]uint64
 	// last holds the totals each source reported last: clients report
 	// totals since they got the layout (Linux sends its running counts),
 	// so only the increase since the previous report is new I/O.
@@ -78,7 +91,7 @@ type layoutReports struct {
 
 func newLayoutReports() *layoutReports {
 	return &layoutReports{errors: map[layoutErrorKey]uint64{}, bytes: map[layoutIOKey]float64{},
-		ops: map[layoutIOKey]float64{}, staled: map[string]uint64{}, last: map[statsSource]lastReport{},
+		ops: map[layoutIOKey]float64{}, staled: map[staleKey]uint64{}, last: map[statsSource]lastReport{},
 		clients: map[clientDSKey]*clientDSStats{}, latency: map[layoutIOKey]ioTotals{}}
 }
 
@@ -257,8 +270,8 @@ func newLayoutCollector(labels prometheus.Labels) layoutCollector {
 		ops: prometheus.NewDesc("shoal_pnfs_layoutstats_ops_total",
 			"I/O operations clients reported with LAYOUTSTATS, by data server.", []string{"ds", "dir"}, labels),
 		staled: prometheus.NewDesc("shoal_pnfs_flex_copies_staled_total",
-			"Copies of files marked stale because a client reported its I/O to them failing through a flexfiles layout (LAYOUTERROR, LAYOUTRETURN), by data server.",
-			[]string{"ds"}, labels),
+			"Copies of files marked stale through flexfiles layouts, by data server and reason: client_report (a client reported its I/O to the copy failing: LAYOUTERROR, LAYOUTRETURN) or layout_left_out (a layout for writing left the copy out, its data server being out of service).",
+			[]string{"ds", "reason"}, labels),
 		latency: newLatencyCollector(labels),
 	}
 }
@@ -286,8 +299,8 @@ func (l layoutCollector) collect(r *layoutReports, ch chan<- prometheus.Metric) 
 	for k, n := range r.ops {
 		ch <- prometheus.MustNewConstMetric(l.ops, prometheus.CounterValue, n, k.ds, k.dir)
 	}
-	for ds, n := range r.staled {
-		ch <- prometheus.MustNewConstMetric(l.staled, prometheus.CounterValue, float64(n), ds)
+	for k, n := range r.staled {
+		ch <- prometheus.MustNewConstMetric(l.staled, prometheus.CounterValue, float64(n), k.ds, k.reason)
 	}
 	l.latency.collect(r, ch)
 }

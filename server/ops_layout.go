@@ -98,7 +98,7 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 		_, err = loose.LooseFlexLayout(c.ctx, uint64(id), uint64(o.fh.ino), false)
 	} else if flex {
 		var st nfs4.Nfsstat4
-		if ffl, st, err = c.flexLayout(o, id); st != nfs4.NFS4_OK {
+		if ffl, st, err = c.flexLayout(o, id, a.LogaIomode == nfs4.LAYOUTIOMODE4_RW); st != nfs4.NFS4_OK {
 			return fail(st)
 		}
 	} else {

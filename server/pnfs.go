@@ -40,8 +40,9 @@ type DataServers interface {
 	// client; Unfence undoes it.
 	Fence(ctx context.Context, clientID uint64) error
 	Unfence(ctx context.Context, clientID uint64) error
-	// OnChange registers fn to run after a data server joins or leaves.
-	OnChange(fn func()) (cancel func())
+	// OnChange registers fn to run after a data server joins or leaves
+	// (left).
+	OnChange(fn func(left bool)) (cancel func())
 }
 
 // PNFSConfig turns a Server into a pNFS metadata server.
@@ -82,7 +83,7 @@ func (p *pnfsState) start() {
 	if p == nil {
 		return
 	}
-	p.cancelOn = p.ds.OnChange(func() { go p.s.recallAll() })
+	p.cancelOn = p.ds.OnChange(func(left bool) { go p.s.recallAll(left) })
 }
 
 // layoutTypeOf is the layout type export e hands out to files that
@@ -454,8 +455,50 @@ func (s *Server) sendRecallOf(typ nfs4.Layouttype4, h state.LayoutHolder, recall
 // one file Linux answers at once (NOMATCHING_LAYOUT for a layout it drops,
 // or it returns the layout once that file's I/O is done), and the other
 // files' layouts are not held up.
-func (s *Server) recallAll() {
+//
+// When a data server left (left), the layouts of files on exports with a
+// flex_recall_delay are recalled that much later (Export.FlexRecallDelay),
+// so that their clients' own error reports arrive first.
+func (s *Server) recallAll(left bool) {
+	later := map[time.Duration][]state.FileID{}
 	for _, f := range s.st.m.FilesWithLayouts() {
+		if d := s.pnfs.leaveRecallDelay(f); left && d > 0 {
+			later[d] = append(later[d], f)
+			continue
+		}
 		s.pnfs.recall(uint64(f))
 	}
+	for d, files := range later {
+		go func() {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-s.st.ctx.Done():
+				return
+			case <-t.C:
+			}
+			for _, f := range files {
+				s.pnfs.recall(uint64(f))
+			}
+		}()
+	}
+}
+
+// leaveRecallDelay is the flex_recall_delay of the export of file f (by
+// the filehandle of its last LAYOUTGET), or 0.
+func (p *pnfsState) leaveRecallDelay(f state.FileID) time.Duration {
+	p.mu.Lock()
+	fh := p.layoutFH[f]
+	p.mu.Unlock()
+	if fh == nil {
+		return 0
+	}
+	h, err := p.s.fh.decode(fh)
+	if err != nil || h.kind != fhObject {
+		return 0
+	}
+	if e := p.s.ns.byID[h.export]; e.flex() {
+		return e.FlexRecallDelay
+	}
+	return 0
 }

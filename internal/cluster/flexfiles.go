@@ -33,10 +33,42 @@ import (
 // can hand out. As many mirrors as every position has good copies in
 // service; with a position that has none the file gets no layout, as for
 // Layout.
-func (s *Striped) FlexLayout(ctx context.Context, ino uint64, width int) (pnfs.FlexLayout, error) {
+//
+// A layout for writing (write) first marks stale every good copy whose
+// data server is out of service (staleOutOfService): the layout leaves
+// such a copy out, so the client's writes miss it, and nothing else
+// would mark it. With the files layout the data server that takes a
+// write forwards it to every copy and reports the one it cannot reach
+// (REPLICA_FAILED); a flexfiles client writes only the mirrors it is
+// given. Unmarked, the copy would count as good again once its data
+// server returned, holding the bytes from before these writes.
+//
+// For the same reason a layout for writing names every good copy in
+// service. When the positions of a striped file have different numbers
+// of them (a copy on one data server is stale, and that data server holds
+// copies of some positions only), as many mirrors as the poorest position
+// has would leave out good copies of the others, and those copies would
+// miss the client's writes while still counting as good; staleness is
+// per data server and file, not per position, so they cannot be marked
+// either (the same data server may hold the last good copy of another
+// position). Nor can the file go without a layout for writing: Linux 7.2
+// with FF_FLAGS_NO_IO_THRU_MDS answered NFS4ERR_LAYOUTUNAVAILABLE by
+// waiting two minutes for the next LAYOUTGET, not by writing through the
+// MDS. So a layout for writing has as many mirrors as the richest
+// position, and in a poorer position the extra mirrors name its good
+// copies again: the client writes those twice, the same bytes to the
+// same place. Layouts for reading have as many mirrors as the poorest
+// position.
+func (s *Striped) FlexLayout(ctx context.Context, ino uint64, width int, write bool) (pnfs.FlexLayout, error) {
 	m, err := s.placeWidth(ctx, ino, width)
 	if err != nil {
 		return pnfs.FlexLayout{}, err
+	}
+	var staled []string
+	if write {
+		if m, staled, err = s.staleOutOfService(ctx, ino, m); err != nil {
+			return pnfs.FlexLayout{}, err
+		}
 	}
 	n := len(m.DataServers)
 	good := make([][]string, n)
@@ -48,19 +80,61 @@ func (s *Striped) FlexLayout(ctx context.Context, ino uint64, width int) (pnfs.F
 	if k == 0 {
 		// Layout says why (no good copy, or the copies out of service).
 		if _, err := s.layoutIDs(ino, m); err != nil {
-			return pnfs.FlexLayout{}, err
+			return pnfs.FlexLayout{Staled: staled}, err
 		}
-		return pnfs.FlexLayout{}, fmt.Errorf("cluster: flexfiles layout of ino %d: %w", ino, pnfs.ErrUnavailable)
+		return pnfs.FlexLayout{Staled: staled}, fmt.Errorf("cluster: flexfiles layout of ino %d: %w", ino, pnfs.ErrUnavailable)
 	}
-	fl := pnfs.FlexLayout{Unit: m.Unit, Mirrors: make([][][16]byte, k)}
+	if write {
+		for p := range n {
+			k = max(k, len(good[p]))
+		}
+	}
+	fl := pnfs.FlexLayout{Unit: m.Unit, Mirrors: make([][][16]byte, k), Staled: staled}
 	for j := range k {
 		fl.Mirrors[j] = make([][16]byte, n)
 		for i := range n {
 			p := (int(m.First) + i) % n
-			fl.Mirrors[j][i] = s.devices.id([]string{good[p][j]})
+			fl.Mirrors[j][i] = s.devices.id([]string{good[p][j%len(good[p])]})
 		}
 	}
 	return fl, nil
+}
+
+// staleOutOfService marks stale the good copies of file ino (map m) on
+// data servers out of service, and returns the map now current and the
+// data servers whose copies it marked. A copy
+// that is the last good one in service of some position is left as it
+// is (canMarkStale): that position has no copy to write, and FlexLayout
+// hands out no layout.
+func (s *Striped) staleOutOfService(ctx context.Context, ino uint64, m meta.StripeMap) (meta.StripeMap, []string, error) {
+	var down []string
+	for p := range m.DataServers {
+		for _, id := range m.Good(p) {
+			if !s.r.inService(id) && !slices.Contains(down, id) {
+				down = append(down, id)
+			}
+		}
+	}
+	if len(down) == 0 {
+		return m, nil, nil
+	}
+	// No heal at once: the data servers are out of service; the
+	// healer resyncs the copies when they return (a Joined event).
+	nm, _, err := s.markStaleWith(ctx, ino, down, false)
+	if err != nil {
+		return meta.StripeMap{}, nil, fmt.Errorf("cluster: flexfiles layout of ino %d: marking the copies out of service stale: %w", ino, err)
+	}
+	var marked []string
+	for _, id := range down {
+		if nm.IsStale(id) && !m.IsStale(id) {
+			marked = append(marked, id)
+		}
+	}
+	if len(marked) > 0 {
+		s.r.log.Warn("flexfiles: copies out of service left out of a layout for writing are stale until healed",
+			"ino", ino, "ds", marked)
+	}
+	return nm, marked, nil
 }
 
 // placeWidth is Place with the width of a new file's map given: 0 is the

@@ -700,12 +700,46 @@ func TestFlexFilesMirrors(t *testing.T) {
 	}
 	waitFor(t, "CB_LAYOUTRECALL", func() bool { return hasLayoutRecall(s.cl, fh) })
 	wantMetric(t, reg, "shoal_pnfs_layout_errors_total", map[string]string{"ds": badID, "status": "NFS4ERR_NXIO", "op": "WRITE"}, 1)
-	wantMetric(t, reg, "shoal_pnfs_flex_copies_staled_total", map[string]string{"ds": badID}, 1)
+	wantMetric(t, reg, "shoal_pnfs_flex_copies_staled_total", map[string]string{"ds": badID, "reason": "client_report"}, 1)
 
-	// The next layout leaves the stale copy out: one mirror, and the
-	// stale copy's data server refuses the flexfiles handle.
-	waitFor(t, "a layout without the stale copy", func() bool {
+	// The stale copy's data server refuses the flexfiles handle, even
+	// under the layout that named it.
+	if st := badDS.write(t, bad.FfdsFhVers[0], ls, 0, data[:unit]); st != nfs4.NFS4ERR_PNFS_NO_LAYOUT {
+		t.Fatalf("WRITE to the stale copy: %v, want NFS4ERR_PNFS_NO_LAYOUT", st)
+	}
+	// The stale data server holds copies of two of the three stripe
+	// indexes; the third still has two good copies, and a layout for
+	// writing must name both (or one would miss the writes while
+	// counting as good): 2 mirrors, the stripe indexes of the stale
+	// copy naming their one good copy in both. A layout for reading
+	// has one mirror. Neither names the stale copy.
+	waitFor(t, "a write layout without the stale copy", func() bool {
 		st, nls, nff := s.layoutGet(fh, open, nfs4.LAYOUTIOMODE4_RW, 0, ^uint64(0), 0)
+		if st != nfs4.NFS4_OK {
+			return false
+		}
+		ls, ff = nls, nff
+		return true
+	})
+	if len(ff.FflMirrors) != 2 {
+		t.Fatalf("write layout after the error: %d mirrors, want 2", len(ff.FflMirrors))
+	}
+	devs = flexDevices(t, s, ff, byAddr)
+	twoCopies := 0
+	for i := range 3 {
+		a, b := devs[ff.FflMirrors[0].FfmDataServers[i].FfdsDeviceid], devs[ff.FflMirrors[1].FfmDataServers[i].FfdsDeviceid]
+		if a == badDS || b == badDS {
+			t.Fatalf("stripe index %d of the write layout names the stale copy on %s", i, badDS.addr)
+		}
+		if a != b {
+			twoCopies++
+		}
+	}
+	if twoCopies != 1 {
+		t.Fatalf("write layout: %d stripe indexes name two different copies, want 1 (the one the stale data server holds no copy of)", twoCopies)
+	}
+	waitFor(t, "a read layout without the stale copy", func() bool {
+		st, nls, nff := s.layoutGet(fh, open, nfs4.LAYOUTIOMODE4_READ, 0, ^uint64(0), 0)
 		if st != nfs4.NFS4_OK {
 			return false
 		}
@@ -720,9 +754,6 @@ func TestFlexFilesMirrors(t *testing.T) {
 		if devs[ds.FfdsDeviceid] == badDS {
 			t.Fatalf("the layout names the stale copy on %s", badDS.addr)
 		}
-	}
-	if st := badDS.write(t, bad.FfdsFhVers[0], ff.FflMirrors[0].FfmDataServers[0].FfdsStateid, 0, data[:unit]); st != nfs4.NFS4ERR_PNFS_NO_LAYOUT {
-		t.Fatalf("WRITE to the stale copy: %v, want NFS4ERR_PNFS_NO_LAYOUT", st)
 	}
 
 	// The other copy of the same units is the last good one: a report

@@ -238,8 +238,8 @@ var (
 )
 
 // FlexLayout hands out flexfiles layouts (cluster.Striped.FlexLayout).
-func (d *dataServers) FlexLayout(ctx context.Context, ino uint64, width int) (pnfs.FlexLayout, error) {
-	return d.striped.FlexLayout(ctx, ino, width)
+func (d *dataServers) FlexLayout(ctx context.Context, ino uint64, width int, write bool) (pnfs.FlexLayout, error) {
+	return d.striped.FlexLayout(ctx, ino, width, write)
 }
 
 // CopyFailed marks a copy a flexfiles client reports failing stale
@@ -265,10 +265,10 @@ func (d *dataServers) Unfence(ctx context.Context, id uint64) error { return d.r
 // layouts naming it must be fetched again. A change of state (drain,
 // remove) moves no data by itself: each file that moves has its own
 // layouts recalled (HoldLayouts).
-func (d *dataServers) OnChange(fn func()) func() {
+func (d *dataServers) OnChange(fn func(left bool)) func() {
 	return d.reg.Subscribe(func(ev cluster.Event) {
 		if ev.Kind == cluster.Joined || ev.Kind == cluster.Left {
-			fn()
+			fn(ev.Kind == cluster.Left)
 		}
 	})
 }

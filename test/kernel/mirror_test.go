@@ -115,7 +115,10 @@ func (g *growCluster) waitHealed(ctx context.Context, survivors []*growDS, timeo
 // flexfiles layouts (the shoal-flex-mirror kind): the client writes both
 // copies, and the data server killed first is one that holds a copy of
 // the file (a client that cannot stripe a mirror gets it placed on two of
-// the three), the second kill one of the two that hold it after healing.
+// the three). The client must report the failure itself, and the killed
+// data server is restarted and healed (flexmirror_test.go) rather than
+// healed around; the second kill is of the other data server holding the
+// file, so that the last read comes from the healed copy.
 func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Duration, vers, out string, flex bool) {
 	port, err := freePort()
 	if err != nil {
@@ -126,10 +129,16 @@ func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Durati
 		t.Fatal(err)
 	}
 	// Two copies of every stripe; a data server out of service for 3 s
-	// is healed around.
-	g.mds.argv = append(g.mds.argv, "--mirrors", "2", "--ds-down-after", "3s")
+	// is healed around. On a flexfiles export the killed data server
+	// comes back instead, and healing waits for it (flexmirror_test.go).
+	downAfter := "3s"
+	if flex {
+		downAfter = flexDownAfter
+	}
+	g.mds.argv = append(g.mds.argv, "--mirrors", "2", "--ds-down-after", downAfter)
 	if flex {
 		g.mds.argv = append(g.mds.argv, "--layout", "flexfiles")
+		g.mds.argv = append(g.mds.argv, flexReportArgs...)
 	}
 	if err := os.MkdirAll(g.dir, 0o755); err != nil {
 		t.Fatal(err)
@@ -165,6 +174,8 @@ func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Durati
 	var healed *adminStatus
 	maxDegraded := 0
 	survivors := []*growDS{g.ds[0], g.ds[1]}
+	var outage *flexOutage
+	var victim *growDS
 	hook := func(line string) string {
 		m := syncRE.FindStringSubmatch(line)
 		if m == nil {
@@ -177,7 +188,7 @@ func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Durati
 		}
 		switch tag {
 		case "mirror-kill":
-			victim := g.ds[2]
+			victim = g.ds[2]
 			if flex {
 				// The last data server the client has written to (its
 				// own counter; the status's per-server file counts
@@ -202,9 +213,27 @@ func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Durati
 				return fail(err)
 			}
 			t.Logf("killed data server %s (kill -9) while dd was writing", victim.id)
+			outage = &flexOutage{victim: victim.id}
 			watching = true
 			go w.run(ctx, g)
 		case "mirror-heal":
+			if flex {
+				if outage == nil {
+					return fail(fmt.Errorf("no data server was killed"))
+				}
+				err := g.flexHeal(ctx, outage, victim)
+				maxDegraded, _, _ = w.snapshot()
+				t.Logf("errors clients reported for %s: [%s]; its copies marked stale: [%s]; stale copies while it was down: %.0f",
+					outage.victim, outage.reported(), outage.staledBy(), outage.staleCopies)
+				if err != nil {
+					return fail(err)
+				}
+				healed = outage.healed
+				t.Logf("%s restarted and healed (%.0f files, %.0f bytes copied); status:\n%s", victim.id, outage.healedFiles, outage.healBytes, healed)
+				t.Logf("scrub: %d files, %d chunks, %d bad, %d failed; bytes in each store: %v",
+					outage.scrub.Files, outage.scrub.Chunks, outage.scrub.Bad, outage.scrub.Failed, outage.storeBytes)
+				break
+			}
 			st, err := g.waitHealed(ctx, survivors, 4*time.Minute)
 			if err != nil {
 				return fail(err)
@@ -212,21 +241,22 @@ func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Durati
 			healed = st
 			maxDegraded, _, _ = w.snapshot()
 			t.Logf("healed; status:\n%s", st)
+		case "mirror-kill2":
+			second := survivors[1]
 			if flex {
-				// How the copy went stale: a client's error report
-				// (LAYOUTERROR, LAYOUTRETURN) or the MDS's own write
-				// after the client fell back to it. Informational.
-				if s, err := scrape(ctx, g.metrics); err == nil {
-					t.Logf("client error reports: %.0f; copies staled on them: %.0f",
-						s.get("shoal_pnfs_layout_errors_total"), s.get("shoal_pnfs_flex_copies_staled_total"))
+				// The other holder of the file: reads must then come
+				// from the copy healed onto the restarted data server.
+				if healed == nil {
+					return fail(fmt.Errorf("not healed"))
+				}
+				if second = holder(healed, g.ds, victim.id); second == nil {
+					return fail(fmt.Errorf("no other data server holds the file; status:\n%s", healed))
 				}
 			}
-		case "mirror-kill2":
-			victim := survivors[1]
-			if err := g.killDS(ctx, victim); err != nil {
+			if err := g.killDS(ctx, second); err != nil {
 				return fail(err)
 			}
-			t.Logf("killed a second data server %s (kill -9)", victim.id)
+			t.Logf("killed a second data server %s (kill -9)", second.id)
 		}
 		return "OK " + tag
 	}
@@ -252,6 +282,46 @@ func testMirror(t *testing.T, shoalBin string, img images, vmTimeout time.Durati
 	report(t, "mirror", res)
 	for _, err := range errs {
 		t.Errorf("driver: %v", err)
+	}
+	if flex {
+		t.Run("mirror/flex-reported", func(t *testing.T) {
+			if outage == nil || outage.errors == nil {
+				t.Skip("no data server was killed (see mirror/kill-ds)")
+			}
+			// The client's own report, by LAYOUTERROR or in
+			// LAYOUTRETURN, names the dead data server.
+			if len(outage.errors) == 0 {
+				t.Errorf("no client reported an error about %s (shoal_pnfs_layout_errors_total)", outage.victim)
+			}
+			if outage.staleCopies == 0 {
+				t.Errorf("no copy was stale while %s was down (shoal_cluster_stale_copies)", outage.victim)
+			}
+			// Which marks the copy stale first is a race inside the
+			// client: with NFSv4.2 the LAYOUTERROR goes out before
+			// anything else (client_report); with 4.1 Linux 6.1 sent
+			// the LAYOUTGET for its next layout before the
+			// LAYOUTRETURN carrying the error, and that layout left
+			// the copy out (layout_left_out).
+			if len(outage.staled) == 0 {
+				t.Errorf("no copy on %s was marked stale through a flexfiles layout (shoal_pnfs_flex_copies_staled_total)", outage.victim)
+			}
+			t.Logf("reported for %s: [%s]; its copies marked stale: [%s]", outage.victim, outage.reported(), outage.staledBy())
+		})
+		t.Run("mirror/flex-healed-on-return", func(t *testing.T) {
+			if outage == nil || outage.healed == nil {
+				t.Skip("not healed (see mirror/healed)")
+			}
+			if outage.healedFiles == 0 || outage.healBytes == 0 {
+				t.Errorf("healing copied nothing: %.0f files, %.0f bytes", outage.healedFiles, outage.healBytes)
+			}
+			if outage.scrub.Bad != 0 || outage.scrub.Failed != 0 || outage.scrub.Chunks == 0 {
+				t.Errorf("scrub after healing: %d chunks checked, %d bad copies, %d files failed; want chunks checked and none bad",
+					outage.scrub.Chunks, outage.scrub.Bad, outage.scrub.Failed)
+			}
+			if outage.storeBytes[outage.victim] == 0 {
+				t.Errorf("the restarted data server's store is empty")
+			}
+		})
 	}
 	t.Run("mirror/degraded-reported", func(t *testing.T) {
 		if healed == nil {
