@@ -79,7 +79,7 @@ func (d *DataServers) Fence(ctx context.Context, clientID uint64) error {
 func (d *DataServers) Unfence(ctx context.Context, clientID uint64) error { return nil }
 
 // OnChange: the set of NFSv3 data servers is fixed by configuration.
-func (d *DataServers) OnChange(fn func()) func() { return func() {} }
+func (d *DataServers) OnChange(fn func(left bool)) func() { return func() {} }
 
 // LooseFlexLayout returns file ino's layout for MDS client clientID and
 // remembers that the client holds it (for Fence).
