@@ -5,8 +5,13 @@ import (
 	"fmt"
 
 	"github.com/shoalfs/shoal/internal/cluster"
+	"github.com/shoalfs/shoal/internal/flexv3"
 	"github.com/shoalfs/shoal/meta"
+	"github.com/shoalfs/shoal/server"
 )
+
+// The NFSv3 data servers stand where the cluster's registry does.
+var _ server.DataServers = (*flexv3.DataServers)(nil)
 
 // fenceFile is the admin fence-file command of an MDS with NFSv3 data
 // servers (nil without): the file at a path gets a new owner on the data
