@@ -24,7 +24,7 @@ import (
 // a bbolt read transaction while waiting for stateMu, because a bbolt
 // commit that grows the file waits for every read transaction to end, and
 // snapshot begins one under stateMu. Nothing holds syncMu during an
-// fdatasync (syncing counts those in progress).
+// fdatasync (syncing marks one in progress).
 type walKV struct {
 	db        *bolt.DB
 	path      string
@@ -72,16 +72,11 @@ type walKV struct {
 	written, durable atomic.Uint64
 	syncs, appends   atomic.Uint64 // for LogStats
 
-	syncMu   sync.Mutex
-	syncCond *sync.Cond     // signalled when a sync ends
-	syncing  int            // fdatasyncs running, without syncMu held (at most maxSyncs)
-	syncSlot [maxSyncs]bool // the descriptor slots in use (walFile.datasync)
-	// syncingTo is the mark (written) of the last fdatasync started:
-	// while it runs, a caller whose record it covers waits for it
-	// rather than start another.
-	syncingTo  uint64
-	syncFile   *walFile // the file a sync makes durable
-	syncClosed bool     // Close or a failure: no more syncs
+	syncMu     sync.Mutex
+	syncCond   *sync.Cond // signalled when syncing turns false
+	syncing    bool       // an fdatasync runs, without syncMu held
+	syncFile   *walFile   // the file a sync makes durable
+	syncClosed bool       // Close or a failure: no more syncs
 	flushTimer *time.Timer
 	flushArmed bool
 }
@@ -328,23 +323,11 @@ func (s *walKV) update(fn func(kvTxn) error) (uint64, error) {
 // reader can see, is durable.
 func (s *walKV) Sync() error { return s.syncTo(s.written.Load()) }
 
-// maxSyncs bounds the fdatasyncs of the log that run at once. A record
-// written while a sync runs is not covered by it; rather than wait for
-// that sync to end and then start its own (one and a half fdatasyncs of
-// latency on average), its caller starts a second one at once, which the
-// kernel overlaps with the first (their cache flushes are merged): on
-// the 2-core VM's virtio disk, two threads' write+fdatasync loops took
-// 230-340 µs per sync against 680 µs for one thread alone, at load 12.
-// A third caller waits for one of the two, and shares the next with
-// every caller that arrived meanwhile (BenchmarkRemove/async=false/procs=4).
-const maxSyncs = 2
-
 // syncTo returns once the record with sequence number target, and every
 // one before it, is durable. Concurrent callers share fdatasyncs: one
-// whose record the last sync started covers waits for it; else it starts
-// one at once if fewer than maxSyncs run, or waits for one to end and
-// looks again, so a burst of commits costs a few fdatasyncs however many
-// callers it has.
+// that finds a sync running waits for it and starts the next only if
+// that one did not cover its target, so a burst of commits costs about
+// two fdatasyncs however many callers it has.
 func (s *walKV) syncTo(target uint64) error {
 	if s.durable.Load() >= target {
 		return nil
@@ -355,23 +338,16 @@ func (s *walKV) syncTo(target uint64) error {
 			s.syncMu.Unlock()
 			return s.syncFailure()
 		}
-		if s.syncing > 0 && s.syncingTo >= target || s.syncing >= maxSyncs {
+		if s.syncing {
 			s.syncCond.Wait()
 			continue
 		}
 		f, w := s.syncFile, s.written.Load()
-		slot := 0
-		for s.syncSlot[slot] {
-			slot++
-		}
-		s.syncSlot[slot] = true
-		s.syncing++
-		s.syncingTo = w
+		s.syncing = true
 		s.syncMu.Unlock()
-		err := f.datasync(slot)
+		err := f.datasync()
 		s.syncMu.Lock()
-		s.syncSlot[slot] = false
-		s.syncing--
+		s.syncing = false
 		s.syncCond.Broadcast()
 		if err != nil {
 			s.syncClosed = true
@@ -403,7 +379,7 @@ func (s *walKV) Await() error {
 		if s.syncClosed {
 			return s.syncFailure()
 		}
-		if !s.flushArmed && s.syncing == 0 {
+		if !s.flushArmed && !s.syncing {
 			s.flushArmed = true
 			s.flushTimer.Reset(s.interval)
 		}
@@ -448,12 +424,12 @@ func (s *walKV) flush() {
 	}
 }
 
-// stopSyncs ends syncing for Close: it waits for the running fdatasyncs
-// and stops the timer.
+// stopSyncs ends syncing for Close: it waits for a running fdatasync and
+// stops the timer.
 func (s *walKV) stopSyncs() {
 	s.syncMu.Lock()
 	s.syncClosed = true
-	for s.syncing > 0 {
+	for s.syncing {
 		s.syncCond.Wait()
 	}
 	s.flushTimer.Stop()
@@ -642,13 +618,13 @@ func (s *walKV) maybeCheckpoint() {
 	}
 	s.wal = nw
 	s.syncMu.Lock()
-	for s.syncing > 0 {
+	for s.syncing {
 		s.syncCond.Wait()
 	}
 	s.syncFile = nw
 	s.syncMu.Unlock()
 	if err := s.step("created"); err != nil {
-		old.close()
+		old.f.Close()
 		s.fail(err)
 		return
 	}
@@ -687,7 +663,7 @@ func (s *walKV) checkpoint(frozen *ovTree, old *walFile) error {
 	if err := s.step("applied"); err != nil {
 		return err
 	}
-	if err := old.close(); err != nil {
+	if err := old.f.Close(); err != nil {
 		return fmt.Errorf("meta: close WAL: %w", err)
 	}
 	if err := removeWALFiles(s.path, []uint64{old.gen}, s.sync); err != nil {
@@ -750,7 +726,7 @@ func (s *walKV) Close() error {
 		s.foldRecent()
 		if err := s.applyToBolt(s.active); err != nil {
 			errs = append(errs, err)
-		} else if err := s.wal.close(); err != nil {
+		} else if err := s.wal.f.Close(); err != nil {
 			errs = append(errs, err)
 		} else if gens, err := listWALFiles(s.path); err != nil {
 			errs = append(errs, err)
@@ -759,7 +735,7 @@ func (s *walKV) Close() error {
 		}
 	} else {
 		// The log stays for the next open to recover.
-		s.wal.close()
+		s.wal.f.Close()
 		errs = append(errs, failed)
 	}
 	errs = append(errs, s.db.Close())

@@ -31,7 +31,7 @@ func (s *walKV) crash() {
 	if s.ckptDone != nil {
 		<-s.ckptDone
 	}
-	s.wal.close()
+	s.wal.f.Close()
 	s.db.Close()
 }
 

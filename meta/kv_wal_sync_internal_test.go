@@ -6,13 +6,13 @@ import (
 	"testing"
 )
 
-// TestWALOverlappingSyncs: callers that commit and sync at once, with
-// the log switching files under them (a checkpoint every few KiB), each
-// return from syncTo only once their record is durable, and every change
-// is there after a crash. With maxSyncs fdatasyncs allowed at once, a
-// sync that ends must not vouch for a record a later one was started
-// for, nor the file switch happen under a running sync.
-func TestWALOverlappingSyncs(t *testing.T) {
+// TestWALConcurrentSyncs: callers that commit and sync at once, sharing
+// fdatasyncs, with the log switching files under them (a checkpoint every
+// few KiB), each return from syncTo only once their record is durable,
+// and every change is there after a crash: a shared sync must not vouch
+// for a record written after it started, nor the file switch happen
+// under a running sync.
+func TestWALConcurrentSyncs(t *testing.T) {
 	s := newWALTestStore(t, BoltOptions{WALCheckpointBytes: 8 << 10})
 	const writers, each = 6, 150
 	var wg sync.WaitGroup

@@ -352,14 +352,7 @@ func readWAL(dbPath string, gens []uint64) (walLog, error) {
 
 // walFile is the log file being appended to.
 type walFile struct {
-	f *os.File
-	// more are further read-only descriptors of the file, one for each
-	// fdatasync beyond the first that may run at once (maxSyncs): the
-	// kernel reports a writeback error once per open file description,
-	// so two fdatasyncs at once on one descriptor could both return
-	// success while one page failed (the other consumed the error).
-	// Each of their own sees every error since its last sync.
-	more    [maxSyncs - 1]*os.File
+	f       *os.File
 	gen     uint64
 	off     int64 // where the next record goes
 	records int   // appended so far
@@ -409,25 +402,7 @@ func createWALFile(dbPath string, gen uint64, prealloc int64, sync bool) (*walFi
 			return nil, err
 		}
 	}
-	w := &walFile{f: f, gen: gen, off: walHeaderLen, sync: sync}
-	for i := range w.more {
-		if w.more[i], err = os.Open(walFileName(dbPath, gen)); err != nil {
-			w.close()
-			return nil, fmt.Errorf("meta: open WAL for syncs: %w", err)
-		}
-	}
-	return w, nil
-}
-
-// close closes the file's descriptors.
-func (w *walFile) close() error {
-	err := w.f.Close()
-	for _, m := range w.more {
-		if m != nil {
-			err = errors.Join(err, m.Close())
-		}
-	}
-	return err
+	return &walFile{f: f, gen: gen, off: walHeaderLen, sync: sync}, nil
 }
 
 // append writes one record (one write(2); sync makes it durable). Only
@@ -445,19 +420,14 @@ func (w *walFile) append(seq, mark uint64, ops []walOp) error {
 	return nil
 }
 
-// datasync makes every record appended so far durable: one fdatasync,
-// through descriptor slot (0 to maxSyncs-1; no two at once on one slot).
-// It may run while append writes the next record; that one may or may
-// not be covered.
-func (w *walFile) datasync(slot int) error {
+// datasync makes every record appended so far durable: one fdatasync. It may
+// run while append writes the next record; that one may or may not be
+// covered.
+func (w *walFile) datasync() error {
 	if !w.sync || skipWALSync {
 		return nil
 	}
-	f := w.f
-	if slot > 0 {
-		f = w.more[slot-1]
-	}
-	if err := unix.Fdatasync(int(f.Fd())); err != nil {
+	if err := unix.Fdatasync(int(w.f.Fd())); err != nil {
 		return fmt.Errorf("meta: WAL fdatasync: %w", err)
 	}
 	return nil
