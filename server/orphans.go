@@ -514,12 +514,13 @@ func (o *orphanSet) unplaced(batch []meta.Ino) []bool {
 	if !ok || !mp.PlacedByMap() {
 		return out
 	}
-	os, ok := o.s.meta.(meta.OrphanStater)
+	stater, ok := o.s.meta.(meta.OrphanStater)
 	if !ok {
 		return out
 	}
-	states, err := os.OrphanStates(o.ctx, batch)
+	states, err := stater.OrphanStates(o.ctx, batch)
 	if err != nil {
+		o.s.log.Debug("free unlinked files: read their states", "orphans", len(batch), "err", err)
 		return out
 	}
 	for i, st := range states {
