@@ -264,7 +264,17 @@ func (s *inlineStore) RemoveOrphanData(ino uint64) error {
 	return s.next.Remove(ino)
 }
 
-var _ orphanDataRemover = (*inlineStore)(nil)
+var (
+	_ orphanDataRemover = (*inlineStore)(nil)
+	_ store.MapPlaced   = (*inlineStore)(nil)
+)
+
+// PlacedByMap forwards the next backend's answer (store.MapPlaced): a
+// file kept inline has no stripe map, and its bytes go with its inode.
+func (s *inlineStore) PlacedByMap() bool {
+	mp, ok := s.next.(store.MapPlaced)
+	return ok && mp.PlacedByMap()
+}
 
 func (s *inlineStore) Truncate(ino uint64, size uint64) error {
 	l := s.lock(ino)

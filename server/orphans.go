@@ -455,9 +455,17 @@ func (o *orphanSet) runFreer() {
 // (awaitUnlinks).
 func (o *orphanSet) freeBatch(batch []meta.Ino) {
 	gone := make([]bool, len(batch))
+	inline := o.unplaced(batch)
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, orphanFreers)
 	for i, ino := range batch {
+		if inline[i] {
+			// No data on the data servers: its bytes, if any, are
+			// inline and go with the inode.
+			o.s.cache.forget(ino)
+			gone[i] = true
+			continue
+		}
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
@@ -490,6 +498,35 @@ func (o *orphanSet) freeBatch(batch []meta.Ino) {
 			o.freedDoomed(ino)
 		}
 	}
+}
+
+// unplaced reports, for each doomed orphan of batch, whether it is an
+// orphan (no links) without a stripe map on a backend that keeps data
+// only where a file's map says (store.MapPlaced): a small file kept
+// inline, whose data removal (removeData: a read of its attributes, then
+// one of its stripe map, each a read transaction) has nothing to do. One
+// read transaction for the batch (meta.OrphanStater). On any doubt (no
+// such backend or engine, a failed read) it reports false, and the
+// orphan takes removeData's way.
+func (o *orphanSet) unplaced(batch []meta.Ino) []bool {
+	out := make([]bool, len(batch))
+	mp, ok := o.s.data.(store.MapPlaced)
+	if !ok || !mp.PlacedByMap() {
+		return out
+	}
+	stater, ok := o.s.meta.(meta.OrphanStater)
+	if !ok {
+		return out
+	}
+	states, err := stater.OrphanStates(o.ctx, batch)
+	if err != nil {
+		o.s.log.Debug("free unlinked files: read their states", "orphans", len(batch), "err", err)
+		return out
+	}
+	for i, st := range states {
+		out[i] = !st.Gone && st.Nlink == 0 && !st.Placed
+	}
+	return out
 }
 
 // retryLater schedules the next attempt at freeing ino, after a backoff.

@@ -561,6 +561,12 @@ func (s *Striped) StatFS() (total, free, avail uint64, err error) {
 // Close implements store.Backend. The registry is not closed.
 func (s *Striped) Close() error { return nil }
 
+// PlacedByMap implements store.MapPlaced: every object of a file is on
+// the data servers of its stripe map, and a file without one has none.
+func (s *Striped) PlacedByMap() bool { return true }
+
+var _ store.MapPlaced = (*Striped)(nil)
+
 // SetFallback gives the MDS direct access to the storage of data server
 // id, for reads while that data server is unreachable. This is the
 // shared-storage deployment of the pNFS papers (data servers as gateways to

@@ -2,9 +2,11 @@ package wiring
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"syscall"
@@ -31,6 +33,10 @@ import (
 // 50 ms, a poll costing a scan of the orphan set).
 //
 //	go test ./internal/wiring -run '^$' -bench BenchmarkRemove -benchtime 4000x
+//
+// -remove.cpuprofile FILE (after -args) writes a CPU profile of the
+// deletes alone, from the first REMOVE until the orphans are freed (go
+// test's -cpuprofile also covers making the files, which is most of it).
 func BenchmarkRemove(b *testing.B) {
 	for _, async := range []bool{false, true} {
 		for _, procs := range []int{1, 4} {
@@ -40,6 +46,8 @@ func BenchmarkRemove(b *testing.B) {
 		}
 	}
 }
+
+var removeProfile = flag.String("remove.cpuprofile", "", "BenchmarkRemove: write a CPU profile of the deletes to this file (the last sub-benchmark run's)")
 
 func benchRemove(b *testing.B, async bool, procs int) {
 	f := false
@@ -86,6 +94,21 @@ func benchRemove(b *testing.B, async bool, procs int) {
 	}
 	srv := cl.MDS.Server
 	orphansFreed(b, srv)
+	if *removeProfile != "" {
+		f, err := os.Create(*removeProfile)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			b.Fatal(err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
 	cpu0, syncs0 := processCPU(b), srv.Stats().Log.Syncs
 	b.ResetTimer()
 	var wg sync.WaitGroup

@@ -278,8 +278,9 @@ func (d *dataServers) OnChange(fn func(left bool)) func() {
 type lazyBackend struct{ d *dataServers }
 
 var (
-	_ store.Backend = lazyBackend{}
-	_ store.Copier  = lazyBackend{}
+	_ store.Backend   = lazyBackend{}
+	_ store.Copier    = lazyBackend{}
+	_ store.MapPlaced = lazyBackend{}
 )
 
 func (b lazyBackend) Open(ino uint64, create bool) (store.File, error) {
@@ -317,6 +318,10 @@ func (b lazyBackend) ListObjects(ctx context.Context, fn func(place string, inos
 func (b lazyBackend) RemoveObject(ctx context.Context, place string, ino uint64) error {
 	return b.d.striped.RemoveObject(ctx, place, ino)
 }
+
+// PlacedByMap forwards the striped backend's (store.MapPlaced); false
+// until there is one.
+func (b lazyBackend) PlacedByMap() bool { return b.d.striped != nil && b.d.striped.PlacedByMap() }
 
 // CopyRange lets the data servers copy for COPY and CLONE (store.Copier).
 func (b lazyBackend) CopyRange(src, dst uint64, srcOff, dstOff, n int64) error {
