@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -47,6 +48,8 @@ type Config struct {
 	IOSize uint32
 	// Timeout bounds each call to a data server; default 30 s.
 	Timeout time.Duration
+	// Logger logs stale marks and heals; nil: slog.Default().
+	Logger *slog.Logger
 }
 
 // Store keeps files' data on loosely coupled NFSv3 data servers. It is a
@@ -57,8 +60,15 @@ type Store struct {
 	cfg     Config
 	servers []*server
 
-	mu    sync.Mutex
-	files map[uint64]*dataFiles // handles and owner of files seen, a cache
+	maps    Maps                    // stale marks (stale.go); nil: none
+	recall  func(ino uint64)        // recalls a file's layouts; nil: none
+	heals   [healLocks]sync.RWMutex // heal.go
+	kicks   chan struct{}           // RunHealer's
+	metrics healMetrics
+
+	mu      sync.Mutex
+	files   map[uint64]*dataFiles // handles and owner of files seen, a cache
+	healing map[uint64]bool       // files being healed: no write layouts
 }
 
 var _ store.Backend = (*Store)(nil)
@@ -86,7 +96,8 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second
 	}
-	s := &Store{cfg: cfg, files: map[uint64]*dataFiles{}}
+	s := &Store{cfg: cfg, files: map[uint64]*dataFiles{}, healing: map[uint64]bool{},
+		kicks: make(chan struct{}, 1), metrics: newHealMetrics()}
 	for _, sc := range cfg.Servers {
 		s.servers = append(s.servers, &server{cfg: sc, opts: nfs3.Options{Dial: cfg.Dial}})
 	}
@@ -172,12 +183,29 @@ func (sv *server) close() {
 }
 
 // dataFiles are file ino's data files: handle by mirror, and the owner
-// uid they were last seen or set with.
+// uid they were last seen or set with. stale says which mirrors are
+// stale (stale.go); a stale mirror's handle may be nil (its server did
+// not answer). owner, stale and fhs are guarded by Store.mu.
 type dataFiles struct {
 	ino     uint64
 	servers []int
 	fhs     [][]byte
 	owner   uint32
+	stale   []bool
+}
+
+// good returns the mirrors of df that are not stale, as indexes, under
+// s.mu.
+func (s *Store) good(df *dataFiles) (idx []int, fhs [][]byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for j := range df.servers {
+		if !df.stale[j] {
+			idx = append(idx, j)
+			fhs = append(fhs, df.fhs[j])
+		}
+	}
+	return idx, fhs
 }
 
 const maxCached = 1 << 16
@@ -197,17 +225,28 @@ func (s *Store) lookup(ctx context.Context, ino uint64, create bool) (*dataFiles
 		return df, nil
 	}
 	df = &dataFiles{ino: ino, servers: s.placement(ino)}
+	stale, err := s.staleOf(ctx, ino, df.servers)
+	if err != nil {
+		return nil, err
+	}
+	df.stale = stale
 	owner := s.freshOwner(0)
+	first := true
 	for j, si := range df.servers {
-		fh, uid, err := s.open(ctx, si, ino, create, owner)
-		if err != nil {
+		fh, uid, err := s.open(ctx, si, ino, create && !stale[j], owner)
+		if err != nil && stale[j] {
+			// A stale copy's server may be the one that failed: the
+			// heal makes the data file again.
+			fh, err = nil, nil
+		} else if err != nil {
 			return nil, err
 		}
-		if j == 0 {
+		if first && fh != nil {
 			// Mirrors created by an earlier MDS share one owner; the
-			// first mirror's is the one layouts name.
+			// first good mirror's is the one layouts name.
 			owner = uid
 			df.owner = uid
+			first = false
 		}
 		df.fhs = append(df.fhs, fh)
 	}
@@ -259,13 +298,15 @@ func (s *Store) open(ctx context.Context, si int, ino uint64, create bool, owner
 	return nil, 0, fmt.Errorf("flexv3: %s on %s: created and removed under us", name(ino), sv.cfg.Addr)
 }
 
-// each runs f on every mirror of df and returns the first error.
+// each runs f on every good mirror of df and returns the first error.
 func (s *Store) each(ctx context.Context, df *dataFiles, f func(c *nfs3.Client, fh []byte) error) error {
 	var first error
-	for j, si := range df.servers {
+	idx, fhs := s.good(df)
+	for k, j := range idx {
+		si := df.servers[j]
 		c, _, err := s.servers[si].client(ctx)
 		if err == nil {
-			err = f(c, df.fhs[j])
+			err = f(c, fhs[k])
 		}
 		if err != nil && first == nil {
 			first = fmt.Errorf("flexv3: %s on %s: %w", name(df.ino), s.servers[si].cfg.Addr, err)
@@ -316,6 +357,9 @@ func (s *Store) Truncate(ino uint64, size uint64) error {
 	if err != nil {
 		return err
 	}
+	l := s.healLock(ino)
+	l.RLock()
+	defer l.RUnlock()
 	return s.each(ctx, df, func(c *nfs3.Client, fh []byte) error {
 		return c.Setattr(ctx, fh, nfs3.Attrs{Size: &size})
 	})
@@ -398,14 +442,16 @@ var _ store.File = (*file)(nil)
 func (f *file) ReadAt(p []byte, off int64) (int, error) {
 	ctx, cancel := f.s.ctx()
 	defer cancel()
-	var last error
-	for j, si := range f.df.servers {
+	last := errors.New("flexv3: no good copy")
+	idx, fhs := f.s.good(f.df)
+	for k, j := range idx {
+		si := f.df.servers[j]
 		c, _, err := f.s.servers[si].client(ctx)
 		if err != nil {
 			last = err
 			continue
 		}
-		n, err := readFull(ctx, c, f.df.fhs[j], p, off, f.s.cfg.IOSize)
+		n, err := readFull(ctx, c, fhs[k], p, off, f.s.cfg.IOSize)
 		if err == nil || err == io.EOF {
 			return n, err
 		}
@@ -436,6 +482,9 @@ func readFull(ctx context.Context, c *nfs3.Client, fh []byte, p []byte, off int6
 func (f *file) WriteAt(p []byte, off int64) (int, error) {
 	ctx, cancel := f.s.ctx()
 	defer cancel()
+	l := f.s.healLock(f.df.ino)
+	l.RLock()
+	defer l.RUnlock()
 	err := f.s.each(ctx, f.df, func(c *nfs3.Client, fh []byte) error {
 		for n := 0; n < len(p); {
 			chunk := p[n:min(len(p), n+int(f.s.cfg.IOSize))]
@@ -468,11 +517,15 @@ func (f *file) Sync() error {
 func (f *file) Size() (int64, error) {
 	ctx, cancel := f.s.ctx()
 	defer cancel()
-	c, _, err := f.s.servers[f.df.servers[0]].client(ctx)
+	idx, fhs := f.s.good(f.df)
+	if len(idx) == 0 {
+		return 0, fmt.Errorf("flexv3: size of %s: no good copy", name(f.df.ino))
+	}
+	c, _, err := f.s.servers[f.df.servers[idx[0]]].client(ctx)
 	if err != nil {
 		return 0, err
 	}
-	a, err := c.Getattr(ctx, f.df.fhs[0])
+	a, err := c.Getattr(ctx, fhs[0])
 	if err != nil {
 		return 0, fmt.Errorf("flexv3: size of %s: %w", name(f.df.ino), err)
 	}

@@ -486,6 +486,12 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 		}
 	}
 	m.Server = srv
+	if err := m.startFlexV3(cfg, srv); err != nil {
+		m.Admin.Close()
+		m.Registry.Close()
+		srv.Close()
+		return fail(err)
+	}
 	m.ln, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		srv.Close()
