@@ -51,6 +51,7 @@ func (m *MDS) startFlexV3(cfg MDSConfig, srv *server.Server) error {
 	go st.RunHealer(ctx, every)
 	return nil
 }
+
 // fenceFile is the admin fence-file command of an MDS with NFSv3 data
 // servers (nil without): the file at a path gets a new owner on the data
 // servers (flexv3.DataServers.FenceFile), then its layouts are recalled

@@ -388,7 +388,11 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 	ds := &dataServers{}
 	pnfsCfg := &server.PNFSConfig{DataServers: ds, Backend: lazyBackend{ds}}
 	if cfg.FlexV3 != nil {
-		st, err := flexv3.New(*cfg.FlexV3)
+		v3 := *cfg.FlexV3
+		if v3.Logger == nil {
+			v3.Logger = cfg.Logger.With("role", "mds")
+		}
+		st, err := flexv3.New(v3)
 		if err != nil {
 			return fail(err)
 		}
