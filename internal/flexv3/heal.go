@@ -12,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/shoalfs/shoal/internal/nfs3"
-	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/pnfs"
 )
 
@@ -35,15 +34,24 @@ import (
 //     refuse the old owner's writes from then on. A client that has not
 //     yet returned its layout can write no more; recall is only a
 //     request, the fence is what makes the copy safe.
-//  4. The copy is made; then the metadata and the cache mark the copies
-//     good; then the healing mark and the lock are dropped. A write
-//     layout handed out after that names every mirror and the new owner.
+//  4. The copy is made, and checked: the good copy's size, mtime and
+//     ctime must be what they were before it (a WRITE a data server let
+//     through before the fence's SETATTR could land after it), or it is
+//     made again (at most maxCopies times, then the heal fails and the
+//     next pass retries).
+//  5. The metadata and the cache mark the copies good; then the healing
+//     mark and the lock are dropped. A write layout handed out after
+//     that names every mirror and the new owner.
 //
 // So from step 3 on no write reaches the good copy that the stale one
-// does not get: there are none until step 4 is over.
+// does not get: there are none until step 5 is over.
 //
 // Read layouts (the read-only uid, unchanged by the fence) go on being
 // handed out and used during a heal: they never name a stale copy.
+
+// maxCopies bounds the copies one heal makes of a good copy that
+// changes under it.
+const maxCopies = 3
 
 // healLocks is the number of heal locks: a file's is healLocks[ino mod
 // it], so a heal holds back writes through the MDS to a few other files
@@ -163,21 +171,44 @@ func (s *Store) Heal(ctx context.Context, ino uint64) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	a, err := src.Getattr(ctx, fhs[good])
-	if err != nil {
-		return 0, fmt.Errorf("flexv3: heal file %d: size of the good copy: %w", ino, err)
+	// Copy, then check that the good copy did not change meanwhile (a
+	// WRITE the data server had let through before the fence's SETATTR
+	// and applied after it): its size, mtime and ctime are what they were
+	// before the copy, or the copy is made again, at most maxCopies times.
+	var size uint64
+	for try := 1; ; try++ {
+		before, err := src.Getattr(ctx, fhs[good])
+		if err != nil {
+			return 0, fmt.Errorf("flexv3: heal file %d: attributes of the good copy: %w", ino, err)
+		}
+		size = before.Size
+		for j, si := range df.servers {
+			if !stale[j] {
+				continue
+			}
+			dst, err := s.conn(ctx, si)
+			if err != nil {
+				return 0, err
+			}
+			if err := s.copyData(ctx, src, fhs[good], dst, fhs[j], size); err != nil {
+				return 0, fmt.Errorf("flexv3: heal file %d onto %s: %w", ino, s.serverID(si), err)
+			}
+		}
+		after, err := src.Getattr(ctx, fhs[good])
+		if err != nil {
+			return 0, fmt.Errorf("flexv3: heal file %d: attributes of the good copy: %w", ino, err)
+		}
+		if after.Size == before.Size && after.Mtime == before.Mtime && after.Ctime == before.Ctime {
+			break
+		}
+		if try == maxCopies {
+			return 0, fmt.Errorf("flexv3: heal file %d: the good copy changed during %d copies", ino, try)
+		}
 	}
 	healed := 0
 	for j, si := range df.servers {
 		if !stale[j] {
 			continue
-		}
-		dst, err := s.conn(ctx, si)
-		if err != nil {
-			return healed, err
-		}
-		if err := s.copyData(ctx, src, fhs[good], dst, fhs[j], a.Size); err != nil {
-			return healed, fmt.Errorf("flexv3: heal file %d onto %s: %w", ino, s.serverID(si), err)
 		}
 		if err := s.setStale(ctx, ino, df.servers, s.serverID(si), false); err != nil {
 			return healed, err
@@ -187,7 +218,7 @@ func (s *Store) Heal(ctx context.Context, ino uint64) (int, error) {
 		s.mu.Unlock()
 		healed++
 		s.metrics.healed.Inc()
-		s.log().Info("flexv3: stale copy healed", "ino", ino, "ds", s.serverID(si), "from", s.serverID(df.servers[good]), "bytes", a.Size)
+		s.log().Info("flexv3: stale copy healed", "ino", ino, "ds", s.serverID(si), "from", s.serverID(df.servers[good]), "bytes", size)
 	}
 	return healed, nil
 }
@@ -255,30 +286,41 @@ func (s *Store) conn(ctx context.Context, si int) (*nfs3.Client, error) {
 	return c, nil
 }
 
-// maxHealPass bounds the stale files one pass looks at.
-const maxHealPass = 4096
+// maxHealScan bounds the stripe maps one pass reads, maxHealPass the
+// stale files it heals. (A file keeps its map, with no stale copy, once
+// healed.)
+const (
+	maxHealScan = 1 << 14
+	maxHealPass = 4096
+)
 
-// HealPass heals the stale copies of up to maxHealPass files with a
-// stale mark, and returns how many copies it healed. A file that fails
-// is logged and counted, and left for the next pass.
+// HealPass heals the stale copies of the files with a stale mark among
+// the next maxHealScan stripe maps (after those the last pass read,
+// starting over at the end), up to maxHealPass files, and returns how
+// many copies it healed. A file that fails is logged and counted, and
+// left for the next pass.
 func (s *Store) HealPass(ctx context.Context) (int, error) {
 	if s.maps == nil {
 		return 0, nil
 	}
-	var after meta.Ino
-	healed, seen := 0, 0
+	s.mu.Lock()
+	after := s.healAfter
+	s.mu.Unlock()
+	healed, seen, scanned := 0, 0, 0
 	var errs []error
-	for seen < maxHealPass {
+	for scanned < maxHealScan && seen < maxHealPass {
 		ms, err := s.maps.StripeMaps(ctx, after, 256)
 		if err != nil {
 			return healed, fmt.Errorf("flexv3: heal pass: %w", err)
 		}
 		if len(ms) == 0 {
+			after = 0
 			break
 		}
 		for _, fm := range ms {
 			after = fm.Ino
-			if len(fm.Map.Stale) == 0 || seen >= maxHealPass {
+			scanned++
+			if len(fm.Map.Stale) == 0 {
 				continue
 			}
 			seen++
@@ -289,8 +331,14 @@ func (s *Store) HealPass(ctx context.Context) (int, error) {
 				s.log().Warn("flexv3: heal failed; the next pass retries", "ino", fm.Ino, "err", err)
 				errs = append(errs, err)
 			}
+			if seen >= maxHealPass {
+				break
+			}
 		}
 	}
+	s.mu.Lock()
+	s.healAfter = after
+	s.mu.Unlock()
 	return healed, errors.Join(errs...)
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs3"
+	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -66,9 +67,10 @@ type Store struct {
 	kicks   chan struct{}           // RunHealer's
 	metrics healMetrics
 
-	mu      sync.Mutex
-	files   map[uint64]*dataFiles // handles and owner of files seen, a cache
-	healing map[uint64]bool       // files being healed: no write layouts
+	mu        sync.Mutex
+	files     map[uint64]*dataFiles // handles and owner of files seen, a cache
+	healing   map[uint64]bool       // files being healed: no write layouts
+	healAfter meta.Ino              // where the next HealPass reads maps from
 }
 
 var _ store.Backend = (*Store)(nil)
