@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -20,6 +21,7 @@ import (
 	"github.com/shoalfs/shoal/internal/nfs4"
 	"github.com/shoalfs/shoal/internal/wiretest"
 	"github.com/shoalfs/shoal/internal/xdr"
+	"github.com/shoalfs/shoal/server"
 )
 
 // v3Mirror is one mirror of a layout on the NFSv3 data servers.
@@ -293,6 +295,67 @@ func TestFlexFilesNFSv3HealAuto(t *testing.T) {
 	}
 	if _, ff := s.waitLayout(fh, sid, nfs4.LAYOUTIOMODE4_RW); len(ff.FflMirrors) != 2 {
 		t.Fatalf("write layout after the heal: %d mirrors, want 2", len(ff.FflMirrors))
+	}
+}
+
+// TestFlexFilesNFSv3StaleRestart: a stale mark outlives the MDS. After
+// a LAYOUTERROR marks a copy stale, the MDS restarts on the same
+// directory; the new one knows the copy is stale, and its heal pass finds
+// and heals it.
+func TestFlexFilesNFSv3StaleRestart(t *testing.T) {
+	dir := t.TempDir()
+	c, ns, gs := startV3ClusterWith(t, Config{Dir: dir, Lease: 30 * time.Second, HealInterval: -1})
+	ctx := ctxT(t)
+	s := newFlexSession(t, c, "v3-restart")
+	sid, fh := s.create("r")
+	lsid, ff := s.mustLayoutGet(fh, sid, nfs4.LAYOUTIOMODE4_RW)
+	ms := v3Mirrors(t, s, gs, ff)
+	data := make([]byte, 2<<20+9)
+	rand.Read(data)
+	if err := v3Write(ctx, ns, gs, ms[0], 0, data); err != nil {
+		t.Fatal(err)
+	}
+	s.layoutCommit(fh, lsid, uint64(len(data)))
+	if got := s.layoutError(fh, lsid, ms[1].dev); got != nfs4.NFS4_OK {
+		t.Fatalf("LAYOUTERROR: %v", got)
+	}
+	name := dataName(t, gs)
+	ino := inoOfData(t, name)
+	badID := "nfs3:" + gs[ms[1].srv].Addr() + gs[ms[1].srv].Path
+
+	addr := c.MDS.Addr.String()
+	if err := c.MDS.Close(); err != nil {
+		t.Fatalf("closing the MDS: %v", err)
+	}
+	f := false
+	m, err := StartMDS(MDSConfig{
+		Listen: addr, Dir: filepath.Join(dir, "mds"),
+		Exports:      []*server.Export{{Path: "/", RootSquash: &f, Layout: server.LayoutFlexFiles, FlexStripe: server.FlexStripeOff}},
+		Lease:        30 * time.Second,
+		HealInterval: -1,
+		FlexV3:       &flexv3.Config{Dial: ns.Dial, Mirrors: 2, Servers: v3Servers(gs)},
+		Logger:       slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatalf("restarting the MDS: %v", err)
+	}
+	c.mu.Lock()
+	c.MDS = m
+	c.mu.Unlock()
+
+	st := m.FlexV3.Store()
+	if stale, err := st.Stale(ctx, ino); err != nil || !slices.Equal(stale, []string{badID}) {
+		t.Fatalf("stale copies after the restart: %v, %v; want [%s]", stale, err, badID)
+	}
+	if n, err := st.HealPass(ctx); err != nil || n != 1 {
+		t.Fatalf("heal pass after the restart: %d copies, %v; want 1", n, err)
+	}
+	files := dataFiles(t, gs, name)
+	if sha256.Sum256(files[0]) != sha256.Sum256(files[1]) || !bytes.Equal(files[ms[1].srv], data) {
+		t.Fatal("data files differ after the heal")
+	}
+	if stale, err := st.Stale(ctx, ino); err != nil || len(stale) != 0 {
+		t.Fatalf("stale copies after the heal: %v, %v", stale, err)
 	}
 }
 
