@@ -359,6 +359,95 @@ func TestFlexFilesNFSv3StaleRestart(t *testing.T) {
 	}
 }
 
+// TestFlexFilesNFSv3HealUnderWrites: writes keep coming while a stale
+// copy heals, through the MDS (another client) and straight to the good
+// copy with a layout handed out while the copy was stale. Every write
+// acknowledged must be in both data files afterwards: the heal holds
+// writes through the MDS back and fences the layout's owner before it
+// copies (flexv3's heal rule), so none lands on the good copy alone.
+func TestFlexFilesNFSv3HealUnderWrites(t *testing.T) {
+	c, ns, gs := startV3ClusterWith(t, Config{Lease: 30 * time.Second, HealInterval: -1})
+	ctx := ctxT(t)
+	st := c.MDS.FlexV3.Store()
+	s := newFlexSession(t, c, "v3-heal-writes")
+	sid, fh := s.create("w")
+	lsid, ff := s.mustLayoutGet(fh, sid, nfs4.LAYOUTIOMODE4_RW)
+	ms := v3Mirrors(t, s, gs, ff)
+	data := make([]byte, 4<<20)
+	rand.Read(data)
+	for _, m := range ms {
+		if err := v3Write(ctx, ns, gs, m, 0, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.layoutCommit(fh, lsid, uint64(len(data)))
+	if got := s.layoutError(fh, lsid, ms[1].dev); got != nfs4.NFS4_OK {
+		t.Fatalf("LAYOUTERROR: %v", got)
+	}
+	name := dataName(t, gs)
+	ino := inoOfData(t, name)
+	_, ff = s.waitLayout(fh, sid, nfs4.LAYOUTIOMODE4_RW)
+	one := v3Mirrors(t, s, gs, ff)
+	if len(one) != 1 {
+		t.Fatalf("write layout with a stale copy: %d mirrors", len(one))
+	}
+
+	// Writer 1: the layout's owner, straight to the good copy, chunks
+	// at even 4 KiB slots until the fence refuses it.
+	// Writer 2: another client through the MDS, at odd slots.
+	const slots = 200
+	chunk := func(k int) []byte { return bytes.Repeat([]byte{byte(k), byte(k >> 8), 0xa5, 0x5a}, 1024) }
+	type result struct{ acked []int }
+	layoutDone, mdsDone := make(chan result, 1), make(chan result, 1)
+	go func() {
+		var r result
+		defer func() { layoutDone <- r }()
+		cl, err := nfs3.Dial(ctx, gs[one[0].srv].Addr(), nfs3.Options{Dial: ns.Dial, UID: one[0].uid, GID: one[0].gid})
+		if err != nil {
+			return
+		}
+		defer cl.Close()
+		for k := 0; k < slots; k += 2 {
+			if _, err := cl.Write(ctx, one[0].fh, uint64(k)*4096, chunk(k), nfs3.FILE_SYNC); err != nil {
+				return
+			}
+			r.acked = append(r.acked, k)
+		}
+	}()
+	s2 := newFlexSession(t, c, "v3-heal-writes-mds")
+	sid2, fh2 := s2.create("w")
+	go func() {
+		var r result
+		defer func() { mdsDone <- r }()
+		for k := 1; k < slots; k += 2 {
+			res, err := s2.cl.Compound(putFH(fh2), op(nfs4.NfsArgop4{Argop: nfs4.OP_WRITE, Opwrite: &nfs4.WRITE4args{
+				Stateid: sid2, Offset: uint64(k) * 4096, Stable: nfs4.FILE_SYNC4, Data: chunk(k)}}))
+			if err != nil || res.Status != nfs4.NFS4_OK {
+				continue
+			}
+			r.acked = append(r.acked, k)
+		}
+	}()
+	n, herr := st.Heal(ctx, ino)
+	lr, mr := <-layoutDone, <-mdsDone
+	if herr != nil || n != 1 {
+		t.Fatalf("heal: %d copies, %v", n, herr)
+	}
+	t.Logf("acknowledged: %d layout writes, %d writes through the MDS", len(lr.acked), len(mr.acked))
+	if len(mr.acked) != slots/2 {
+		t.Fatalf("writes through the MDS: %d of %d acknowledged", len(mr.acked), slots/2)
+	}
+	files := dataFiles(t, gs, name)
+	if sha256.Sum256(files[0]) != sha256.Sum256(files[1]) {
+		t.Fatalf("data files differ after a heal under writes (%d and %d bytes)", len(files[0]), len(files[1]))
+	}
+	for _, k := range append(lr.acked, mr.acked...) {
+		if !bytes.Equal(files[0][k*4096:(k+1)*4096], chunk(k)) {
+			t.Fatalf("acknowledged write at slot %d missing after the heal", k)
+		}
+	}
+}
+
 // v3Servers is the flexv3 configuration of the test's Ganeshas.
 func v3Servers(gs []*ganeshatest.Server) []flexv3.Server {
 	var out []flexv3.Server
