@@ -27,8 +27,9 @@ import (
 //  1. The file's heal lock is taken for writing: writes through the MDS
 //     wait (they hold it for reading), and none is under way.
 //  2. The file is marked healing: LAYOUTGET for writing answers
-//     NFS4ERR_DELAY (pnfs.ErrUnavailable) until the heal ends, so no new
-//     write layout is handed out.
+//     NFS4ERR_LAYOUTTRYLATER (pnfs.ErrLayoutHeld) until the heal ends,
+//     so no new write layout is handed out; the client writes through
+//     the MDS, which waits for the heal (step 1).
 //  3. The file's layouts are recalled, and then fenced: every data file
 //     gets a fresh owner uid (as Store.Fence), and the data servers
 //     refuse the old owner's writes from then on. A client that has not
@@ -59,7 +60,7 @@ const maxCopies = 3
 const healLocks = 64
 
 // errHealing is LAYOUTGET's answer for writing while a heal runs.
-var errHealing = fmt.Errorf("%w: a copy of the file is being healed", pnfs.ErrUnavailable)
+var errHealing = fmt.Errorf("%w: a copy of the file is being healed", pnfs.ErrLayoutHeld)
 
 // healMetrics are the store's counters.
 type healMetrics struct {
@@ -115,7 +116,7 @@ func (s *Store) Heal(ctx context.Context, ino uint64) (int, error) {
 	for j, si := range df.servers {
 		if stale[j] {
 			if err := s.probe(ctx, si); err != nil {
-				return 0, fmt.Errorf("flexv3: heal file %d: %w", ino, err)
+				return 0, &unreachableError{id: s.serverID(si), err: err}
 			}
 		}
 	}
@@ -277,6 +278,16 @@ func (s *Store) probe(ctx context.Context, si int) error {
 	return nil
 }
 
+// unreachableError: a heal did not start because the server of a stale
+// copy does not answer.
+type unreachableError struct {
+	id  string
+	err error
+}
+
+func (e *unreachableError) Error() string { return e.err.Error() }
+func (e *unreachableError) Unwrap() error { return e.err }
+
 // conn is server si's connection.
 func (s *Store) conn(ctx context.Context, si int) (*nfs3.Client, error) {
 	c, _, err := s.servers[si].client(ctx)
@@ -308,6 +319,9 @@ func (s *Store) HealPass(ctx context.Context) (int, error) {
 	s.mu.Unlock()
 	healed, seen, scanned := 0, 0, 0
 	var errs []error
+	// Servers found not answering this pass: their stale copies wait for
+	// the next pass, with one warning per server.
+	down := map[string]bool{}
 	for scanned < maxHealScan && seen < maxHealPass {
 		ms, err := s.maps.StripeMaps(ctx, after, 256)
 		if err != nil {
@@ -323,9 +337,19 @@ func (s *Store) HealPass(ctx context.Context) (int, error) {
 			if len(fm.Map.Stale) == 0 {
 				continue
 			}
+			if slices.ContainsFunc(fm.Map.Stale, func(id string) bool { return down[id] }) {
+				continue
+			}
 			seen++
 			n, err := s.Heal(ctx, uint64(fm.Ino))
 			healed += n
+			var ue *unreachableError
+			if errors.As(err, &ue) {
+				down[ue.id] = true
+				s.log().Warn("flexv3: a data server with stale copies does not answer; the next pass retries", "ds", ue.id, "err", ue.err)
+				errs = append(errs, err)
+				continue
+			}
 			if err != nil && !errors.Is(err, fs.ErrNotExist) {
 				s.metrics.failed.Inc()
 				s.log().Warn("flexv3: heal failed; the next pass retries", "ino", fm.Ino, "err", err)

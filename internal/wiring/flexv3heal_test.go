@@ -448,6 +448,65 @@ func TestFlexFilesNFSv3HealUnderWrites(t *testing.T) {
 	}
 }
 
+// TestFlexFilesNFSv3HealDownServer: the usual case of a client's error
+// report, a data server that went down. Its copy is marked stale (the
+// mark needs nothing from that server), writes through the MDS go on
+// with the good copy alone, a heal pass leaves the file alone while the
+// server does not answer, and heals it once the server is back.
+func TestFlexFilesNFSv3HealDownServer(t *testing.T) {
+	c, ns, gs := startV3ClusterWith(t, Config{Lease: 30 * time.Second, HealInterval: -1})
+	ctx := ctxT(t)
+	st := c.MDS.FlexV3.Store()
+	s := newFlexSession(t, c, "v3-heal-down")
+	sid, fh := s.create("d")
+	lsid, ff := s.mustLayoutGet(fh, sid, nfs4.LAYOUTIOMODE4_RW)
+	ms := v3Mirrors(t, s, gs, ff)
+	data := make([]byte, 1<<20+77)
+	rand.Read(data)
+	for _, m := range ms {
+		if err := v3Write(ctx, ns, gs, m, 0, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.layoutCommit(fh, lsid, uint64(len(data)))
+	name := dataName(t, gs)
+	ino := inoOfData(t, name)
+	bad := ms[1].srv
+	gs[bad].Stop()
+	if got := s.layoutError(fh, lsid, ms[1].dev); got != nfs4.NFS4_OK {
+		t.Fatalf("LAYOUTERROR for the stopped server: %v", got)
+	}
+	_, ff = s.waitLayout(fh, sid, nfs4.LAYOUTIOMODE4_RW)
+	if got := v3Mirrors(t, s, gs, ff); len(got) != 1 || got[0].srv != ms[0].srv {
+		t.Fatalf("write layout with the server down: %+v", got)
+	}
+	patch := []byte("while the other server is down")
+	res, err := s.cl.Compound(putFH(fh), op(nfs4.NfsArgop4{Argop: nfs4.OP_WRITE, Opwrite: &nfs4.WRITE4args{Stateid: sid, Offset: 10, Stable: nfs4.FILE_SYNC4, Data: patch}}))
+	if status(t, res, err) != nfs4.NFS4_OK {
+		t.Fatalf("WRITE through the MDS with a copy's server down: %v", wiretest.Check(res))
+	}
+	copy(data[10:], patch)
+	if n, err := st.HealPass(ctx); err == nil || n != 0 {
+		t.Fatalf("heal pass with the server down: %d copies, %v; want none and an error", n, err)
+	}
+	if stale, err := st.Stale(ctx, ino); err != nil || len(stale) != 1 {
+		t.Fatalf("stale copies after a failed heal: %v, %v", stale, err)
+	}
+	g, err := ganeshatest.Start(ctx, ns, gs[bad].Dir, gs[bad].Port)
+	if err != nil {
+		t.Fatalf("restarting Ganesha: %v", err)
+	}
+	t.Cleanup(g.Stop)
+	gs[bad] = g
+	if n, err := st.HealPass(ctx); err != nil || n != 1 {
+		t.Fatalf("heal pass with the server back: %d copies, %v; want 1", n, err)
+	}
+	files := dataFiles(t, gs, name)
+	if sha256.Sum256(files[0]) != sha256.Sum256(files[1]) || !bytes.Equal(files[0], data) {
+		t.Fatal("data files differ from each other or from the data after the heal")
+	}
+}
+
 // v3Servers is the flexv3 configuration of the test's Ganeshas.
 func v3Servers(gs []*ganeshatest.Server) []flexv3.Server {
 	var out []flexv3.Server
