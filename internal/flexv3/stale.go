@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
 	"slices"
 
 	"github.com/shoalfs/shoal/meta"
@@ -151,39 +150,45 @@ func (s *Store) MarkStale(ctx context.Context, ino uint64, device [16]byte) (ds 
 		return "", false, nil
 	}
 	ds = s.serverID(si)
-	df, err := s.lookup(ctx, ino, false)
-	if errors.Is(err, fs.ErrNotExist) {
+	servers := s.placement(ino)
+	j := slices.Index(servers, si)
+	if j < 0 {
 		return ds, false, nil
 	}
-	if err != nil {
-		return ds, false, err
-	}
+	// The mark needs nothing from the data servers (the failing one may
+	// not answer, and the file's data files may not be looked up yet):
+	// the metadata says which copies are stale, and a cached entry of
+	// the file is brought in line.
+	//
 	// One mark or heal of a file at a time: the heal lock's writer side
 	// also keeps writes through the MDS out while the mark is made.
 	l := s.healLock(ino)
 	l.Lock()
 	defer l.Unlock()
-	j := slices.Index(df.servers, si)
-	s.mu.Lock()
-	if j < 0 || df.stale[j] {
-		s.mu.Unlock()
+	stale, err := s.staleOf(ctx, ino, servers)
+	if err != nil {
+		return ds, false, err
+	}
+	if stale[j] {
 		return ds, false, nil
 	}
-	good := 0
-	for k := range df.stale {
-		if !df.stale[k] {
-			good++
+	others := 0 // other good copies
+	for k, st := range stale {
+		if k != j && !st {
+			others++
 		}
 	}
-	s.mu.Unlock()
-	if good < 2 {
+	if others == 0 {
 		return ds, false, fmt.Errorf("flexv3: copy of file %d on %s: %w", ino, ds, ErrLastCopy)
 	}
-	if err := s.setStale(ctx, ino, df.servers, ds, true); err != nil {
+	if err := s.setStale(ctx, ino, servers, ds, true); err != nil {
 		return ds, false, err
 	}
 	s.mu.Lock()
-	df.stale[j] = true
+	s.marks++
+	if df := s.files[ino]; df != nil {
+		df.stale[j] = true
+	}
 	s.mu.Unlock()
 	s.metrics.staled.Inc()
 	s.log().Warn("flexv3: copy marked stale until healed", "ino", ino, "ds", ds)

@@ -70,6 +70,7 @@ type Store struct {
 	mu        sync.Mutex
 	files     map[uint64]*dataFiles // handles and owner of files seen, a cache
 	healing   map[uint64]bool       // files being healed: no write layouts
+	marks     uint64                // stale marks made: lookupOnce's check
 	healAfter meta.Ino              // where the next HealPass reads maps from
 }
 
@@ -220,16 +221,30 @@ func (s *Store) ctx() (context.Context, context.CancelFunc) {
 // create is set. Without create, a file with no data file on its first
 // mirror is fs.ErrNotExist.
 func (s *Store) lookup(ctx context.Context, ino uint64, create bool) (*dataFiles, error) {
+	for try := 1; ; try++ {
+		df, retry, err := s.lookupOnce(ctx, ino, create, try < 3)
+		if !retry {
+			return df, err
+		}
+	}
+}
+
+// lookupOnce is one try of lookup. A stale mark made while it read the
+// metadata (Store.marks moved) may be missing from what it read: with
+// retry it then reports retry instead of caching it, without it returns
+// it uncached.
+func (s *Store) lookupOnce(ctx context.Context, ino uint64, create, retry bool) (_ *dataFiles, again bool, _ error) {
 	s.mu.Lock()
 	df := s.files[ino]
+	marks := s.marks
 	s.mu.Unlock()
 	if df != nil {
-		return df, nil
+		return df, false, nil
 	}
 	df = &dataFiles{ino: ino, servers: s.placement(ino)}
 	stale, err := s.staleOf(ctx, ino, df.servers)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	df.stale = stale
 	owner := s.freshOwner(0)
@@ -241,7 +256,7 @@ func (s *Store) lookup(ctx context.Context, ino uint64, create bool) (*dataFiles
 			// heal makes the data file again.
 			fh, err = nil, nil
 		} else if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if first && fh != nil {
 			// Mirrors created by an earlier MDS share one owner; the
@@ -255,13 +270,16 @@ func (s *Store) lookup(ctx context.Context, ino uint64, create bool) (*dataFiles
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if old := s.files[ino]; old != nil {
-		return old, nil
+		return old, false, nil
+	}
+	if s.marks != marks {
+		return df, retry, nil
 	}
 	if len(s.files) >= maxCached {
 		clear(s.files)
 	}
 	s.files[ino] = df
-	return df, nil
+	return df, false, nil
 }
 
 // open finds (or with create, creates, GUARDED so that an existing file

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -504,6 +505,56 @@ func TestFlexFilesNFSv3HealDownServer(t *testing.T) {
 	files := dataFiles(t, gs, name)
 	if sha256.Sum256(files[0]) != sha256.Sum256(files[1]) || !bytes.Equal(files[0], data) {
 		t.Fatal("data files differ from each other or from the data after the heal")
+	}
+}
+
+// TestFlexFilesNFSv3MarkUncached: a store that has not looked the file
+// up (as after an MDS restart) marks a copy on a stopped data server
+// stale from the metadata alone, then serves the file from the good copy;
+// the good copy is then the last and is refused.
+func TestFlexFilesNFSv3MarkUncached(t *testing.T) {
+	c, ns, gs := startV3ClusterWith(t, Config{Lease: 30 * time.Second, HealInterval: -1})
+	ctx := ctxT(t)
+	s := newFlexSession(t, c, "v3-uncached")
+	sid, fh := s.create("u")
+	lsid, ff := s.mustLayoutGet(fh, sid, nfs4.LAYOUTIOMODE4_RW)
+	ms := v3Mirrors(t, s, gs, ff)
+	data := []byte("the good copy's bytes")
+	for _, m := range ms {
+		if err := v3Write(ctx, ns, gs, m, 0, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.layoutCommit(fh, lsid, uint64(len(data)))
+	ino := inoOfData(t, dataName(t, gs))
+	gs[ms[1].srv].Stop()
+
+	fresh, err := flexv3.New(flexv3.Config{Dial: ns.Dial, Mirrors: 2, Servers: v3Servers(gs), Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	fresh.SetMaps(c.MDS.Server.Meta())
+	var devs [2][16]byte
+	for i, m := range ms {
+		copy(devs[i][:], m.dev[:])
+	}
+	if _, marked, err := fresh.MarkStale(ctx, ino, devs[1]); err != nil || !marked {
+		t.Fatalf("mark the stopped server's copy: marked %v, %v", marked, err)
+	}
+	f, err := fresh.Open(ino, false)
+	if err != nil {
+		t.Fatalf("open with a stale copy's server stopped: %v", err)
+	}
+	got := make([]byte, len(data))
+	if n, err := f.ReadAt(got, 0); n != len(data) || !bytes.Equal(got, data) {
+		t.Fatalf("read: %d bytes %q, %v", n, got[:n], err)
+	}
+	if _, marked, err := fresh.MarkStale(ctx, ino, devs[0]); !errors.Is(err, flexv3.ErrLastCopy) || marked {
+		t.Fatalf("mark the last good copy: marked %v, %v; want ErrLastCopy", marked, err)
+	}
+	if _, marked, err := fresh.MarkStale(ctx, ino, devs[1]); err != nil || marked {
+		t.Fatalf("mark the stale copy again: marked %v, %v; want nothing done", marked, err)
 	}
 }
 
