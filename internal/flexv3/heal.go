@@ -346,6 +346,7 @@ func (s *Store) HealPass(ctx context.Context) (int, error) {
 			var ue *unreachableError
 			if errors.As(err, &ue) {
 				down[ue.id] = true
+				s.metrics.failed.Inc()
 				s.log().Warn("flexv3: a data server with stale copies does not answer; the next pass retries", "ds", ue.id, "err", ue.err)
 				errs = append(errs, err)
 				continue

@@ -57,6 +57,9 @@ type Config struct {
 // store.Backend (I/O through the MDS) and hands out the layouts' data
 // server entries (Layout, DeviceAddr) and fences (Fence). Safe for
 // concurrent use.
+//
+// Locks: a file's heal lock (heals, heal.go) is taken before mu, never
+// while mu is held; mu is never held across a call to a data server.
 type Store struct {
 	cfg     Config
 	servers []*server
