@@ -65,4 +65,9 @@ var (
 	// its own write verifier so that clients resend their uncommitted
 	// writes (server.Server turns it into that, never into a status).
 	ErrDataLost = errors.New("pnfs: data server restarted, uncommitted data may be lost")
+	// ErrLayoutHeld: the file's layouts are held back while its data is
+	// repaired (a stale copy healed on loosely coupled data servers):
+	// LAYOUTGET answers NFS4ERR_LAYOUTTRYLATER, and the client does its
+	// I/O through the MDS meanwhile.
+	ErrLayoutHeld = errors.New("pnfs: the file's layouts are held back")
 )

@@ -56,6 +56,7 @@ var errTable = []struct {
 	// server stays down. The client's read or write fails with EIO.
 	{pnfs.ErrDataServerDown, nfs4.NFS4ERR_IO},
 	{pnfs.ErrNoDataServers, nfs4.NFS4ERR_DELAY},
+	{pnfs.ErrLayoutHeld, nfs4.NFS4ERR_LAYOUTTRYLATER},
 	// A data server asked for a range it holds no current copy of (not a
 	// member of the range's position, its copy stale, or a block of it
 	// failing its checksum: cluster.ReplicaStore wraps store.ErrCorrupt

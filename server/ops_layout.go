@@ -94,8 +94,9 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 	loose := s.pnfs.looseFlex()
 	if flex && loose != nil {
 		// Loosely coupled NFSv3 data servers (flexfiles_v3.go): the data
-		// files are created here, before any layout state exists.
-		_, err = loose.LooseFlexLayout(c.ctx, uint64(id), uint64(o.fh.ino), false)
+		// files are created here, before any layout state exists, and a
+		// layout held back (pnfs.ErrLayoutHeld) is refused here too.
+		_, err = loose.LooseFlexLayout(c.ctx, uint64(id), uint64(o.fh.ino), a.LogaIomode == nfs4.LAYOUTIOMODE4_RW)
 	} else if flex {
 		var st nfs4.Nfsstat4
 		if ffl, st, err = c.flexLayout(o, id, a.LogaIomode == nfs4.LAYOUTIOMODE4_RW); st != nfs4.NFS4_OK {
@@ -109,6 +110,8 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 	}
 	switch {
 	case err == nil:
+	case errors.Is(err, pnfs.ErrLayoutHeld):
+		return fail(nfs4.NFS4ERR_LAYOUTTRYLATER).withBody(marshalFunc(func(e *xdr.Encoder) { e.Bool(false) }))
 	case errors.Is(err, pnfs.ErrUnavailable), errors.Is(err, pnfs.ErrDataServerDown),
 		errors.Is(err, pnfs.ErrNoDataServers):
 		// A data server of the file's stripe map is out of service (or
@@ -145,6 +148,11 @@ func (c *compound) layoutGet(a *nfs4.LAYOUTGET4args) opReply {
 	var body []byte
 	if flex && loose != nil {
 		if body, err = c.looseBody(loose, o, uint64(id), mode); err != nil {
+			if errors.Is(err, pnfs.ErrLayoutHeld) {
+				// Held since the check above: the layout state just
+				// made is left to the next recall or the lease.
+				return fail(nfs4.NFS4ERR_LAYOUTTRYLATER).withBody(marshalFunc(func(e *xdr.Encoder) { e.Bool(false) }))
+			}
 			return failErr(err)
 		}
 	} else if flex {

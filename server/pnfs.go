@@ -349,8 +349,11 @@ func (p *pnfsState) recallFile(ino uint64, fh []byte) bool {
 	}
 	p.mu.Unlock()
 	holders := s.st.m.BeginRecall(file)
-	if resend {
-		for _, h := range holders {
+	for _, h := range holders {
+		// A layout granted since the last CB_LAYOUTRECALL (New) is
+		// recalled now whatever the resend pacing: no callback has
+		// named it, and its holder would never learn it must return it.
+		if resend || h.New {
 			s.event(Event{Kind: EventLayoutRecall, ClientID: uint64(h.ClientID), Ino: ino})
 			go s.sendLayoutRecall(h, file, fh)
 		}

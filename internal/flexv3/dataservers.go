@@ -107,3 +107,10 @@ func (d *DataServers) LooseDeviceAddr(id [16]byte) ([]byte, bool, error) { retur
 func (d *DataServers) FenceFile(ctx context.Context, ino uint64) (uint32, error) {
 	return d.st.Fence(ctx, ino)
 }
+
+// CopyFailed marks stale the copy of file ino on the data server of
+// device, which a client reported failing (server.CopyFailer,
+// Store.MarkStale).
+func (d *DataServers) CopyFailed(ctx context.Context, ino uint64, device [16]byte) (string, bool, error) {
+	return d.st.MarkStale(ctx, ino, device)
+}

@@ -32,6 +32,13 @@
 // reads it back with GETATTR and keeps no table of its own, so an MDS
 // restart or a second MDS sees the fence as it is.
 //
+// A copy a client reports failing (server.CopyFailer: LAYOUTERROR, or
+// ff_ioerr4 in LAYOUTRETURN) is marked stale ([Store.MarkStale]) in the
+// file's stripe map in the MDS's metadata, never the last good one;
+// layouts and I/O through the MDS leave it out, and healing
+// ([Store.Heal], [Store.RunHealer]) copies a good copy back under a
+// fence. stale.go and heal.go say why and how.
+//
 // Sizes come from the MDS (clients send LAYOUTCOMMIT: the layout must not
 // carry FF_FLAGS_NO_LAYOUTCOMMIT), never from the data files.
 package flexv3

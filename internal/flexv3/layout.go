@@ -25,7 +25,18 @@ func (s *Store) Layout(ctx context.Context, ino uint64, rw bool, unit uint64) (n
 		return nfs4.FfLayout4{}, err
 	}
 	s.mu.Lock()
+	if rw && s.healing[ino] {
+		s.mu.Unlock()
+		return nfs4.FfLayout4{}, errHealing
+	}
 	uid := df.owner
+	var servers []int
+	var fhs [][]byte
+	for j, si := range df.servers {
+		if !df.stale[j] {
+			servers, fhs = append(servers, si), append(fhs, df.fhs[j])
+		}
+	}
 	s.mu.Unlock()
 	if !rw {
 		uid = s.ReadOnlyUID(ino)
@@ -33,13 +44,13 @@ func (s *Store) Layout(ctx context.Context, ino uint64, rw bool, unit uint64) (n
 	user := []byte(strconv.FormatUint(uint64(uid), 10))
 	group := []byte(strconv.FormatUint(uint64(s.GID(ino)), 10))
 	ff := nfs4.FfLayout4{FflStripeUnit: unit}
-	for j, si := range df.servers {
+	for j, si := range servers {
 		ff.FflMirrors = append(ff.FflMirrors, nfs4.FfMirror4{FfmDataServers: []nfs4.FfDataServer4{{
 			FfdsDeviceid: deviceID(si),
 			// Reads prefer the first mirror, as the MDS's own do.
-			FfdsEfficiency: uint32(len(df.servers) - j),
+			FfdsEfficiency: uint32(len(servers) - j),
 			FfdsStateid:    nfs4.Stateid4{}, // anonymous: NFSv3 has no stateids
-			FfdsFhVers:     []nfs4.NfsFh4{df.fhs[j]},
+			FfdsFhVers:     []nfs4.NfsFh4{fhs[j]},
 			FfdsUser:       user,
 			FfdsGroup:      group,
 		}}})

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"math/rand/v2"
 	"strconv"
 	"sync"
 	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs3"
+	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/store"
 )
 
@@ -47,18 +49,32 @@ type Config struct {
 	IOSize uint32
 	// Timeout bounds each call to a data server; default 30 s.
 	Timeout time.Duration
+	// Logger logs stale marks and heals; nil: slog.Default().
+	Logger *slog.Logger
 }
 
 // Store keeps files' data on loosely coupled NFSv3 data servers. It is a
 // store.Backend (I/O through the MDS) and hands out the layouts' data
 // server entries (Layout, DeviceAddr) and fences (Fence). Safe for
 // concurrent use.
+//
+// Locks: a file's heal lock (heals, heal.go) is taken before mu, never
+// while mu is held; mu is never held across a call to a data server.
 type Store struct {
 	cfg     Config
 	servers []*server
 
-	mu    sync.Mutex
-	files map[uint64]*dataFiles // handles and owner of files seen, a cache
+	maps    Maps                    // stale marks (stale.go); nil: none
+	recall  func(ino uint64)        // recalls a file's layouts; nil: none
+	heals   [healLocks]sync.RWMutex // heal.go
+	kicks   chan struct{}           // RunHealer's
+	metrics healMetrics
+
+	mu        sync.Mutex
+	files     map[uint64]*dataFiles // handles and owner of files seen, a cache
+	healing   map[uint64]bool       // files being healed: no write layouts
+	marks     uint64                // stale marks made: lookupOnce's check
+	healAfter meta.Ino              // where the next HealPass reads maps from
 }
 
 var _ store.Backend = (*Store)(nil)
@@ -86,7 +102,8 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 30 * time.Second
 	}
-	s := &Store{cfg: cfg, files: map[uint64]*dataFiles{}}
+	s := &Store{cfg: cfg, files: map[uint64]*dataFiles{}, healing: map[uint64]bool{},
+		kicks: make(chan struct{}, 1), metrics: newHealMetrics()}
 	for _, sc := range cfg.Servers {
 		s.servers = append(s.servers, &server{cfg: sc, opts: nfs3.Options{Dial: cfg.Dial}})
 	}
@@ -172,12 +189,29 @@ func (sv *server) close() {
 }
 
 // dataFiles are file ino's data files: handle by mirror, and the owner
-// uid they were last seen or set with.
+// uid they were last seen or set with. stale says which mirrors are
+// stale (stale.go); a stale mirror's handle may be nil (its server did
+// not answer). owner, stale and fhs are guarded by Store.mu.
 type dataFiles struct {
 	ino     uint64
 	servers []int
 	fhs     [][]byte
 	owner   uint32
+	stale   []bool
+}
+
+// good returns the mirrors of df that are not stale, as indexes, under
+// s.mu.
+func (s *Store) good(df *dataFiles) (idx []int, fhs [][]byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for j := range df.servers {
+		if !df.stale[j] {
+			idx = append(idx, j)
+			fhs = append(fhs, df.fhs[j])
+		}
+	}
+	return idx, fhs
 }
 
 const maxCached = 1 << 16
@@ -190,37 +224,65 @@ func (s *Store) ctx() (context.Context, context.CancelFunc) {
 // create is set. Without create, a file with no data file on its first
 // mirror is fs.ErrNotExist.
 func (s *Store) lookup(ctx context.Context, ino uint64, create bool) (*dataFiles, error) {
+	for try := 1; ; try++ {
+		df, retry, err := s.lookupOnce(ctx, ino, create, try < 3)
+		if !retry {
+			return df, err
+		}
+	}
+}
+
+// lookupOnce is one try of lookup. A stale mark made while it read the
+// metadata (Store.marks moved) may be missing from what it read: with
+// retry it then reports retry instead of caching it, without it returns
+// it uncached.
+func (s *Store) lookupOnce(ctx context.Context, ino uint64, create, retry bool) (_ *dataFiles, again bool, _ error) {
 	s.mu.Lock()
 	df := s.files[ino]
+	marks := s.marks
 	s.mu.Unlock()
 	if df != nil {
-		return df, nil
+		return df, false, nil
 	}
 	df = &dataFiles{ino: ino, servers: s.placement(ino)}
+	stale, err := s.staleOf(ctx, ino, df.servers)
+	if err != nil {
+		return nil, false, err
+	}
+	df.stale = stale
 	owner := s.freshOwner(0)
+	first := true
 	for j, si := range df.servers {
-		fh, uid, err := s.open(ctx, si, ino, create, owner)
-		if err != nil {
-			return nil, err
+		fh, uid, err := s.open(ctx, si, ino, create && !stale[j], owner)
+		if err != nil && stale[j] {
+			// A stale copy's server may be the one that failed: the
+			// heal makes the data file again.
+			fh, err = nil, nil
+		} else if err != nil {
+			return nil, false, err
 		}
-		if j == 0 {
+		if first && fh != nil {
 			// Mirrors created by an earlier MDS share one owner; the
-			// first mirror's is the one layouts name.
+			// first good mirror's is the one layouts name.
 			owner = uid
 			df.owner = uid
+			first = false
 		}
 		df.fhs = append(df.fhs, fh)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if old := s.files[ino]; old != nil {
-		return old, nil
+		return old, false, nil
+	}
+	if s.marks != marks {
+		return df, retry, nil
 	}
 	if len(s.files) >= maxCached {
 		clear(s.files)
 	}
 	s.files[ino] = df
-	return df, nil
+	return df, false, nil
 }
 
 // open finds (or with create, creates, GUARDED so that an existing file
@@ -259,13 +321,15 @@ func (s *Store) open(ctx context.Context, si int, ino uint64, create bool, owner
 	return nil, 0, fmt.Errorf("flexv3: %s on %s: created and removed under us", name(ino), sv.cfg.Addr)
 }
 
-// each runs f on every mirror of df and returns the first error.
+// each runs f on every good mirror of df and returns the first error.
 func (s *Store) each(ctx context.Context, df *dataFiles, f func(c *nfs3.Client, fh []byte) error) error {
 	var first error
-	for j, si := range df.servers {
+	idx, fhs := s.good(df)
+	for k, j := range idx {
+		si := df.servers[j]
 		c, _, err := s.servers[si].client(ctx)
 		if err == nil {
-			err = f(c, df.fhs[j])
+			err = f(c, fhs[k])
 		}
 		if err != nil && first == nil {
 			first = fmt.Errorf("flexv3: %s on %s: %w", name(df.ino), s.servers[si].cfg.Addr, err)
@@ -316,6 +380,9 @@ func (s *Store) Truncate(ino uint64, size uint64) error {
 	if err != nil {
 		return err
 	}
+	l := s.healLock(ino)
+	l.RLock()
+	defer l.RUnlock()
 	return s.each(ctx, df, func(c *nfs3.Client, fh []byte) error {
 		return c.Setattr(ctx, fh, nfs3.Attrs{Size: &size})
 	})
@@ -398,14 +465,16 @@ var _ store.File = (*file)(nil)
 func (f *file) ReadAt(p []byte, off int64) (int, error) {
 	ctx, cancel := f.s.ctx()
 	defer cancel()
-	var last error
-	for j, si := range f.df.servers {
+	last := errors.New("flexv3: no good copy")
+	idx, fhs := f.s.good(f.df)
+	for k, j := range idx {
+		si := f.df.servers[j]
 		c, _, err := f.s.servers[si].client(ctx)
 		if err != nil {
 			last = err
 			continue
 		}
-		n, err := readFull(ctx, c, f.df.fhs[j], p, off, f.s.cfg.IOSize)
+		n, err := readFull(ctx, c, fhs[k], p, off, f.s.cfg.IOSize)
 		if err == nil || err == io.EOF {
 			return n, err
 		}
@@ -436,6 +505,9 @@ func readFull(ctx context.Context, c *nfs3.Client, fh []byte, p []byte, off int6
 func (f *file) WriteAt(p []byte, off int64) (int, error) {
 	ctx, cancel := f.s.ctx()
 	defer cancel()
+	l := f.s.healLock(f.df.ino)
+	l.RLock()
+	defer l.RUnlock()
 	err := f.s.each(ctx, f.df, func(c *nfs3.Client, fh []byte) error {
 		for n := 0; n < len(p); {
 			chunk := p[n:min(len(p), n+int(f.s.cfg.IOSize))]
@@ -468,11 +540,15 @@ func (f *file) Sync() error {
 func (f *file) Size() (int64, error) {
 	ctx, cancel := f.s.ctx()
 	defer cancel()
-	c, _, err := f.s.servers[f.df.servers[0]].client(ctx)
+	idx, fhs := f.s.good(f.df)
+	if len(idx) == 0 {
+		return 0, fmt.Errorf("flexv3: size of %s: no good copy", name(f.df.ino))
+	}
+	c, _, err := f.s.servers[f.df.servers[idx[0]]].client(ctx)
 	if err != nil {
 		return 0, err
 	}
-	a, err := c.Getattr(ctx, f.df.fhs[0])
+	a, err := c.Getattr(ctx, fhs[0])
 	if err != nil {
 		return 0, fmt.Errorf("flexv3: size of %s: %w", name(f.df.ino), err)
 	}

@@ -10,8 +10,47 @@ import (
 	"github.com/shoalfs/shoal/server"
 )
 
-// The NFSv3 data servers stand where the cluster's registry does.
-var _ server.DataServers = (*flexv3.DataServers)(nil)
+// The NFSv3 data servers stand where the cluster's registry does, and
+// take clients' error reports on copies.
+var (
+	_ server.DataServers = (*flexv3.DataServers)(nil)
+	_ server.CopyFailer  = (*flexv3.DataServers)(nil)
+)
+
+// startFlexV3 connects the NFSv3 data servers' store to the running
+// server: stale marks kept in its metadata engine, layouts recalled
+// through it, the store's metrics, and the healer of stale copies
+// (every cfg.HealInterval, cluster.DefaultHealInterval if 0, and when a
+// copy is marked stale; none if negative), stopped with the MDS.
+func (m *MDS) startFlexV3(cfg MDSConfig, srv *server.Server) error {
+	if m.FlexV3 == nil {
+		return nil
+	}
+	st := m.FlexV3.Store()
+	st.SetMaps(srv.Meta())
+	st.SetRecall(srv.RecallLayouts)
+	if cfg.Metrics != nil {
+		for _, c := range st.Collectors() {
+			if err := cfg.Metrics.Register(c); err != nil {
+				return fmt.Errorf("metrics: %w", err)
+			}
+		}
+	}
+	if cfg.HealInterval < 0 {
+		return nil
+	}
+	every := cfg.HealInterval
+	if every == 0 {
+		every = cluster.DefaultHealInterval
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-m.stopping
+		cancel()
+	}()
+	go st.RunHealer(ctx, every)
+	return nil
+}
 
 // fenceFile is the admin fence-file command of an MDS with NFSv3 data
 // servers (nil without): the file at a path gets a new owner on the data

@@ -38,6 +38,13 @@ import (
 // data on them (MDSConfig.FlexV3, as shoal mds --flex-v3-server builds it).
 func startV3Cluster(t *testing.T, lease time.Duration) (*Cluster, *ganeshatest.Netns, []*ganeshatest.Server) {
 	t.Helper()
+	return startV3ClusterWith(t, Config{Lease: lease})
+}
+
+// startV3ClusterWith is startV3Cluster with cfg's Lease, HealInterval,
+// Metrics and Dir (a temporary directory if empty).
+func startV3ClusterWith(t *testing.T, cfg Config) (*Cluster, *ganeshatest.Netns, []*ganeshatest.Server) {
+	t.Helper()
 	if why := ganeshatest.Available(); why != "" {
 		t.Skip("ganesha: " + why)
 	}
@@ -63,11 +70,15 @@ func startV3Cluster(t *testing.T, lease time.Duration) (*Cluster, *ganeshatest.N
 		gs = append(gs, g)
 		v3.Servers = append(v3.Servers, flexv3.Server{Addr: g.Addr(), MountAddr: g.MountAddr(), Path: g.Path, Advertise: g.Addr()})
 	}
+	dir := cfg.Dir
+	if dir == "" {
+		dir = t.TempDir()
+	}
 	f := false
 	c, err := Start(ctx, Config{
-		Dir: t.TempDir(), DataServers: 0, Listen: "127.0.0.1:0",
+		Dir: dir, DataServers: 0, Listen: "127.0.0.1:0",
 		Exports: []*server.Export{{Path: "/", RootSquash: &f, Layout: server.LayoutFlexFiles, FlexStripe: server.FlexStripeOff}},
-		Lease:   lease, FlexV3: v3,
+		Lease:   cfg.Lease, FlexV3: v3, HealInterval: cfg.HealInterval, Metrics: cfg.Metrics,
 		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {

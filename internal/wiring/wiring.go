@@ -393,7 +393,11 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 	ds := &dataServers{}
 	pnfsCfg := &server.PNFSConfig{DataServers: ds, Backend: lazyBackend{ds}}
 	if cfg.FlexV3 != nil {
-		st, err := flexv3.New(*cfg.FlexV3)
+		v3 := *cfg.FlexV3
+		if v3.Logger == nil {
+			v3.Logger = cfg.Logger.With("role", "mds")
+		}
+		st, err := flexv3.New(v3)
 		if err != nil {
 			return fail(err)
 		}
@@ -491,6 +495,12 @@ func StartMDSContext(ctx context.Context, cfg MDSConfig) (*MDS, error) {
 		}
 	}
 	m.Server = srv
+	if err := m.startFlexV3(cfg, srv); err != nil {
+		m.Admin.Close()
+		m.Registry.Close()
+		srv.Close()
+		return fail(err)
+	}
 	m.ln, err = net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		srv.Close()

@@ -60,6 +60,9 @@ type LayoutHolder struct {
 	Stateid  Stateid
 	// Sessions of the client, for sending CB_LAYOUTRECALL.
 	Sessions []SessionID
+	// New: BeginRecall started recalling this layout (it was not being
+	// recalled before), so no CB_LAYOUTRECALL has told its holder yet.
+	New bool
 }
 
 func (m *Manager) layoutsOf(f FileID) map[*layoutState]struct{} {
@@ -353,6 +356,7 @@ func (m *Manager) beginRecall(file FileID, bump bool) []LayoutHolder {
 	var out []LayoutHolder
 	now := m.clock.Now()
 	for l := range m.layouts[file] {
+		fresh := !l.recalling
 		if !l.recalling {
 			l.recalling = true
 			l.deadline = now.Add(m.lease)
@@ -363,7 +367,7 @@ func (m *Manager) beginRecall(file FileID, bump bool) []LayoutHolder {
 				l.sid.Seqid = nextSeqid(l.sid.Seqid)
 			}
 		}
-		h := LayoutHolder{ClientID: l.client.id, Stateid: l.sid}
+		h := LayoutHolder{ClientID: l.client.id, Stateid: l.sid, New: fresh}
 		for sid := range l.client.sessions {
 			h.Sessions = append(h.Sessions, sid)
 		}
