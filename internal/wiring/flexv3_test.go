@@ -127,15 +127,7 @@ func TestFlexFilesNFSv3(t *testing.T) {
 			if v := da.FfdaVersions; len(v) != 1 || v[0].FfdvVersion != 3 || v[0].FfdvTightlyCoupled {
 				t.Fatalf("device versions %+v", v)
 			}
-			srv := -1
-			for i, g := range gs {
-				if da.FfdaNetaddrs[0].NaRAddr == fmt.Sprintf("127.0.0.1.%d.%d", g.Port>>8, g.Port&0xff) {
-					srv = i
-				}
-			}
-			if srv < 0 {
-				t.Fatalf("device address %v is no Ganesha's", da.FfdaNetaddrs)
-			}
+			srv := ganeshaOf(t, gs, da)
 			uid, _ := strconv.ParseUint(string(ds.FfdsUser), 10, 32)
 			gid, _ := strconv.ParseUint(string(ds.FfdsGroup), 10, 32)
 			out = append(out, entry{srv, ds.FfdsFhVers[0], uint32(uid), uint32(gid)})

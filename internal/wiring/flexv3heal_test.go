@@ -33,6 +33,18 @@ type v3Mirror struct {
 	uid, gid uint32
 }
 
+// ganeshaOf is the index in gs of the Ganesha a flexfiles device names.
+func ganeshaOf(t *testing.T, gs []*ganeshatest.Server, da nfs4.FfDeviceAddr4) int {
+	t.Helper()
+	for i, g := range gs {
+		if da.FfdaNetaddrs[0].NaRAddr == fmt.Sprintf("127.0.0.1.%d.%d", g.Port>>8, g.Port&0xff) {
+			return i
+		}
+	}
+	t.Fatalf("device address %v is no Ganesha's", da.FfdaNetaddrs)
+	return -1
+}
+
 // v3Mirrors decodes ff's mirrors, finding each one's Ganesha by the
 // device's address.
 func v3Mirrors(t *testing.T, s *flexSession, gs []*ganeshatest.Server, ff nfs4.FfLayout4) []v3Mirror {
@@ -44,15 +56,7 @@ func v3Mirrors(t *testing.T, s *flexSession, gs []*ganeshatest.Server, ff nfs4.F
 		}
 		ds := m.FfmDataServers[0]
 		da := s.deviceInfo(ds.FfdsDeviceid)
-		srv := -1
-		for i, g := range gs {
-			if da.FfdaNetaddrs[0].NaRAddr == fmt.Sprintf("127.0.0.1.%d.%d", g.Port>>8, g.Port&0xff) {
-				srv = i
-			}
-		}
-		if srv < 0 {
-			t.Fatalf("device address %v is no Ganesha's", da.FfdaNetaddrs)
-		}
+		srv := ganeshaOf(t, gs, da)
 		uid, _ := strconv.ParseUint(string(ds.FfdsUser), 10, 32)
 		gid, _ := strconv.ParseUint(string(ds.FfdsGroup), 10, 32)
 		out = append(out, v3Mirror{srv, ds.FfdsDeviceid, ds.FfdsFhVers[0], uint32(uid), uint32(gid)})
