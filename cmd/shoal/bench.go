@@ -25,7 +25,7 @@ func newBenchCmd() *cobra.Command {
 		transfer, servers                                          string
 		groups, pnfs                                               []string
 		dsCounts                                                   []int
-		depth, files, dirFiles, reps, serverPID, clients           int
+		depth, files, dirFiles, reps, serverPID, clients, streams  int
 		timeout                                                    time.Duration
 		quick, keep                                                bool
 		x                                                          benchExtra
@@ -172,6 +172,7 @@ MDS runs as "shoal mds" of its own (--servers split) unless --servers up or
 			if f.Changed("reps") || !quick {
 				cfg.Reps = reps
 			}
+			cfg.Streams = streams
 			cfg.Progress = cmd.ErrOrStderr()
 			if err := cfg.Validate(); err != nil {
 				return err
@@ -192,6 +193,7 @@ MDS runs as "shoal mds" of its own (--servers split) unless --servers up or
 	fl.StringVar(&block, "block", "1MiB", "size of each READ and WRITE request; ior: how much each client writes and reads, 256MiB unless set")
 	fl.IntVar(&depth, "depth", 16, "sequential READ/WRITE requests in flight at once")
 	fl.IntVar(&files, "files", 2000, "number of files for the create, stat and remove rates; meta: files per client, 500 unless set; scale: files in the namespace, 1000000 unless set")
+	fl.IntVar(&streams, "streams", 1, "small: how many create, stat and remove streams run at once, each in a directory of its own, over one client session (1: one operation at a time)")
 	fl.IntVar(&dirFiles, "dir-files", 100_000, "scale: how many of the --files are in one large directory")
 	fl.IntVar(&reps, "reps", 3, "repetitions of each measurement (the median is reported)")
 	fl.StringSliceVar(&groups, "workloads", nil, "workload groups to run: seq (write+read), small (create, stat, remove), ior (pNFS scaling), meta (mdtest- and postmark-like; on loopback a \"shoal up\" cluster of the first --ds count, client mode the first --pnfs), scale (a namespace of --files files, --dir-files of them in one directory: create and stat rates of the first and last 10%, ls -l time, meta.db size, MDS memory; --clients sessions); default seq,small")

@@ -44,6 +44,14 @@ type Config struct {
 	Depth int `json:"depth"`
 	// Files is the number of files in the small-file workloads.
 	Files int `json:"files"`
+	// Streams is how many small-file operations run at once: the files
+	// are split between that many goroutines, each in a directory of its
+	// own, sharing the one client (its session's slots), as several
+	// processes of one NFS client machine would. 1 (or 0) runs one
+	// operation at a time, which measures a round trip's latency; more
+	// measures what the server does with concurrent changes, where a
+	// server that syncs can share its syncs.
+	Streams int `json:"streams,omitempty"`
 	// Reps is how many times each workload is measured.
 	Reps int `json:"reps"`
 	// Groups selects the workload groups to run: GroupSeq (seq-write and
@@ -72,12 +80,13 @@ func QuickConfig() Config {
 
 // Limits on Config, so a typo cannot fill a disk or run for a day.
 const (
-	maxSize  = 1 << 40
-	maxBlock = 64 << 20
-	minBlock = 512
-	maxDepth = 256
-	maxFiles = 1_000_000
-	maxReps  = 100
+	maxSize    = 1 << 40
+	maxBlock   = 64 << 20
+	minBlock   = 512
+	maxDepth   = 256
+	maxFiles   = 1_000_000
+	maxStreams = 256
+	maxReps    = 100
 )
 
 // Validate reports the first unusable setting.
@@ -91,6 +100,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("depth %d out of range (1 to %d)", c.Depth, maxDepth)
 	case c.Files < 1 || c.Files > maxFiles:
 		return fmt.Errorf("files %d out of range (1 to %d)", c.Files, maxFiles)
+	case c.Streams < 0 || c.Streams > maxStreams || c.Streams > c.Files:
+		return fmt.Errorf("streams %d out of range (1 to %d, at most --files)", c.Streams, maxStreams)
 	case c.Reps < 1 || c.Reps > maxReps:
 		return fmt.Errorf("reps %d out of range (1 to %d)", c.Reps, maxReps)
 	case c.Timeout < 0:
@@ -118,7 +129,7 @@ type Target struct {
 var standardNotes = []string{
 	"seq-write is timed until COMMIT and CLOSE return: the data is on stable storage when the clock stops",
 	"seq-read: the server's page cache is warm (the file was written just before and nothing was dropped)",
-	"create = OPEN(CREATE)+CLOSE of an empty file; create, stat and remove run one operation at a time in one directory",
+	"create = OPEN(CREATE)+CLOSE of an empty file; create, stat and remove run one operation at a time in one directory unless the report's streams say otherwise",
 	"MB/s is 10^6 bytes per second; server CPU is CPU-seconds per wall-second of the server process (- if it is not a separate process)",
 	"client: Shoal's Go client library over loopback TCP, the same for every target",
 }
@@ -282,6 +293,9 @@ func (r *runner) all(ctx context.Context) ([]Result, error) {
 		if err := r.c.Mkdir(ctx, dir, 0o755); err != nil {
 			return out, err
 		}
+		if err := r.smallDirs(ctx, dir, false); err != nil {
+			return out, err
+		}
 		if err := r.measure(&small[0], rep, n, func() error { return r.create(ctx, dir) }); err != nil {
 			return out, err
 		}
@@ -289,6 +303,9 @@ func (r *runner) all(ctx context.Context) ([]Result, error) {
 			return out, err
 		}
 		if err := r.measure(&small[2], rep, n, func() error { return r.remove(ctx, dir) }); err != nil {
+			return out, err
+		}
+		if err := r.smallDirs(ctx, dir, true); err != nil {
 			return out, err
 		}
 		if err := r.c.Remove(ctx, dir); err != nil {
@@ -411,39 +428,99 @@ func (r *runner) seqRead(ctx context.Context, path string) error {
 	return errors.Join(err, f.Close())
 }
 
-func smallName(dir string, i int) string { return fmt.Sprintf("%s/f%06d", dir, i) }
+// smallName is the name of small file i: with one stream directly in dir,
+// with several in the directory of the stream that owns it (i modulo
+// Streams), so that streams do not contend for one directory.
+func (r *runner) smallName(dir string, i int) string {
+	if r.streams() > 1 {
+		return fmt.Sprintf("%s/s%03d/f%06d", dir, i%r.streams(), i)
+	}
+	return fmt.Sprintf("%s/f%06d", dir, i)
+}
 
-func (r *runner) create(ctx context.Context, dir string) error {
-	for i := 0; i < r.cfg.Files; i++ {
-		f, err := r.c.Open(ctx, smallName(dir, i), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-		if err != nil {
-			return err
+func (r *runner) streams() int { return max(r.cfg.Streams, 1) }
+
+// smallDirs makes (mkdir) or removes the streams' directories under dir.
+func (r *runner) smallDirs(ctx context.Context, dir string, remove bool) error {
+	if r.streams() == 1 {
+		return nil
+	}
+	for s := 0; s < r.streams(); s++ {
+		d := fmt.Sprintf("%s/s%03d", dir, s)
+		var err error
+		if remove {
+			err = r.c.Remove(ctx, d)
+		} else {
+			err = r.c.Mkdir(ctx, d, 0o755)
 		}
-		if err := f.Close(); err != nil {
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// eachFile runs do on every small file, Streams of them at once (stream s
+// takes files s, s+Streams, ...), and returns the first error.
+func (r *runner) eachFile(ctx context.Context, do func(ctx context.Context, i int) error) error {
+	n := r.streams()
+	if n == 1 {
+		for i := 0; i < r.cfg.Files; i++ {
+			if err := do(ctx, i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for s := 0; s < n; s++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := s; i < r.cfg.Files && ctx.Err() == nil; i += n {
+				if err := do(ctx, i); err != nil {
+					errs[s] = err
+					cancel()
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+func (r *runner) create(ctx context.Context, dir string) error {
+	return r.eachFile(ctx, func(ctx context.Context, i int) error {
+		f, err := r.c.Open(ctx, r.smallName(dir, i), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	})
+}
+
 func (r *runner) stat(ctx context.Context, dir string) error {
-	for i := 0; i < r.cfg.Files; i++ {
-		a, err := r.c.Stat(ctx, smallName(dir, i))
+	return r.eachFile(ctx, func(ctx context.Context, i int) error {
+		a, err := r.c.Stat(ctx, r.smallName(dir, i))
 		if err != nil {
 			return err
 		}
 		if a.Size != 0 || a.IsDir() {
-			return fmt.Errorf("%s: size %d, dir %v; want an empty file", smallName(dir, i), a.Size, a.IsDir())
+			return fmt.Errorf("%s: size %d, dir %v; want an empty file", r.smallName(dir, i), a.Size, a.IsDir())
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func (r *runner) remove(ctx context.Context, dir string) error {
-	for i := 0; i < r.cfg.Files; i++ {
-		if err := r.c.Remove(ctx, smallName(dir, i)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return r.eachFile(ctx, func(ctx context.Context, i int) error {
+		return r.c.Remove(ctx, r.smallName(dir, i))
+	})
 }

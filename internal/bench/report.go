@@ -201,8 +201,8 @@ func (r *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintf(w, "load average: before %.2f %.2f %.2f, after %.2f %.2f %.2f\n",
 		r.LoadBefore[0], r.LoadBefore[1], r.LoadBefore[2], r.LoadAfter[0], r.LoadAfter[1], r.LoadAfter[2])
-	fmt.Fprintf(w, "config: size %s, block %s, depth %d, files %d, reps %d; median [min-max]\n",
-		FormatSize(c.Size), FormatSize(int64(c.Block)), c.Depth, c.Files, c.Reps)
+	fmt.Fprintf(w, "config: size %s, block %s, depth %d, files %d, streams %d, reps %d; median [min-max]\n",
+		FormatSize(c.Size), FormatSize(int64(c.Block)), c.Depth, c.Files, max(c.Streams, 1), c.Reps)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	if r.measured() {
 		fmt.Fprintln(tw, "target\tworkload\tmedian\t[min-max]\tunit\tserver CPU")
