@@ -168,6 +168,9 @@ func TestConfigValidate(t *testing.T) {
 		{"size not a block multiple", func(c *bench.Config) { c.Size = 3<<20 + 17 }, true},
 		{"seq only", func(c *bench.Config) { c.Groups = []string{bench.GroupSeq} }, true},
 		{"unknown group", func(c *bench.Config) { c.Groups = []string{"fsync"} }, false},
+		{"four streams", func(c *bench.Config) { c.Streams = 4 }, true},
+		{"negative streams", func(c *bench.Config) { c.Streams = -1 }, false},
+		{"more streams than files", func(c *bench.Config) { c.Files, c.Streams = 3, 4 }, false},
 	}
 	for _, tc := range tests {
 		c := ok
@@ -192,6 +195,27 @@ func TestOddSizes(t *testing.T) {
 	rep, err := bench.Run(t.Context(), cfg, []bench.Target{{Name: "shoal", Starter: &bench.ShoalInProcess{Dir: t.TempDir()}}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, r := range rep.Targets[0].Results {
+		if len(r.Samples) != 2 || r.Median <= 0 {
+			t.Errorf("%s: %+v", r.Workload, r)
+		}
+	}
+}
+
+// TestStreams runs the small-file workload as concurrent streams over a
+// number of files the streams do not divide evenly: every stat must find
+// its file, and the stream directories must be empty when they are removed
+// (a file created twice, or one left behind, fails the run).
+func TestStreams(t *testing.T) {
+	cfg := bench.Config{Size: 1 << 20, Block: 256 << 10, Depth: 2, Files: 23, Streams: 4, Reps: 2,
+		Groups: []string{bench.GroupSmall}, Timeout: time.Minute}
+	rep, err := bench.Run(t.Context(), cfg, []bench.Target{{Name: "shoal", Starter: &bench.ShoalInProcess{Dir: t.TempDir()}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Targets[0].Results) != 3 {
+		t.Fatalf("results: %+v", rep.Targets[0].Results)
 	}
 	for _, r := range rep.Targets[0].Results {
 		if len(r.Samples) != 2 || r.Median <= 0 {
