@@ -91,7 +91,7 @@ type Client struct {
 		layoutGets, layoutReturns, layoutRecalls         atomic.Uint64
 		layoutErrors, returnedErrors                     atomic.Uint64
 		failovers, dsReadBytes, dsWriteBytes, mdsIOBytes atomic.Uint64
-		resentBytes                                      atomic.Uint64
+		resentBytes, earlyCommits                        atomic.Uint64
 		deleg                                            delegStats
 	}
 	// ignoreRecalls is a test hook (IgnoreRecalls): recalls are answered
@@ -132,6 +132,10 @@ type Stats struct {
 	// not be reached or changed its write verifier before the COMMIT, or
 	// the size it reached could not be published with LAYOUTCOMMIT.
 	ResentBytes uint64
+	// EarlyCommits counts the commits a File started in the background
+	// because what it keeps of its UNSTABLE writes passed half of
+	// Policy.UnstableLimit.
+	EarlyCommits uint64
 
 	DelegationsKept    uint64 // read delegations granted and kept
 	DelegationReturns  uint64 // DELEGRETURNs that succeeded
@@ -162,6 +166,7 @@ func (c *Client) Stats() Stats {
 		DSWriteBytes:   c.stats.dsWriteBytes.Load(),
 		MDSIOBytes:     c.stats.mdsIOBytes.Load(),
 		ResentBytes:    c.stats.resentBytes.Load(),
+		EarlyCommits:   c.stats.earlyCommits.Load(),
 
 		DelegationsKept:    c.stats.deleg.granted.Load(),
 		DelegationReturns:  c.stats.deleg.returned.Load(),

@@ -213,9 +213,10 @@
 // drops what the Files keep past the new end.
 //
 // [Policy].UnstableLimit (default 64 MiB) bounds the memory a File uses
-// for these copies: a write that would take the File past it first
-// commits what the File holds, as Sync does (a failure of that commit is
-// reported by the next Sync), and writes larger than a quarter of it go
+// for these copies: once a write takes the File past half of it, the File
+// commits what it holds in the background, as Sync does (a failure of
+// that commit is reported by the next Sync), and a write that would take
+// it past the limit waits for that commit; writes larger than a quarter of it go
 // out in parts of that size, each checked the same way. Open with
 // os.O_SYNC to make every WRITE FILE_SYNC instead (nothing is kept), at a
 // cost in throughput.

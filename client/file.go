@@ -506,6 +506,7 @@ func (f *File) Close() error {
 	f.c.filesMu.Lock()
 	delete(f.c.files, f)
 	f.c.filesMu.Unlock()
+	f.unst.waitCommit(ctx)
 	f.unst.reset() // committed, or reported lost above
 	if f.c.noteLocalClose(f) {
 		// Opened under a delegation: there is no open on the server.

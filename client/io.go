@@ -305,7 +305,8 @@ func (f *File) WriteAtSync(ctx context.Context, p []byte, off int64) (int, error
 // Unless the File is O_SYNC, what the servers take UNSTABLE is kept until
 // a COMMIT vouches for it (unstable.go); a write larger than a quarter of
 // Policy.UnstableLimit goes out in parts of that size, and before each the
-// File commits what it holds if the part would take it past the limit.
+// File makes room for it (makeRoom: a commit in the background past half
+// the limit, a wait for it past the limit).
 func (f *File) writeDirect(ctx context.Context, p []byte, off int64) (int, error) {
 	if f.flag&os.O_SYNC != 0 {
 		return f.writeOut(ctx, p, off)
@@ -534,6 +535,9 @@ func (f *File) syncOwn(ctx context.Context) error {
 	if f.c.pnfs != nil {
 		f.waitRetired(ctx)
 	}
+	// A commit makeRoom started reports its error in f.layErr: it ends
+	// first, so that this Sync reports it.
+	f.unst.waitCommit(ctx)
 	errs := []error{f.unst.commitHeld(ctx, f)}
 	f.mu.Lock()
 	errs = append(errs, f.layErr)

@@ -181,8 +181,9 @@ type Policy struct {
 	// UnstableLimit bounds the memory each File uses to keep copies of
 	// the data it wrote UNSTABLE until a COMMIT vouches for it (see the
 	// package documentation, "Consistency and durability"). A write that
-	// would take a File past it first commits what the File holds, as
-	// Sync does. Writes larger than a quarter of it go out in parts of
+	// takes a File past half of it starts a commit of what the File holds
+	// in the background, as Sync would commit it, and a write that would
+	// take the File past the limit waits for that commit. Writes larger than a quarter of it go out in parts of
 	// that size, each checked the same way, so a File holds at most
 	// about UnstableLimit plus a quarter of it (plus what concurrent
 	// writes of the same File have in flight). Default

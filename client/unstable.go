@@ -28,8 +28,9 @@ import (
 // Each UNSTABLE WRITE that the server answered UNSTABLE costs one copy of
 // its payload into a pooled buffer (no other copy: the WRITE itself still
 // sends the caller's bytes). Policy.UnstableLimit bounds the buffers one
-// File keeps: a write that would take a File past it first commits what
-// the File holds.
+// File keeps: past half of it the File commits what it holds in the
+// background, and a write that would take it past the limit waits for
+// that commit (makeRoom).
 //
 // Lock order, outermost first: fileLayout.smu or File.mdsMu, then
 // File.resendMu, then fileLayout.wmu, then unstable.mu, then heldFree.mu
@@ -133,8 +134,8 @@ type unstable struct {
 	ranges []*held
 	seq    uint64
 	bytes  int64 // capacity of the buffers held
-	// room is closed when the commit makeRoom runs ends; nil when none
-	// runs. Guarded by mu.
+	// room is closed when the commit makeRoom started ends; nil when
+	// none runs. Guarded by mu.
 	room chan struct{}
 }
 
@@ -343,9 +344,12 @@ func (u *unstable) retag(p pinned, v nfs4.Verifier4) {
 	p.h.lay, p.h.w, p.h.verf, p.h.more, p.h.seq, p.h.state = nil, nil, v, nil, u.seq, heldPending
 }
 
-// makeRoom commits what f holds first if writing n more bytes UNSTABLE
-// would take it past Policy.UnstableLimit. A failure is reported by the
-// next Sync, like one of a background commit: the write itself goes on.
+// makeRoom keeps what f holds under Policy.UnstableLimit. Once a write
+// of n more bytes UNSTABLE would take f past half the limit, it starts a
+// commit of what f holds in the background (startCommitLocked) and lets
+// the write go on; only a write that would take f past the limit itself
+// waits for that commit to end. A failure is reported by the next Sync,
+// like one of a background commit: the write itself goes on.
 //
 // One such commit runs at a time per File, and writes that find the File
 // over its limit meanwhile wait for it instead of each committing in turn:
@@ -355,42 +359,82 @@ func (u *unstable) retag(p pinned, v nfs4.Verifier4) {
 // LAYOUTCOMMIT) one after the other, most of them for the few MiB written
 // since the one before: 119 commit rounds for 4 files of 256 MiB at a 64
 // MiB limit, where 16 do (issue 27).
+//
+// The commit starts at half the limit, not at the limit, so that it
+// overlaps the writes: a round takes tens of milliseconds (the data
+// servers' fdatasync), and when it started at the limit every WRITE of
+// the file that came meanwhile waited for it, holding one of the few
+// requests the kernel keeps in flight to a FUSE mount (12 by default), so
+// the other files' writeback stalled too (issue 27, h3-bigwrite: 137 such
+// waits of up to 69 ms in a 2-second run of 4 x 256 MiB).
 func (u *unstable) makeRoom(ctx context.Context, f *File, n int) {
 	if f.flag&os.O_SYNC != 0 {
 		return
 	}
+	limit := f.c.pol.UnstableLimit
 	// Bounded: each round either returns or waits for a commit to end;
 	// after a few, the write goes on over the limit rather than wait
 	// again (the limit is a bound on memory, not a promise).
 	for range 4 {
 		u.mu.Lock()
 		have, wait := u.bytes, u.room
-		if have == 0 || have+int64(n) <= f.c.pol.UnstableLimit {
+		if have == 0 || have+int64(n) <= limit/2 {
 			u.mu.Unlock()
 			return
 		}
 		if wait == nil {
-			done := make(chan struct{})
-			u.room = done
-			u.mu.Unlock()
-			err := u.commitHeld(ctx, f)
-			u.mu.Lock()
-			u.room = nil
-			u.mu.Unlock()
-			close(done)
-			if err != nil && ctx.Err() == nil {
-				f.mu.Lock()
-				f.layErr = errors.Join(f.layErr, err)
-				f.mu.Unlock()
-			}
-			return
+			wait = u.startCommitLocked(f)
 		}
 		u.mu.Unlock()
+		if have+int64(n) <= limit {
+			return
+		}
 		select {
 		case <-wait:
 		case <-ctx.Done():
 			return
 		}
+	}
+}
+
+// startCommitLocked starts commitHeld for f in a goroutine and returns the
+// channel closed when it ends. u.mu is held and no commit of makeRoom
+// runs. The commit runs under the Client's context, not the write's (the
+// write that started it does not wait for it); its error goes to f.layErr
+// before the channel is closed, so a Sync that waited for it (waitCommit)
+// reports it.
+func (u *unstable) startCommitLocked(f *File) chan struct{} {
+	done := make(chan struct{})
+	u.room = done
+	f.c.stats.earlyCommits.Add(1)
+	go func() {
+		ctx := f.c.ctx
+		err := u.commitHeld(ctx, f)
+		if err != nil && ctx.Err() == nil {
+			f.mu.Lock()
+			f.layErr = errors.Join(f.layErr, err)
+			f.mu.Unlock()
+		}
+		u.mu.Lock()
+		u.room = nil
+		u.mu.Unlock()
+		close(done)
+	}()
+	return done
+}
+
+// waitCommit waits for the commit makeRoom started, if one runs, or for
+// ctx to end.
+func (u *unstable) waitCommit(ctx context.Context) {
+	u.mu.Lock()
+	wait := u.room
+	u.mu.Unlock()
+	if wait == nil {
+		return
+	}
+	select {
+	case <-wait:
+	case <-ctx.Done():
 	}
 }
 

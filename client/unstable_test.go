@@ -304,13 +304,15 @@ func TestSyncAfterVerifierChange(t *testing.T) {
 // cbProxy stands between a client and the MDS and can hold back the
 // server's callbacks (RPC calls from the server on the backchannel, such
 // as CB_LAYOUTRECALL) while it forwards everything else, so a test can
-// decide when a recall reaches the client.
+// decide when a recall reaches the client; holdAll holds back the
+// server's replies too.
 type cbProxy struct {
 	ln     net.Listener
 	target string
 
 	mu      sync.Mutex // serializes writes to the client and guards below
 	holding bool
+	all     bool // holding replies too
 	held    []heldCall
 	nheld   atomic.Int32
 	conns   []net.Conn
@@ -379,7 +381,7 @@ func (p *cbProxy) fromServer(dst, src net.Conn) {
 		}
 		isCall := len(rec) >= 12 && binary.BigEndian.Uint32(rec[8:12]) == 0
 		p.mu.Lock()
-		if isCall && p.holding {
+		if (isCall || p.all) && p.holding {
 			p.held = append(p.held, heldCall{dst, rec})
 			p.nheld.Add(1)
 		} else if _, err := dst.Write(rec); err != nil {
@@ -397,11 +399,19 @@ func (p *cbProxy) hold() {
 	p.mu.Unlock()
 }
 
+// holdAll holds back everything the server sends, replies too, until
+// release.
+func (p *cbProxy) holdAll() {
+	p.mu.Lock()
+	p.holding, p.all = true, true
+	p.mu.Unlock()
+}
+
 // release forwards the calls held back and stops holding.
 func (p *cbProxy) release() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.holding = false
+	p.holding, p.all = false, false
 	for _, h := range p.held {
 		h.dst.Write(h.rec)
 	}

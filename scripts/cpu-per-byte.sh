@@ -172,7 +172,7 @@ fio_run() { # fio_run RW EXTRA...
 }
 fio_rate() { jq "[.jobs[].$1.bw_bytes] | add" "$work/fio.$1.json"; } # fio_rate RW: aggregate bytes/s
 mount_shoal() { # starts the mount in the foreground as a child; sets mount_pid
-	"$SHOAL" mount --access cached "nfs://$addr/" "$mnt" >"$work/mount.log" 2>&1 &
+	"$SHOAL" mount --access cached "nfs://$addr/" "$mnt" >>"$work/mount.log" 2>&1 &
 	mount_pid=$!
 	pids+=("$mount_pid")
 	for _ in $(seq 1 300); do

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/shoalfs/shoal/store"
 )
@@ -372,5 +373,34 @@ func BenchmarkReadAt4KiBUnaligned(b *testing.B) {
 			}
 			i++
 		}
+	})
+}
+
+// BenchmarkCommit16MiB appends 16 MiB in 1 MiB writes and syncs, as a
+// data server does for one file between two COMMITs of a client that
+// streams to it (Policy.UnstableLimit's rounds, client package); the
+// time per op is the writes and the COMMIT, and sync-ms/op the COMMIT's
+// share (the fdatasyncs), which is what a client's commit round waits
+// for at each data server.
+func BenchmarkCommit16MiB(b *testing.B) {
+	benchModes(b, func(b *testing.B, f store.File) {
+		buf := bytes.Repeat([]byte{1}, 1<<20)
+		b.SetBytes(16 << 20)
+		var off int64
+		var synced time.Duration
+		for b.Loop() {
+			for range 16 {
+				if _, err := f.WriteAt(buf, off); err != nil {
+					b.Fatal(err)
+				}
+				off += int64(len(buf))
+			}
+			t0 := time.Now()
+			if err := f.Sync(); err != nil {
+				b.Fatal(err)
+			}
+			synced += time.Since(t0)
+		}
+		b.ReportMetric(float64(synced.Microseconds())/1e3/float64(b.N), "sync-ms/op")
 	})
 }

@@ -1,0 +1,143 @@
+package client_test
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/shoalfs/shoal/client"
+)
+
+// TestEarlyCommitOverlapsWrites: a write that takes a File past half of
+// Policy.UnstableLimit starts a commit of what the File holds and goes on
+// without waiting for it. The MDS's answers are held back once the File
+// holds half its limit, so the commit round that the next write starts
+// cannot end (its LAYOUTCOMMIT gets no answer): that write must still
+// return, through the layout it already holds. A write that would take
+// the File past the limit waits for the commit, and once the answers are
+// let through everything is committed and reads back.
+func TestEarlyCommitOverlapsWrites(t *testing.T) {
+	const (
+		limit = 1 << 20
+		chunk = 256 << 10
+	)
+	cl := startCluster(t, 2)
+	addr := cl.MDS.Addr.String()
+	proxy := newCBProxy(t, addr)
+	c := dialer(proxy.ln.Addr().String(), client.Options{Policy: client.Policy{UnstableLimit: limit}})(t)
+	defer c.Close()
+	f, err := c.Open(t.Context(), "/early", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want := make([]byte, 4*chunk)
+	pattern(want, 0)
+	write := func(i int) error {
+		_, err := f.WriteAt(want[i*chunk:(i+1)*chunk], int64(i*chunk))
+		return err
+	}
+	// Half the limit: no commit yet.
+	for i := range 2 {
+		if err := write(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := c.Stats(); st.EarlyCommits != 0 || client.HeldBytes(f) != limit/2 {
+		t.Fatalf("after writing half the limit: %d early commits, %d bytes held", st.EarlyCommits, client.HeldBytes(f))
+	}
+	if st := c.Stats(); st.DSWriteBytes < limit/2 {
+		t.Fatalf("the writes did not go to the data servers: %+v", st)
+	}
+	before := cl.MDS.Server.Stats().Ops["LAYOUTCOMMIT"]
+	proxy.holdAll()
+	released := false
+	defer func() {
+		if !released {
+			proxy.release()
+		}
+	}()
+	// Past half: the commit starts, and this write does not wait for it
+	// (if it did, it would wait for the held LAYOUTCOMMIT answer).
+	done := make(chan error, 1)
+	go func() { done <- write(2) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("a write past half the limit waited for the commit it started")
+	}
+	if n := c.Stats().EarlyCommits; n != 1 {
+		t.Errorf("%d early commits after the write past half the limit, want 1", n)
+	}
+	waitFor(t, "the early commit's LAYOUTCOMMIT at the MDS", func() bool {
+		return cl.MDS.Server.Stats().Ops["LAYOUTCOMMIT"] > before
+	})
+	// Past the limit: waits for the commit, which ends once the MDS's
+	// answers go through.
+	go func() { done <- write(3) }()
+	proxy.release()
+	released = true
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if n := client.HeldBytes(f); n != 0 {
+		t.Errorf("the File still keeps %d bytes after Sync", n)
+	}
+	readBack(t, addr, "/early", want)
+}
+
+// TestEarlyCommitDataServerLoss: the commits a File starts in the
+// background while a data server holding its data is gone (a copy of
+// every stripe is kept on another data server) vouch for nothing that
+// data server took; what they cannot vouch for is written again through
+// the MDS, and Sync succeeds with every byte readable.
+func TestEarlyCommitDataServerLoss(t *testing.T) {
+	const (
+		limit = 1 << 20
+		chunk = 128 << 10
+		size  = 4 << 20
+	)
+	mc := startMirroredCluster(t, 3, 2)
+	addr := mc.mds.Addr.String()
+	c := dialer(addr, client.Options{Policy: client.Policy{UnstableLimit: limit}})(t)
+	defer c.Close()
+	f, err := c.Open(t.Context(), "/early-lost", os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	want := make([]byte, size)
+	pattern(want, 3)
+	// Under half the limit: held, not committed.
+	for off := 0; off < limit/2; off += chunk {
+		if _, err := f.WriteAt(want[off:off+chunk], int64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	written, _ := mc.holders(t, f, 0)
+	before := c.Stats()
+	mc.stop(t, written)
+	for off := limit / 2; off < size; off += chunk {
+		if _, err := f.WriteAt(want[off:off+chunk], int64(off)); err != nil {
+			t.Fatalf("write at %d after data server %d stopped: %v", off, written, err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatalf("Sync after data server %d stopped: %v", written, err)
+	}
+	st := c.Stats()
+	t.Logf("stopped data server %d; client %+v", written, st)
+	if st.EarlyCommits == before.EarlyCommits {
+		t.Errorf("no early commit while writing %d MiB at a %d MiB limit", size>>20, limit>>20)
+	}
+	if resent := st.ResentBytes - before.ResentBytes; resent < limit/2 {
+		t.Errorf("%d bytes written again through the MDS, want at least the %d the stopped data server took UNSTABLE", resent, limit/2)
+	}
+	readBack(t, addr, "/early-lost", want)
+}
