@@ -124,6 +124,7 @@ connection is lost, recovering its open files and locks there.`,
 				Debug:       debug,
 				AttrTimeout: cacheTimeout(attrTTL),
 				DirTimeout:  cacheTimeout(dirTTL),
+				ReaderProcs: true, // this process serves one mount
 			}
 			if cpuprofile != "" {
 				stop, err := startCPUProfile(cpuprofile)
