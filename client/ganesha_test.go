@@ -92,6 +92,9 @@ func stopGanesha() {
 }
 
 func TestMain(m *testing.M) {
+	if serveCluster() { // BenchmarkMetaOps's server process
+		return
+	}
 	code := m.Run()
 	stopGanesha()
 	os.Exit(code)

@@ -36,6 +36,20 @@ func handleName(fh []byte) string { return fmt.Sprintf("handle:%x", fh) }
 
 func childName(dir []byte, name string) string { return handleName(dir) + "/" + name }
 
+// handleErr is pathErr for the object with handle fh, or for name in the
+// directory fh if name is not empty. It formats the handle only for an
+// error: the calls below succeed far more often than not, and the mount
+// makes one for every name it looks up or removes.
+func handleErr(op string, fh []byte, name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if name == "" {
+		return pathErr(op, handleName(fh), err)
+	}
+	return pathErr(op, childName(fh, name), err)
+}
+
 // StatHandle returns the attributes of the object with handle fh.
 func (c *Client) StatHandle(ctx context.Context, fh []byte) (Attr, error) {
 	gen := c.cache.flushGen()
@@ -46,13 +60,13 @@ func (c *Client) StatHandle(ctx context.Context, fh []byte) (Attr, error) {
 	}
 	res, err := c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(fh), getattr(statBits)}))
 	if err != nil {
-		return Attr{}, pathErr("stat", handleName(fh), err)
+		return Attr{}, handleErr("stat", fh, "", err)
 	}
 	a, err := lastAttr(res)
 	if err == nil && a.Type == TypeRegular {
 		a.Size = c.cachedSize(a, gen)
 	}
-	return a, pathErr("stat", handleName(fh), err)
+	return a, handleErr("stat", fh, "", err)
 }
 
 // LookupAt returns the file handle and attributes of name in the
@@ -63,11 +77,11 @@ func (c *Client) LookupAt(ctx context.Context, dir []byte, name string) ([]byte,
 		getfh, getattr(statBits)}
 	res, err := c.call(ctx, fixed(ops))
 	if err != nil {
-		return nil, Attr{}, pathErr("lookup", childName(dir, name), err)
+		return nil, Attr{}, handleErr("lookup", dir, name, err)
 	}
 	fh := append([]byte(nil), res[2].Opgetfh.Resok4.Object...)
 	a, err := lastAttr(res)
-	return fh, a, pathErr("lookup", childName(dir, name), err)
+	return fh, a, handleErr("lookup", dir, name, err)
 }
 
 // SetAttrHandle changes the attributes set in sa of the object with
@@ -85,20 +99,20 @@ func (c *Client) SetAttrHandle(ctx context.Context, fh []byte, sa SetAttr) (Attr
 		c.cache.mu.Unlock()
 		if ino != nil && c.cache.pending(ino) {
 			if err := c.cache.flushAll(ctx, nil, ino); err != nil {
-				return Attr{}, pathErr("setattr", handleName(fh), err)
+				return Attr{}, handleErr("setattr", fh, "", err)
 			}
 		}
 	}
 	res, err := c.call(ctx, fixed([]nfs4.NfsArgop4{putfh(fh), setattrOp(nfs4.Stateid4{}, sa.encode()), getattr(statBits)}))
 	if err != nil {
-		return Attr{}, pathErr("setattr", handleName(fh), err)
+		return Attr{}, handleErr("setattr", fh, "", err)
 	}
 	if ino != nil {
 		c.cache.truncated(ino, *sa.Size)
 		c.setSize(fh, *sa.Size)
 	}
 	a, err := lastAttr(res)
-	return a, pathErr("setattr", handleName(fh), err)
+	return a, handleErr("setattr", fh, "", err)
 }
 
 // RemoveAt removes name, a file or an empty directory, from the directory
@@ -106,7 +120,7 @@ func (c *Client) SetAttrHandle(ctx context.Context, fh []byte, sa SetAttr) (Attr
 func (c *Client) RemoveAt(ctx context.Context, dir []byte, name string) error {
 	ops := []nfs4.NfsArgop4{putfh(dir), {Argop: nfs4.OP_REMOVE, Opremove: &nfs4.REMOVE4args{Target: []byte(name)}}}
 	_, err := c.call(ctx, fixed(ops))
-	return pathErr("remove", childName(dir, name), err)
+	return handleErr("remove", dir, name, err)
 }
 
 // OpenAt is Open of name in the directory with handle dir: PUTFH, OPEN,

@@ -154,6 +154,13 @@ type Config struct {
 	// objects' attributes, it keeps. 0: DefaultEntryCache; negative:
 	// none, every lookup the kernel sends goes to the server.
 	EntryCache int
+	// ReaderProcs raises the process's GOMAXPROCS once the mount is up,
+	// by the number of goroutines go-fuse keeps blocked in reads of
+	// /dev/fuse, so that they do not hold the Ps the mount's work runs
+	// on (see procs.go). It changes the whole process: for `shoal
+	// mount`, which serves one mount, not for a program that mounts as
+	// a library.
+	ReaderProcs bool
 	// Logger receives diagnostics. Default: slog.Default().
 	Logger *slog.Logger
 	// Debug logs every FUSE request (very verbose).
@@ -251,6 +258,9 @@ func New(ctx context.Context, dir string, cfg Config) (*Mount, error) {
 	if err != nil {
 		fsys.close()
 		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	if cfg.ReaderProcs {
+		fsys.log.Debug("GOMAXPROCS raised for the FUSE readers", "procs", raiseProcsForReaders())
 	}
 	if ra := kernelReadaheadFor(cfg); cfg.Access != AccessDirect && ra > 0 {
 		// Page-cache reads (cached, and odirect without O_DIRECT) are

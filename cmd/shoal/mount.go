@@ -32,6 +32,7 @@ func newMountCmd() *cobra.Command {
 		allowOther bool
 		foreground bool
 		cpuprofile string
+		readerPs   bool
 		debug      bool
 		minor      uint32
 		attrTTL    time.Duration
@@ -124,6 +125,7 @@ connection is lost, recovering its open files and locks there.`,
 				Debug:       debug,
 				AttrTimeout: cacheTimeout(attrTTL),
 				DirTimeout:  cacheTimeout(dirTTL),
+				ReaderProcs: readerPs, // this process serves one mount
 			}
 			if cpuprofile != "" {
 				stop, err := startCPUProfile(cpuprofile)
@@ -166,6 +168,8 @@ connection is lost, recovering its open files and locks there.`,
 	f.BoolVar(&debug, "debug", false, "log every FUSE request")
 	f.StringVar(&cpuprofile, "cpuprofile", "", "write a CPU profile of the mount to this file, until it is unmounted")
 	_ = f.MarkHidden("cpuprofile")
+	f.BoolVar(&readerPs, "reader-procs", true, "raise GOMAXPROCS by go-fuse's /dev/fuse readers (fusemount.Config.ReaderProcs; false: leave it, to compare)")
+	_ = f.MarkHidden("reader-procs")
 	f.Uint32Var(&minor, "minor-version", 0, "NFSv4 minor version (default: highest the server speaks)")
 	f.DurationVar(&attrTTL, "attr-timeout", fusemount.DefaultAttrTimeout, "how long the kernel caches a file's attributes (0: not at all)")
 	f.DurationVar(&dirTTL, "dir-timeout", fusemount.DefaultDirTimeout, "how long the kernel caches names and directory attributes (0: not at all)")
