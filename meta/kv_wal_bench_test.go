@@ -10,9 +10,11 @@ import (
 )
 
 // BenchmarkWALCommitSync measures a synced commit of the log: an Update of
-// a remove-sized record (three keys, about 500 bytes: BenchmarkRemove in
-// internal/wiring writes 510-520 bytes of log per delete), which returns once
-// the record is durable. procs=4 commits from four goroutines at once, as
+// three keys, which returns once the record is durable. rec=500 is a
+// remove-sized record (BenchmarkRemove in internal/wiring writes 510-520
+// bytes of log per delete), so that about eight fit in a 4 KiB block;
+// rec=4500, the size of a small file's create with its inline data, starts
+// a new block with every commit. procs=4 commits from four goroutines at once, as
 // four clients' removes do, so that fdatasyncs are shared. log=fallocate
 // gives the log file its size the way it was done before spares
 // (fallocate'd, unwritten extents), log=prewritten writes it full of
@@ -21,25 +23,28 @@ import (
 //
 //	go test ./meta -run '^$' -bench BenchmarkWALCommitSync -benchtime 4000x -count 3
 func BenchmarkWALCommitSync(b *testing.B) {
-	for _, mode := range []struct {
-		name      string
-		fallocate bool
-	}{{"fallocate", true}, {"prewritten", false}} {
-		for _, procs := range []int{1, 4} {
-			b.Run(fmt.Sprintf("log=%s/procs=%d", mode.name, procs), func(b *testing.B) {
-				benchWALCommitSync(b, mode.fallocate, procs)
-			})
+	for _, rec := range []int{500, 4500} {
+		for _, mode := range []struct {
+			name      string
+			fallocate bool
+		}{{"fallocate", true}, {"prewritten", false}} {
+			for _, procs := range []int{1, 4} {
+				b.Run(fmt.Sprintf("rec=%d/log=%s/procs=%d", rec, mode.name, procs), func(b *testing.B) {
+					benchWALCommitSync(b, mode.fallocate, procs, rec)
+				})
+			}
 		}
 	}
 }
 
-func benchWALCommitSync(b *testing.B, fallocate bool, procs int) {
+// benchWALCommitSync commits records of about rec bytes.
+func benchWALCommitSync(b *testing.B, fallocate bool, procs, rec int) {
 	kv, err := openWALKV(filepath.Join(b.TempDir(), "kv.db"), BoltOptions{WAL: true, fallocateLog: fallocate}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer kv.Close()
-	val := make([]byte, 140)
+	val := make([]byte, max(rec/3-25, 1))
 	commit := func(i int64) error {
 		return kv.Update(func(tx kvTxn) error {
 			for j := range 3 {
