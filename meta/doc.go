@@ -144,12 +144,24 @@
 // removes the log.
 //
 // Log files are named after the database with a generation number
-// (meta.db-wal-0000000000000002). A new file is written under a temporary
-// name with a header (magic, version, generation), preallocated with
-// fallocate so that an fdatasync of an append writes data without having
-// to write a new file size, fsynced, renamed, and the directory fsynced; a
-// file under its real name is therefore always whole, and a leftover
-// temporary file is removed at open. On open, the records of all log
+// (meta.db-wal-0000000000000002). A log file is given its full size (the
+// checkpoint size and some slack, about 20 MiB) before use, so that an
+// append never writes a new file size, and its blocks are written full of
+// zeros, so that a commit's fdatasync overwrites data instead of turning
+// fallocate'd space into data, which on ext4 costs a journal commit
+// (wal_spare.go). That writing is kept off the commit path: the next log
+// file is prepared in the background as a spare (meta.db-wal.spare,
+// zeros, synced, renamed into place whole) while the current one fills,
+// and a checkpoint's switch writes the header (magic, version,
+// generation) over the spare's first bytes, fdatasyncs it, renames it to
+// its generation's name and fsyncs the directory; if the spare is not
+// ready then, the switch makes a file the old way: under a temporary name,
+// header, fallocate, fsync, rename, directory fsync. Either way a file
+// under its real name is always whole. Close leaves a ready spare for the
+// next open, which otherwise writes its first log file full of zeros
+// itself (20 MiB once per start). Leftover temporary files (of a log
+// file or a spare) are removed at open, and so is a spare of another
+// size; stores that never sync (NoSync) keep fallocate'd files. On open, the records of all log
 // files are read in generation order and must form one sequence; reading
 // stops at the first record that does not decode. That is a torn append
 // (a crash during it, so its callers were never answered) only if no
@@ -162,7 +174,7 @@
 // a file) recovers by replaying what is left.
 //
 // Opening without the log (WAL unset) first replays and removes any log
-// files too, so the option can be switched either way between runs; a
+// files (and the spare) too, so the option can be switched either way between runs; a
 // binary from before the log does not know to, so going back to one needs
 // a clean Close (which leaves no log) first. The same holds for a binary
 // that writes version 1 of the log (before the durable marks): it refuses

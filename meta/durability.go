@@ -69,8 +69,16 @@ type LogStats struct {
 	Appends uint64
 	// Syncs is the number of fdatasyncs that made records durable.
 	Syncs uint64
+	// Bytes is the size of the records written, padding included.
+	Bytes uint64
 	// Pending is the number of records written but not yet durable.
 	Pending uint64
+	// SyncBuckets counts the fdatasyncs by duration: SyncBuckets[i]
+	// those that took at most LogSyncBuckets[i] seconds and more than
+	// the bound before, the last one those above every bound.
+	// SyncTime is their total duration.
+	SyncBuckets []uint64
+	SyncTime    time.Duration
 }
 
 // kvDeferrer is a kvStore that can answer an update once it is written,
@@ -139,11 +147,14 @@ func (e *kvEngine) LogStats() LogStats {
 }
 
 func (s *walKV) logStats() LogStats {
-	return LogStats{
+	l := LogStats{
 		Appends: s.appends.Load(),
 		Syncs:   s.syncs.Load(),
+		Bytes:   s.appendBytes.Load(),
 		Pending: s.written.Load() - min(s.durable.Load(), s.written.Load()),
 	}
+	l.SyncBuckets, l.SyncTime = s.syncHist.snapshot()
+	return l
 }
 
 // Durable returns ctx with Deferred undone: mutating calls made with it

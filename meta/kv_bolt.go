@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -33,13 +34,18 @@ type BoltOptions struct {
 	// GroupCommit (MaxBatch applies), whatever GroupCommit says.
 	WAL bool
 	// WALCheckpointBytes is the size of the log at which a checkpoint
-	// starts (default 16 MiB). The log file is preallocated to a little
-	// more than this.
+	// starts (default 16 MiB). Log files are written full of zeros to a
+	// little more than this before use (wal_spare.go), and one spare of
+	// that size is kept beside them.
 	WALCheckpointBytes int64
 	// CommitInterval bounds how long a change made under a Deferred
 	// context waits, at most, for the fdatasync that makes it durable
 	// when nobody calls Sync (default DefaultCommitInterval). WAL only.
 	CommitInterval time.Duration
+
+	// fallocateLog (tests and benchmarks) gives log files their size
+	// with fallocate instead of writing zeros: the way before spares.
+	fallocateLog bool
 }
 
 var bucketName = []byte("shoal")
@@ -73,6 +79,11 @@ func openBoltKV(path string, opts BoltOptions) (*boltKV, error) {
 	if _, err := replayWAL(db, path, !opts.NoSync, slog.Default().With("db", path)); err != nil {
 		db.Close()
 		return nil, err
+	}
+	// A spare log file (wal_spare.go) is of no use without the log.
+	if err := os.Remove(walSpareName(path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		db.Close()
+		return nil, fmt.Errorf("meta: remove spare log file: %w", err)
 	}
 	mb := opts.MaxBatch
 	if mb <= 0 {

@@ -58,6 +58,10 @@ type walKV struct {
 	master   *ovTree       // the mutable copy of active
 	recentM  *ovTree       // the mutable copy of recent
 	ckptDone chan struct{} // closed when the running checkpoint ends
+	// prewrite: log files are written full of zeros before use, and
+	// spare is the next one, being prepared or ready (wal_spare.go).
+	prewrite bool
+	spare    *walSpare
 
 	stateMu sync.RWMutex
 	recent  *ovTree // immutable once published; nil when empty
@@ -71,6 +75,8 @@ type walKV struct {
 	// can see is covered by a sync to written.
 	written, durable atomic.Uint64
 	syncs, appends   atomic.Uint64 // for LogStats
+	appendBytes      atomic.Uint64 // for LogStats
+	syncHist         syncHist
 
 	syncMu     sync.Mutex
 	syncCond   *sync.Cond // signalled when syncing turns false
@@ -130,7 +136,8 @@ func openWALKV(path string, opts BoltOptions, hook func(string) error) (*walKV, 
 		return nil, err
 	}
 	s := &walKV{db: db, path: path, maxBatch: opts.MaxBatch, ckptBytes: opts.WALCheckpointBytes,
-		sync: !opts.NoSync, interval: opts.CommitInterval, log: slog.Default().With("db", path), hook: hook}
+		sync: !opts.NoSync, interval: opts.CommitInterval, log: slog.Default().With("db", path), hook: hook,
+		prewrite: !opts.NoSync && !opts.fallocateLog}
 	if s.maxBatch <= 0 {
 		s.maxBatch = 128
 	}
@@ -164,8 +171,50 @@ func (s *walKV) recover() error {
 	}
 	s.seq = l.lastSeq
 	s.unclean = l.lastGen != 0
-	s.wal, err = createWALFile(s.path, l.lastGen+1, s.prealloc, s.sync)
+	s.wal, err = s.firstWALFile(l.lastGen + 1)
 	return err
+}
+
+// firstWALFile starts the log at open: from the spare the last run left
+// ready, or else written full of zeros now (wal_spare.go).
+func (s *walKV) firstWALFile(gen uint64) (*walFile, error) {
+	if !s.prewrite {
+		return createWALFile(s.path, gen, s.prealloc, s.sync, false)
+	}
+	f, err := openReadySpare(s.path, s.prealloc)
+	if err != nil {
+		return nil, err
+	}
+	if f != nil {
+		return useSpare(s.path, f, gen, s.sync)
+	}
+	return createWALFile(s.path, gen, s.prealloc, s.sync, true)
+}
+
+// nextWALFile makes log file gen at a checkpoint's switch: the spare if
+// it is ready, else a preallocated file, so the switch never waits for
+// zeros to be written.
+func (s *walKV) nextWALFile(gen uint64) (*walFile, error) {
+	if sp := s.spare; sp != nil {
+		f, spent, err := sp.take()
+		if spent {
+			s.spare = nil
+			if err == nil {
+				return useSpare(s.path, f, gen, s.sync)
+			}
+			s.log.Warn("meta: preparing the next log file failed; using a preallocated one", "err", err)
+		}
+	}
+	return createWALFile(s.path, gen, s.prealloc, s.sync, false)
+}
+
+// releaseSpare stops or closes the spare (Close, or a crash in tests);
+// a ready one stays on disk for the next open.
+func (s *walKV) releaseSpare() {
+	if s.spare != nil {
+		s.spare.release()
+		s.spare = nil
+	}
 }
 
 // replayWAL applies the log files of the database at path to bbolt and
@@ -345,7 +394,11 @@ func (s *walKV) syncTo(target uint64) error {
 		f, w := s.syncFile, s.written.Load()
 		s.syncing = true
 		s.syncMu.Unlock()
+		start := time.Now()
 		err := f.datasync()
+		if f.sync {
+			s.syncHist.observe(time.Since(start))
+		}
 		s.syncMu.Lock()
 		s.syncing = false
 		s.syncCond.Broadcast()
@@ -534,9 +587,11 @@ func (s *walKV) commitWrites(buf *ovTree) error {
 		ops = append(ops, walOp{key: e.key, val: e.val, del: e.del})
 		return true
 	})
+	off := s.wal.off
 	if err := s.wal.append(s.seq+1, s.durable.Load(), ops); err != nil {
 		return err
 	}
+	s.appendBytes.Add(uint64(s.wal.off - off))
 	s.seq++
 	s.appends.Add(1)
 	s.written.Store(s.seq)
@@ -588,6 +643,9 @@ func (s *walKV) fail(err error) {
 // limit and no checkpoint is running. The log switches to a new file here,
 // between rounds; bbolt is written in the background.
 func (s *walKV) maybeCheckpoint() {
+	if s.prewrite && s.spare == nil && s.wal.off >= s.ckptBytes/2 {
+		s.spare = prepareSpare(s.path, s.prealloc)
+	}
 	if s.wal.off < s.ckptBytes {
 		return
 	}
@@ -611,7 +669,7 @@ func (s *walKV) maybeCheckpoint() {
 		return // failed already
 	}
 	old := s.wal
-	nw, err := createWALFile(s.path, old.gen+1, s.prealloc, s.sync)
+	nw, err := s.nextWALFile(old.gen + 1)
 	if err != nil {
 		s.fail(err)
 		return
@@ -718,6 +776,7 @@ func (s *walKV) Close() error {
 	if s.ckptDone != nil {
 		<-s.ckptDone
 	}
+	s.releaseSpare()
 	s.mu.Lock()
 	failed := s.failed
 	s.mu.Unlock()

@@ -31,6 +31,7 @@ func (s *walKV) crash() {
 	if s.ckptDone != nil {
 		<-s.ckptDone
 	}
+	s.releaseSpare()
 	s.wal.f.Close()
 	s.db.Close()
 }

@@ -284,7 +284,8 @@ func walFileName(dbPath string, gen uint64) string {
 }
 
 // listWALFiles returns the generations of dbPath's log files in ascending
-// order, and removes a log file left half-created by a crash.
+// order, and removes a log file or a spare (wal_spare.go) left half-created
+// by a crash.
 func listWALFiles(dbPath string) ([]uint64, error) {
 	dir, base := filepath.Split(dbPath)
 	if dir == "" {
@@ -297,7 +298,7 @@ func listWALFiles(dbPath string) ([]uint64, error) {
 	var gens []uint64
 	for _, e := range ents {
 		name := e.Name()
-		if name == base+"-wal.tmp" {
+		if name == base+"-wal.tmp" || name == base+"-wal.spare.tmp" {
 			if err := os.Remove(filepath.Join(dir, name)); err != nil {
 				return nil, err
 			}
@@ -361,11 +362,13 @@ type walFile struct {
 }
 
 // createWALFile makes log file gen durable before it is used: written
-// under a temporary name, preallocated so that appends do not change the
-// file's size (an fdatasync then writes only the data), synced, renamed,
-// and the directory synced, so a log file under its real name is always
-// whole.
-func createWALFile(dbPath string, gen uint64, prealloc int64, sync bool) (*walFile, error) {
+// under a temporary name, given its size up front so that appends do not
+// change it (prewrite: written full of zeros, so that an fdatasync of a
+// record overwrites and writes only the data, see wal_spare.go; else
+// fallocate'd, which spares the writing but makes the first sync of
+// each extent a journal commit), synced, renamed, and the directory
+// synced, so a log file under its real name is always whole.
+func createWALFile(dbPath string, gen uint64, prealloc int64, sync, prewrite bool) (*walFile, error) {
 	tmp := dbPath + "-wal.tmp"
 	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -379,7 +382,11 @@ func createWALFile(dbPath string, gen uint64, prealloc int64, sync bool) (*walFi
 	if _, err := f.Write(encodeWALHeader(gen)); err != nil {
 		return fail(err)
 	}
-	if prealloc > walHeaderLen {
+	if prewrite {
+		if err := writeZeros(f, walHeaderLen, prealloc, nil); err != nil {
+			return fail(err)
+		}
+	} else if prealloc > walHeaderLen {
 		if err := unix.Fallocate(int(f.Fd()), 0, 0, prealloc); err != nil {
 			// Not every file system preallocates; appends then
 			// also write the file size, which is slower but safe.

@@ -7,8 +7,10 @@
 # stats/s, deletes/s, and what each file cost at the MDS: COMPOUNDs,
 # operations, LOOKUPs and COMMITs per file, from the MDS's
 # shoal_nfs_ops_total counters, the metadata log's fdatasyncs per file
-# (shoal_metadata_log_syncs_total), and the mean time the MDS spent in each
-# operation from shoal_nfs_op_seconds_total) and the same as one JSON line.
+# (shoal_metadata_log_syncs_total, and the median fdatasync from
+# shoal_metadata_log_sync_seconds on servers that have it), and the mean
+# time the MDS spent in each operation from shoal_nfs_op_seconds_total)
+# and the same as one JSON line.
 #
 #   scripts/fuse-meta.sh                       # 4 x 500 files of 4 KiB, 4 DS, cached, 3 runs
 #   RUNS=1 ACCESS=direct scripts/fuse-meta.sh
@@ -147,7 +149,7 @@ fi
 
 # 3. The workload.
 cat >"$work/meta.py" <<'EOF'
-import json, multiprocessing as mp, os, signal, statistics, sys, time, urllib.request
+import json, multiprocessing as mp, os, re, signal, statistics, sys, time, urllib.request
 
 # timeout(1) sends SIGTERM: exit normally, so the daemonic workers are
 # terminated too.
@@ -188,7 +190,26 @@ def mds_ops():
             # fdatasyncs of the metadata log (servers since issue 27)
             if line.startswith("shoal_metadata_log_syncs_total{") and 'role="mds"' in line:
                 ops["@syncs"] = ops.get("@syncs", 0) + float(line.rsplit(" ", 1)[1])
+            # their durations, a histogram (servers since h1-walsync)
+            if line.startswith("shoal_metadata_log_sync_seconds_bucket{") and 'role="mds"' in line:
+                le = re.search(r'[{,]le="([^"]*)"', line).group(1)
+                ops["@le:" + le] = ops.get("@le:" + le, 0) + float(line.rsplit(" ", 1)[1])
     return ops
+
+def sync_p50(diff):
+    """The median fdatasync of the log in µs, interpolated in the
+    histogram's buckets (their cumulative counts' differences), or None."""
+    b = sorted((float(k[4:]), v) for k, v in diff.items() if k.startswith("@le:"))
+    if not b or b[-1][1] <= 0:
+        return None
+    half, lo, below = b[-1][1] / 2, 0.0, 0.0
+    for le, cum in b:
+        if cum >= half:
+            if le == float("inf"):
+                return round(1e6 * lo, 1)
+            return round(1e6 * (lo + (le - lo) * (half - below) / max(cum - below, 1)), 1)
+        lo, below = le, cum
+    return None
 
 def worker(i, run, start, end):
     d = os.path.join(mnt, f"r{run}.p{i}")
@@ -231,6 +252,8 @@ for run in range(runs):
         diff = {k: after.get(k, 0) - before.get(k, 0) for k in after}
         secs = {k[:-2]: v for k, v in diff.items() if k.endswith("_s")}
         syncs = diff.pop("@syncs", None)
+        p50 = sync_p50(diff)
+        diff = {k: v for k, v in diff.items() if not k.startswith("@le:")}
         diff = {k: v for k, v in diff.items() if not k.endswith("_s")}
         per_file[phase] = {
             "compounds": diff.get("SEQUENCE", 0) / n,
@@ -244,6 +267,8 @@ for run in range(runs):
         }
         if syncs is not None:
             per_file[phase]["log_syncs"] = round(syncs / n, 3)
+        if p50 is not None:
+            per_file[phase]["log_sync_p50_us"] = p50
         # CPU-seconds per thousand files, the median over the runs.
         for k in cafter:
             cpu_runs.setdefault((phase, k), []).append(1000 * (cafter[k] - cbefore[k]) / n)
@@ -277,7 +302,9 @@ for phase in PHASES:
     if per_file[phase]["us_per_op"]:
         print(f"  {phase} MDS µs per op:  " + " ".join(f"{k}={v}" for k, v in per_file[phase]["us_per_op"].items()))
     if "log_syncs" in per_file[phase]:
-        print(f"  {phase} metadata log fdatasyncs per file: {per_file[phase]['log_syncs']}")
+        p50 = per_file[phase].get("log_sync_p50_us")
+        print(f"  {phase} metadata log fdatasyncs per file: {per_file[phase]['log_syncs']}"
+              + (f" (median fdatasync {p50} µs)" if p50 is not None else ""))
 print(json.dumps(out))
 EOF
 drop=${DROP_CACHES:-1}

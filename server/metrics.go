@@ -130,7 +130,7 @@ type collector struct {
 	replays, replaysAnswered   *prometheus.Desc
 	metaSync, commitInterval   *prometheus.Desc
 	replies, logAppends        *prometheus.Desc
-	logSyncs                   *prometheus.Desc
+	logSyncs, logSyncSeconds   *prometheus.Desc
 	layout                     layoutCollector
 }
 
@@ -159,6 +159,8 @@ func newCollector(s *Server, labels prometheus.Labels) *collector {
 			"COMPOUNDs answered after waiting for the metadata log to be durable (synced) or, on async exports, before (early).", []string{"wait"}, labels),
 		logAppends: prometheus.NewDesc("shoal_metadata_log_appends_total", "Records written to the metadata engine's write-ahead log (one per commit round).", nil, labels),
 		logSyncs:   prometheus.NewDesc("shoal_metadata_log_syncs_total", "fdatasyncs of the metadata engine's write-ahead log.", nil, labels),
+		logSyncSeconds: prometheus.NewDesc("shoal_metadata_log_sync_seconds",
+			"Duration of the fdatasyncs that make the metadata engine's write-ahead log durable (the wait of every synced change).", nil, labels),
 	}
 }
 
@@ -177,6 +179,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.replies
 	ch <- c.logAppends
 	ch <- c.logSyncs
+	ch <- c.logSyncSeconds
 	c.layout.describe(ch)
 }
 
@@ -225,6 +228,15 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ls := c.s.syncer.LogStats()
 		ch <- prometheus.MustNewConstMetric(c.logAppends, prometheus.CounterValue, float64(ls.Appends))
 		ch <- prometheus.MustNewConstMetric(c.logSyncs, prometheus.CounterValue, float64(ls.Syncs))
+		if len(ls.SyncBuckets) == len(meta.LogSyncBuckets)+1 {
+			cum, buckets := uint64(0), make(map[float64]uint64, len(meta.LogSyncBuckets))
+			for i, le := range meta.LogSyncBuckets {
+				cum += ls.SyncBuckets[i]
+				buckets[le] = cum
+			}
+			cum += ls.SyncBuckets[len(meta.LogSyncBuckets)]
+			ch <- prometheus.MustNewConstHistogram(c.logSyncSeconds, cum, ls.SyncTime.Seconds(), buckets)
+		}
 	}
 	c.layout.collect(c.s.reports, ch)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/shoalfs/shoal/client"
+	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/server"
 )
 
@@ -109,7 +110,7 @@ func benchRemove(b *testing.B, async bool, procs int) {
 			}
 		}()
 	}
-	cpu0, syncs0 := processCPU(b), srv.Stats().Log.Syncs
+	cpu0, log0 := processCPU(b), srv.Stats().Log
 	b.ResetTimer()
 	var wg sync.WaitGroup
 	errs := make(chan error, procs)
@@ -134,7 +135,16 @@ func benchRemove(b *testing.B, async bool, procs int) {
 	b.ReportMetric(float64(time.Since(t0).Milliseconds()), "drain-ms")
 	n := float64(per * procs)
 	b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/n, "cpu-µs/op")
-	b.ReportMetric(float64(srv.Stats().Log.Syncs-syncs0)/n, "syncs/op")
+	log1 := srv.Stats().Log
+	b.ReportMetric(float64(log1.Syncs-log0.Syncs)/n, "syncs/op")
+	b.ReportMetric(float64(log1.Bytes-log0.Bytes)/n, "log-B/op")
+	d := meta.LogStats{SyncBuckets: make([]uint64, len(log1.SyncBuckets))}
+	for i := range d.SyncBuckets {
+		d.SyncBuckets[i] = log1.SyncBuckets[i] - log0.SyncBuckets[i]
+	}
+	if !async {
+		b.ReportMetric(float64(d.SyncQuantile(0.5))/float64(time.Microsecond), "sync-p50-µs")
+	}
 }
 
 // orphansFreed waits (bounded) until the MDS has freed every orphan.
