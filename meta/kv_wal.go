@@ -62,6 +62,10 @@ type walKV struct {
 	// spare is the next one, being prepared or ready (wal_spare.go).
 	prewrite bool
 	spare    *walSpare
+	// cold: the current log file was not pre-written (an open that
+	// found no spare, or a switch whose spare was not ready); the log
+	// switches to a spare as soon as one is ready (maybeCheckpoint).
+	cold bool
 
 	stateMu sync.RWMutex
 	recent  *ovTree // immutable once published; nil when empty
@@ -176,7 +180,9 @@ func (s *walKV) recover() error {
 }
 
 // firstWALFile starts the log at open: from the spare the last run left
-// ready, or else written full of zeros now (wal_spare.go).
+// ready, or else a preallocated file, cold until a spare replaces it
+// (wal_spare.go: an open does not wait for 20 MiB of zeros, and a store
+// that writes little never writes them).
 func (s *walKV) firstWALFile(gen uint64) (*walFile, error) {
 	if !s.prewrite {
 		return createWALFile(s.path, gen, s.prealloc, s.sync, false)
@@ -188,7 +194,8 @@ func (s *walKV) firstWALFile(gen uint64) (*walFile, error) {
 	if f != nil {
 		return useSpare(s.path, f, gen, s.sync)
 	}
-	return createWALFile(s.path, gen, s.prealloc, s.sync, true)
+	s.cold = true
+	return createWALFile(s.path, gen, s.prealloc, s.sync, false)
 }
 
 // nextWALFile makes log file gen at a checkpoint's switch: the spare if
@@ -200,11 +207,13 @@ func (s *walKV) nextWALFile(gen uint64) (*walFile, error) {
 		if spent {
 			s.spare = nil
 			if err == nil {
+				s.cold = false
 				return useSpare(s.path, f, gen, s.sync)
 			}
 			s.log.Warn("meta: preparing the next log file failed; using a preallocated one", "err", err)
 		}
 	}
+	s.cold = s.prewrite
 	return createWALFile(s.path, gen, s.prealloc, s.sync, false)
 }
 
@@ -331,6 +340,13 @@ func (s *walKV) UpdateDeferred(fn func(kvTxn) error) error {
 	}
 	return s.syncTo(seq)
 }
+
+// coldSpareAt is how much a cold log file (not pre-written) holds before
+// a spare is prepared to replace it early: enough that a store opened for
+// a moment (a test, a command) never writes one, little enough that a
+// busy server switches to a pre-written file within its first few
+// hundred changes.
+const coldSpareAt = 64 << 10
 
 // maxPending bounds the log records written and not yet durable.
 const maxPending = 1 << 12
@@ -643,10 +659,10 @@ func (s *walKV) fail(err error) {
 // limit and no checkpoint is running. The log switches to a new file here,
 // between rounds; bbolt is written in the background.
 func (s *walKV) maybeCheckpoint() {
-	if s.prewrite && s.spare == nil && s.wal.off >= s.ckptBytes/2 {
+	if s.prewrite && s.spare == nil && (s.wal.off >= s.ckptBytes/2 || s.cold && s.wal.off >= coldSpareAt) {
 		s.spare = prepareSpare(s.path, s.prealloc)
 	}
-	if s.wal.off < s.ckptBytes {
+	if s.wal.off < s.ckptBytes && !(s.cold && s.spare.ready()) {
 		return
 	}
 	if s.ckptDone != nil {

@@ -238,11 +238,41 @@ func TestWALFilesPrewritten(t *testing.T) {
 		t.Skip("this file system reports fallocate'd space as data")
 	}
 	s := newWALTestStore(t, BoltOptions{WALCheckpointBytes: 64 << 10})
+	s.fill("a", func() bool { return !s.kv.cold })
 	f := s.kv.wal.f
 	for _, off := range []int64{walHeaderLen, s.kv.prealloc / 2, s.kv.prealloc - 1} {
 		got, err := unix.Seek(int(f.Fd()), off, unix.SEEK_DATA)
 		if err != nil || got != off {
 			t.Fatalf("SEEK_DATA at %d of a log file of %d bytes: %d, %v: not written", off, s.kv.prealloc, got, err)
 		}
+	}
+}
+
+// TestWALColdFileReplacedEarly: an open that finds no spare does not write
+// one (the first log file is preallocated, "cold"), and once the log holds
+// coldSpareAt bytes a spare is prepared and the log switches to it long
+// before the checkpoint size; a store that writes less never writes a
+// spare. Everything written survives a crash across the switch.
+func TestWALColdFileReplacedEarly(t *testing.T) {
+	s := newWALTestStore(t, BoltOptions{})
+	if !s.kv.cold || s.kv.spare != nil {
+		t.Fatalf("new store: cold %v, spare %v; want a cold first log file and no spare", s.kv.cold, s.kv.spare)
+	}
+	s.mustPut("small", "1")
+	if s.kv.spare != nil || exists(walSpareTmpName(s.path)) || exists(walSpareName(s.path)) {
+		t.Fatal("a spare was started for a store that wrote one small change")
+	}
+	gen := s.kv.wal.gen
+	n := s.fill("a", func() bool { return s.kv.wal.gen != gen })
+	if s.kv.cold {
+		t.Fatal("the log switched to another cold file")
+	}
+	if max := int(s.kv.ckptBytes/(1<<10)) / 4; n > max {
+		t.Fatalf("the switch came after %d KiB of puts, want well before the checkpoint size (%d KiB)", n, s.kv.ckptBytes>>10)
+	}
+	s.crash()
+	s.open(nil)
+	if got := s.count("a"); got != n {
+		t.Fatalf("after a crash %d keys, want %d", got, n)
 	}
 }
