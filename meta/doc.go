@@ -158,10 +158,13 @@
 // ready then, the switch makes a file the old way: under a temporary name,
 // header, fallocate, fsync, rename, directory fsync. Either way a file
 // under its real name is always whole. Close leaves a ready spare for the
-// next open, which otherwise writes its first log file full of zeros
-// itself (20 MiB once per start). Leftover temporary files (of a log
-// file or a spare) are removed at open, and so is a spare of another
-// size; stores that never sync (NoSync) keep fallocate'd files. On open, the records of all log
+// next open. An open that finds none starts with a file made the old way
+// ("cold", so that opening a store writes no 20 MiB of zeros); once that
+// file holds 64 KiB a spare is prepared, and the log switches to it as
+// soon as it is ready, through an early checkpoint. Leftover temporary
+// files (of a log file or a spare) are removed at open, and so is a spare
+// of another size; stores that never sync (NoSync) keep fallocate'd
+// files. On open, the records of all log
 // files are read in generation order and must form one sequence; reading
 // stops at the first record that does not decode. That is a torn append
 // (a crash during it, so its callers were never answered) only if no
