@@ -184,7 +184,7 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 	}
 	if rev == 0 {
 		rctx, rcancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
-		resp, err := s.cli.Get(rctx, s.gen)
+		resp, err := s.getVia(rctx, false, s.gen)
 		rcancel()
 		if err != nil {
 			return 0, &storeError{err}
@@ -246,11 +246,9 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 	nonce := newNonce()
 	ops = append(ops, clientv3.OpPut(s.gen, string(nonce)))
 	rctx, rcancel := context.WithTimeout(ctx, s.commitTimeout)
-	tr, err := s.cli.Txn(rctx).
-		If(s.conds(genRev)...).
-		Then(ops...).
-		Else(s.fenceRead()...).
-		Commit()
+	tr, err := s.txnVia(rctx, false, func(tx clientv3.Txn) clientv3.Txn {
+		return tx.If(s.conds(genRev)...).Then(ops...).Else(s.fenceRead()...)
+	})
 	rcancel()
 	if err != nil {
 		if !retryable(&storeError{err}) {
@@ -270,6 +268,7 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 	// and its retry reads gen afresh.
 	s.snapRev, s.snapGen = tr.Header.Revision, tr.Header.Revision
 	s.saw(tr.Header.Revision)
+	s.hints.committed(merged)
 	return n, nil
 }
 
