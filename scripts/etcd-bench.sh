@@ -197,22 +197,26 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 jq -R -s --arg files "$FILES" --arg cpu "$(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -n 1)" \
 	--arg nproc "$(nproc)" --arg etcd "$(printf '%s\n' "${versions[@]}")" \
 	--arg load_before "$load_before" --arg load_after "$load_after" --arg disk "$(df --output=source "$work" | tail -n 1)" '
-	[split("\n")[] | capture("^BenchmarkEngines/(?<engine>[^/]+)/conc-(?<conc>[0-9]+)/(?<op>[a-z]+)(-[0-9]+)?\\s+[0-9]+\\s+(?<ns>[0-9.]+) ns/op")]
+	[split("\n")[] | capture("^BenchmarkEngines/(?<engine>[^/]+)/conc-(?<conc>[0-9]+)/(?<op>[a-z]+)(-[0-9]+)?\\s+[0-9]+\\s+(?<ns>[0-9.]+) ns/op(\\s+(?<req>[0-9.]+) req/op)?")]
 	| group_by([.engine, .conc, .op])
 	| map({engine: .[0].engine, conc: (.[0].conc | tonumber), op: .[0].op,
-		samples: map(1e9 / (.ns | tonumber) | round)}
-		| .per_sec = (.samples | sort | .[(length - 1) / 2 | floor]))
+		samples: map(1e9 / (.ns | tonumber) | round),
+		req_samples: map(.req // empty | tonumber)}
+		| .per_sec = (.samples | sort | .[(length - 1) / 2 | floor])
+		| .requests_per_op = (.req_samples | if length > 0 then sort | .[(length - 1) / 2 | floor] else null end))
 	| {machine: {cpu: $cpu, cpus: ($nproc | tonumber), loadavg_before: $load_before, loadavg_after: $load_after, disk: $disk},
 	   etcd_versions: ($etcd | split("\n")), ops_per_measurement: ($files | tonumber), results: .}' "$work/bench.txt" >"$OUT"
 
 # The table: one row per engine and concurrency, operations per second.
 jq -r '
 	def rate($e; $c; $o): (.results[] | select(.engine == $e and .conc == $c and .op == $o) | .per_sec) // 0;
+	def reqs($e; $c; $o): (.results[] | select(.engine == $e and .conc == $c and .op == $o) | .requests_per_op) // null
+		| if . == null then "-" else . * 100 | round / 100 | tostring end;
 	. as $r
-	| "engine                         conc  create/s   stat/s  remove/s",
+	| "engine                         conc  create/s   stat/s  remove/s  requests per create, stat, remove",
 	  ([.results[] | [.engine, .conc]] | unique | sort_by(.[1]) | .[]
 	   | . as [$e, $c]
-	   | "\($e | . + " " * (30 - length)) \($c | tostring | " " * (4 - length) + .)  \([$r | rate($e; $c; "create"), rate($e; $c; "stat"), rate($e; $c; "remove")] | map(tostring | " " * (8 - length) + .) | join(" "))"),
+	   | "\($e | . + " " * (30 - length)) \($c | tostring | " " * (4 - length) + .)  \([$r | rate($e; $c; "create"), rate($e; $c; "stat"), rate($e; $c; "remove")] | map(tostring | " " * (8 - length) + .) | join(" "))  \([$r | reqs($e; $c; "create"), reqs($e; $c; "stat"), reqs($e; $c; "remove")] | join(", "))"),
 	  (["etcd-external", "etcd-external-newest", "etcd-embedded3"][] as $e
 	   | [.results[].conc] | unique | .[] as $c
 	   | [$r | rate($e; $c; "create"), rate("etcd-embedded"; $c; "create"),
