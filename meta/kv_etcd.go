@@ -516,7 +516,21 @@ type etcdTxn struct {
 	// fills it ahead of the Gets), or once per round for all the calls
 	// of a group commit, which share it.
 	read *snapReads
-	err  error // first etcd error; fails the attempt
+	// gather, if set, makes the first read that would go to etcd record
+	// its keys there and fail the run instead (readAhead).
+	gather *[][]byte
+	err    error // first etcd error; fails the attempt
+}
+
+// errGathered ends a run of a group's call at its first read, whose keys
+// readAhead gathered.
+var errGathered = errors.New("meta: etcd: first reads gathered")
+
+// gathered records keys as a run's first read (gather) and fails the run.
+func (t *etcdTxn) gathered(keys ...[]byte) error {
+	*t.gather = append(*t.gather, keys...)
+	t.err = errGathered
+	return t.err
 }
 
 // buffered returns the transaction's pending write of key, its own or
@@ -557,6 +571,9 @@ func (t *etcdTxn) get(key string, opts ...clientv3.OpOption) (*clientv3.GetRespo
 	if t.err != nil {
 		return nil, t.err
 	}
+	if t.gather != nil {
+		return nil, t.gathered() // a scan: nothing worth reading ahead
+	}
 	ctx, cancel := context.WithTimeout(t.ctx, t.s.opts.RequestTimeout)
 	defer cancel()
 	var resp *clientv3.GetResponse
@@ -596,6 +613,9 @@ func (t *etcdTxn) Get(key []byte) ([]byte, error) {
 	}
 	if v, ok := t.read.get(string(key)); ok {
 		return v, nil
+	}
+	if t.gather != nil && t.err == nil {
+		return nil, t.gathered(key)
 	}
 	resp, err := t.get(t.s.data + string(key))
 	if err != nil {
@@ -701,6 +721,13 @@ func (t *etcdTxn) GetMany(keys [][]byte) ([][]byte, error) {
 			continue
 		}
 		fetch = append(fetch, i)
+	}
+	if t.gather != nil && len(fetch) > 0 {
+		first := make([][]byte, len(fetch))
+		for j, i := range fetch {
+			first[j] = keys[i]
+		}
+		return nil, t.gathered(first...)
 	}
 	for len(fetch) > 0 {
 		n, size := 0, etcdTxnOverhead

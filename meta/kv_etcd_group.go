@@ -1,9 +1,11 @@
 package meta
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -281,7 +283,23 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 // where an earlier call's write shadows it, the write wins as always.
 // What the calls do here is discarded, results and errors alike (kvStore
 // allows a function to run more than once): only the real run counts.
+//
+// Before that, each call runs up to its first read only (most operations
+// start with a Prefetch of all they read first), and those first reads of
+// all the calls are read in one request: the run at once then finds them
+// and asks etcd only for what the calls read next, so a round of creates
+// costs one read and the commit instead of one read per create.
 func (s *etcdKV) readAhead(ctx context.Context, rev int64, reads *snapReads, calls []*etcdCall) {
+	var first [][]byte
+	for _, c := range calls {
+		_ = c.fn(&etcdTxn{s: s, ctx: ctx, rev: rev, writes: map[string]etcdWrite{}, read: reads, gather: &first})
+	}
+	if len(first) > 0 {
+		slices.SortFunc(first, bytes.Compare)
+		first = slices.CompactFunc(first, bytes.Equal)
+		// A failed read leaves the calls to read for themselves below.
+		_, _ = (&etcdTxn{s: s, ctx: ctx, rev: rev, read: reads}).GetMany(first)
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, readAheadConc)
 	for _, c := range calls {

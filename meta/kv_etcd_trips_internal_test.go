@@ -257,3 +257,40 @@ func TestEtcdHints(t *testing.T) {
 		}
 	}
 }
+
+// TestEtcdGroupFirstReads: a round of calls that each start with a
+// Prefetch reads what they all prefetch in one request, and commits in
+// another.
+func TestEtcdGroupFirstReads(t *testing.T) {
+	c := etcdtest.Start(t, 1, etcdtest.Options{NoFsync: true})
+	kv, ck := openCountingEtcdKV(t, c, "/firstreads", EtcdOptions{})
+	const calls = 40
+	fns := make([]func(kvTxn) error, calls)
+	for i := range fns {
+		f := incr("count", i)
+		fns[i] = func(tx kvTxn) error {
+			if err := prefetch(tx, fmt.Appendf(nil, "done/%04d", i), []byte("count")); err != nil {
+				return err
+			}
+			return f(tx)
+		}
+	}
+	before := ck.gets.Load() + ck.txns.Load()
+	for i, err := range runGrouped(t, kv, fns) {
+		if err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	requests := ck.gets.Load() + ck.txns.Load() - before
+	if r := kv.rounds.Load(); r != 2 {
+		t.Fatalf("%d rounds, want 2", r)
+	}
+	// The first call alone: the generation key, its prefetch, its
+	// commit; then the other 39 together: one read, one commit.
+	if requests != 5 {
+		t.Errorf("%d requests for %d calls in 2 rounds, want 5", requests, calls)
+	}
+	if n, done := readState(t, kv, "count"); n != calls || len(done) != calls {
+		t.Errorf("count %d, %d marked done; want %d", n, len(done), calls)
+	}
+}
