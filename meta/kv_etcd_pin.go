@@ -48,7 +48,8 @@ import (
 //
 // The leader is looked up with a Status request to every endpoint, in the
 // background, at most one look-up at a time and at most one per
-// pinRetryEvery; only at open does the engine wait for it.
+// pinRetryEvery; only at open does the engine wait for it, until a member
+// answers that it leads or for at most 2 seconds.
 
 // errPinLost ends requests in flight on a pinned connection that was
 // dropped: they are retried through the round-robin client.
@@ -154,10 +155,14 @@ func (s *etcdKV) findLeader(ctx context.Context) {
 			found <- status{ep, st.Header.MemberId, st.Leader, st.RaftTerm}
 		}()
 	}
+	// The first member to answer that it leads is taken: waiting for the
+	// others would wait out the timeout whenever one of them is down. A
+	// leader deposed meanwhile shows in a later term (routed).
 	var lead status
 	for range eps {
-		if st := <-found; st.member != 0 && st.member == st.lead && st.term >= lead.term {
+		if st := <-found; st.member != 0 && st.member == st.lead {
 			lead = st
+			break
 		}
 	}
 	if lead.member == 0 || p.ctx.Err() != nil {
