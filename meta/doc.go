@@ -273,6 +273,16 @@
 // one the engine committed or read (etcdTxn.get): with one metadata
 // server per prefix that is every change there is.
 //
+// On a cluster of several members the engine sends its reads and commits
+// to the leader over a connection of its own, so that no commit is
+// forwarded by a follower and no read waits for a member that has not
+// applied the engine's last commit; on any failure of that connection it
+// goes back to the client's round robin (kv_etcd_pin.go). Where a request
+// goes never changes what it may return. A prefetch of a directory entry
+// also reads the inode the entry led to when the engine last saw it, so
+// a Lookup is one request (kv_etcd_hint.go): a hint only chooses what is
+// read, at the same revision, and is never served as an answer.
+//
 // Reads are not limited: scans page through etcd (EtcdOptions.ScanPage),
 // so a large directory is never loaded at once. A single Get is a round
 // trip to etcd; ReadDir reads its entries' dentries and inodes in batches

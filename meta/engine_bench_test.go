@@ -14,6 +14,9 @@ import (
 
 	"github.com/shoalfs/shoal/meta"
 	"github.com/shoalfs/shoal/meta/etcdtest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 )
 
 // BenchmarkEngines measures the metadata operations of a small-file
@@ -37,10 +40,27 @@ func BenchmarkEngines(b *testing.B) {
 		name string
 		open func(b *testing.B) meta.Engine
 	}
+	// requests counts the etcd engine's KV requests (reads and commits),
+	// reported per operation as req/op: the round trips an operation
+	// pays, whichever members they go to.
+	var requests atomic.Int64
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if strings.HasPrefix(method, "/etcdserverpb.KV/") {
+			requests.Add(1)
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
 	etcdOn := func(endpoints func(b *testing.B) []string, solo bool) func(b *testing.B) meta.Engine {
 		return func(b *testing.B) meta.Engine {
+			eps := endpoints(b)
+			cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+				DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { cli.Close() })
 			e, err := meta.OpenEtcd(context.Background(), meta.EtcdOptions{
-				Endpoints: endpoints(b), NoGroupCommit: solo,
+				Client: cli, Endpoints: eps, NoGroupCommit: solo,
 				Prefix: fmt.Sprintf("/bench-%d-%d", os.Getpid(), time.Now().UnixNano()),
 			})
 			if err != nil {
@@ -99,7 +119,7 @@ func BenchmarkEngines(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/conc-%d", eng.name, conc), func(b *testing.B) {
 				e := eng.open(b)
 				defer e.Close()
-				benchSmallFiles(b, e, conc)
+				benchSmallFiles(b, e, conc, &requests)
 			})
 		}
 	}
@@ -108,8 +128,10 @@ func BenchmarkEngines(b *testing.B) {
 // benchSmallFiles runs create, stat and remove sub-benchmarks on e from
 // conc goroutines. Files accumulate over create's runs; stat reads them
 // and remove takes them away, creating more first (untimed) if a run
-// needs more than are left.
-func benchSmallFiles(b *testing.B, e meta.Engine, conc int) {
+// needs more than are left. The timed part's requests (counted in
+// requests by the engine's client; bbolt makes none) are reported as
+// req/op.
+func benchSmallFiles(b *testing.B, e meta.Engine, conc int, requests *atomic.Int64) {
 	ctx := context.Background()
 	d, _, err := e.Create(ctx, meta.RootIno, "d", meta.CreateArgs{Type: meta.TypeDirectory, Mode: 0o755}, time.Time{})
 	if err != nil {
@@ -122,6 +144,8 @@ func benchSmallFiles(b *testing.B, e meta.Engine, conc int) {
 		return err
 	}
 	parallel := func(b *testing.B, op func(i int64) error) {
+		before := requests.Load()
+		defer func() { b.ReportMetric(float64(requests.Load()-before)/float64(b.N), "req/op") }()
 		b.SetParallelism((conc + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
 		if conc == 1 {
 			for i := range int64(b.N) {

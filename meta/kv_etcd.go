@@ -136,6 +136,13 @@ type etcdKV struct {
 	// revision in it: the engine's own last commit (tryBatch). Only the
 	// committer (running, or mu with NoGroupCommit) uses them.
 	snapRev, snapGen int64
+
+	// pinner sends requests to the leader (kv_etcd_pin.go); nil with a
+	// single endpoint.
+	pinner *etcdPinner
+	// hints say which inode an entry led to when last read or written
+	// (kv_etcd_hint.go).
+	hints etcdHints
 }
 
 // saw records that the engine committed or read revision rev.
@@ -202,6 +209,7 @@ func openEtcdKV(ctx context.Context, opts EtcdOptions) (*etcdKV, error) {
 	// A linearisable read: every change committed before the engine
 	// opened (a previous metadata server's) is visible to its reads.
 	s.saw(resp.Header.Revision)
+	s.startPin(pctx)
 	return s, nil
 }
 
@@ -242,6 +250,7 @@ func (s *etcdKV) Close() error {
 	if s.closed.Swap(true) {
 		return errKVClosed
 	}
+	s.stopPin()
 	if s.own {
 		if err := s.cli.Close(); err != nil {
 			return fmt.Errorf("meta: etcd close: %w", err)
@@ -507,7 +516,21 @@ type etcdTxn struct {
 	// fills it ahead of the Gets), or once per round for all the calls
 	// of a group commit, which share it.
 	read *snapReads
-	err  error // first etcd error; fails the attempt
+	// gather, if set, makes the first read that would go to etcd record
+	// its keys there and fail the run instead (readAhead).
+	gather *[][]byte
+	err    error // first etcd error; fails the attempt
+}
+
+// errGathered ends a run of a group's call at its first read, whose keys
+// readAhead gathered.
+var errGathered = errors.New("meta: etcd: first reads gathered")
+
+// gathered records keys as a run's first read (gather) and fails the run.
+func (t *etcdTxn) gathered(keys ...[]byte) error {
+	*t.gather = append(*t.gather, keys...)
+	t.err = errGathered
+	return t.err
 }
 
 // buffered returns the transaction's pending write of key, its own or
@@ -548,14 +571,17 @@ func (t *etcdTxn) get(key string, opts ...clientv3.OpOption) (*clientv3.GetRespo
 	if t.err != nil {
 		return nil, t.err
 	}
+	if t.gather != nil {
+		return nil, t.gathered() // a scan: nothing worth reading ahead
+	}
 	ctx, cancel := context.WithTimeout(t.ctx, t.s.opts.RequestTimeout)
 	defer cancel()
 	var resp *clientv3.GetResponse
 	var err error
 	if t.rev == 0 {
-		resp, err = t.s.cli.Get(ctx, key, append(opts, clientv3.WithSerializable())...)
+		resp, err = t.s.getVia(ctx, false, key, append(opts, clientv3.WithSerializable())...)
 		if err != nil || resp.Header.Revision < t.s.seen.Load() {
-			resp, err = t.s.cli.Get(ctx, key, opts...)
+			resp, err = t.s.getVia(ctx, false, key, opts...)
 		}
 		if err == nil {
 			t.rev = resp.Header.Revision
@@ -563,12 +589,12 @@ func (t *etcdTxn) get(key string, opts ...clientv3.OpOption) (*clientv3.GetRespo
 		}
 	} else {
 		opts = append(opts, clientv3.WithRev(t.rev))
-		resp, err = t.s.cli.Get(ctx, key, append(opts, clientv3.WithSerializable())...)
+		resp, err = t.s.getVia(ctx, false, key, append(opts, clientv3.WithSerializable())...)
 		for i := 0; i < futureRetries && errors.Is(err, rpctypes.ErrFutureRev); i++ {
-			resp, err = t.s.cli.Get(ctx, key, append(opts, clientv3.WithSerializable())...)
+			resp, err = t.s.getVia(ctx, true, key, append(opts, clientv3.WithSerializable())...)
 		}
 		if errors.Is(err, rpctypes.ErrFutureRev) {
-			resp, err = t.s.cli.Get(ctx, key, opts...)
+			resp, err = t.s.getVia(ctx, false, key, opts...)
 		}
 	}
 	if err != nil {
@@ -588,6 +614,9 @@ func (t *etcdTxn) Get(key []byte) ([]byte, error) {
 	if v, ok := t.read.get(string(key)); ok {
 		return v, nil
 	}
+	if t.gather != nil && t.err == nil {
+		return nil, t.gathered(key)
+	}
 	resp, err := t.get(t.s.data + string(key))
 	if err != nil {
 		return nil, err
@@ -606,6 +635,7 @@ func (t *etcdTxn) remember(key string, v []byte) {
 		t.read = &snapReads{}
 	}
 	t.read.put(key, v)
+	t.s.hints.learn(key, v)
 }
 
 // snapReads are values read from one snapshot revision (nil: absent),
@@ -637,9 +667,20 @@ func (r *snapReads) put(key string, v []byte) {
 var _ kvPrefetcher = (*etcdTxn)(nil)
 
 // Prefetch reads the keys not yet read or written in one GetMany, so that
-// an operation's first reads cost one round trip together.
+// an operation's first reads cost one round trip together; with each
+// directory entry among them, the inode it led to when last seen
+// (etcdHints), which an operation that follows the entry reads next.
 func (t *etcdTxn) Prefetch(keys [][]byte) error {
-	_, err := t.GetMany(keys)
+	all := keys
+	for _, k := range keys {
+		if ik, ok := t.s.hints.inode(string(k)); ok {
+			if len(all) == len(keys) {
+				all = append(make([][]byte, 0, 2*len(keys)), keys...)
+			}
+			all = append(all, ik)
+		}
+	}
+	_, err := t.GetMany(all)
 	return err
 }
 
@@ -681,6 +722,13 @@ func (t *etcdTxn) GetMany(keys [][]byte) ([][]byte, error) {
 		}
 		fetch = append(fetch, i)
 	}
+	if t.gather != nil && len(fetch) > 0 {
+		first := make([][]byte, len(fetch))
+		for j, i := range fetch {
+			first[j] = keys[i]
+		}
+		return nil, t.gathered(first...)
+	}
 	for len(fetch) > 0 {
 		n, size := 0, etcdTxnOverhead
 		for n < len(fetch) && n < t.s.opts.MaxTxnOps {
@@ -703,11 +751,12 @@ func (t *etcdTxn) GetMany(keys [][]byte) ([][]byte, error) {
 // at the snapshot revision and serialisably when there is one, as get does.
 func (t *etcdTxn) getBatch(keys [][]byte, idx []int, vals [][]byte) error {
 	ops := make([]clientv3.Op, len(idx))
-	txn := func(ctx context.Context, opts ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
+	// txn reads the keys in one Txn, through the leader unless rr.
+	txn := func(ctx context.Context, rr bool, opts ...clientv3.OpOption) (*clientv3.TxnResponse, error) {
 		for j, i := range idx {
 			ops[j] = clientv3.OpGet(t.s.data+string(keys[i]), opts...)
 		}
-		return t.s.cli.Txn(ctx).Then(ops...).Commit()
+		return t.s.txnVia(ctx, rr, func(tx clientv3.Txn) clientv3.Txn { return tx.Then(ops...) })
 	}
 	ctx, cancel := context.WithTimeout(t.ctx, t.s.opts.RequestTimeout)
 	defer cancel()
@@ -715,21 +764,21 @@ func (t *etcdTxn) getBatch(keys [][]byte, idx []int, vals [][]byte) error {
 	var err error
 	if t.rev == 0 {
 		// A read-only Txn reads one revision, the one in its header.
-		resp, err = txn(ctx, clientv3.WithSerializable())
+		resp, err = txn(ctx, false, clientv3.WithSerializable())
 		if err != nil || resp.Header.Revision < t.s.seen.Load() {
-			resp, err = txn(ctx)
+			resp, err = txn(ctx, false)
 		}
 		if err == nil {
 			t.rev = resp.Header.Revision
 			t.s.saw(t.rev)
 		}
 	} else {
-		resp, err = txn(ctx, clientv3.WithRev(t.rev), clientv3.WithSerializable())
+		resp, err = txn(ctx, false, clientv3.WithRev(t.rev), clientv3.WithSerializable())
 		for i := 0; i < futureRetries && errors.Is(err, rpctypes.ErrFutureRev); i++ {
-			resp, err = txn(ctx, clientv3.WithRev(t.rev), clientv3.WithSerializable())
+			resp, err = txn(ctx, true, clientv3.WithRev(t.rev), clientv3.WithSerializable())
 		}
 		if errors.Is(err, rpctypes.ErrFutureRev) {
-			resp, err = txn(ctx, clientv3.WithRev(t.rev))
+			resp, err = txn(ctx, false, clientv3.WithRev(t.rev))
 		}
 	}
 	if err == nil && len(resp.Responses) != len(idx) {

@@ -1,9 +1,11 @@
 package meta
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -184,7 +186,7 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 	}
 	if rev == 0 {
 		rctx, rcancel := context.WithTimeout(ctx, s.opts.RequestTimeout)
-		resp, err := s.cli.Get(rctx, s.gen)
+		resp, err := s.getVia(rctx, false, s.gen)
 		rcancel()
 		if err != nil {
 			return 0, &storeError{err}
@@ -246,11 +248,9 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 	nonce := newNonce()
 	ops = append(ops, clientv3.OpPut(s.gen, string(nonce)))
 	rctx, rcancel := context.WithTimeout(ctx, s.commitTimeout)
-	tr, err := s.cli.Txn(rctx).
-		If(s.conds(genRev)...).
-		Then(ops...).
-		Else(s.fenceRead()...).
-		Commit()
+	tr, err := s.txnVia(rctx, false, func(tx clientv3.Txn) clientv3.Txn {
+		return tx.If(s.conds(genRev)...).Then(ops...).Else(s.fenceRead()...)
+	})
 	rcancel()
 	if err != nil {
 		if !retryable(&storeError{err}) {
@@ -270,6 +270,7 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 	// and its retry reads gen afresh.
 	s.snapRev, s.snapGen = tr.Header.Revision, tr.Header.Revision
 	s.saw(tr.Header.Revision)
+	s.hints.committed(merged)
 	return n, nil
 }
 
@@ -282,7 +283,23 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 // where an earlier call's write shadows it, the write wins as always.
 // What the calls do here is discarded, results and errors alike (kvStore
 // allows a function to run more than once): only the real run counts.
+//
+// Before that, each call runs up to its first read only (most operations
+// start with a Prefetch of all they read first), and those first reads of
+// all the calls are read in one request: the run at once then finds them
+// and asks etcd only for what the calls read next, so a round of creates
+// costs one read and the commit instead of one read per create.
 func (s *etcdKV) readAhead(ctx context.Context, rev int64, reads *snapReads, calls []*etcdCall) {
+	var first [][]byte
+	for _, c := range calls {
+		_ = c.fn(&etcdTxn{s: s, ctx: ctx, rev: rev, writes: map[string]etcdWrite{}, read: reads, gather: &first})
+	}
+	if len(first) > 0 {
+		slices.SortFunc(first, bytes.Compare)
+		first = slices.CompactFunc(first, bytes.Equal)
+		// A failed read leaves the calls to read for themselves below.
+		_, _ = (&etcdTxn{s: s, ctx: ctx, rev: rev, read: reads}).GetMany(first)
+	}
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, readAheadConc)
 	for _, c := range calls {
