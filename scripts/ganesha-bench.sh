@@ -10,7 +10,8 @@
 #
 #   FILES (2000) files per rep, REPS (3) repetitions, OUT the JSON report
 #   (ganesha-bench.json in the current directory); extra arguments go to
-#   shoal bench.
+#   shoal bench, e.g. `scripts/ganesha-bench.sh --streams 4` runs 4
+#   concurrent streams of operations, each in a directory of its own.
 set -eu
 out=${OUT:-$PWD/ganesha-bench.json}
 cd "$(dirname "$0")/.."
