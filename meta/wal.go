@@ -400,7 +400,15 @@ func createWALFile(dbPath string, gen uint64, prealloc int64, sync, prewrite boo
 			return fail(err)
 		}
 	}
-	if err := os.Rename(tmp, walFileName(dbPath, gen)); err != nil {
+	return publishWALFile(f, tmp, dbPath, gen, sync, fail)
+}
+
+// publishWALFile ends the making of log file gen from the whole, synced
+// file f under the name from: renamed to its real name and the directory
+// synced, so that a log file under its real name is always whole. A
+// failed rename goes to fail.
+func publishWALFile(f *os.File, from, dbPath string, gen uint64, sync bool, fail func(error) (*walFile, error)) (*walFile, error) {
+	if err := os.Rename(from, walFileName(dbPath, gen)); err != nil {
 		return fail(err)
 	}
 	if sync {

@@ -196,14 +196,5 @@ func useSpare(dbPath string, f *os.File, gen uint64, sync bool) (*walFile, error
 			return fail(err)
 		}
 	}
-	if err := os.Rename(spare, name); err != nil {
-		return fail(err)
-	}
-	if sync {
-		if err := syncDir(dbPath); err != nil {
-			f.Close()
-			return nil, err
-		}
-	}
-	return &walFile{f: f, gen: gen, off: walHeaderLen, sync: sync}, nil
+	return publishWALFile(f, spare, dbPath, gen, sync, fail)
 }
