@@ -53,6 +53,11 @@ type node struct {
 	silly       string
 	sillyDir    *node
 	sillyClient *client.Client
+	// flushPid and flushBy mark the kernel's times flush expected after
+	// a link, unlink or rename of the file (ctimeflush.go): from which
+	// process, and until when.
+	flushPid uint32
+	flushBy  time.Time
 }
 
 var (
@@ -433,6 +438,14 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if !set {
 		return n.Getattr(ctx, f, out)
 	}
+	if h == nil && n.takeTimesFlush(ctx, in) {
+		// The kernel writing back the ctime it set after a link,
+		// unlink or rename through this mount: the server set its own
+		// (ctimeflush.go).
+		a, _ := n.lastAttr()
+		fillAttr(&a, &out.Attr)
+		return 0
+	}
 	if h == nil && in.Valid&^(fuse.FATTR_MTIME|fuse.FATTR_CTIME|fuse.FATTR_MTIME_NOW|fuse.FATTR_LOCKOWNER) == 0 && n.gone() {
 		// The writeback cache passes on the mtime of an inode it
 		// evicts after its last name was removed here: nothing is
@@ -658,10 +671,27 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	}
 	defer n.nameChanged(name)()
 	if hidden, errno := n.sillyRename(ctx, c, name); hidden || errno != 0 {
+		if hidden {
+			n.childFlushes(ctx, name)
+		}
 		return errno
 	}
 	defer n.childChanged(name) // one link fewer, if it has others
-	return n.remove(ctx, c, name)
+	if errno := n.remove(ctx, c, name); errno != 0 {
+		return errno
+	}
+	n.childFlushes(ctx, name)
+	return 0
+}
+
+// childFlushes marks the node of name in the directory n, if the kernel
+// has one, for the kernel's times flush (ctimeflush.go).
+func (n *node) childFlushes(ctx context.Context, name string) {
+	if ch := n.GetChild(name); ch != nil {
+		if cn, ok := ch.Operations().(*node); ok {
+			cn.expectTimesFlush(ctx)
+		}
+	}
 }
 
 // childChanged marks the node of name in directory n, if the kernel has
@@ -816,7 +846,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	// The moved object's ctime and a replaced one's link count change.
 	defer n.childChanged(name)
 	defer np.childChanged(newName)
-	return n.withFH(ctx, c, func(from []byte) error {
+	moved, replaced := n.GetChild(name), np.GetChild(newName)
+	errno = n.withFH(ctx, c, func(from []byte) error {
 		var err error
 		if errno := np.withFH(ctx, c, func(to []byte) error {
 			err = c.RenameAt(ctx, from, name, to, newName)
@@ -833,6 +864,18 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		}
 		return err
 	})
+	if errno == 0 {
+		// The kernel writes back the ctime of both (ctimeflush.go).
+		for _, ch := range []*fs.Inode{moved, replaced} {
+			if ch == nil {
+				continue
+			}
+			if cn, ok := ch.Operations().(*node); ok {
+				cn.expectTimesFlush(ctx)
+			}
+		}
+	}
+	return errno
 }
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
@@ -869,6 +912,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		return nil, errno
 	}
 	t.noteChange(&a, gen)
+	t.expectTimesFlush(ctx) // the kernel writes back its ctime (ctimeflush.go)
 	return n.child(ctx, fh, &a, out), 0
 }
 
