@@ -124,9 +124,14 @@
 //     does not own the file) it is dropped. An explicit mtime (utimes)
 //     replaces the kept one. The first small WRITE of an empty file is
 //     held for the close too and goes in that same COMPOUND, so a small
-//     file costs one durable commit at close instead of two (held.go). The SETATTR the kernel sends
-//     when it evicts a file whose last name was removed here is answered
-//     without the server.
+//     file costs one durable commit at close instead of two (held.go).
+//   - After every link, unlink and rename of a regular file the kernel
+//     sets the file's ctime itself and writes its times back at once, a
+//     SETATTR of mtime and ctime in the same system call. The server
+//     changed the ctime already, and the mtime is the kernel's cached
+//     one, so the mount answers it without the server (ctimeflush.go):
+//     forwarded, it cost a durable commit per operation and could put
+//     back an mtime another client had changed since.
 //   - Because the kernel never takes the server's size, an open that
 //     finds the change attribute moved while nothing here had the file
 //     open makes the kernel drop the inode and retry with a fresh lookup
