@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -46,6 +47,13 @@ import (
 // every change before it answers unless async (sync=false).
 //
 //	go test ./client -run '^$' -bench BenchmarkMetaOps -benchtime 4000x
+//
+// With SHOAL_BENCH_ADDR set (host:port of a running MDS, and
+// SHOAL_BENCH_PID its process for srv-cpu-µs/op, or 0) the operations go
+// to that server instead, whatever its mode (the async=false and
+// async=true runs are then the same): scripts/fuse-vs-lib.sh compares
+// them with the same operations through a FUSE mount of that server.
+// ops/s is the rate of all goroutines together.
 func BenchmarkMetaOps(b *testing.B) {
 	for _, async := range []bool{false, true} {
 		for _, op := range []string{"remove", "create", "lookup", "lookup-nocancel"} {
@@ -57,7 +65,7 @@ func BenchmarkMetaOps(b *testing.B) {
 }
 
 func benchMetaOp(b *testing.B, async bool, op string, procs int) {
-	addr, srvPID := startClusterProcess(b, async)
+	addr, srvPID := benchServer(b, async)
 	ctx := b.Context()
 	c, err := client.Dial(ctx, addr, client.Options{})
 	if err != nil {
@@ -132,7 +140,10 @@ func benchMetaOp(b *testing.B, async bool, op string, procs int) {
 			return err
 		},
 	}[op]
-	cpu0, srv0 := processCPU(b), procCPU(b, srvPID)
+	cpu0, srv0 := processCPU(b), time.Duration(0)
+	if srvPID != 0 {
+		srv0 = procCPU(b, srvPID)
+	}
 	b.ReportAllocs()
 	b.ResetTimer()
 	var wg sync.WaitGroup
@@ -154,8 +165,26 @@ func benchMetaOp(b *testing.B, async bool, op string, procs int) {
 		b.Fatal(err)
 	}
 	n := float64(per * procs)
+	b.ReportMetric(n/b.Elapsed().Seconds(), "ops/s")
 	b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/n, "cpu-µs/op")
-	b.ReportMetric(float64((procCPU(b, srvPID)-srv0).Microseconds())/n, "srv-cpu-µs/op")
+	if srvPID != 0 {
+		b.ReportMetric(float64((procCPU(b, srvPID)-srv0).Microseconds())/n, "srv-cpu-µs/op")
+	}
+}
+
+// benchServer returns the MDS address and process of SHOAL_BENCH_ADDR and
+// SHOAL_BENCH_PID if set, else of a cluster started for the benchmark
+// (startClusterProcess).
+func benchServer(b *testing.B, async bool) (string, int) {
+	addr := os.Getenv("SHOAL_BENCH_ADDR")
+	if addr == "" {
+		return startClusterProcess(b, async)
+	}
+	pid, err := strconv.Atoi(cmp.Or(os.Getenv("SHOAL_BENCH_PID"), "0"))
+	if err != nil {
+		b.Fatalf("SHOAL_BENCH_PID: %v", err)
+	}
+	return addr, pid
 }
 
 // clusterEnv makes this test binary serve a cluster instead of running
