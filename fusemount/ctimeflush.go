@@ -86,9 +86,11 @@ func (n *node) expectTimesFlush(ctx context.Context) {
 	n.mu.Unlock()
 }
 
-// takeTimesFlush reports whether the SETATTR in, from the caller of ctx
-// without a file handle, is the times flush the node was marked for, and
-// clears the mark once the marked process sends any SETATTR of the node.
+// takeTimesFlush reports whether the SETATTR in from the caller of ctx is
+// the times flush the node was marked for, without a file handle (with
+// one, the flush of a file open for writing elsewhere, it takes the path
+// of buffered writes' mtime), and clears the mark once the marked process
+// sends any SETATTR of the node: the flush comes first, or not at all.
 func (n *node) takeTimesFlush(ctx context.Context, in *fuse.SetAttrIn) bool {
 	caller, ok := fuse.FromContext(ctx)
 	if !ok {
@@ -101,5 +103,5 @@ func (n *node) takeTimesFlush(ctx context.Context, in *fuse.SetAttrIn) bool {
 	}
 	live := time.Now().Before(n.flushBy)
 	n.flushPid, n.flushBy = 0, time.Time{}
-	return live && in.Valid&fuse.FATTR_MTIME != 0 && in.Valid&^flushTimes == 0
+	return live && in.Valid&fuse.FATTR_MTIME != 0 && in.Valid&^flushTimes == 0 // FATTR_FH: not ours
 }

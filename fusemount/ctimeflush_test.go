@@ -125,6 +125,30 @@ func TestCtimeFlush(t *testing.T) {
 			links: map[string]uint32{"a": 0, "b": 1}, changed: "b", was: "a", mtime: &stamp,
 			setattrs: 1,
 		},
+		{
+			// The same with the file open for writing (by this test):
+			// the flush then comes through that handle, and the
+			// utimes(2) after it must still reach the server.
+			name: "utimes right after a rename of a file open for writing",
+			setup: func(t *testing.T, dir string) {
+				write(t, dir, "a")
+				f, err := os.OpenFile(filepath.Join(dir, "a"), os.O_WRONLY, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { f.Close() })
+			},
+			op: func(dir string) error {
+				b := filepath.Join(dir, "b")
+				if err := os.Rename(filepath.Join(dir, "a"), b); err != nil {
+					return err
+				}
+				ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, unix.NsecToTimespec(stamp.UnixNano())}
+				return unix.UtimesNanoAt(unix.AT_FDCWD, b, ts, 0)
+			},
+			links: map[string]uint32{"a": 0, "b": 1}, changed: "b", was: "a", mtime: &stamp,
+			setattrs: 1,
+		},
 	}
 	for i, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -399,6 +399,8 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
 	ctx = mutating(ctx)
+	// Whatever it is, the first SETATTR of a marked process ends the mark.
+	flush := n.takeTimesFlush(ctx, in)
 	var sa client.SetAttr
 	set := false
 	if m, ok := in.GetMode(); ok {
@@ -438,7 +440,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if !set {
 		return n.Getattr(ctx, f, out)
 	}
-	if h == nil && n.takeTimesFlush(ctx, in) {
+	if h == nil && flush {
 		// The kernel writing back the ctime it set after a link,
 		// unlink or rename through this mount: the server set its own
 		// (ctimeflush.go).
