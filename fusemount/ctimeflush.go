@@ -20,8 +20,8 @@ import (
 // ctime (with the handle of a writable open file if there is one). For
 // link(2) and rename(2) that is the linked or moved file; for unlink(2)
 // and for the file a rename replaces, the file that lost a name (when
-// that was its last name the mount already answers it without the
-// server: node.gone).
+// that was its last name, node.gone answered it without the server
+// before, and still does for a caller the mark below cannot name).
 //
 // Forwarded, that SETATTR cost a round trip and a durable commit at the
 // MDS for every link, every rename and every unlink of a file with other
@@ -36,10 +36,10 @@ import (
 //
 // So the mount answers that SETATTR itself. An operation that triggers
 // it leaves a mark on the file's node (expectTimesFlush): the caller's
-// pid and a deadline. The next SETATTR of that node from that pid, if it
-// is mtime and ctime only and comes without a file handle, is the
-// flush: it is answered from the node's attributes (the kernel ignores
-// the attributes of this reply, fuse_flush_times) and the mark is gone.
+// pid and a deadline. The next SETATTR of that node from that pid ends
+// the mark; if it is mtime and ctime only and comes without a file
+// handle, it is the flush, answered from the node's attributes (the
+// kernel ignores the attributes of this reply, fuse_flush_times).
 // The pid makes the mark safe when the flush never comes: the kernel
 // sends it synchronously in the system call that did the link, unlink or
 // rename, which holds the file's inode lock, so no other SETATTR of the
@@ -51,8 +51,9 @@ import (
 // and goes to the server as before; the mark then lapses at its
 // deadline, and until then an mtime-only utimes(2) of the same file by
 // the same process would be taken for the flush. flushWindow keeps that
-// short.) A SETATTR through a writable handle keeps its own path: the
-// mtime of buffered writes, held for the close (isWritebackTimes).
+// short.) A flush through a writable handle (the file is open for
+// writing) keeps its own path, the mtime of buffered writes held for the
+// close (isWritebackTimes), and ends the mark all the same.
 //
 // What stat(2) shows does not change: the kernel keeps its own ctime and
 // link count for the inode it holds (it drops or raises the link count
