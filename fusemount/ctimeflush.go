@@ -50,7 +50,11 @@ import (
 // between the two steps, and the flush then comes with the flusher's pid
 // and goes to the server as before; the mark then lapses at its
 // deadline, and until then an mtime-only utimes(2) of the same file by
-// the same process would be taken for the flush. flushWindow keeps that
+// the same process would be taken for the flush. So a SETATTR is taken
+// for the flush only if its mtime is the one the mount last knew, which
+// is what the flush carries; a utimes(2) that sets another mtime goes to
+// the server, and one that sets the same mtime changes nothing but the
+// ctime, which the server moved already. flushWindow keeps even that
 // short.) A flush through a writable handle (the file is open for
 // writing) keeps its own path, the mtime of buffered writes held for the
 // close (isWritebackTimes), and ends the mark all the same.

@@ -443,10 +443,15 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if h == nil && flush {
 		// The kernel writing back the ctime it set after a link,
 		// unlink or rename through this mount: the server set its own
-		// (ctimeflush.go).
-		a, _ := n.lastAttr()
-		fillAttr(&a, &out.Attr)
-		return 0
+		// (ctimeflush.go). Only when the mtime it sends is the one the
+		// mount knows: the flush carries the kernel's cached mtime,
+		// which the operation did not change, while a utimes(2) taken
+		// for the flush (the rare case ctimeflush.go describes) sets
+		// another one, and goes to the server below.
+		if a, ok := n.lastAttr(); ok && a.Mtime.Equal(time.Unix(int64(in.Mtime), int64(in.Mtimensec))) {
+			fillAttr(&a, &out.Attr)
+			return 0
+		}
 	}
 	if h == nil && in.Valid&^(fuse.FATTR_MTIME|fuse.FATTR_CTIME|fuse.FATTR_MTIME_NOW|fuse.FATTR_LOCKOWNER) == 0 && n.gone() {
 		// The writeback cache passes on the mtime of an inode it
