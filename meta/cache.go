@@ -4,10 +4,8 @@ import "sync"
 
 // readCache keeps the attributes of recently read inodes and the targets
 // of recently looked-up names, so that GetAttr and Lookup of hot entries
-// (stat, path walks) need no read transaction, snapshot or decoding. It
-// serves engines whose store only this process writes (bbolt); with etcd
-// another metadata server could change entries behind it, and there is
-// none.
+// (stat, path walks) need no read transaction, snapshot or decoding, and
+// on etcd no round trip to another process.
 //
 // Coherence with the engine's transactions: an update, once its
 // transaction function has run and before the store commits it, drops
@@ -18,12 +16,30 @@ import "sync"
 // ended (gen). So while an update commits, readers of what it touches
 // go to the store, whose reads never go back in time; and after it, the
 // cache holds only what was read after it.
+//
+// That argument needs one more thing: that this engine's updates are the
+// only changes to the store. On bbolt it holds by construction (the file
+// is locked by one process). On etcd it holds only while this process
+// provably leads: held, when not nil, is asked at every read and every
+// store, and while it says no the cache holds nothing and answers
+// nothing. The etcd engine's held (etcdKV.leaseHeld) is true only while
+// the metadata server's leadership lease is known to be alive in etcd
+// and nothing has shown the fence broken or a commit's outcome unknown;
+// see "The read cache" in the package doc for why that is enough. A
+// single rule decides for both engines: a read may be served or stored
+// only if held says yes (or there is no held), and never while an update
+// it could miss is in flight.
 type readCache struct {
 	mu       sync.Mutex
 	gen      uint64
 	inflight int // updates between begin and end
 	attrs    map[Ino]Attr
 	names    map[nameKey]Ino // 0: the name does not exist
+	// held, if not nil, reports whether the store is still this
+	// engine's alone; once it says no, the cache is emptied, and it stays
+	// empty while it does. Called with mu held: it must be cheap and
+	// must not call back into the cache.
+	held func() bool
 }
 
 type nameKey struct {
@@ -36,8 +52,25 @@ type nameKey struct {
 // hot path).
 const readCacheMax = 1 << 17
 
-func newReadCache() *readCache {
-	return &readCache{attrs: map[Ino]Attr{}, names: map[nameKey]Ino{}}
+// newReadCache returns a cache that is valid while held says so (always,
+// if held is nil).
+func newReadCache(held func() bool) *readCache {
+	return &readCache{attrs: map[Ino]Attr{}, names: map[nameKey]Ino{}, held: held}
+}
+
+// usableLocked reports whether the cache may answer or store now; when
+// it may not, it forgets everything, and the generation moves so that a
+// read that began before cannot store what it found either.
+func (c *readCache) usableLocked() bool {
+	if c.held == nil || c.held() {
+		return true
+	}
+	if len(c.attrs) > 0 || len(c.names) > 0 {
+		clear(c.attrs)
+		clear(c.names)
+	}
+	c.gen++
+	return false
 }
 
 // generation returns the generation to pass to the puts that follow a
@@ -57,6 +90,9 @@ func (c *readCache) attr(ino Ino) (Attr, bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.usableLocked() {
+		return Attr{}, false
+	}
 	a, ok := c.attrs[ino]
 	return a, ok
 }
@@ -67,6 +103,9 @@ func (c *readCache) name(parent Ino, name string) (Ino, bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.usableLocked() {
+		return 0, false
+	}
 	ino, ok := c.names[nameKey{parent, name}]
 	return ino, ok
 }
@@ -80,7 +119,7 @@ func (c *readCache) put(gen uint64, inos []Ino, attrs []Attr, parent Ino, name s
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if gen != c.gen || c.inflight > 0 {
+	if gen != c.gen || c.inflight > 0 || !c.usableLocked() {
 		return
 	}
 	if len(c.attrs)+len(inos) > readCacheMax {

@@ -217,8 +217,42 @@
 // time there otherwise. Every update drops what it touched before it
 // commits and again after, and nothing is cached while an update is in
 // flight, so no read ever goes back in time (readCache; the conformance
-// suite's ReadCoherence case). etcd's engine has no such cache, since
-// another metadata server may write the same keys.
+// suite's ReadCoherence case).
+//
+// That rule is sound only if this engine's updates are the only changes
+// to the store. On bbolt the file lock makes it so. On etcd another
+// metadata server may write the same keys, so the etcd engine keeps the
+// cache only when it is fenced on a leadership with a lease proof
+// (EtcdOptions.Fence with Valid, as `shoal mds` opens it under an
+// election), and serves or stores an entry only while that proof holds
+// at the moment of the read:
+//
+//   - Every commit carries the fence: the leader's election key still
+//     has the create revision of this term. The key is bound to the
+//     leader's lease, and no other candidate can commit before the key
+//     is gone, since its own commits carry its own key, which leads only
+//     once every earlier key is deleted.
+//   - The key goes when the lease expires in etcd, which etcd does no
+//     sooner than TTL after the last keepalive it answered reached it,
+//     hence no sooner than TTL after that keepalive was sent. The leader
+//     (internal/leader) counts its deadline from the send time, less a
+//     margin for clock rates, on a clock that does not step back or stop
+//     in a suspend. So while Valid says yes, the key stands and nobody
+//     else has committed: etcd's state is what this engine's own commits
+//     made it, and the cache, kept coherent with those commits as above,
+//     answers exactly as a linearisable read would. (Resigning, or
+//     revoking the lease, ends the term first in this process; a lease is
+//     revoked from outside only for a process known dead.)
+//   - Anything that breaks the proof empties the cache at the next read:
+//     Valid failing (lease not renewed in time, or lost), a commit refused
+//     by the fence (which also fails every later commit), a commit whose
+//     outcome is unknown (a lost reply resolve could not settle: it could
+//     still land under the cache's feet, until a later commit of ours
+//     succeeds and so proves it never will), and Close. A read that began
+//     before cannot store what it found (the generation moves).
+//
+// Without a fence (a single MDS on etcd, `shoal serve --meta etcd://`),
+// or with EtcdOptions.NoReadCache, every GetAttr and Lookup asks etcd.
 //
 // # The etcd engine
 //

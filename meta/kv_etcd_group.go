@@ -254,9 +254,22 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 	rcancel()
 	if err != nil {
 		if !retryable(&storeError{err}) {
+			// Refused as malformed or too large, most likely, but a
+			// refusal is not a proof: the cache waits for a commit
+			// that is.
+			s.doubt.Store(true)
 			return 0, &storeError{err}
 		}
-		return n, s.resolve(ctx, genRev, nonce, err)
+		err = s.resolve(ctx, genRev, nonce, err)
+		switch {
+		case err == nil:
+			s.doubt.Store(false)
+		case errors.Is(err, errConflict), errors.Is(err, ErrFenced):
+			// Not committed, and never will be.
+		default:
+			s.doubt.Store(true)
+		}
+		return n, err
 	}
 	if !tr.Succeeded {
 		if s.fenceBroken(tr) {
@@ -270,6 +283,7 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 	// and its retry reads gen afresh.
 	s.snapRev, s.snapGen = tr.Header.Revision, tr.Header.Revision
 	s.saw(tr.Header.Revision)
+	s.doubt.Store(false)
 	s.hints.committed(merged)
 	return n, nil
 }
