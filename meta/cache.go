@@ -35,6 +35,14 @@ type readCache struct {
 	inflight int // updates between begin and end
 	attrs    map[Ino]Attr
 	names    map[nameKey]Ino // 0: the name does not exist
+	// seq counts begins; busy* count the updates in flight that touch
+	// an inode or name, last* the latest begin that touched it (kept
+	// while any update is in flight). See end.
+	seq      uint64
+	busyIno  map[Ino]int
+	lastIno  map[Ino]uint64
+	busyName map[nameKey]int
+	lastName map[nameKey]uint64
 	// held, if not nil, reports whether the store is still this
 	// engine's alone; once it says no, the cache is emptied, and it stays
 	// empty while it does. Called with mu held: it must be cheap and
@@ -55,7 +63,8 @@ const readCacheMax = 1 << 17
 // newReadCache returns a cache that is valid while held says so (always,
 // if held is nil).
 func newReadCache(held func() bool) *readCache {
-	return &readCache{attrs: map[Ino]Attr{}, names: map[nameKey]Ino{}, held: held}
+	return &readCache{attrs: map[Ino]Attr{}, names: map[nameKey]Ino{}, held: held,
+		busyIno: map[Ino]int{}, lastIno: map[Ino]uint64{}, busyName: map[nameKey]int{}, lastName: map[nameKey]uint64{}}
 }
 
 // usableLocked reports whether the cache may answer or store now; when
@@ -138,27 +147,88 @@ func (c *readCache) put(gen uint64, inos []Ino, attrs []Attr, parent Ino, name s
 	}
 }
 
-// begin is called by an update whose transaction x is about to commit.
-func (c *readCache) begin(x *tx) {
+// begin is called by an update whose transaction x is about to commit;
+// it returns the update's place in the order of begins, for end. Stores
+// run the last attempt of each update in the order they commit it (bbolt
+// and the log replay a round in order; etcd's rounds and their calls run
+// in order, and a retried round runs, and begins, again), so that order
+// is the commit order.
+func (c *readCache) begin(x *tx) uint64 {
 	if c == nil {
-		return
+		return 0
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.inflight++
+	c.seq++
+	for _, n := range x.nodes {
+		c.busyIno[n.ino]++
+		c.lastIno[n.ino] = c.seq
+	}
+	for _, k := range x.names {
+		c.busyName[k.key]++
+		c.lastName[k.key] = c.seq
+	}
 	c.dropLocked(x)
+	return c.seq
 }
 
-// end is called once the update's commit is over (whatever its outcome),
-// with its last transaction, if begin was called.
-func (c *readCache) end(x *tx) {
+// end is called once the update's commit is over, with its last
+// transaction and what begin returned for it, if begin was called;
+// committed reports whether the store committed x (the update returned
+// no error).
+//
+// A committed update knows the store's state for what it touched: the
+// inodes of x hold exactly what the commit left (it read them in the
+// snapshot the commit applied to, and wrote them), and the names it
+// linked or unlinked lead where it left them. So it stores them, for each
+// inode or name that no update begun after it touched (the commit order is
+// the begin order: a later one would have committed later) and that no
+// update in flight touches (whose commit could land any moment). Creates
+// thus leave their files cached for the stats that follow them.
+func (c *readCache) end(x *tx, seq uint64, committed bool) {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.inflight--
+	for _, n := range x.nodes {
+		if c.busyIno[n.ino]--; c.busyIno[n.ino] <= 0 {
+			delete(c.busyIno, n.ino)
+		}
+	}
+	for _, k := range x.names {
+		if c.busyName[k.key]--; c.busyName[k.key] <= 0 {
+			delete(c.busyName, k.key)
+		}
+	}
 	c.dropLocked(x)
+	if committed && c.usableLocked() {
+		if len(c.attrs)+len(x.nodes) > readCacheMax {
+			clear(c.attrs)
+		}
+		for _, n := range x.nodes {
+			if n.n != nil && c.busyIno[n.ino] == 0 && c.lastIno[n.ino] == seq {
+				c.attrs[n.ino] = storedAttr(n.n)
+			}
+		}
+		if len(c.names)+len(x.names) > readCacheMax {
+			clear(c.names)
+		}
+		// The last change of a name in x is where it leads now.
+		for i := len(x.names) - 1; i >= 0; i-- {
+			k := x.names[i]
+			if _, done := c.names[k.key]; !done && c.busyName[k.key] == 0 && c.lastName[k.key] == seq {
+				c.names[k.key] = k.ino
+			}
+		}
+	}
+	if c.inflight == 0 {
+		// No update left that a later end could be ordered against.
+		clear(c.lastIno)
+		clear(c.lastName)
+	}
 }
 
 func (c *readCache) dropLocked(x *tx) {
@@ -167,6 +237,17 @@ func (c *readCache) dropLocked(x *tx) {
 		delete(c.attrs, n.ino)
 	}
 	for _, k := range x.names {
-		delete(c.names, k)
+		delete(c.names, k.key)
 	}
+}
+
+// storedAttr is n's Attr as a read of the store returns it: times as
+// decoded (no monotonic reading, the local zone), so that a cached answer
+// is the same value as the one a read would give.
+func storedAttr(n *inode) Attr {
+	d, err := decodeInode(n.encode())
+	if err != nil {
+		panic("meta: an inode does not decode as it encodes: " + err.Error())
+	}
+	return d.Attr
 }
