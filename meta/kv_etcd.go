@@ -156,6 +156,10 @@ type etcdKV struct {
 	// revision in it: the engine's own last commit (tryBatch). Only the
 	// committer (running, or mu with NoGroupCommit) uses them.
 	snapRev, snapGen int64
+	// known holds values of the store as they are while gen's mod
+	// revision is knownGen (kv_etcd_known.go); committer only.
+	known    *snapReads
+	knownGen int64
 
 	// pinner sends requests to the leader (kv_etcd_pin.go); nil with a
 	// single endpoint.

@@ -248,3 +248,68 @@ func TestEtcdCacheOff(t *testing.T) {
 		})
 	}
 }
+
+// TestEtcdKnownState: after its own commit, the engine starts the next
+// update from what it read and wrote (kv_etcd_known.go), so a remove of
+// a file it created reads nothing: the commit is its one request. When
+// another engine changed the entry meanwhile (here without a fence: two
+// engines on one prefix, the second opened after the first's create, and
+// the commit condition alone keeps them serialisable), the stale knowledge costs a conflict and a fresh read,
+// never a wrong result: A's remove takes away B's file, not the one A
+// knew.
+func TestEtcdKnownState(t *testing.T) {
+	c := etcdtest.Start(t, 1, etcdtest.Options{NoFsync: true})
+	ctx := context.Background()
+	var n atomic.Int64
+	a, err := meta.OpenEtcd(ctx, meta.EtcdOptions{Client: countingClient(t, c, &n), Prefix: "/known"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	create := func(e meta.Engine, name string) meta.Node {
+		t.Helper()
+		nd, _, err := e.Create(ctx, meta.RootIno, name, meta.CreateArgs{Type: meta.TypeRegular, Mode: 0o644}, time.Time{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nd
+	}
+	create(a, "f")
+	before := n.Load()
+	if _, _, err := a.Remove(ctx, meta.RootIno, "f", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.Load() - before; got != 1 {
+		t.Errorf("a remove right after the create took %d requests, want 1 (the commit)", got)
+	}
+
+	old := create(a, "g")
+	// B opens after A's create, as a successor would (its open reads
+	// linearisably; an engine's updates start from its own last
+	// revision, so one opened before would not see A's file).
+	b, err := meta.OpenEtcd(ctx, meta.EtcdOptions{Endpoints: c.Endpoints, Prefix: "/known"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, _, err := b.Remove(ctx, meta.RootIno, "g", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	nw := create(b, "g")
+	before = n.Load()
+	if _, _, err := a.Remove(ctx, meta.RootIno, "g", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("remove of an entry another engine replaced: %d requests", n.Load()-before)
+	if _, err := b.Lookup(ctx, meta.RootIno, "g"); !errors.Is(err, meta.ErrNotFound) {
+		t.Fatalf("g after A removed it: %v, want ErrNotFound", err)
+	}
+	for _, ino := range []meta.Ino{old.Ino, nw.Ino} {
+		if at, err := b.GetAttr(ctx, ino); err == nil && at.Nlink != 0 {
+			t.Errorf("inode %d still has %d links", ino, at.Nlink)
+		}
+	}
+	if ents, _, err := b.ReadDir(ctx, meta.RootIno, 0, 10); err != nil || len(ents) != 0 {
+		t.Fatalf("the root after all removes: %+v, %v; want it empty", ents, err)
+	}
+}

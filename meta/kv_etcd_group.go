@@ -197,7 +197,7 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 		}
 		s.saw(rev)
 	}
-	reads := &snapReads{}
+	reads := s.knownFor(genRev)
 	if len(calls) > 1 {
 		s.readAhead(ctx, rev, reads, calls)
 	}
@@ -239,6 +239,7 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 		// Read-only: serialisable at the snapshot revision, which is
 		// still as good a start for the next round.
 		s.snapRev, s.snapGen = rev, genRev
+		s.keep(reads, nil, genRev)
 		return n, nil
 	}
 	ops, err := s.commitOps(merged)
@@ -284,6 +285,7 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 	s.snapRev, s.snapGen = tr.Header.Revision, tr.Header.Revision
 	s.saw(tr.Header.Revision)
 	s.doubt.Store(false)
+	s.keep(reads, merged, tr.Header.Revision)
 	s.hints.committed(merged)
 	return n, nil
 }
