@@ -553,7 +553,11 @@ type etcdTxn struct {
 	// gather, if set, makes the first read that would go to etcd record
 	// its keys there and fail the run instead (readAhead).
 	gather *[][]byte
-	err    error // first etcd error; fails the attempt
+	// assumed, if not nil, lets the transaction take directory entries
+	// it has not read as absent, recording them here, for the commit to
+	// check (kv_etcd_known.go).
+	assumed map[string]bool
+	err     error // first etcd error; fails the attempt
 }
 
 // errGathered ends a run of a group's call at its first read, whose keys
@@ -578,6 +582,21 @@ func (t *etcdTxn) buffered(key string) (etcdWrite, bool) {
 }
 
 var _ kvTxn = (*etcdTxn)(nil)
+
+// assume reports whether key, neither written nor read, is taken as
+// absent: a directory entry, in a transaction that may assume, and not
+// one the engine has seen lead somewhere (etcdHints: it existed when last
+// seen, so an operation on it, a remove, had better read it).
+func (t *etcdTxn) assume(key string) bool {
+	if t.assumed == nil || !isDentryKey(key) {
+		return false
+	}
+	if _, seen := t.s.hints.inode(key); seen {
+		return false
+	}
+	t.assumed[key] = true
+	return true
+}
 
 // get issues a range read at the snapshot revision. Reads after the first
 // are serialisable (answered by whichever member the client talks to,
@@ -647,6 +666,9 @@ func (t *etcdTxn) Get(key []byte) ([]byte, error) {
 	}
 	if v, ok := t.read.get(string(key)); ok {
 		return v, nil
+	}
+	if t.assume(string(key)) {
+		return nil, nil
 	}
 	if t.gather != nil && t.err == nil {
 		return nil, t.gathered(key)
@@ -752,6 +774,9 @@ func (t *etcdTxn) GetMany(keys [][]byte) ([][]byte, error) {
 		}
 		if v, ok := t.read.get(string(k)); ok {
 			vals[i] = v
+			continue
+		}
+		if t.assume(string(k)) {
 			continue
 		}
 		fetch = append(fetch, i)

@@ -251,12 +251,16 @@ func TestEtcdCacheOff(t *testing.T) {
 
 // TestEtcdKnownState: after its own commit, the engine starts the next
 // update from what it read and wrote (kv_etcd_known.go), so a remove of
-// a file it created reads nothing: the commit is its one request. When
+// a file it created reads nothing, and a create next to one it created
+// reads nothing either (the new name is assumed absent and checked by
+// the commit): the commit is their one request. When
 // another engine changed the entry meanwhile (here without a fence: two
 // engines on one prefix, the second opened after the first's create, and
 // the commit condition alone keeps them serialisable), the stale knowledge costs a conflict and a fresh read,
 // never a wrong result: A's remove takes away B's file, not the one A
-// knew.
+// knew. Wrong assumptions of absence cost a second run, never a wrong
+// answer: a create of a name that exists says so, and a remove of a name
+// the engine has not seen removes it.
 func TestEtcdKnownState(t *testing.T) {
 	c := etcdtest.Start(t, 1, etcdtest.Options{NoFsync: true})
 	ctx := context.Background()
@@ -276,6 +280,11 @@ func TestEtcdKnownState(t *testing.T) {
 	}
 	create(a, "f")
 	before := n.Load()
+	create(a, "f2")
+	if got := n.Load() - before; got != 1 {
+		t.Errorf("a create after a create in the same directory took %d requests, want 1 (the commit)", got)
+	}
+	before = n.Load()
 	if _, _, err := a.Remove(ctx, meta.RootIno, "f", time.Time{}); err != nil {
 		t.Fatal(err)
 	}
@@ -308,6 +317,24 @@ func TestEtcdKnownState(t *testing.T) {
 		if at, err := b.GetAttr(ctx, ino); err == nil && at.Nlink != 0 {
 			t.Errorf("inode %d still has %d links", ino, at.Nlink)
 		}
+	}
+	// B knows nothing of f2: its create assumes the name absent, the
+	// commit finds it present, and the create runs again reading it.
+	if _, _, err := b.Create(ctx, meta.RootIno, "f2", meta.CreateArgs{Type: meta.TypeRegular}, time.Time{}); !errors.Is(err, meta.ErrExist) {
+		t.Fatalf("B's create of A's f2: %v, want ErrExist", err)
+	}
+	// Nor does a fresh engine: its remove reads the name as absent at
+	// first, which no commit would check, and so runs again reading.
+	c2, err := meta.OpenEtcd(ctx, meta.EtcdOptions{Endpoints: c.Endpoints, Prefix: "/known"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if _, _, err := c2.Remove(ctx, meta.RootIno, "f2", time.Time{}); err != nil {
+		t.Fatalf("a fresh engine's remove of f2: %v", err)
+	}
+	if _, _, err := c2.Remove(ctx, meta.RootIno, "f2", time.Time{}); !errors.Is(err, meta.ErrNotFound) {
+		t.Fatalf("the second remove of f2: %v, want ErrNotFound", err)
 	}
 	if ents, _, err := b.ReadDir(ctx, meta.RootIno, 0, 10); err != nil || len(ents) != 0 {
 		t.Fatalf("the root after all removes: %+v, %v; want it empty", ents, err)

@@ -1,5 +1,7 @@
 package meta
 
+import "errors"
+
 // What the engine knows of the store, carried from one round to the next.
 //
 // A round of Updates (tryBatch) reads at one snapshot revision and
@@ -27,6 +29,27 @@ package meta
 // read before (snapRev). Any round that does not end in a commit whose
 // revision is known (a conflict, a refusal, a lost reply however
 // resolved) drops it.
+
+// Creates go one step further. A create reads its parent, the counters
+// and the parent's policy, all known after the engine's last create in
+// that directory, and the new name's entry, which is not known since
+// nobody had it. A round of one call (a lone update, so no other call's
+// result can depend on it) therefore takes entries it has neither read
+// nor written as absent, and its commit carries the check: etcd compares
+// each such key's create revision with 0, which holds only if the key
+// does not exist. A create of a new name is then one request, the
+// commit. If the assumption was wrong (the name exists), the commit
+// fails, and its Else branch (gen's mod revision) tells that apart from a
+// conflict: the round runs again at once on the same snapshot, reading
+// the entry, and the create answers "exists" as before. A call that
+// fails or writes nothing after assuming (a remove of a name the engine
+// does not know, which reads as absent) gets no commit to check it, so it
+// runs again reading too, before anything is answered (errAssumed).
+
+// errAssumed ends a round whose result rests on an entry assumed absent
+// that no commit checked, or that the commit found present: the round
+// runs again, reading what it assumed.
+var errAssumed = errors.New("meta: etcd: an entry assumed absent needs reading")
 
 // etcdKnownMax bounds the known state; past it, the next round starts
 // afresh.
