@@ -317,6 +317,16 @@
 // a Lookup is one request (kv_etcd_hint.go): a hint only chooses what is
 // read, at the same revision, and is never served as an answer.
 //
+// An update starts from what the engine's last commit read and wrote,
+// since nobody else can have changed it without moving the generation
+// key (kv_etcd_known.go), and a lone update takes the directory entries
+// it neither knows nor has seen as absent, with its commit checking that
+// they are (etcd's create revision 0): a create next to the engine's last
+// one, and a remove of a file it created, are one request, the commit. A
+// wrong assumption costs a second run on the same snapshot, never a wrong
+// answer. Under a leadership with a lease proof, GetAttr and Lookup are
+// served from memory (the read cache, above).
+//
 // Reads are not limited: scans page through etcd (EtcdOptions.ScanPage),
 // so a large directory is never loaded at once. A single Get is a round
 // trip to etcd; ReadDir reads its entries' dentries and inodes in batches
