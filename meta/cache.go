@@ -193,41 +193,51 @@ func (c *readCache) end(x *tx, seq uint64, committed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.inflight--
-	for _, n := range x.nodes {
-		if c.busyIno[n.ino]--; c.busyIno[n.ino] <= 0 {
-			delete(c.busyIno, n.ino)
+	// What x may leave behind: what it touched last and nothing in
+	// flight touches. Once nothing in flight touches an inode or name,
+	// no end will look at its last begin again (an update's end looks
+	// only at what it touched itself), so that is forgotten here: the
+	// bookkeeping never holds more than the updates in flight touch.
+	var keepIno []int
+	var keepName []int
+	for i, n := range x.nodes {
+		if c.busyIno[n.ino]--; c.busyIno[n.ino] > 0 {
+			continue
 		}
+		if c.lastIno[n.ino] == seq && n.n != nil {
+			keepIno = append(keepIno, i)
+		}
+		delete(c.busyIno, n.ino)
+		delete(c.lastIno, n.ino)
 	}
-	for _, k := range x.names {
-		if c.busyName[k.key]--; c.busyName[k.key] <= 0 {
-			delete(c.busyName, k.key)
+	for i, k := range x.names {
+		if c.busyName[k.key]--; c.busyName[k.key] > 0 {
+			continue
 		}
+		if c.lastName[k.key] == seq {
+			keepName = append(keepName, i)
+		}
+		delete(c.busyName, k.key)
+		delete(c.lastName, k.key)
 	}
 	c.dropLocked(x)
-	if committed && c.usableLocked() {
-		if len(c.attrs)+len(x.nodes) > readCacheMax {
-			clear(c.attrs)
-		}
-		for _, n := range x.nodes {
-			if n.n != nil && c.busyIno[n.ino] == 0 && c.lastIno[n.ino] == seq {
-				c.attrs[n.ino] = storedAttr(n.n)
-			}
-		}
-		if len(c.names)+len(x.names) > readCacheMax {
-			clear(c.names)
-		}
-		// The last change of a name in x is where it leads now.
-		for i := len(x.names) - 1; i >= 0; i-- {
-			k := x.names[i]
-			if _, done := c.names[k.key]; !done && c.busyName[k.key] == 0 && c.lastName[k.key] == seq {
-				c.names[k.key] = k.ino
-			}
-		}
+	if !committed || !c.usableLocked() {
+		return
 	}
-	if c.inflight == 0 {
-		// No update left that a later end could be ordered against.
-		clear(c.lastIno)
-		clear(c.lastName)
+	if len(c.attrs)+len(keepIno) > readCacheMax {
+		clear(c.attrs)
+	}
+	for _, i := range keepIno {
+		c.attrs[x.nodes[i].ino] = storedAttr(x.nodes[i].n)
+	}
+	if len(c.names)+len(keepName) > readCacheMax {
+		clear(c.names)
+	}
+	// A name changed twice in x (unlinked, then linked again) leads
+	// where its last change left it.
+	for _, i := range keepName {
+		k := x.names[i]
+		c.names[k.key] = k.ino
 	}
 }
 
