@@ -123,9 +123,10 @@ func TestReadCacheConcurrentWriters(t *testing.T) {
 				names[k] = v
 			}
 			book := len(c.busyIno) + len(c.lastIno) + len(c.busyName) + len(c.lastName)
+			inflight := c.inflight
 			c.mu.Unlock()
-			if book != 0 || c.inflight != 0 {
-				t.Errorf("with no update in flight (%d counted), the cache still keeps %d entries of bookkeeping", c.inflight, book)
+			if book != 0 || inflight != 0 {
+				t.Errorf("with no update in flight (%d counted), the cache still keeps %d entries of bookkeeping", inflight, book)
 			}
 			if len(attrs) == 0 || len(names) == 0 {
 				t.Fatalf("the cache holds %d inodes and %d names after the run: nothing was tested", len(attrs), len(names))
