@@ -106,17 +106,31 @@ func (c *readCache) attr(ino Ino) (Attr, bool) {
 	return a, ok
 }
 
-func (c *readCache) name(parent Ino, name string) (Ino, bool) {
+// lookup answers a Lookup if the cache knows the parent (a directory),
+// the name and, if the name exists, its inode: ok reports whether it
+// did, found whether the name exists. One lock and one check of held for
+// the three.
+func (c *readCache) lookup(parent Ino, name string) (nd Node, found, ok bool) {
 	if c == nil {
-		return 0, false
+		return Node{}, false, false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.usableLocked() {
-		return 0, false
+		return Node{}, false, false
+	}
+	if pa, ok := c.attrs[parent]; !ok || pa.Type != TypeDirectory {
+		return Node{}, false, false
 	}
 	ino, ok := c.names[nameKey{parent, name}]
-	return ino, ok
+	if !ok {
+		return Node{}, false, false
+	}
+	if ino == 0 {
+		return Node{}, false, true
+	}
+	a, ok := c.attrs[ino]
+	return Node{ino, a}, true, ok
 }
 
 // put stores what a read that began at gen found: the attributes of

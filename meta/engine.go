@@ -598,18 +598,7 @@ func (e *kvEngine) Lookup(ctx context.Context, parent Ino, name string) (Node, e
 // directory), the name and, if the name exists, its inode: ok reports
 // whether it did, found whether the name exists.
 func (e *kvEngine) cachedLookup(parent Ino, name string) (nd Node, found, ok bool) {
-	if pa, ok := e.cache.attr(parent); !ok || pa.Type != TypeDirectory {
-		return Node{}, false, false
-	}
-	ino, ok := e.cache.name(parent, name)
-	if !ok {
-		return Node{}, false, false
-	}
-	if ino == 0 {
-		return Node{}, false, true
-	}
-	a, ok := e.cache.attr(ino)
-	return Node{ino, a}, true, ok
+	return e.cache.lookup(parent, name)
 }
 
 func (e *kvEngine) Create(ctx context.Context, parent Ino, name string, args CreateArgs, now time.Time) (Node, ChangeInfo, error) {
