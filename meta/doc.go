@@ -217,8 +217,42 @@
 // time there otherwise. Every update drops what it touched before it
 // commits and again after, and nothing is cached while an update is in
 // flight, so no read ever goes back in time (readCache; the conformance
-// suite's ReadCoherence case). etcd's engine has no such cache, since
-// another metadata server may write the same keys.
+// suite's ReadCoherence case).
+//
+// That rule is sound only if this engine's updates are the only changes
+// to the store. On bbolt the file lock makes it so. On etcd another
+// metadata server may write the same keys, so the etcd engine keeps the
+// cache only when it is fenced on a leadership with a lease proof
+// (EtcdOptions.Fence with Valid, as `shoal mds` opens it under an
+// election), and serves or stores an entry only while that proof holds
+// at the moment of the read:
+//
+//   - Every commit carries the fence: the leader's election key still
+//     has the create revision of this term. The key is bound to the
+//     leader's lease, and no other candidate can commit before the key
+//     is gone, since its own commits carry its own key, which leads only
+//     once every earlier key is deleted.
+//   - The key goes when the lease expires in etcd, which etcd does no
+//     sooner than TTL after the last keepalive it answered reached it,
+//     hence no sooner than TTL after that keepalive was sent. The leader
+//     (internal/leader) counts its deadline from the send time, less a
+//     margin for clock rates, on a clock that does not step back or stop
+//     in a suspend. So while Valid says yes, the key stands and nobody
+//     else has committed: etcd's state is what this engine's own commits
+//     made it, and the cache, kept coherent with those commits as above,
+//     answers exactly as a linearisable read would. (Resigning, or
+//     revoking the lease, ends the term first in this process; a lease is
+//     revoked from outside only for a process known dead.)
+//   - Anything that breaks the proof empties the cache at the next read:
+//     Valid failing (lease not renewed in time, or lost), a commit refused
+//     by the fence (which also fails every later commit), a commit whose
+//     outcome is unknown (a lost reply resolve could not settle: it could
+//     still land under the cache's feet, until a later commit of ours
+//     succeeds and so proves it never will), and Close. A read that began
+//     before cannot store what it found (the generation moves).
+//
+// Without a fence (a single MDS on etcd, `shoal serve --meta etcd://`),
+// or with EtcdOptions.NoReadCache, every GetAttr and Lookup asks etcd.
 //
 // # The etcd engine
 //
@@ -282,6 +316,16 @@
 // also reads the inode the entry led to when the engine last saw it, so
 // a Lookup is one request (kv_etcd_hint.go): a hint only chooses what is
 // read, at the same revision, and is never served as an answer.
+//
+// An update starts from what the engine's last commit read and wrote,
+// since nobody else can have changed it without moving the generation
+// key (kv_etcd_known.go), and a lone update takes the directory entries
+// it neither knows nor has seen as absent, with its commit checking that
+// they are (etcd's create revision 0): a create next to the engine's last
+// one, and a remove of a file it created, are one request, the commit. A
+// wrong assumption costs a second run on the same snapshot, never a wrong
+// answer. Under a leadership with a lease proof, GetAttr and Lookup are
+// served from memory (the read cache, above).
 //
 // Reads are not limited: scans page through etcd (EtcdOptions.ScanPage),
 // so a large directory is never loaded at once. A single Get is a round

@@ -40,9 +40,15 @@ type tx struct {
 	t     kvTxn
 	nodes []txNode    // cached inodes, in the order first cached
 	index map[Ino]int // position in nodes; nil until len(nodes) > txIndexAt
-	names []nameKey   // entries linked or unlinked (for readCache.invalidate)
+	names []txName    // entries linked or unlinked, in order (for readCache)
 	nbuf  [4]txNode   // nodes' first backing array
-	kbuf  [2]nameKey  // names' first backing array
+	kbuf  [2]txName   // names' first backing array
+}
+
+// txName is an entry a transaction linked (to ino) or unlinked (ino 0).
+type txName struct {
+	key nameKey
+	ino Ino
 }
 
 // txNode is an inode cached in a transaction: nil once deleted, dirty if
@@ -109,8 +115,11 @@ func (x *tx) setNode(ino Ino, n *inode, dirty bool) {
 // markDirty marks ino, whose cached inode is n, to be written back.
 func (x *tx) markDirty(ino Ino, n *inode) { x.setNode(ino, n, true) }
 
-// addName records that the entry name in dir was linked or unlinked.
-func (x *tx) addName(dir Ino, name string) { x.names = append(x.names, nameKey{dir, name}) }
+// addName records that the entry name in dir was linked to ino, or
+// unlinked (ino 0).
+func (x *tx) addName(dir Ino, name string, ino Ino) {
+	x.names = append(x.names, txName{nameKey{dir, name}, ino})
+}
 
 func (x *tx) inode(ino Ino) (*inode, error) {
 	if n, ok := x.cached(ino); ok {
@@ -292,7 +301,7 @@ func (x *tx) addEntry(dirIno Ino, dir *inode, name string, ino Ino, typ FileType
 	seq := dir.nextSeq
 	dir.nextSeq++
 	x.markDirty(dirIno, dir)
-	x.addName(dirIno, name)
+	x.addName(dirIno, name, ino)
 	if err := x.t.Put(dentryKey(dirIno, name), dentry{ino: ino, typ: typ, seq: seq}.encode()); err != nil {
 		return err
 	}
@@ -300,7 +309,7 @@ func (x *tx) addEntry(dirIno Ino, dir *inode, name string, ino Ino, typ FileType
 }
 
 func (x *tx) delEntry(dirIno Ino, name string, d dentry) error {
-	x.addName(dirIno, name)
+	x.addName(dirIno, name, 0)
 	if err := x.t.Delete(dentryKey(dirIno, name)); err != nil {
 		return err
 	}
@@ -351,10 +360,14 @@ func (e *kvEngine) update(ctx context.Context, fn func(x *tx) error) error {
 	// commits and again after (readCache). Stores may run fn more than
 	// once (bbolt's group commit replays it); the cache counts the
 	// update once.
-	var last *tx // the transaction the cache counts as begun, if any
+	var (
+		last      *tx    // the transaction the cache counts as begun, if any
+		seq       uint64 // what begin returned for it
+		committed bool
+	)
 	defer func() {
 		if last != nil {
-			e.cache.end(last)
+			e.cache.end(last, seq, committed)
 		}
 	}()
 	run := func(t kvTxn) error {
@@ -363,18 +376,22 @@ func (e *kvEngine) update(ctx context.Context, fn func(x *tx) error) error {
 			return err
 		}
 		if last != nil {
-			e.cache.end(last)
+			e.cache.end(last, seq, false)
 		}
 		last = x
-		e.cache.begin(x)
+		seq = e.cache.begin(x)
 		return x.flush()
 	}
-	if isDeferred(ctx) {
-		if d, ok := e.kv.(kvDeferrer); ok {
-			return d.UpdateDeferred(run)
-		}
+	var err error
+	if d, ok := e.kv.(kvDeferrer); ok && isDeferred(ctx) {
+		err = d.UpdateDeferred(run)
+	} else {
+		err = e.kv.Update(run)
 	}
-	return e.kv.Update(run)
+	// The last run is the one committed: a store runs fn again only
+	// for an attempt that did not commit.
+	committed = err == nil
+	return err
 }
 
 // skipInodes advances the inode counter by n, durably (see walKV.inoGap),
@@ -581,18 +598,7 @@ func (e *kvEngine) Lookup(ctx context.Context, parent Ino, name string) (Node, e
 // directory), the name and, if the name exists, its inode: ok reports
 // whether it did, found whether the name exists.
 func (e *kvEngine) cachedLookup(parent Ino, name string) (nd Node, found, ok bool) {
-	if pa, ok := e.cache.attr(parent); !ok || pa.Type != TypeDirectory {
-		return Node{}, false, false
-	}
-	ino, ok := e.cache.name(parent, name)
-	if !ok {
-		return Node{}, false, false
-	}
-	if ino == 0 {
-		return Node{}, false, true
-	}
-	a, ok := e.cache.attr(ino)
-	return Node{ino, a}, true, ok
+	return e.cache.lookup(parent, name)
 }
 
 func (e *kvEngine) Create(ctx context.Context, parent Ino, name string, args CreateArgs, now time.Time) (Node, ChangeInfo, error) {

@@ -238,7 +238,7 @@ func OpenBolt(path string, opts BoltOptions) (Engine, error) {
 	}
 	e := newKVEngine(kv)
 	// Only this process writes the database (bbolt locks the file).
-	e.cache = newReadCache()
+	e.cache = newReadCache(nil)
 	if err := e.Init(context.Background()); err != nil {
 		kv.Close()
 		return nil, err

@@ -58,6 +58,10 @@ type EtcdOptions struct {
 	// ScanPage is the number of keys fetched per request by a scan
 	// (default 512).
 	ScanPage int
+	// NoReadCache turns the read cache off even when Fence.Valid would
+	// allow it: every GetAttr and Lookup asks etcd. For comparison in
+	// benchmarks and tests.
+	NoReadCache bool
 	// Fence, if set, makes every commit conditional on a key still having
 	// the create revision it had when the engine was opened: a metadata
 	// server's election key and term (internal/leader). Once a commit is
@@ -78,6 +82,15 @@ type EtcdFence struct {
 	// error (the leader's lease ran out locally) fails it with ErrFenced
 	// without asking etcd, so a leader cut off from etcd stops retrying
 	// as soon as it knows it may no longer lead.
+	//
+	// Valid is also the engine's proof of ownership for its read cache
+	// (readCache, "The read cache" in the package doc): it must return
+	// nil only while Key is known to still stand with CreateRevision in
+	// etcd, so that nobody else can commit under the prefix. A leader's
+	// term does that (internal/leader: the lease is alive until the send
+	// time of its last answered keepalive plus the TTL, less a margin,
+	// measured on a clock that does not go back). Without Valid there is
+	// no read cache.
 	Valid func() error
 }
 
@@ -119,6 +132,13 @@ type etcdKV struct {
 	// fenced is set once the fence (opts.Fence) failed; it never holds
 	// again, since a create revision cannot come back.
 	fenced atomic.Bool
+	// doubt is set while a commit's outcome is unknown (its reply was
+	// lost and resolve gave up, or etcd refused the request in a way
+	// that does not prove it was not applied): that commit could still
+	// land, under the reads the cache would keep. The next commit that
+	// succeeds clears it, since it moved the generation key the doubtful
+	// one is conditional on (so it landed before, or never will).
+	doubt atomic.Bool
 
 	// Group commit (kv_etcd_group.go): calls waiting for a round, and
 	// whether a caller is committing rounds. rounds, roundCalls and
@@ -136,6 +156,10 @@ type etcdKV struct {
 	// revision in it: the engine's own last commit (tryBatch). Only the
 	// committer (running, or mu with NoGroupCommit) uses them.
 	snapRev, snapGen int64
+	// known holds values of the store as they are while gen's mod
+	// revision is knownGen (kv_etcd_known.go); committer only.
+	known    *snapReads
+	knownGen int64
 
 	// pinner sends requests to the leader (kv_etcd_pin.go); nil with a
 	// single endpoint.
@@ -143,6 +167,16 @@ type etcdKV struct {
 	// hints say which inode an entry led to when last read or written
 	// (kv_etcd_hint.go).
 	hints etcdHints
+}
+
+// leaseHeld reports whether the engine may serve reads from its cache
+// (readCache.held): it is fenced on a leadership whose lease is known to
+// be alive (EtcdFence.Valid), the fence has not refused a commit, no
+// commit's outcome is in doubt, and the engine is open. While that
+// holds, only this engine's updates change the keys under the prefix.
+func (s *etcdKV) leaseHeld() bool {
+	f := s.opts.Fence
+	return f != nil && f.Valid != nil && !s.closed.Load() && !s.fenced.Load() && !s.doubt.Load() && f.Valid() == nil
 }
 
 // saw records that the engine committed or read revision rev.
@@ -519,7 +553,11 @@ type etcdTxn struct {
 	// gather, if set, makes the first read that would go to etcd record
 	// its keys there and fail the run instead (readAhead).
 	gather *[][]byte
-	err    error // first etcd error; fails the attempt
+	// assumed, if not nil, lets the transaction take directory entries
+	// it has not read as absent, recording them here, for the commit to
+	// check (kv_etcd_known.go).
+	assumed map[string]bool
+	err     error // first etcd error; fails the attempt
 }
 
 // errGathered ends a run of a group's call at its first read, whose keys
@@ -544,6 +582,21 @@ func (t *etcdTxn) buffered(key string) (etcdWrite, bool) {
 }
 
 var _ kvTxn = (*etcdTxn)(nil)
+
+// assume reports whether key, neither written nor read, is taken as
+// absent: a directory entry, in a transaction that may assume, and not
+// one the engine has seen lead somewhere (etcdHints: it existed when last
+// seen, so an operation on it, a remove, had better read it).
+func (t *etcdTxn) assume(key string) bool {
+	if t.assumed == nil || !isDentryKey(key) {
+		return false
+	}
+	if _, seen := t.s.hints.inode(key); seen {
+		return false
+	}
+	t.assumed[key] = true
+	return true
+}
 
 // get issues a range read at the snapshot revision. Reads after the first
 // are serialisable (answered by whichever member the client talks to,
@@ -613,6 +666,9 @@ func (t *etcdTxn) Get(key []byte) ([]byte, error) {
 	}
 	if v, ok := t.read.get(string(key)); ok {
 		return v, nil
+	}
+	if t.assume(string(key)) {
+		return nil, nil
 	}
 	if t.gather != nil && t.err == nil {
 		return nil, t.gathered(key)
@@ -718,6 +774,9 @@ func (t *etcdTxn) GetMany(keys [][]byte) ([][]byte, error) {
 		}
 		if v, ok := t.read.get(string(k)); ok {
 			vals[i] = v
+			continue
+		}
+		if t.assume(string(k)) {
 			continue
 		}
 		fetch = append(fetch, i)
@@ -899,6 +958,9 @@ func OpenEtcd(ctx context.Context, opts EtcdOptions) (Engine, error) {
 		return nil, err
 	}
 	e := newKVEngine(kv)
+	if f := opts.Fence; f != nil && f.Valid != nil && !opts.NoReadCache {
+		e.cache = newReadCache(kv.leaseHeld)
+	}
 	if err := e.Init(ctx); err != nil {
 		kv.Close()
 		return nil, err

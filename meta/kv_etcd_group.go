@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 
@@ -172,6 +173,21 @@ func (s *etcdKV) groupStats(calls int, fallback bool) {
 // returns nil): a conflict or transient error to retry, ErrFenced, or a
 // store error.
 func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
+	if len(calls) == 1 {
+		// A lone call first assumes the entries it does not know to be
+		// absent (kv_etcd_known.go); if that was wrong, it runs again
+		// reading them.
+		n, err = s.tryRound(calls, true)
+		if !errors.Is(err, errAssumed) {
+			return n, err
+		}
+	}
+	return s.tryRound(calls, false)
+}
+
+// tryRound is tryBatch's round, with entries assumed absent (assume) or
+// not.
+func (s *etcdKV) tryRound(calls []*etcdCall, assume bool) (n int, err error) {
 	if s.fenced.Load() {
 		return 0, s.refused()
 	}
@@ -197,18 +213,30 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 		}
 		s.saw(rev)
 	}
-	reads := &snapReads{}
+	reads := s.knownFor(genRev)
 	if len(calls) > 1 {
 		s.readAhead(ctx, rev, reads, calls)
 	}
 	var merged map[string]etcdWrite
 	var size txnSize
 	n = len(calls)
+	var assumed map[string]bool // entries read as absent without asking
 	for i, c := range calls {
 		t := &etcdTxn{s: s, ctx: ctx, rev: rev, writes: map[string]etcdWrite{}, base: merged, read: reads}
+		if assume {
+			t.assumed = map[string]bool{}
+			assumed = t.assumed
+		}
 		c.res = c.fn(t)
 		if t.err != nil {
 			return 0, t.err // fn's error, if any, came from a failed read
+		}
+		if len(assumed) > 0 && (c.res != nil || len(t.writes) == 0) {
+			// A result no commit checks may rest on an assumption:
+			// run again, reading. What was read stays good.
+			s.known, s.knownGen = reads, genRev
+			s.snapRev, s.snapGen = rev, genRev
+			return 0, errAssumed
 		}
 		if c.res != nil || len(t.writes) == 0 {
 			continue // what failed changed nothing
@@ -239,6 +267,7 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 		// Read-only: serialisable at the snapshot revision, which is
 		// still as good a start for the next round.
 		s.snapRev, s.snapGen = rev, genRev
+		s.keep(reads, nil, genRev)
 		return n, nil
 	}
 	ops, err := s.commitOps(merged)
@@ -248,19 +277,50 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 	nonce := newNonce()
 	ops = append(ops, clientv3.OpPut(s.gen, string(nonce)))
 	rctx, rcancel := context.WithTimeout(ctx, s.commitTimeout)
+	conds, elseOps := s.conds(genRev), s.fenceRead()
+	if len(assumed) > 0 {
+		for _, k := range slices.Sorted(maps.Keys(assumed)) {
+			conds = append(conds, clientv3.Compare(clientv3.CreateRevision(s.data+k), "=", 0))
+		}
+		// Tells a wrong assumption (gen unchanged) from a conflict.
+		elseOps = append(elseOps, clientv3.OpGet(s.gen))
+	}
 	tr, err := s.txnVia(rctx, false, func(tx clientv3.Txn) clientv3.Txn {
-		return tx.If(s.conds(genRev)...).Then(ops...).Else(s.fenceRead()...)
+		return tx.If(conds...).Then(ops...).Else(elseOps...)
 	})
 	rcancel()
 	if err != nil {
 		if !retryable(&storeError{err}) {
+			// Refused as malformed or too large, most likely, but a
+			// refusal is not a proof: the cache waits for a commit
+			// that is.
+			s.doubt.Store(true)
 			return 0, &storeError{err}
 		}
-		return n, s.resolve(ctx, genRev, nonce, err)
+		err = s.resolve(ctx, genRev, nonce, err)
+		switch {
+		case err == nil:
+			s.doubt.Store(false)
+		case errors.Is(err, errConflict), errors.Is(err, ErrFenced):
+			// Not committed, and never will be.
+		default:
+			s.doubt.Store(true)
+		}
+		return n, err
 	}
 	if !tr.Succeeded {
 		if s.fenceBroken(tr) {
 			return 0, s.refused()
+		}
+		if len(assumed) > 0 && len(tr.Responses) > 0 {
+			kvs := tr.Responses[len(tr.Responses)-1].GetResponseRange().GetKvs()
+			if len(kvs) > 0 && kvs[0].ModRevision == genRev {
+				// Nobody committed: an entry assumed absent exists.
+				// The snapshot and what was read stay good.
+				s.known, s.knownGen = reads, genRev
+				s.snapRev, s.snapGen = rev, genRev
+				return 0, errAssumed
+			}
 		}
 		return 0, errConflict
 	}
@@ -270,6 +330,8 @@ func (s *etcdKV) tryBatch(calls []*etcdCall) (n int, err error) {
 	// and its retry reads gen afresh.
 	s.snapRev, s.snapGen = tr.Header.Revision, tr.Header.Revision
 	s.saw(tr.Header.Revision)
+	s.doubt.Store(false)
+	s.keep(reads, merged, tr.Header.Revision)
 	s.hints.committed(merged)
 	return n, nil
 }

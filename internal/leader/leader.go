@@ -19,10 +19,13 @@
 // again, and in between it could still answer clients from what it holds in
 // memory. So the leader keeps its lease alive itself (KeepAliveOnce, every
 // third of the TTL) and remembers when it sent the last keepalive that etcd
-// answered. etcd cannot expire the lease earlier than TTL after it received
-// that keepalive, which is after it was sent; so until sent+TTL (less a
-// margin for clock rate differences) no other candidate can have won, and
-// after it the leader must not act. Term.Valid answers exactly that, and
+// answered, on a clock that neither steps nor stops in a suspend
+// (leaseClock). etcd cannot expire the lease earlier than TTL after it
+// received that keepalive, which is after it was sent; so until sent+TTL
+// (less a margin for clock rate differences) no other candidate can have
+// won, and after it the leader must not act. The etcd metadata engine
+// also serves reads from its cache only while that holds (meta's "The
+// read cache"). Term.Valid answers exactly that, and
 // every metadata transaction is in addition conditional on the leader's key
 // still having its create revision (Term.Fence), so a write that was
 // already on its way when leadership ended cannot land.
@@ -138,7 +141,7 @@ type Term struct {
 	key string
 	rev int64
 
-	// deadline is the Unix nanosecond time until which the lease is known
+	// deadline is the time on leaseClock until which the lease is known
 	// to be alive (last acknowledged keepalive's send time + TTL - margin).
 	deadline atomic.Int64
 	lostOnce sync.Once
@@ -190,6 +193,9 @@ func Campaign(ctx context.Context, cfg Config) (*Term, error) {
 		cfg.Logger = slog.Default()
 	}
 	secs := int64((cfg.TTL + time.Second - 1) / time.Second)
+	// etcd starts the lease after the request left: counted from here,
+	// the deadline is never later than etcd's expiry.
+	sent := leaseClock()
 	grant, err := cfg.Client.Grant(ctx, secs)
 	if err != nil {
 		return nil, fmt.Errorf("leader: grant lease: %w", err)
@@ -199,7 +205,7 @@ func Campaign(ctx context.Context, cfg Config) (*Term, error) {
 		cfg.OnLease(int64(grant.ID))
 	}
 	t := &Term{cli: cfg.Client, lease: grant.ID, ttl: ttl, log: cfg.Logger, lost: make(chan struct{}), done: make(chan struct{})}
-	t.deadline.Store(time.Now().Add(ttl - clockMargin).UnixNano())
+	t.deadline.Store(int64(sent + ttl - clockMargin))
 	kctx, cancel := context.WithCancel(context.Background())
 	t.cancel = cancel
 	go t.keepAlive(kctx)
@@ -262,26 +268,26 @@ func (t *Term) keepAlive(ctx context.Context) {
 	tick := time.NewTicker(t.ttl / 3)
 	defer tick.Stop()
 	for {
-		sent := time.Now()
+		sent := leaseClock()
 		rctx, cancel := context.WithTimeout(ctx, t.ttl/3)
 		_, err := t.cli.KeepAliveOnce(rctx, t.lease)
 		cancel()
 		switch {
 		case err == nil:
-			t.deadline.Store(sent.Add(t.ttl - clockMargin).UnixNano())
+			t.deadline.Store(int64(sent + t.ttl - clockMargin))
 		case errors.Is(err, context.Canceled) && ctx.Err() != nil:
 			return
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
 			t.lose(fmt.Errorf("leader: lease expired: %w", err))
 			return
 		default:
-			t.log.Warn("leader: lease keepalive failed", "err", err, "left", time.Until(time.Unix(0, t.deadline.Load())))
+			t.log.Warn("leader: lease keepalive failed", "err", err, "left", t.left())
 		}
 		if !t.Valid() {
 			t.lose(errors.New("leader: lease not renewed before its deadline"))
 			return
 		}
-		wait := time.Until(time.Unix(0, t.deadline.Load()))
+		wait := t.left()
 		select {
 		case <-ctx.Done():
 			return
@@ -307,7 +313,13 @@ func (t *Term) Valid() bool {
 		return false
 	default:
 	}
-	return time.Now().UnixNano() < t.deadline.Load()
+	return t.left() > 0
+}
+
+// left is how long the lease is still known to be alive (negative once
+// it is not).
+func (t *Term) left() time.Duration {
+	return time.Duration(t.deadline.Load()) - leaseClock()
 }
 
 // Check returns nil while Valid, else why not.
@@ -339,7 +351,7 @@ func (t *Term) Proclaim(ctx context.Context, info Info) error {
 func (t *Term) Lost() <-chan struct{} { return t.lost }
 
 // Deadline is when the leadership ends unless renewed.
-func (t *Term) Deadline() time.Time { return time.Unix(0, t.deadline.Load()) }
+func (t *Term) Deadline() time.Time { return time.Now().Add(t.left()) }
 
 // Number is the term: the create revision of the leader's key.
 func (t *Term) Number() uint64 { return uint64(t.rev) }
