@@ -516,8 +516,11 @@ func (c *endpoint) callRetryRelease(ctx context.Context, budget time.Duration, b
 		}
 		ops := build()
 		res, release, err := c.execRelease(ctx, sess, true, ops)
-		var se *StatusError
-		if err == nil || !errors.As(err, &se) {
+		if err == nil {
+			return res, release, nil
+		}
+		var se *StatusError // escapes to the heap: not on the success path
+		if !errors.As(err, &se) {
 			if errors.Is(err, errSessionGone) && recoveries < 5 {
 				recoveries++
 				// The session is being (or was) replaced: a recovery
@@ -672,31 +675,6 @@ func (c *endpoint) execRelease(ctx context.Context, sess *session, reconnect boo
 		defer c.holder.mutating(ops)
 	}
 
-	// finish releases the slot with what the reply says of it.
-	finish := func(r rtResult) rtResult {
-		res := r.res
-		advance, target := false, -1
-		if res != nil && len(res.Resarray) > 0 && res.Resarray[0].Resop == nfs4.OP_SEQUENCE {
-			if sr := res.Resarray[0].Opsequence; sr != nil && sr.SrStatus == nfs4.NFS4_OK && sr.SrResok4 != nil {
-				advance = true
-				target = int(sr.SrResok4.SrTargetHighestSlotid)
-				if c.holder != nil {
-					c.holder.stateRevoked(uint32(sr.SrResok4.SrStatusFlags))
-				}
-				if uint32(sr.SrResok4.SrStatusFlags)&(nfs4.SEQ4_STATUS_CB_PATH_DOWN|nfs4.SEQ4_STATUS_CB_PATH_DOWN_SESSION) != 0 {
-					c.rebindBack(sess)
-				}
-			} else if sr != nil && (sr.SrStatus == nfs4.NFS4ERR_RETRY_UNCACHED_REP || sr.SrStatus == nfs4.NFS4ERR_SEQ_FALSE_RETRY) {
-				// The server did execute a request under this sequence
-				// id. For SEQ_FALSE_RETRY it was an earlier one whose
-				// reply this client never saw (the slot was freed without
-				// moving on); this one was not run.
-				advance = true
-			}
-		}
-		sess.slots.release(slot, advance, target)
-		return r
-	}
 	// The round trip runs on this goroutine as long as it only waits
 	// for the reply; if ctx ends first, or the connection must be made
 	// again, the rest of it goes to a goroutine of its own, so that an
@@ -704,10 +682,14 @@ func (c *endpoint) execRelease(ctx context.Context, sess *session, reconnect boo
 	// sequence id.
 	r, rest := c.roundTrip(ctx.Done(), sess, reconnect, args)
 	if rest == nil {
-		r = finish(r)
+		c.releaseSlot(sess, slot, r)
 	} else {
 		ch := make(chan rtResult, 1)
-		go func() { ch <- finish(rest()) }()
+		go func() {
+			r := rest()
+			c.releaseSlot(sess, slot, r)
+			ch <- r
+		}()
 		select {
 		case r = <-ch:
 		case <-ctx.Done():
@@ -731,6 +713,33 @@ func (c *endpoint) execRelease(ctx context.Context, sess *session, reconnect boo
 		return out, nil, statusErr(res.Resarray[len(res.Resarray)-1].Resop, res.Status)
 	}
 	return out, r.release, nil
+}
+
+// releaseSlot releases the slot a COMPOUND used with what its reply r
+// says of it: whether the server processed the request, so the slot's
+// sequence id moves on, and the target highest slot.
+func (c *endpoint) releaseSlot(sess *session, slot int, r rtResult) {
+	res := r.res
+	advance, target := false, -1
+	if res != nil && len(res.Resarray) > 0 && res.Resarray[0].Resop == nfs4.OP_SEQUENCE {
+		if sr := res.Resarray[0].Opsequence; sr != nil && sr.SrStatus == nfs4.NFS4_OK && sr.SrResok4 != nil {
+			advance = true
+			target = int(sr.SrResok4.SrTargetHighestSlotid)
+			if c.holder != nil {
+				c.holder.stateRevoked(uint32(sr.SrResok4.SrStatusFlags))
+			}
+			if uint32(sr.SrResok4.SrStatusFlags)&(nfs4.SEQ4_STATUS_CB_PATH_DOWN|nfs4.SEQ4_STATUS_CB_PATH_DOWN_SESSION) != 0 {
+				c.rebindBack(sess)
+			}
+		} else if sr != nil && (sr.SrStatus == nfs4.NFS4ERR_RETRY_UNCACHED_REP || sr.SrStatus == nfs4.NFS4ERR_SEQ_FALSE_RETRY) {
+			// The server did execute a request under this sequence
+			// id. For SEQ_FALSE_RETRY it was an earlier one whose
+			// reply this client never saw (the slot was freed without
+			// moving on); this one was not run.
+			advance = true
+		}
+	}
+	sess.slots.release(slot, advance, target)
 }
 
 // rtResult is what a COMPOUND's round trip ends with: on success res and

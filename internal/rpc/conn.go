@@ -120,6 +120,9 @@ type Conn struct {
 	cancel context.CancelFunc
 
 	wmu sync.Mutex // serializes record writes
+	// wbase and wbufs, under wmu: the buffers of the record being
+	// written (write).
+	wbase, wbufs net.Buffers
 
 	mu      sync.Mutex
 	pending map[uint32]chan reply // outgoing calls awaiting a reply; nil once closed
@@ -134,11 +137,13 @@ type Conn struct {
 
 	sem      chan struct{} // MaxInFlight slots
 	handlers sync.WaitGroup
-	// work hands a call to a handler goroutine that finished its last
-	// one and waits for another (worker); unbuffered, so a call goes only
-	// to a goroutine ready for it. idleWorkers counts those waiting.
-	work        chan callWork
-	idleWorkers atomic.Int32
+	// rr reads the records; only the reader uses it (readLoop).
+	rr recordReader
+	// readTurn hands the reading to a goroutine that served a call and
+	// waits to read again (readLoop); unbuffered, so the turn goes only
+	// to a goroutine ready for it. idleReaders counts those waiting.
+	readTurn    chan struct{}
+	idleReaders atomic.Int32
 	done        chan struct{} // closed on close
 	finished    chan struct{} // closed when the reader and all handlers have returned
 	onFinish    func()
@@ -186,13 +191,14 @@ func newConn(nc net.Conn, h Handler, cfg ConnConfig) *Conn {
 		log:      cfg.Logger.With("remote", nc.RemoteAddr().String()),
 		pending:  make(map[uint32]chan reply),
 		sem:      make(chan struct{}, cfg.MaxInFlight),
-		work:     make(chan callWork),
+		readTurn: make(chan struct{}),
 		done:     make(chan struct{}),
 		finished: make(chan struct{}),
 	}
 	// The same parse the server would otherwise make per request (its
 	// exports allow clients by address).
 	c.raddr, _ = netip.ParseAddrPort(nc.RemoteAddr().String())
+	c.rr = recordReader{r: bufio.NewReaderSize(nc, 64<<10), max: cfg.MaxRecord}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.xid.Store(rand.Uint32())
 	c.touch()
@@ -326,17 +332,25 @@ func (c *Conn) closeWith(cause error) {
 	}
 }
 
+// readLoop is run by the goroutine that reads the connection (the
+// reader). Replies it delivers to their callers. A call it serves itself,
+// after handing the reading on to a goroutine that waits for it (an idle
+// one that served a call before, or a new one): the call's handler starts
+// without a hand-off to another goroutine, which on a server answering
+// one call at a time took a read that finds nothing, a park and a switch
+// between the call's arrival and its handler. Once the call is answered
+// the goroutine waits to read again, unless enough others wait already.
+//
+// A goroutine that lives on keeps the stack its calls grew: a fresh
+// goroutine per call starts at the smallest stack and copies it two or
+// three times as a COMPOUND descends into the metadata engine, which cost
+// about a tenth of the MDS's CPU per small-file operation
+// (server.BenchmarkSmallFileOps). A waiting goroutine's stack is shrunk
+// by the garbage collector like any goroutine's, so a connection's idle
+// goroutines cost little memory.
 func (c *Conn) readLoop() {
-	defer func() {
-		c.handlers.Wait()
-		close(c.finished)
-		if c.onFinish != nil {
-			c.onFinish()
-		}
-	}()
-	rr := recordReader{r: bufio.NewReaderSize(c.nc, 64<<10), max: c.cfg.MaxRecord}
 	for {
-		rec, rb, err := rr.next()
+		rec, rb, err := c.rr.next()
 		if err != nil {
 			switch {
 			case errors.Is(err, io.EOF):
@@ -347,6 +361,7 @@ func (c *Conn) readLoop() {
 				c.log.Debug("rpc: read failed", "err", err)
 				c.closeWith(fmt.Errorf("read: %w", err))
 			}
+			c.readerDone()
 			return
 		}
 		c.touch()
@@ -361,53 +376,46 @@ func (c *Conn) readLoop() {
 		case c.sem <- struct{}{}:
 		case <-c.done:
 			rb.release() // no handler will see it
+			c.readerDone()
 			return
 		}
 		c.busy.Add(1)
 		c.handlers.Add(1)
 		select {
-		case c.work <- callWork{rec, rb}:
+		case c.readTurn <- struct{}{}:
 		default:
-			go c.worker(rec, rb)
+			go c.readLoop()
 		}
-	}
-}
-
-// callWork is a call record and its pooled buffer, handed to a worker.
-type callWork struct {
-	rec []byte
-	rb  *recBuf
-}
-
-// maxIdleWorkers bounds the handler goroutines a connection keeps waiting
-// for calls; more run while more calls are in flight (up to MaxInFlight).
-const maxIdleWorkers = 8
-
-// worker serves rec, then the calls readLoop hands it while it waits,
-// until the connection closes or enough others wait. A handler goroutine
-// that lives on keeps the stack its calls grew: a fresh goroutine per
-// call starts at the smallest stack and copies it two or three times as
-// a COMPOUND descends into the metadata engine, which cost about a tenth
-// of the MDS's CPU per small-file operation (server.BenchmarkSmallFileOps).
-// An idle worker's stack is shrunk by the garbage collector like any
-// goroutine's, so a connection's idle workers cost little memory.
-func (c *Conn) worker(rec []byte, rb *recBuf) {
-	for {
 		c.serve(rec, rb)
-		if c.idleWorkers.Add(1) > maxIdleWorkers {
-			c.idleWorkers.Add(-1)
+		if c.idleReaders.Add(1) > maxIdleReaders {
+			c.idleReaders.Add(-1)
 			return
 		}
 		select {
-		case w := <-c.work:
-			c.idleWorkers.Add(-1)
-			rec, rb = w.rec, w.rb
+		case <-c.readTurn:
+			c.idleReaders.Add(-1)
 		case <-c.done:
-			c.idleWorkers.Add(-1)
+			c.idleReaders.Add(-1)
 			return
 		}
 	}
 }
+
+// readerDone ends the connection's reading, which only the reader does,
+// once: it waits for the handlers still running and reports the
+// connection finished.
+func (c *Conn) readerDone() {
+	c.handlers.Wait()
+	close(c.finished)
+	if c.onFinish != nil {
+		c.onFinish()
+	}
+}
+
+// maxIdleReaders bounds the goroutines a connection keeps waiting for
+// their turn to read (readLoop); more run while more calls are in flight
+// (up to MaxInFlight).
+const maxIdleReaders = 8
 
 // reply is an incoming reply record and, if it is pooled, its buffer.
 type reply struct {
@@ -523,7 +531,8 @@ func (c *Conn) invoke(call *Call, e *xdr.Encoder) (stat AcceptStat, clean bool) 
 // writeRecord patches the record mark at the start of e and writes e as one
 // record.
 func (c *Conn) writeRecord(e *xdr.Encoder) error {
-	bufs := e.Buffers()
+	var arr [4][]byte // most replies are one slice: no allocation for the list
+	bufs := e.AppendBuffers(arr[:0])
 	putRecordMark(bufs[0], e.Len()-4)
 	return c.write(bufs)
 }
@@ -541,7 +550,15 @@ func (c *Conn) write(bufs net.Buffers) error {
 	if c.cfg.WriteTimeout > 0 {
 		_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
 	}
-	if _, err := bufs.WriteTo(c.nc); err != nil {
+	// WriteTo consumes the slice it is called on, through a pointer that
+	// escapes: written from c's own fields, a record costs no allocation
+	// of a slice header. The references are cleared after, so that the
+	// connection keeps no record's buffers alive.
+	c.wbase = append(c.wbase[:0], bufs...)
+	c.wbufs = c.wbase
+	_, err := c.wbufs.WriteTo(c.nc)
+	clear(c.wbase)
+	if err != nil {
 		c.closeWith(fmt.Errorf("write: %w", err))
 		return c.Err()
 	}
@@ -562,8 +579,8 @@ func (c *Conn) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueAut
 	if args != nil {
 		args.EncodeXDR(e)
 	}
-	bufs := e.Buffers()
-	res, _, err := c.roundTrip(ctx, xid, prog, vers, proc, cred, bufs, e.Len())
+	var arr [4][]byte
+	res, _, err := c.roundTrip(ctx, xid, prog, vers, proc, cred, e.AppendBuffers(arr[:0]), e.Len())
 	return res, err // a pooled reply buffer is left to the garbage collector
 }
 
@@ -580,7 +597,8 @@ func (c *Conn) CallRelease(ctx context.Context, prog, vers, proc uint32, cred Op
 	if args != nil {
 		args.EncodeXDR(e)
 	}
-	res, rb, err := c.roundTrip(ctx, xid, prog, vers, proc, cred, e.Buffers(), e.Len())
+	var arr [4][]byte
+	res, rb, err := c.roundTrip(ctx, xid, prog, vers, proc, cred, e.AppendBuffers(arr[:0]), e.Len())
 	if err != nil {
 		return nil, nil, err
 	}

@@ -40,7 +40,8 @@ func (c *Conn) Send(prog, vers, proc uint32, cred OpaqueAuth, args xdr.Marshaler
 		args.EncodeXDR(e)
 	}
 	p := &Pending{c: c, xid: xid, prog: prog, vers: vers, proc: proc}
-	if err := c.send(p, cred, e.Buffers(), e.Len()); err != nil {
+	var arr [4][]byte // most calls are one slice: no allocation for the list
+	if err := c.send(p, cred, e.AppendBuffers(arr[:0]), e.Len()); err != nil {
 		return nil, err
 	}
 	return p, nil
