@@ -660,7 +660,8 @@ func (c *endpoint) execRelease(ctx context.Context, sess *session, reconnect boo
 	if err != nil {
 		return nil, nil, err
 	}
-	args := &nfs4.COMPOUND4args{Minorversion: c.minor.Load(), Argarray: make([]nfs4.NfsArgop4, 0, 1+len(ops))}
+	argarray, box := getArgarray(1 + len(ops))
+	args := &nfs4.COMPOUND4args{Minorversion: c.minor.Load(), Argarray: argarray}
 	args.Argarray = append(args.Argarray, nfs4.NfsArgop4{Argop: nfs4.OP_SEQUENCE, Opsequence: &nfs4.SEQUENCE4args{
 		SaSessionid: sess.id, SaSequenceid: seq, SaSlotid: uint32(slot), SaHighestSlotid: uint32(highest),
 		SaCachethis: needsCache(ops),
@@ -694,16 +695,18 @@ func (c *endpoint) execRelease(ctx context.Context, sess *session, reconnect boo
 		case r = <-ch:
 		case <-ctx.Done():
 			// The abandoned reply, if it comes, is left to the garbage
-			// collector.
+			// collector, and so are the arguments the goroutine sends.
 			return nil, nil, ctx.Err()
 		}
 	}
+	nargs := len(args.Argarray)
+	putArgarray(box) // encoded, and sent for the last time
 	if r.err != nil {
 		return nil, nil, r.err
 	}
 	res := r.res
-	if res.Status == nfs4.NFS4_OK && len(res.Resarray) != len(args.Argarray) {
-		return nil, nil, fmt.Errorf("nfs: server answered %d of %d operations", len(res.Resarray), len(args.Argarray))
+	if res.Status == nfs4.NFS4_OK && len(res.Resarray) != nargs {
+		return nil, nil, fmt.Errorf("nfs: server answered %d of %d operations", len(res.Resarray), nargs)
 	}
 	if len(res.Resarray) == 0 {
 		return nil, nil, statusErr(nfs4.OP_SEQUENCE, res.Status)
@@ -713,6 +716,38 @@ func (c *endpoint) execRelease(ctx context.Context, sess *session, reconnect boo
 		return out, nil, statusErr(res.Resarray[len(res.Resarray)-1].Resop, res.Status)
 	}
 	return out, r.release, nil
+}
+
+// argarrays recycles the operation lists of COMPOUNDs (execRelease), as
+// *[]nfs4.NfsArgop4 of capacity maxPooledOps: an operation is a union of
+// about 540 bytes, so the list of a three-operation COMPOUND was a third
+// of what the client allocated for a remove.
+var argarrays = sync.Pool{New: func() any {
+	a := make([]nfs4.NfsArgop4, 0, maxPooledOps)
+	return &a
+}}
+
+// maxPooledOps is the capacity of the lists argarrays keeps.
+const maxPooledOps = 8
+
+// getArgarray returns an empty list with room for n operations and the
+// pool's box it came in (nil if it is too long to be pooled), which
+// putArgarray takes back.
+func getArgarray(n int) ([]nfs4.NfsArgop4, *[]nfs4.NfsArgop4) {
+	if n > maxPooledOps {
+		return make([]nfs4.NfsArgop4, 0, n), nil
+	}
+	box := argarrays.Get().(*[]nfs4.NfsArgop4)
+	return (*box)[:0], box
+}
+
+// putArgarray gives the list of box back once nothing uses it any more.
+func putArgarray(box *[]nfs4.NfsArgop4) {
+	if box == nil {
+		return
+	}
+	clear((*box)[:maxPooledOps]) // keep no operation's arguments alive
+	argarrays.Put(box)
 }
 
 // releaseSlot releases the slot a COMPOUND used with what its reply r
