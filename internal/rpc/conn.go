@@ -137,13 +137,11 @@ type Conn struct {
 
 	sem      chan struct{} // MaxInFlight slots
 	handlers sync.WaitGroup
-	// rr reads the records; only the reader uses it (readLoop).
-	rr recordReader
-	// readTurn hands the reading to a goroutine that served a call and
-	// waits to read again (readLoop); unbuffered, so the turn goes only
-	// to a goroutine ready for it. idleReaders counts those waiting.
-	readTurn    chan struct{}
-	idleReaders atomic.Int32
+	// work hands a call to a handler goroutine that finished its last
+	// one and waits for another (worker); unbuffered, so a call goes only
+	// to a goroutine ready for it. idleWorkers counts those waiting.
+	work        chan callWork
+	idleWorkers atomic.Int32
 	done        chan struct{} // closed on close
 	finished    chan struct{} // closed when the reader and all handlers have returned
 	onFinish    func()
@@ -191,14 +189,13 @@ func newConn(nc net.Conn, h Handler, cfg ConnConfig) *Conn {
 		log:      cfg.Logger.With("remote", nc.RemoteAddr().String()),
 		pending:  make(map[uint32]chan reply),
 		sem:      make(chan struct{}, cfg.MaxInFlight),
-		readTurn: make(chan struct{}),
+		work:     make(chan callWork),
 		done:     make(chan struct{}),
 		finished: make(chan struct{}),
 	}
 	// The same parse the server would otherwise make per request (its
 	// exports allow clients by address).
 	c.raddr, _ = netip.ParseAddrPort(nc.RemoteAddr().String())
-	c.rr = recordReader{r: bufio.NewReaderSize(nc, 64<<10), max: cfg.MaxRecord}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.xid.Store(rand.Uint32())
 	c.touch()
@@ -332,25 +329,17 @@ func (c *Conn) closeWith(cause error) {
 	}
 }
 
-// readLoop is run by the goroutine that reads the connection (the
-// reader). Replies it delivers to their callers. A call it serves itself,
-// after handing the reading on to a goroutine that waits for it (an idle
-// one that served a call before, or a new one): the call's handler starts
-// without a hand-off to another goroutine, which on a server answering
-// one call at a time took a read that finds nothing, a park and a switch
-// between the call's arrival and its handler. Once the call is answered
-// the goroutine waits to read again, unless enough others wait already.
-//
-// A goroutine that lives on keeps the stack its calls grew: a fresh
-// goroutine per call starts at the smallest stack and copies it two or
-// three times as a COMPOUND descends into the metadata engine, which cost
-// about a tenth of the MDS's CPU per small-file operation
-// (server.BenchmarkSmallFileOps). A waiting goroutine's stack is shrunk
-// by the garbage collector like any goroutine's, so a connection's idle
-// goroutines cost little memory.
 func (c *Conn) readLoop() {
+	defer func() {
+		c.handlers.Wait()
+		close(c.finished)
+		if c.onFinish != nil {
+			c.onFinish()
+		}
+	}()
+	rr := recordReader{r: bufio.NewReaderSize(c.nc, 64<<10), max: c.cfg.MaxRecord}
 	for {
-		rec, rb, err := c.rr.next()
+		rec, rb, err := rr.next()
 		if err != nil {
 			switch {
 			case errors.Is(err, io.EOF):
@@ -361,7 +350,6 @@ func (c *Conn) readLoop() {
 				c.log.Debug("rpc: read failed", "err", err)
 				c.closeWith(fmt.Errorf("read: %w", err))
 			}
-			c.readerDone()
 			return
 		}
 		c.touch()
@@ -376,46 +364,53 @@ func (c *Conn) readLoop() {
 		case c.sem <- struct{}{}:
 		case <-c.done:
 			rb.release() // no handler will see it
-			c.readerDone()
 			return
 		}
 		c.busy.Add(1)
 		c.handlers.Add(1)
 		select {
-		case c.readTurn <- struct{}{}:
+		case c.work <- callWork{rec, rb}:
 		default:
-			go c.readLoop()
+			go c.worker(rec, rb)
 		}
+	}
+}
+
+// callWork is a call record and its pooled buffer, handed to a worker.
+type callWork struct {
+	rec []byte
+	rb  *recBuf
+}
+
+// maxIdleWorkers bounds the handler goroutines a connection keeps waiting
+// for calls; more run while more calls are in flight (up to MaxInFlight).
+const maxIdleWorkers = 8
+
+// worker serves rec, then the calls readLoop hands it while it waits,
+// until the connection closes or enough others wait. A handler goroutine
+// that lives on keeps the stack its calls grew: a fresh goroutine per
+// call starts at the smallest stack and copies it two or three times as
+// a COMPOUND descends into the metadata engine, which cost about a tenth
+// of the MDS's CPU per small-file operation (server.BenchmarkSmallFileOps).
+// An idle worker's stack is shrunk by the garbage collector like any
+// goroutine's, so a connection's idle workers cost little memory.
+func (c *Conn) worker(rec []byte, rb *recBuf) {
+	for {
 		c.serve(rec, rb)
-		if c.idleReaders.Add(1) > maxIdleReaders {
-			c.idleReaders.Add(-1)
+		if c.idleWorkers.Add(1) > maxIdleWorkers {
+			c.idleWorkers.Add(-1)
 			return
 		}
 		select {
-		case <-c.readTurn:
-			c.idleReaders.Add(-1)
+		case w := <-c.work:
+			c.idleWorkers.Add(-1)
+			rec, rb = w.rec, w.rb
 		case <-c.done:
-			c.idleReaders.Add(-1)
+			c.idleWorkers.Add(-1)
 			return
 		}
 	}
 }
-
-// readerDone ends the connection's reading, which only the reader does,
-// once: it waits for the handlers still running and reports the
-// connection finished.
-func (c *Conn) readerDone() {
-	c.handlers.Wait()
-	close(c.finished)
-	if c.onFinish != nil {
-		c.onFinish()
-	}
-}
-
-// maxIdleReaders bounds the goroutines a connection keeps waiting for
-// their turn to read (readLoop); more run while more calls are in flight
-// (up to MaxInFlight).
-const maxIdleReaders = 8
 
 // reply is an incoming reply record and, if it is pooled, its buffer.
 type reply struct {
