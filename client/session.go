@@ -516,8 +516,11 @@ func (c *endpoint) callRetryRelease(ctx context.Context, budget time.Duration, b
 		}
 		ops := build()
 		res, release, err := c.execRelease(ctx, sess, true, ops)
-		var se *StatusError
-		if err == nil || !errors.As(err, &se) {
+		if err == nil {
+			return res, release, nil
+		}
+		var se *StatusError // escapes to the heap: not on the success path
+		if !errors.As(err, &se) {
 			if errors.Is(err, errSessionGone) && recoveries < 5 {
 				recoveries++
 				// The session is being (or was) replaced: a recovery
@@ -657,7 +660,8 @@ func (c *endpoint) execRelease(ctx context.Context, sess *session, reconnect boo
 	if err != nil {
 		return nil, nil, err
 	}
-	args := &nfs4.COMPOUND4args{Minorversion: c.minor.Load(), Argarray: make([]nfs4.NfsArgop4, 0, 1+len(ops))}
+	argarray, box := getArgarray(1 + len(ops))
+	args := &nfs4.COMPOUND4args{Minorversion: c.minor.Load(), Argarray: argarray}
 	args.Argarray = append(args.Argarray, nfs4.NfsArgop4{Argop: nfs4.OP_SEQUENCE, Opsequence: &nfs4.SEQUENCE4args{
 		SaSessionid: sess.id, SaSequenceid: seq, SaSlotid: uint32(slot), SaHighestSlotid: uint32(highest),
 		SaCachethis: needsCache(ops),
@@ -672,55 +676,37 @@ func (c *endpoint) execRelease(ctx context.Context, sess *session, reconnect boo
 		defer c.holder.mutating(ops)
 	}
 
-	type result struct {
-		res     *nfs4.COMPOUND4res
-		release func()
-		err     error
-	}
-	run := func() result {
-		res, release, err := c.roundTrip(sess, reconnect, args)
-		advance, target := false, -1
-		if res != nil && len(res.Resarray) > 0 && res.Resarray[0].Resop == nfs4.OP_SEQUENCE {
-			if sr := res.Resarray[0].Opsequence; sr != nil && sr.SrStatus == nfs4.NFS4_OK && sr.SrResok4 != nil {
-				advance = true
-				target = int(sr.SrResok4.SrTargetHighestSlotid)
-				if c.holder != nil {
-					c.holder.stateRevoked(uint32(sr.SrResok4.SrStatusFlags))
-				}
-				if uint32(sr.SrResok4.SrStatusFlags)&(nfs4.SEQ4_STATUS_CB_PATH_DOWN|nfs4.SEQ4_STATUS_CB_PATH_DOWN_SESSION) != 0 {
-					c.rebindBack(sess)
-				}
-			} else if sr != nil && (sr.SrStatus == nfs4.NFS4ERR_RETRY_UNCACHED_REP || sr.SrStatus == nfs4.NFS4ERR_SEQ_FALSE_RETRY) {
-				// The server did execute a request under this sequence
-				// id. For SEQ_FALSE_RETRY it was an earlier one whose
-				// reply this client never saw (the slot was freed without
-				// moving on); this one was not run.
-				advance = true
-			}
-		}
-		sess.slots.release(slot, advance, target)
-		return result{res, release, err}
-	}
-	var r result
-	if ctx.Done() == nil {
-		r = run()
+	// The round trip runs on this goroutine as long as it only waits
+	// for the reply; if ctx ends first, or the connection must be made
+	// again, the rest of it goes to a goroutine of its own, so that an
+	// abandoned call still completes and frees its slot with a known
+	// sequence id.
+	r, rest := c.roundTrip(ctx.Done(), sess, reconnect, args)
+	if rest == nil {
+		c.releaseSlot(sess, slot, r)
 	} else {
-		ch := make(chan result, 1)
-		go func() { ch <- run() }()
+		ch := make(chan rtResult, 1)
+		go func() {
+			r := rest()
+			c.releaseSlot(sess, slot, r)
+			ch <- r
+		}()
 		select {
 		case r = <-ch:
 		case <-ctx.Done():
 			// The abandoned reply, if it comes, is left to the garbage
-			// collector.
+			// collector, and so are the arguments the goroutine sends.
 			return nil, nil, ctx.Err()
 		}
 	}
+	nargs := len(args.Argarray)
+	putArgarray(box) // encoded, and sent for the last time
 	if r.err != nil {
 		return nil, nil, r.err
 	}
 	res := r.res
-	if res.Status == nfs4.NFS4_OK && len(res.Resarray) != len(args.Argarray) {
-		return nil, nil, fmt.Errorf("nfs: server answered %d of %d operations", len(res.Resarray), len(args.Argarray))
+	if res.Status == nfs4.NFS4_OK && len(res.Resarray) != nargs {
+		return nil, nil, fmt.Errorf("nfs: server answered %d of %d operations", len(res.Resarray), nargs)
 	}
 	if len(res.Resarray) == 0 {
 		return nil, nil, statusErr(nfs4.OP_SEQUENCE, res.Status)
@@ -732,42 +718,160 @@ func (c *endpoint) execRelease(ctx context.Context, sess *session, reconnect boo
 	return out, r.release, nil
 }
 
+// argarrays recycles the operation lists of COMPOUNDs (execRelease), as
+// *[]nfs4.NfsArgop4 of capacity maxPooledOps: an operation is a union of
+// about 540 bytes, so the list of a three-operation COMPOUND was a third
+// of what the client allocated for a remove.
+var argarrays = sync.Pool{New: func() any {
+	a := make([]nfs4.NfsArgop4, 0, maxPooledOps)
+	return &a
+}}
+
+// maxPooledOps is the capacity of the lists argarrays keeps.
+const maxPooledOps = 8
+
+// getArgarray returns an empty list with room for n operations and the
+// pool's box it came in (nil if it is too long to be pooled), which
+// putArgarray takes back.
+func getArgarray(n int) ([]nfs4.NfsArgop4, *[]nfs4.NfsArgop4) {
+	if n > maxPooledOps {
+		return make([]nfs4.NfsArgop4, 0, n), nil
+	}
+	box := argarrays.Get().(*[]nfs4.NfsArgop4)
+	return (*box)[:0], box
+}
+
+// putArgarray gives the list of box back once nothing uses it any more.
+func putArgarray(box *[]nfs4.NfsArgop4) {
+	if box == nil {
+		return
+	}
+	clear((*box)[:maxPooledOps]) // keep no operation's arguments alive
+	argarrays.Put(box)
+}
+
+// releaseSlot releases the slot a COMPOUND used with what its reply r
+// says of it: whether the server processed the request, so the slot's
+// sequence id moves on, and the target highest slot.
+func (c *endpoint) releaseSlot(sess *session, slot int, r rtResult) {
+	res := r.res
+	advance, target := false, -1
+	if res != nil && len(res.Resarray) > 0 && res.Resarray[0].Resop == nfs4.OP_SEQUENCE {
+		if sr := res.Resarray[0].Opsequence; sr != nil && sr.SrStatus == nfs4.NFS4_OK && sr.SrResok4 != nil {
+			advance = true
+			target = int(sr.SrResok4.SrTargetHighestSlotid)
+			if c.holder != nil {
+				c.holder.stateRevoked(uint32(sr.SrResok4.SrStatusFlags))
+			}
+			if uint32(sr.SrResok4.SrStatusFlags)&(nfs4.SEQ4_STATUS_CB_PATH_DOWN|nfs4.SEQ4_STATUS_CB_PATH_DOWN_SESSION) != 0 {
+				c.rebindBack(sess)
+			}
+		} else if sr != nil && (sr.SrStatus == nfs4.NFS4ERR_RETRY_UNCACHED_REP || sr.SrStatus == nfs4.NFS4ERR_SEQ_FALSE_RETRY) {
+			// The server did execute a request under this sequence
+			// id. For SEQ_FALSE_RETRY it was an earlier one whose
+			// reply this client never saw (the slot was freed without
+			// moving on); this one was not run.
+			advance = true
+		}
+	}
+	sess.slots.release(slot, advance, target)
+}
+
+// rtResult is what a COMPOUND's round trip ends with: on success res and
+// release (never nil then), which lets the reply's buffer be reused once
+// nothing references res (decoded opaques, such as READ data, alias it).
+type rtResult struct {
+	res     *nfs4.COMPOUND4res
+	release func()
+	err     error
+}
+
 // roundTrip sends args and decodes the reply, reconnecting and replaying
 // while the connection keeps failing (bounded by the reconnect logic).
 //
-// On success release (never nil) lets the reply's buffer be reused once
-// nothing references res; decoded opaques, such as READ data, alias it.
-func (c *endpoint) roundTrip(sess *session, reconnect bool, args *nfs4.COMPOUND4args) (_ *nfs4.COMPOUND4res, release func(), _ error) {
-	for attempt := 0; ; attempt++ {
+// If stop closes while the reply is awaited, or a new connection must be
+// made while stop is not nil (which takes a while), roundTrip returns rest,
+// not nil, and the round trip is not over: rest runs the rest of it (not
+// watching stop) and must be called, on another goroutine if the caller
+// wants to return early.
+func (c *endpoint) roundTrip(stop <-chan struct{}, sess *session, reconnect bool, args *nfs4.COMPOUND4args) (r rtResult, rest func() rtResult) {
+	return c.roundTripAttempts(stop, sess, reconnect, args, 0)
+}
+
+// roundTripAttempts is roundTrip from attempt first on.
+func (c *endpoint) roundTripAttempts(stop <-chan struct{}, sess *session, reconnect bool, args *nfs4.COMPOUND4args, first int) (r rtResult, rest func() rtResult) {
+	for attempt := first; ; attempt++ {
 		conn, cur, err := c.current()
 		if err != nil {
-			return nil, nil, err
+			return rtResult{err: err}, nil
 		}
 		if cur != sess {
-			return nil, nil, errSessionGone
+			return rtResult{err: errSessionGone}, nil
 		}
 		c.waiting.Add(1)
-		raw, release, err := conn.CallRelease(c.ctx, nfs4.NFS4_PROGRAM, nfs4.NFS_V4, nfs4.NFSPROC4_COMPOUND, c.cred, args)
-		c.waiting.Add(-1)
+		p, err := conn.Send(nfs4.NFS4_PROGRAM, nfs4.NFS_V4, nfs4.NFSPROC4_COMPOUND, c.cred, args)
 		if err == nil {
-			c.lastReply.Store(time.Now().UnixNano())
-		}
-		if err != nil {
-			if !errors.Is(err, rpc.ErrConnClosed) || !reconnect || c.dsRole || c.ctx.Err() != nil || attempt >= 10 {
-				return nil, nil, err
+			var raw []byte
+			var release func()
+			raw, release, err = p.Wait(c.ctx, stop)
+			if errors.Is(err, rpc.ErrWaitStopped) {
+				return rtResult{}, func() rtResult {
+					raw, release, err := p.Wait(c.ctx, nil)
+					c.waiting.Add(-1)
+					if err == nil {
+						return c.decodeReply(raw, release)
+					}
+					return c.roundTripFrom(sess, reconnect, args, attempt, conn, err)
+				}
 			}
-			if rerr := c.reconnect(conn); rerr != nil {
-				return nil, nil, rerr
+			c.waiting.Add(-1)
+			if err == nil {
+				return c.decodeReply(raw, release), nil
 			}
-			continue
+		} else {
+			c.waiting.Add(-1)
 		}
-		res := new(nfs4.COMPOUND4res)
-		if err := xdr.Unmarshal(raw, res); err != nil {
-			release() // nothing decoded is used
-			return nil, nil, fmt.Errorf("nfs: decoding COMPOUND reply: %w", err)
+		if !c.mayReconnect(err, reconnect, attempt) {
+			return rtResult{err: err}, nil
 		}
-		return res, release, nil
+		if stop != nil {
+			return rtResult{}, func() rtResult { return c.roundTripFrom(sess, reconnect, args, attempt, conn, err) }
+		}
+		if rerr := c.reconnect(conn); rerr != nil {
+			return rtResult{err: rerr}, nil
+		}
 	}
+}
+
+// roundTripFrom goes on with a round trip whose attempt failed on conn
+// with err: it reconnects if it may and sends again, not watching any
+// stop channel.
+func (c *endpoint) roundTripFrom(sess *session, reconnect bool, args *nfs4.COMPOUND4args, attempt int, conn *rpc.Conn, err error) rtResult {
+	if !c.mayReconnect(err, reconnect, attempt) {
+		return rtResult{err: err}
+	}
+	if rerr := c.reconnect(conn); rerr != nil {
+		return rtResult{err: rerr}
+	}
+	r, _ := c.roundTripAttempts(nil, sess, reconnect, args, attempt+1) // no stop: no rest
+	return r
+}
+
+// mayReconnect reports whether a round trip whose attempt failed with err
+// makes a new connection and sends again.
+func (c *endpoint) mayReconnect(err error, reconnect bool, attempt int) bool {
+	return errors.Is(err, rpc.ErrConnClosed) && reconnect && !c.dsRole && c.ctx.Err() == nil && attempt < 10
+}
+
+// decodeReply decodes a COMPOUND reply that release frees.
+func (c *endpoint) decodeReply(raw []byte, release func()) rtResult {
+	c.lastReply.Store(time.Now().UnixNano())
+	res := new(nfs4.COMPOUND4res)
+	if err := xdr.Unmarshal(raw, res); err != nil {
+		release() // nothing decoded is used
+		return rtResult{err: fmt.Errorf("nfs: decoding COMPOUND reply: %w", err)}
+	}
+	return rtResult{res: res, release: release}
 }
 
 // recover replaces a session the server has lost (it restarted or expired

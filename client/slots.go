@@ -14,9 +14,13 @@ type slotTable struct {
 	mu    sync.Mutex
 	seq   []uint32 // next sequence id per slot
 	busy  []bool
-	limit int           // slots usable now: target_highest_slotid+1, at most len(seq)
-	wake  chan struct{} // closed and replaced whenever a slot frees up
-	dead  bool          // the session is gone; waiters give up
+	limit int // slots usable now: target_highest_slotid+1, at most len(seq)
+	// wake is closed and replaced when a slot frees up while waiters (a
+	// count) wait for one; with nobody waiting, a release costs no new
+	// channel.
+	wake    chan struct{}
+	waiters int
+	dead    bool // the session is gone; waiters give up
 }
 
 func newSlotTable(n int) *slotTable {
@@ -48,10 +52,16 @@ func (t *slotTable) acquire(ctx context.Context) (slot int, seq uint32, highest 
 			}
 		}
 		ch := t.wake
+		t.waiters++
 		t.mu.Unlock()
 		select {
 		case <-ch:
 		case <-ctx.Done():
+			t.mu.Lock()
+			if t.wake == ch {
+				t.waiters-- // still counted: no wake-up reset the count
+			}
+			t.mu.Unlock()
 			return 0, 0, 0, ctx.Err()
 		}
 	}
@@ -77,15 +87,23 @@ func (t *slotTable) release(slot int, advance bool, target int) {
 		}
 		t.limit = l
 	}
+	t.wakeWaiters()
+}
+
+// wakeWaiters wakes every acquire waiting for a slot. t.mu is held.
+func (t *slotTable) wakeWaiters() {
+	if t.waiters == 0 {
+		return
+	}
 	close(t.wake)
 	t.wake = make(chan struct{})
+	t.waiters = 0
 }
 
 // kill marks the table dead and wakes all waiters.
 func (t *slotTable) kill() {
 	t.mu.Lock()
 	t.dead = true
-	close(t.wake)
-	t.wake = make(chan struct{})
+	t.wakeWaiters()
 	t.mu.Unlock()
 }

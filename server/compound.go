@@ -107,7 +107,7 @@ func (s *Server) compoundRequest(ctx context.Context, call *rpc.Call, e *xdr.Enc
 	}
 	c := &compound{s: s, ctx: ctx, call: call, minor: minor, nops: n, log: s.log, delegSince: s.st.m.BreakSeq()}
 	defer c.releaseDelegHolds()
-	if ap, err := netip.ParseAddrPort(call.Conn.RemoteAddr().String()); err == nil {
+	if ap := call.Conn.RemoteAddrPort(); ap.IsValid() {
 		c.addr = ap.Addr()
 	}
 

@@ -37,6 +37,10 @@ type Local struct {
 	idle    *list.List      // of *fdEntry with refs == 0, most recent at front
 	created map[uint64]bool // data files whose directory entry is not yet synced
 	closed  bool
+	// removed counts, per folder (ino&0xff), the unlinks Remove made in
+	// it; synced is the count the last fsync of the folder covered
+	// (SyncRemoved), so that a folder with no unlink since needs none.
+	removed, synced [256]uint64
 
 	checksums bool
 	stripes   []stripe // block locks, when checksums is set
@@ -198,14 +202,20 @@ func (l *Local) Remove(ino uint64) error {
 	// being removed. The sidecar goes first: a crash in between leaves
 	// data without checksums, never checksums without their data.
 	var err error
+	unlinked := false
 	if l.checksums {
 		err = os.Remove(l.path(ino) + sidecarExt)
+		unlinked = err == nil
 		if errors.Is(err, fs.ErrNotExist) {
 			err = nil
 		}
 	}
 	if err == nil {
 		err = os.Remove(l.path(ino))
+		unlinked = unlinked || err == nil
+	}
+	if unlinked {
+		l.removed[ino&0xff]++
 	}
 	l.mu.Unlock()
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {

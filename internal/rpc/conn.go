@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -109,15 +110,19 @@ func (s ConnState) String() string {
 // same type is the server side of a client connection, the client side, and
 // both ends of the NFSv4.1 backchannel.
 type Conn struct {
-	nc  net.Conn
-	h   Handler
-	cfg ConnConfig
-	log *slog.Logger
+	nc    net.Conn
+	raddr netip.AddrPort // the peer's address, parsed once; zero if not IP
+	h     Handler
+	cfg   ConnConfig
+	log   *slog.Logger
 
 	ctx    context.Context // parent of handler contexts, cancelled on close
 	cancel context.CancelFunc
 
 	wmu sync.Mutex // serializes record writes
+	// wbase and wbufs, under wmu: the buffers of the record being
+	// written (write).
+	wbase, wbufs net.Buffers
 
 	mu      sync.Mutex
 	pending map[uint32]chan reply // outgoing calls awaiting a reply; nil once closed
@@ -188,6 +193,9 @@ func newConn(nc net.Conn, h Handler, cfg ConnConfig) *Conn {
 		done:     make(chan struct{}),
 		finished: make(chan struct{}),
 	}
+	// The same parse the server would otherwise make per request (its
+	// exports allow clients by address).
+	c.raddr, _ = netip.ParseAddrPort(nc.RemoteAddr().String())
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.xid.Store(rand.Uint32())
 	c.touch()
@@ -208,6 +216,11 @@ func (c *Conn) start() {
 
 // RemoteAddr returns the peer's address.
 func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+// RemoteAddrPort returns the peer's IP address and port, parsed from
+// RemoteAddr once per connection; the zero AddrPort if it is not an IP
+// address.
+func (c *Conn) RemoteAddrPort() netip.AddrPort { return c.raddr }
 
 // LocalAddr returns the local address.
 func (c *Conn) LocalAddr() net.Addr { return c.nc.LocalAddr() }
@@ -513,7 +526,8 @@ func (c *Conn) invoke(call *Call, e *xdr.Encoder) (stat AcceptStat, clean bool) 
 // writeRecord patches the record mark at the start of e and writes e as one
 // record.
 func (c *Conn) writeRecord(e *xdr.Encoder) error {
-	bufs := e.Buffers()
+	var arr [4][]byte // most replies are one slice: no allocation for the list
+	bufs := e.AppendBuffers(arr[:0])
 	putRecordMark(bufs[0], e.Len()-4)
 	return c.write(bufs)
 }
@@ -531,7 +545,15 @@ func (c *Conn) write(bufs net.Buffers) error {
 	if c.cfg.WriteTimeout > 0 {
 		_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
 	}
-	if _, err := bufs.WriteTo(c.nc); err != nil {
+	// WriteTo consumes the slice it is called on, through a pointer that
+	// escapes: written from c's own fields, a record costs no allocation
+	// of a slice header. The references are cleared after, so that the
+	// connection keeps no record's buffers alive.
+	c.wbase = append(c.wbase[:0], bufs...)
+	c.wbufs = c.wbase
+	_, err := c.wbufs.WriteTo(c.nc)
+	clear(c.wbase)
+	if err != nil {
 		c.closeWith(fmt.Errorf("write: %w", err))
 		return c.Err()
 	}
@@ -552,8 +574,8 @@ func (c *Conn) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueAut
 	if args != nil {
 		args.EncodeXDR(e)
 	}
-	bufs := e.Buffers()
-	res, _, err := c.roundTrip(ctx, xid, prog, vers, proc, cred, bufs, e.Len())
+	var arr [4][]byte
+	res, _, err := c.roundTrip(ctx, xid, prog, vers, proc, cred, e.AppendBuffers(arr[:0]), e.Len())
 	return res, err // a pooled reply buffer is left to the garbage collector
 }
 
@@ -570,20 +592,12 @@ func (c *Conn) CallRelease(ctx context.Context, prog, vers, proc uint32, cred Op
 	if args != nil {
 		args.EncodeXDR(e)
 	}
-	res, rb, err := c.roundTrip(ctx, xid, prog, vers, proc, cred, e.Buffers(), e.Len())
+	var arr [4][]byte
+	res, rb, err := c.roundTrip(ctx, xid, prog, vers, proc, cred, e.AppendBuffers(arr[:0]), e.Len())
 	if err != nil {
 		return nil, nil, err
 	}
-	if rb == nil {
-		return res, func() {}, nil
-	}
-	var released atomic.Bool
-	return res, func() {
-		// Twice in a pool would hand one buffer to two records.
-		if released.CompareAndSwap(false, true) {
-			rb.release()
-		}
-	}, nil
+	return res, releaser(rb), nil
 }
 
 // CallBuffers is Call with arguments already encoded as XDR in args, which
@@ -609,65 +623,58 @@ func (c *Conn) nextXID() uint32 { return c.xid.Add(1) }
 // nil, is the pooled buffer res lives in; the caller may release it once
 // nothing references res.
 func (c *Conn) roundTrip(ctx context.Context, xid, prog, vers, proc uint32, cred OpaqueAuth, bufs net.Buffers, n int) (res []byte, rb *recBuf, err error) {
-	wrap := func(err error) error { return fmt.Errorf("rpc: call %d/%d/%d xid %#x: %w", prog, vers, proc, xid, err) }
+	if err := ctx.Err(); err != nil {
+		return nil, nil, callErr(xid, prog, vers, proc, err)
+	}
+	p := &Pending{c: c, xid: xid, prog: prog, vers: vers, proc: proc}
+	if err := c.send(p, cred, bufs, n); err != nil {
+		return nil, nil, err
+	}
+	res, rb, err = p.wait(ctx, nil)
+	if err != nil && !p.done {
+		p.Abandon() // ctx ended first
+	}
+	return res, rb, err
+}
+
+// callErr wraps err with what identifies the call.
+func callErr(xid, prog, vers, proc uint32, err error) error {
+	return fmt.Errorf("rpc: call %d/%d/%d xid %#x: %w", prog, vers, proc, xid, err)
+}
+
+// send registers p's reply channel and writes the call. It counts p as
+// busy until p's final result is taken or p is abandoned.
+func (c *Conn) send(p *Pending, cred OpaqueAuth, bufs net.Buffers, n int) error {
 	if len(cred.Body) > maxAuthBody {
-		return nil, nil, wrap(fmt.Errorf("credential body of %d bytes exceeds %d", len(cred.Body), maxAuthBody))
+		return p.wrap(fmt.Errorf("credential body of %d bytes exceeds %d", len(cred.Body), maxAuthBody))
 	}
 	if n-4 > maxFragment {
-		return nil, nil, wrap(fmt.Errorf("call of %d bytes too large for one record", n))
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, nil, wrap(err)
+		return p.wrap(fmt.Errorf("call of %d bytes too large for one record", n))
 	}
 	putRecordMark(bufs[0], n-4)
 
-	ch := make(chan reply, 1)
+	p.ch = make(chan reply, 1)
 	c.mu.Lock()
 	if c.pending == nil {
 		err := c.err
 		c.mu.Unlock()
-		return nil, nil, wrap(err)
+		return p.wrap(err)
 	}
-	if _, dup := c.pending[xid]; dup {
+	if _, dup := c.pending[p.xid]; dup {
 		// 2^32 calls outstanding is impossible in practice, but a
 		// collision must never cross replies.
 		c.mu.Unlock()
-		return nil, nil, wrap(errors.New("xid in use"))
+		return p.wrap(errors.New("xid in use"))
 	}
-	c.pending[xid] = ch
+	c.pending[p.xid] = p.ch
 	c.mu.Unlock()
 	c.busy.Add(1)
-	defer c.busy.Add(-1)
-
 	if err := c.write(bufs); err != nil {
-		c.forget(xid)
-		return nil, nil, wrap(err)
+		c.forget(p.xid)
+		c.busy.Add(-1)
+		return p.wrap(err)
 	}
-	select {
-	case r, ok := <-ch:
-		if !ok {
-			return nil, nil, wrap(c.Err())
-		}
-		res, err := parseReply(r.rec)
-		if err != nil {
-			r.rb.release() // the errors below copy what they need
-			var ae *AcceptError
-			var re *RejectError
-			switch {
-			case errors.As(err, &ae):
-				ae.Prog, ae.Vers, ae.Proc = prog, vers, proc
-				return nil, nil, ae
-			case errors.As(err, &re):
-				re.Prog, re.Vers, re.Proc = prog, vers, proc
-				return nil, nil, re
-			}
-			return nil, nil, wrap(err)
-		}
-		return res, r.rb, nil
-	case <-ctx.Done():
-		c.forget(xid)
-		return nil, nil, wrap(ctx.Err())
-	}
+	return nil
 }
 
 func (c *Conn) forget(xid uint32) {

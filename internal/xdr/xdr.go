@@ -304,19 +304,25 @@ func (e *Encoder) Buffers() net.Buffers {
 	if len(e.ext) == 0 {
 		return net.Buffers{e.buf}
 	}
-	out := make(net.Buffers, 0, 2*len(e.ext)+1)
+	return e.AppendBuffers(make(net.Buffers, 0, 2*len(e.ext)+1))
+}
+
+// AppendBuffers appends the slices Buffers returns to dst and returns
+// the extended list; a caller with room in dst (a small array of its
+// own) gets them without an allocation.
+func (e *Encoder) AppendBuffers(dst net.Buffers) net.Buffers {
 	prev := 0
 	for _, x := range e.ext {
 		if x.at > prev {
-			out = append(out, e.buf[prev:x.at])
+			dst = append(dst, e.buf[prev:x.at])
 		}
-		out = append(out, x.b)
+		dst = append(dst, x.b)
 		prev = x.at
 	}
-	if prev < len(e.buf) {
-		out = append(out, e.buf[prev:])
+	if prev < len(e.buf) || len(e.ext) == 0 {
+		dst = append(dst, e.buf[prev:])
 	}
-	return out
+	return dst
 }
 
 // Bytes returns the encoded output as one slice, copying only when slices
