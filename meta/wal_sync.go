@@ -109,10 +109,14 @@ func (s *walKV) syncTo(target uint64) error {
 			s.syncMu.Unlock()
 			return s.waitRound(r)
 		}
+		if s.syncClosed {
+			// Close began while cur ran; stopSyncs ends r.
+			s.syncMu.Unlock()
+			return s.syncFailure()
+		}
 		r.leader = false // still next: the loop starts it
 	}
-	// Nothing runs, and syncClosed is unset (a failure or Close ends
-	// next, which a leader sees above): start next.
+	// Nothing runs, and syncClosed is unset: start next.
 	return s.runRound(s.nextRound())
 }
 
@@ -294,10 +298,11 @@ func (s *walKV) flush() {
 	}
 }
 
-// waitNoSync waits, with syncMu held, until no fdatasync runs, so that
-// the file syncs go to can change. Nothing can ask for another meanwhile:
-// the caller is the commit loop, which has just made every record
-// durable and writes none while it waits.
+// waitNoSync waits, with syncMu held, until no fdatasync runs: so that
+// the file syncs go to can change (the commit loop, which has just made
+// every record durable and writes none while it waits, so nobody asks
+// for another meanwhile), or for Close (syncClosed set: nobody starts
+// another).
 func (s *walKV) waitNoSync() {
 	for s.cur != nil {
 		s.syncCond.Wait()
