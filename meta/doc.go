@@ -76,10 +76,12 @@
 // deletes in key order) with one write(2), the writes are published to
 // the overlay, and the callers are answered. A caller that wants its
 // change durable (every call not made under Deferred) then waits for an
-// fdatasync covering its record; concurrent callers share them (the
-// first starts one, those who come meanwhile wait for it and then start
-// at most one more), and the commit loop writes the next round while the
-// log is being synced. A Deferred caller returns at once: its change is
+// fdatasync covering its record; concurrent callers share them in
+// rounds (wal_sync.go: the first starts one, those who come meanwhile
+// join the next, which starts when it ends; each caller is woken once,
+// when its round ends; a round yields to goroutines ready to run before
+// its fdatasync, so that those about to commit join it), and the commit
+// loop writes the next round while the log is being synced. A Deferred caller returns at once: its change is
 // visible to everyone, and safe from a crash of the process (the kernel
 // has it), but not from a crash of the machine until the log is synced.
 // Whoever acts outside the engine on a change (the NFS server answering a

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,7 +25,7 @@ import (
 // a bbolt read transaction while waiting for stateMu, because a bbolt
 // commit that grows the file waits for every read transaction to end, and
 // snapshot begins one under stateMu. Nothing holds syncMu during an
-// fdatasync (syncing marks one in progress).
+// fdatasync (cur marks one in progress; wal_sync.go).
 type walKV struct {
 	db        *bolt.DB
 	path      string
@@ -39,6 +40,10 @@ type walKV struct {
 	// hook, if set (tests), runs after each step of a checkpoint; an
 	// error stops the checkpoint there, as a crash would.
 	hook func(step string) error
+	// syncHook, if set (tests), runs before each fdatasync of the log
+	// (synced false) and after each that succeeded, before its callers
+	// are answered (synced true); w is the last record it covers.
+	syncHook func(f *walFile, w uint64, synced bool)
 
 	mu      sync.Mutex
 	idle    *sync.Cond // signalled when running turns false
@@ -82,13 +87,15 @@ type walKV struct {
 	appendBytes      atomic.Uint64 // for LogStats
 	syncHist         syncHist
 
+	// The group commit of fdatasyncs (wal_sync.go).
 	syncMu     sync.Mutex
-	syncCond   *sync.Cond // signalled when syncing turns false
-	syncing    bool       // an fdatasync runs, without syncMu held
-	syncFile   *walFile   // the file a sync makes durable
-	syncClosed bool       // Close or a failure: no more syncs
+	syncCond   *sync.Cond        // signalled when an fdatasync ends (cur turns nil)
+	cur, next  *syncRound        // the fdatasync running, and the one after it
+	syncFile   *walFile          // the file a sync makes durable
+	runnable   [1]metrics.Sample // the running round's (othersRunnable)
+	syncClosed bool              // Close or a failure: no more syncs
 	flushTimer *time.Timer
-	flushArmed bool
+	flushArmed atomic.Bool // set under syncMu; read without it by armFlush
 }
 
 var (
@@ -154,6 +161,7 @@ func openWALKV(path string, opts BoltOptions, hook func(string) error) (*walKV, 
 	s.prealloc = s.ckptBytes + min(s.ckptBytes, walPreallocSlack)
 	s.idle = sync.NewCond(&s.mu)
 	s.syncCond = sync.NewCond(&s.syncMu)
+	s.runnable[0].Name = "/sched/goroutines/runnable:goroutines"
 	if err := s.recover(); err != nil {
 		db.Close()
 		return nil, err
@@ -384,128 +392,6 @@ func (s *walKV) update(fn func(kvTxn) error) (uint64, error) {
 	return c.seq, err
 }
 
-// Sync returns once every record written so far, and so every change a
-// reader can see, is durable.
-func (s *walKV) Sync() error { return s.syncTo(s.written.Load()) }
-
-// syncTo returns once the record with sequence number target, and every
-// one before it, is durable. Concurrent callers share fdatasyncs: one
-// that finds a sync running waits for it and starts the next only if
-// that one did not cover its target, so a burst of commits costs about
-// two fdatasyncs however many callers it has.
-func (s *walKV) syncTo(target uint64) error {
-	if s.durable.Load() >= target {
-		return nil
-	}
-	s.syncMu.Lock()
-	for s.durable.Load() < target {
-		if s.syncClosed {
-			s.syncMu.Unlock()
-			return s.syncFailure()
-		}
-		if s.syncing {
-			s.syncCond.Wait()
-			continue
-		}
-		f, w := s.syncFile, s.written.Load()
-		s.syncing = true
-		s.syncMu.Unlock()
-		start := time.Now()
-		err := f.datasync()
-		if f.sync {
-			s.syncHist.observe(time.Since(start))
-		}
-		s.syncMu.Lock()
-		s.syncing = false
-		s.syncCond.Broadcast()
-		if err != nil {
-			s.syncClosed = true
-			s.syncMu.Unlock()
-			s.fail(err)
-			return s.syncFailure()
-		}
-		s.syncs.Add(1)
-		if w > s.durable.Load() {
-			s.durable.Store(w)
-		}
-	}
-	s.syncMu.Unlock()
-	return nil
-}
-
-// Await returns once every record written so far is durable, like Sync,
-// but without an fdatasync of its own: it waits for the next one, which
-// a synced caller or the commit interval's timer starts. For work that
-// may wait (freeing an orphan's data), so that it adds no fdatasyncs.
-func (s *walKV) Await() error {
-	target := s.written.Load()
-	if s.durable.Load() >= target {
-		return nil
-	}
-	s.syncMu.Lock()
-	defer s.syncMu.Unlock()
-	for s.durable.Load() < target {
-		if s.syncClosed {
-			return s.syncFailure()
-		}
-		if !s.flushArmed && !s.syncing {
-			s.flushArmed = true
-			s.flushTimer.Reset(s.interval)
-		}
-		s.syncCond.Wait()
-	}
-	return nil
-}
-
-// syncFailure is the error of a sync that cannot be done: the store
-// failed, or is closed.
-func (s *walKV) syncFailure() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.failed != nil {
-		return s.failed
-	}
-	return errKVClosed
-}
-
-// armFlush makes sure the records written so far become durable within
-// the commit interval, also when nobody asks for it.
-func (s *walKV) armFlush() {
-	s.syncMu.Lock()
-	if !s.flushArmed && !s.syncClosed {
-		s.flushArmed = true
-		s.flushTimer.Reset(s.interval)
-	}
-	s.syncMu.Unlock()
-}
-
-// flush is the commit interval's timer: it syncs what was written.
-func (s *walKV) flush() {
-	s.syncMu.Lock()
-	s.flushArmed = false
-	closed := s.syncClosed
-	s.syncMu.Unlock()
-	if closed {
-		return
-	}
-	if err := s.Sync(); err != nil && !errors.Is(err, errKVClosed) {
-		s.log.Error("meta: timed sync of the write-ahead log failed", "err", err)
-	}
-}
-
-// stopSyncs ends syncing for Close: it waits for a running fdatasync and
-// stops the timer.
-func (s *walKV) stopSyncs() {
-	s.syncMu.Lock()
-	s.syncClosed = true
-	for s.syncing {
-		s.syncCond.Wait()
-	}
-	s.flushTimer.Stop()
-	s.syncCond.Broadcast() // Await's waiters
-	s.syncMu.Unlock()
-}
-
 // commitLoop runs in the goroutine of the caller that found no round in
 // progress; it commits rounds until no calls are pending.
 func (s *walKV) commitLoop() {
@@ -692,9 +578,7 @@ func (s *walKV) maybeCheckpoint() {
 	}
 	s.wal = nw
 	s.syncMu.Lock()
-	for s.syncing {
-		s.syncCond.Wait()
-	}
+	s.waitNoSync()
 	s.syncFile = nw
 	s.syncMu.Unlock()
 	if err := s.step("created"); err != nil {
