@@ -1,6 +1,10 @@
 package fusemount
 
-import "runtime"
+import (
+	"runtime"
+
+	"github.com/shoalfs/shoal/internal/procs"
+)
 
 // go-fuse serves /dev/fuse with goroutines that each read a request with
 // a blocking read(2) and then handle it themselves; it keeps up to
@@ -18,28 +22,20 @@ import "runtime"
 // from 4 processes, 2 CPUs), sysmon alone was 17% of the mount's CPU,
 // with the P hand-offs and thread wakeups on top.
 //
-// raiseProcsForReaders gives the readers Ps of their own: GOMAXPROCS
-// goes up by maxReaders+1 after the server was made (so maxReaders stays
-// what it was). A reader blocked in read(2) then leaves an idle P behind,
-// sysmon leaves it alone (it does not retake a P from a system call while
-// others are idle, for up to 10 ms), the reader returns to its own P when
-// the request comes, and sysmon backs off (its share of the mount's CPU
-// fell to 0.4-2%). Go code still runs on at most as many threads as
-// there are runnable goroutines, but the idle Ps have a price: a
-// goroutine made runnable wakes a thread to look for work on them
-// (findRunnable's spinning rose from 6% to 16% of the mount's samples),
-// and the garbage collector's workers scale with GOMAXPROCS. Net, the
-// mount spent 3-15% less CPU per unlink and 10-17% less per create
-// (docs/benchmarks.md, "The mount's CPU per metadata operation"). It
-// returns the new GOMAXPROCS.
-//
-// Setting GOMAXPROCS turns off the runtime's own updates of it (from the
-// CPU limit of the process's cgroup, Go 1.25 on); the value it starts
-// from is the one the runtime chose.
+// raiseProcsForReaders gives the readers Ps of their own (internal/procs
+// says why that pays): GOMAXPROCS goes up by maxReaders+1 after the
+// server was made (so maxReaders stays what it was). A reader blocked in
+// read(2) then leaves an idle P behind, sysmon leaves it alone (it does
+// not retake a P from a system call while others are idle, for up to 10
+// ms), the reader returns to its own P when the request comes, and
+// sysmon backs off (its share of the mount's CPU fell to 0.4-2%). The
+// idle Ps have a price: a goroutine made runnable wakes a thread to look
+// for work on them (findRunnable's spinning rose from 6% to 16% of the
+// mount's samples), and the garbage collector's workers scale with
+// GOMAXPROCS. Net, the mount spent 3-15% less CPU per unlink and 10-17%
+// less per create (docs/benchmarks.md, "The mount's CPU per metadata
+// operation"). It returns the new GOMAXPROCS.
 func raiseProcsForReaders() int {
-	procs := runtime.GOMAXPROCS(0)
-	readers := min(max(procs, 2), 16) // fuse.NewServer's maxReaders
-	n := procs + readers + 1
-	runtime.GOMAXPROCS(n)
-	return n
+	readers := min(max(runtime.GOMAXPROCS(0), 2), 16) // fuse.NewServer's maxReaders
+	return procs.Reserve("fuse readers", readers+1)
 }

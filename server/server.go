@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
+	"github.com/shoalfs/shoal/internal/procs"
 	"github.com/shoalfs/shoal/internal/rpc"
 	"github.com/shoalfs/shoal/internal/serverhook"
 	"github.com/shoalfs/shoal/internal/xdr"
@@ -289,6 +290,15 @@ func openMeta(cfg Config) (meta.Engine, error) {
 	}
 	switch u := cfg.MetaURL; {
 	case u == "" || u == "bolt":
+		if !cfg.Async {
+			// Every change waits for the metadata log's fdatasync, which
+			// a goroutine runs blocked in the system call, one at a time
+			// (meta's rounds): it gets a P of its own, so that the rest
+			// of the server, and the goroutine coming back from the
+			// call, need not wait for sysmon to take its P away
+			// (internal/procs).
+			procs.Reserve("metadata log fdatasync", 1)
+		}
 		return meta.OpenBolt(filepath.Join(cfg.Dir, "meta.db"), meta.BoltOptions{GroupCommit: true, WAL: true, CommitInterval: cfg.CommitInterval})
 	case strings.HasPrefix(u, "etcd://"):
 		opts, err := meta.ParseEtcdURL(u)
