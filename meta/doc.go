@@ -82,8 +82,9 @@
 // when its round ends; a round yields to goroutines ready to run before
 // its fdatasync, so that those about to commit join it), and the commit
 // loop writes the next round while the log is being synced. A Deferred
-// caller returns at once: its change is visible to everyone, and safe from a crash of the process (the kernel
-// has it), but not from a crash of the machine until the log is synced.
+// caller returns at once: its change is visible to everyone, and safe
+// from a crash of the process (the kernel has it), but not from a crash
+// of the machine until the log is synced.
 // Whoever acts outside the engine on a change (the NFS server answering a
 // client) calls Sync first, which syncs up to the last record written,
 // so it covers everything a reader can have seen; Await does the same
