@@ -71,24 +71,15 @@ mnt=$work/mnt
 # MooseFS's directory: its base name names the network namespace, so it
 # is unique to this run (two runs at once would share one otherwise).
 mfsdir=$work/mfs-$$
-up_pid=
-mount_pid=
+# shellcheck source=lib/shoal-cluster.sh
+. "$repo/scripts/lib/shoal-cluster.sh"
 
-stop_pid() { # stop_pid PID: SIGTERM, up to 10 s, then SIGKILL
-	local pid=$1
-	[[ -n $pid ]] || return 0
-	kill "$pid" 2>/dev/null || return 0
-	for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
-	kill -9 "$pid" 2>/dev/null || true
-}
 cleanup() {
 	local rc=$?
 	set +e
-	if [[ $TARGET == shoal ]] && mountpoint -q "$mnt" 2>/dev/null; then
-		"$SHOAL" umount "$mnt" 2>/dev/null || fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null
+	if [[ $TARGET == shoal ]]; then
+		shoal_stop "$mnt"
 	fi
-	stop_pid "$mount_pid"
-	stop_pid "$up_pid"
 	[[ $TARGET == moosefs ]] && "$repo/scripts/moosefs.sh" stop "$mfsdir"
 	if [[ ${KEEP:-0} == 1 ]]; then echo "kept $work" >&2; else rm -rf "$work"; fi
 	exit $rc
@@ -109,41 +100,18 @@ moosefs)
 *) echo "TARGET must be shoal or moosefs" >&2; exit 2 ;;
 esac
 if [[ $TARGET == moosefs ]]; then :
-elif [[ -z ${SHOAL:-} ]]; then
-	SHOAL=$work/shoal
-	(cd "$repo" && go build -o "$SHOAL" ./cmd/shoal)
+else
+	shoal_build
 fi
 
 # 1. The cluster, with its metrics on a kernel-chosen port.
 if [[ $TARGET == shoal ]]; then
-# shellcheck disable=SC2086 # UP_ARGS is a list of flags
-"$SHOAL" up --dir "$work/cluster" --ds "$DS" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
-	--ready-file "$work/ready" --log-level warn ${UP_ARGS:-} >"$work/up.log" 2>&1 &
-up_pid=$!
-for _ in $(seq 1 300); do
-	[[ -s $work/ready ]] && break
-	kill -0 "$up_pid" 2>/dev/null || { cat "$work/up.log" >&2; echo "shoal up died" >&2; exit 1; }
-	sleep 0.1
-done
-[[ -s $work/ready ]] || { echo "shoal up not ready after 30s" >&2; exit 1; }
-addr=$(sed -n 's/.*"mds":"\([^"]*\)".*/\1/p' "$work/ready")
-[[ $addr == 127.0.0.1:* ]] || { echo "unexpected MDS address '$addr'" >&2; exit 1; }
-metrics=$(sed -n 's|^  status: \(http://[^ ]*/\)$|\1metrics|p' "$work/up.log")
-[[ -n $metrics ]] || { cat "$work/up.log" >&2; echo "no status URL in shoal up's output" >&2; exit 1; }
+shoal_up
 
 # 2. The mount, in the foreground of a background job so its PID is ours.
-mkdir -p "$mnt"
-# shellcheck disable=SC2086 # MOUNT_ARGS is a list of flags
-"$SHOAL" mount --access "$ACCESS" ${MOUNT_ARGS:-} "nfs://$addr/" "$mnt" >"$work/mount.log" 2>&1 &
-mount_pid=$!
+shoal_mount "$ACCESS" "$mnt"
 server_pid=$up_pid
 mount_cpu_pid=$mount_pid
-for _ in $(seq 1 300); do
-	mountpoint -q "$mnt" && break
-	kill -0 "$mount_pid" 2>/dev/null || { cat "$work/mount.log" >&2; echo "shoal mount died" >&2; exit 1; }
-	sleep 0.1
-done
-mountpoint -q "$mnt" || { echo "mount not up after 30s" >&2; exit 1; }
 echo "cluster: $addr, $DS data servers; mount: --access $ACCESS; load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 fi
 

@@ -28,24 +28,13 @@ ROUNDS=${ROUNDS:-3}
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d "${TMPDIR:-/tmp}/shoal-fuse-vs-lib.XXXXXX")
 mnt=$work/mnt
-up_pid=
-mount_pid=
+# shellcheck source=lib/shoal-cluster.sh
+. "$repo/scripts/lib/shoal-cluster.sh"
 
-stop_pid() { # stop_pid PID: SIGTERM, up to 10 s, then SIGKILL
-	local pid=$1
-	[[ -n $pid ]] || return 0
-	kill "$pid" 2>/dev/null || return 0
-	for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.1; done
-	kill -9 "$pid" 2>/dev/null || true
-}
 cleanup() {
 	local rc=$?
 	set +e
-	if mountpoint -q "$mnt" 2>/dev/null; then
-		"$SHOAL" umount "$mnt" 2>/dev/null || fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null
-	fi
-	stop_pid "$mount_pid"
-	stop_pid "$up_pid"
+	shoal_stop "$mnt"
 	rm -rf "$work"
 	exit $rc
 }
@@ -53,34 +42,12 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 command -v python3 >/dev/null || { echo "fuse-vs-lib.sh needs python3" >&2; exit 1; }
-if [[ -z ${SHOAL:-} ]]; then
-	SHOAL=$work/shoal
-	(cd "$repo" && go build -o "$SHOAL" ./cmd/shoal)
-fi
+shoal_build
 (cd "$repo" && go test -c -o "$work/client.test" ./client)
 
-# shellcheck disable=SC2086 # UP_ARGS is a list of flags
-"$SHOAL" up --dir "$work/cluster" --ds "$DS" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
-	--ready-file "$work/ready" --log-level warn ${UP_ARGS:-} >"$work/up.log" 2>&1 &
-up_pid=$!
-for _ in $(seq 1 300); do
-	[[ -s $work/ready ]] && break
-	kill -0 "$up_pid" 2>/dev/null || { cat "$work/up.log" >&2; echo "shoal up died" >&2; exit 1; }
-	sleep 0.1
-done
-[[ -s $work/ready ]] || { echo "shoal up not ready after 30s" >&2; exit 1; }
-addr=$(sed -n 's/.*"mds":"\([^"]*\)".*/\1/p' "$work/ready")
+shoal_up
 
-mkdir -p "$mnt"
-# shellcheck disable=SC2086 # MOUNT_ARGS is a list of flags
-"$SHOAL" mount --access cached ${MOUNT_ARGS:-} "nfs://$addr/" "$mnt" >"$work/mount.log" 2>&1 &
-mount_pid=$!
-for _ in $(seq 1 300); do
-	mountpoint -q "$mnt" && break
-	kill -0 "$mount_pid" 2>/dev/null || { cat "$work/mount.log" >&2; echo "shoal mount died" >&2; exit 1; }
-	sleep 0.1
-done
-mountpoint -q "$mnt" || { echo "mount not up after 30s" >&2; exit 1; }
+shoal_mount cached "$mnt"
 echo "cluster: $addr, $DS data servers; load average: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 
 cat >"$work/del.py" <<'EOF'
