@@ -5,20 +5,38 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 	"testing"
 
 	"golang.org/x/sys/unix"
 )
 
-// inodeNumber returns the inode number of the file at name.
-func inodeNumber(t *testing.T, name string) uint64 {
+// pinFile opens name and keeps it open until the test ends, so that its
+// inode stays allocated even once the name is removed: isFile can then
+// tell whether another name leads to that very file (comparing inode
+// numbers alone would not do, since ext4 hands a freed inode number to
+// the next file made, such as the log file replacing a dropped spare).
+func pinFile(t *testing.T, name string) os.FileInfo {
+	t.Helper()
+	f, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// isFile reports whether name leads to the pinned file.
+func isFile(t *testing.T, name string, pinned os.FileInfo) bool {
 	t.Helper()
 	st, err := os.Stat(name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return st.Sys().(*syscall.Stat_t).Ino
+	return os.SameFile(st, pinned)
 }
 
 func exists(name string) bool {
@@ -81,10 +99,10 @@ func TestWALSpareTakenAtCheckpoint(t *testing.T) {
 	if st, err := os.Stat(spare); err != nil || st.Size() != s.kv.prealloc {
 		t.Fatalf("ready spare: %v (size %d, want %d)", err, st.Size(), s.kv.prealloc)
 	}
-	ino, gen := inodeNumber(t, spare), s.kv.wal.gen
+	pinned, gen := pinFile(t, spare), s.kv.wal.gen
 	n1 += s.fill("b", func() bool { return s.kv.wal.gen != gen })
-	if got := inodeNumber(t, walFileName(s.path, s.kv.wal.gen)); got != ino {
-		t.Fatalf("log file %d is inode %d, the spare was %d: not taken", s.kv.wal.gen, got, ino)
+	if !isFile(t, walFileName(s.path, s.kv.wal.gen), pinned) {
+		t.Fatalf("log file %d is not the spare: not taken", s.kv.wal.gen)
 	}
 	if exists(spare) {
 		t.Fatal("the spare's name still exists after it was taken")
@@ -97,7 +115,7 @@ func TestWALSpareTakenAtCheckpoint(t *testing.T) {
 
 	s.fill("c", func() bool { return s.kv.spare != nil })
 	waitSpare()
-	ino = inodeNumber(t, spare)
+	pinned = pinFile(t, spare)
 	if err := s.kv.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -106,8 +124,8 @@ func TestWALSpareTakenAtCheckpoint(t *testing.T) {
 		t.Fatal("Close removed the ready spare")
 	}
 	s.open(nil)
-	if got := inodeNumber(t, walFileName(s.path, s.kv.wal.gen)); got != ino {
-		t.Fatalf("first log file after open is inode %d, the spare left by Close was %d", got, ino)
+	if !isFile(t, walFileName(s.path, s.kv.wal.gen), pinned) {
+		t.Fatal("the first log file after open is not the spare Close left")
 	}
 	if exists(spare) {
 		t.Fatal("the spare's name still exists after open took it")
@@ -144,15 +162,15 @@ func TestWALSpareLeftovers(t *testing.T) {
 			size := s.kv.prealloc
 			s.crash()
 			tc.leave(t, s, size)
-			var ino uint64
+			var pinned os.FileInfo
 			if exists(walSpareName(s.path)) {
-				ino = inodeNumber(t, walSpareName(s.path))
+				pinned = pinFile(t, walSpareName(s.path))
 			}
 			s.open(nil)
 			if exists(walSpareTmpName(s.path)) || exists(walSpareName(s.path)) {
 				t.Fatal("a spare left by the crash is still there after open")
 			}
-			if got := inodeNumber(t, walFileName(s.path, s.kv.wal.gen)) == ino; got != tc.taken {
+			if got := pinned != nil && isFile(t, walFileName(s.path, s.kv.wal.gen), pinned); got != tc.taken {
 				t.Fatalf("spare taken as the first log file: %v, want %v", got, tc.taken)
 			}
 			s.mustPut("after", "2")
