@@ -74,20 +74,8 @@ func (s *walKV) Sync() error { return s.syncTo(s.written.Load()) }
 // one before it, is durable; target must be written already. A burst of
 // commits from many callers costs about two fdatasyncs.
 func (s *walKV) syncTo(target uint64) error {
-	if s.durable.Load() >= target {
-		return nil
-	}
-	if !s.sync {
-		return s.syncNoop()
-	}
-	s.syncMu.Lock()
-	if s.durable.Load() >= target {
-		s.syncMu.Unlock()
-		return nil
-	}
-	if s.syncClosed {
-		s.syncMu.Unlock()
-		return s.syncFailure()
+	if locked, err := s.lockSyncs(target); !locked {
+		return err
 	}
 	for c := s.cur; c != nil; c = s.cur {
 		if c.w >= target {
@@ -118,6 +106,29 @@ func (s *walKV) syncTo(target uint64) error {
 	}
 	// Nothing runs, and syncClosed is unset: start next.
 	return s.runRound(s.nextRound())
+}
+
+// lockSyncs is how syncTo and Await begin: it returns with syncMu held
+// (locked) if record target still has to be waited for, and otherwise
+// with what the caller returns: nil when it is durable already (or the
+// store never syncs: syncNoop), or why no sync can be done.
+func (s *walKV) lockSyncs(target uint64) (locked bool, err error) {
+	if s.durable.Load() >= target {
+		return false, nil
+	}
+	if !s.sync {
+		return false, s.syncNoop()
+	}
+	s.syncMu.Lock()
+	if s.durable.Load() >= target {
+		s.syncMu.Unlock()
+		return false, nil
+	}
+	if s.syncClosed {
+		s.syncMu.Unlock()
+		return false, s.syncFailure()
+	}
+	return true, nil
 }
 
 // nextRound returns next, made if there is none. With syncMu held.
@@ -231,20 +242,8 @@ func (s *walKV) syncNoop() error {
 // may wait (freeing an orphan's data), so that it adds no fdatasyncs.
 func (s *walKV) Await() error {
 	target := s.written.Load()
-	if s.durable.Load() >= target {
-		return nil
-	}
-	if !s.sync {
-		return s.syncNoop()
-	}
-	s.syncMu.Lock()
-	if s.durable.Load() >= target {
-		s.syncMu.Unlock()
-		return nil
-	}
-	if s.syncClosed {
-		s.syncMu.Unlock()
-		return s.syncFailure()
+	if locked, err := s.lockSyncs(target); !locked {
+		return err
 	}
 	r := s.cur
 	if r == nil || r.w < target {
