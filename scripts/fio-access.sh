@@ -44,20 +44,15 @@ DOC=${DOC-$repo/docs/access-methods.md}
 cmdline="$0${*:+ $*}"
 envline="SIZE=$SIZE BSS=\"$BSS\" JOBS=\"$JOBS\" PSIZE=$PSIZE PBSS=\"$PBSS\" METHODS=\"$METHODS\" RUNS=$RUNS RUNTIME=$RUNTIME"
 work=$(mktemp -d "${TMPDIR:-/tmp}/shoal-fio-access.XXXXXX")
-up_pid=
 mnt=$work/mnt
+DS=2
+# shellcheck source=lib/shoal-cluster.sh
+. "$repo/scripts/lib/shoal-cluster.sh"
 
 cleanup() {
 	local rc=$?
 	set +e
-	if mountpoint -q "$mnt" 2>/dev/null; then
-		"$SHOAL" umount "$mnt" 2>/dev/null || fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null
-	fi
-	if [[ -n $up_pid ]]; then
-		kill "$up_pid" 2>/dev/null
-		for _ in $(seq 1 100); do kill -0 "$up_pid" 2>/dev/null || break; sleep 0.1; done
-		kill -9 "$up_pid" 2>/dev/null
-	fi
+	shoal_stop "$mnt"
 	if [[ ${KEEP:-0} == 1 ]]; then echo "kept $work"; else rm -rf "$work"; fi
 	exit $rc
 }
@@ -76,23 +71,10 @@ if ((${#need[@]})); then
 		{ $sudo apt-get update >/dev/null && $sudo apt-get install -y "${need[@]}" >/dev/null; }
 fi
 
-if [[ -z ${SHOAL:-} ]]; then
-	SHOAL=$work/shoal
-	(cd "$repo" && go build -o "$SHOAL" ./cmd/shoal)
-fi
+shoal_build
 
 # 2. One cluster with 2 data servers on a kernel-chosen loopback port.
-"$SHOAL" up --dir "$work/cluster" --ds 2 --listen 127.0.0.1:0 --ready-file "$work/ready" \
-	--log-level warn >"$work/up.log" 2>&1 &
-up_pid=$!
-for _ in $(seq 1 300); do
-	[[ -s $work/ready ]] && break
-	kill -0 "$up_pid" 2>/dev/null || { cat "$work/up.log" >&2; echo "shoal up died" >&2; exit 1; }
-	sleep 0.1
-done
-[[ -s $work/ready ]] || { echo "shoal up not ready after 30s" >&2; exit 1; }
-addr=$(sed -n 's/.*"mds":"\([^"]*\)".*/\1/p' "$work/ready")
-[[ $addr == 127.0.0.1:* ]] || { echo "unexpected MDS address '$addr'" >&2; exit 1; }
+shoal_up
 echo "cluster: $addr, 2 data servers"
 mkdir -p "$mnt"
 
