@@ -27,6 +27,9 @@ import (
 // res may splice caller-owned slices with OpaqueRef (READ data); the reply is
 // written with writev after ServeRPC returns, so such slices must stay
 // unchanged until then. Use Call.AfterReply to learn when they are free.
+// res itself is reused for other replies once this one is written: the
+// handler must not keep it, or anything its Bytes or Buffers returned,
+// beyond ServeRPC.
 //
 // Handlers run concurrently, one goroutine per call, and their replies may
 // leave in any order. ctx is cancelled when the connection closes.
@@ -119,10 +122,17 @@ type Conn struct {
 	ctx    context.Context // parent of handler contexts, cancelled on close
 	cancel context.CancelFunc
 
-	wmu sync.Mutex // serializes record writes
+	wmu sync.Mutex // serializes writes to nc (write.go)
 	// wbase and wbufs, under wmu: the buffers of the record being
-	// written (write).
+	// written (write). wspare, under wmu: the queue buffer not in use.
 	wbase, wbufs net.Buffers
+	wspare       []byte
+	// Under qmu: goroutines holding or waiting for wmu, whether small
+	// records may be queued for them to write, and the queue.
+	qmu       sync.Mutex
+	writers   int
+	accepting bool
+	wq        []byte
 
 	mu      sync.Mutex
 	pending map[uint32]chan reply // outgoing calls awaiting a reply; nil once closed
@@ -442,7 +452,8 @@ func (c *Conn) serve(rec []byte, rb *recBuf) {
 		<-c.sem
 		c.handlers.Done()
 	}()
-	e := xdr.NewEncoder(512)
+	e := getEncoder()
+	defer putEncoder(e) // after the reply is written and AfterReply ran
 	call, err := parseCall(rec)
 	if err != nil {
 		var ce *callError
@@ -532,35 +543,6 @@ func (c *Conn) writeRecord(e *xdr.Encoder) error {
 	return c.write(bufs)
 }
 
-// write sends bufs with a single writev. A failed or partial write leaves
-// the stream unusable, so it closes the connection.
-func (c *Conn) write(bufs net.Buffers) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	select {
-	case <-c.done:
-		return c.Err()
-	default:
-	}
-	if c.cfg.WriteTimeout > 0 {
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
-	}
-	// WriteTo consumes the slice it is called on, through a pointer that
-	// escapes: written from c's own fields, a record costs no allocation
-	// of a slice header. The references are cleared after, so that the
-	// connection keeps no record's buffers alive.
-	c.wbase = append(c.wbase[:0], bufs...)
-	c.wbufs = c.wbase
-	_, err := c.wbufs.WriteTo(c.nc)
-	clear(c.wbase)
-	if err != nil {
-		c.closeWith(fmt.Errorf("write: %w", err))
-		return c.Err()
-	}
-	c.touch()
-	return nil
-}
-
 // Call sends a call with an AUTH_NONE verifier and waits for the reply. On
 // SUCCESS it returns the results, which alias a buffer owned by this call
 // alone. Otherwise the error is an *AcceptError, a *RejectError, or wraps
@@ -568,7 +550,7 @@ func (c *Conn) write(bufs net.Buffers) error {
 // void argument; it may splice data with OpaqueRef, which is written without
 // copying.
 func (c *Conn) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueAuth, args xdr.Marshaler) ([]byte, error) {
-	e := xdr.NewEncoder(256)
+	e := getEncoder()
 	xid := c.nextXID()
 	encodeCallHeader(e, xid, prog, vers, proc, cred)
 	if args != nil {
@@ -576,6 +558,7 @@ func (c *Conn) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueAut
 	}
 	var arr [4][]byte
 	res, _, err := c.roundTrip(ctx, xid, prog, vers, proc, cred, e.AppendBuffers(arr[:0]), e.Len())
+	putEncoder(e)
 	return res, err // a pooled reply buffer is left to the garbage collector
 }
 
@@ -586,7 +569,7 @@ func (c *Conn) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueAut
 // documentation). Calling it is optional, further calls do nothing, and on
 // error there is nothing to release.
 func (c *Conn) CallRelease(ctx context.Context, prog, vers, proc uint32, cred OpaqueAuth, args xdr.Marshaler) (res []byte, release func(), err error) {
-	e := xdr.NewEncoder(256)
+	e := getEncoder()
 	xid := c.nextXID()
 	encodeCallHeader(e, xid, prog, vers, proc, cred)
 	if args != nil {
@@ -594,6 +577,7 @@ func (c *Conn) CallRelease(ctx context.Context, prog, vers, proc uint32, cred Op
 	}
 	var arr [4][]byte
 	res, rb, err := c.roundTrip(ctx, xid, prog, vers, proc, cred, e.AppendBuffers(arr[:0]), e.Len())
+	putEncoder(e)
 	if err != nil {
 		return nil, nil, err
 	}

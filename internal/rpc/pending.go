@@ -33,7 +33,7 @@ type Pending struct {
 // end the call with a Wait that returns something else than
 // ErrWaitStopped, or with Abandon.
 func (c *Conn) Send(prog, vers, proc uint32, cred OpaqueAuth, args xdr.Marshaler) (*Pending, error) {
-	e := xdr.NewEncoder(256)
+	e := getEncoder()
 	xid := c.nextXID()
 	encodeCallHeader(e, xid, prog, vers, proc, cred)
 	if args != nil {
@@ -41,7 +41,9 @@ func (c *Conn) Send(prog, vers, proc uint32, cred OpaqueAuth, args xdr.Marshaler
 	}
 	p := &Pending{c: c, xid: xid, prog: prog, vers: vers, proc: proc}
 	var arr [4][]byte // most calls are one slice: no allocation for the list
-	if err := c.send(p, cred, e.AppendBuffers(arr[:0]), e.Len()); err != nil {
+	err := c.send(p, cred, e.AppendBuffers(arr[:0]), e.Len())
+	putEncoder(e) // written, or copied into the write queue
+	if err != nil {
 		return nil, err
 	}
 	return p, nil
