@@ -637,7 +637,7 @@ func (c *Conn) send(p *Pending, cred OpaqueAuth, bufs net.Buffers, n int) error 
 	}
 	putRecordMark(bufs[0], n-4)
 
-	p.ch = make(chan reply, 1)
+	p.ch = getReplyChan()
 	c.mu.Lock()
 	if c.pending == nil {
 		err := c.err

@@ -3,6 +3,7 @@ package rpc
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 
 	"github.com/shoalfs/shoal/internal/xdr"
@@ -104,6 +105,8 @@ func (p *Pending) wait(ctx context.Context, stop <-chan struct{}) (res []byte, r
 	if !ok {
 		return nil, nil, p.wrap(p.c.Err())
 	}
+	putReplyChan(p.ch)
+	p.ch = nil
 	res, err = parseReply(r.rec)
 	if err != nil {
 		r.rb.release() // the errors below copy what they need
@@ -136,3 +139,14 @@ func releaser(rb *recBuf) func() {
 		}
 	}
 }
+
+// Reply channels are reused: a round trip otherwise allocates one. A
+// channel goes back only once its reply was received: deliver took its xid
+// out of the pending map before sending, so nothing sends on it again. A
+// channel closed by the connection's end, or left by an abandoned call
+// (whose reply may still arrive), is not reused.
+var replyChans = sync.Pool{New: func() any { return make(chan reply, 1) }}
+
+func getReplyChan() chan reply { return replyChans.Get().(chan reply) }
+
+func putReplyChan(ch chan reply) { replyChans.Put(ch) }
