@@ -127,12 +127,14 @@ type Conn struct {
 	// written (write). wspare, under wmu: the queue buffer not in use.
 	wbase, wbufs net.Buffers
 	wspare       []byte
+	wfinSpare    []served
 	// Under qmu: goroutines holding or waiting for wmu, whether small
 	// records may be queued for them to write, and the queue.
 	qmu       sync.Mutex
 	writers   int
 	accepting bool
 	wq        []byte
+	wfin      []served // the calls whose replies are in wq
 
 	mu      sync.Mutex
 	pending map[uint32]chan reply // outgoing calls awaiting a reply; nil once closed
@@ -446,35 +448,30 @@ func (c *Conn) deliver(rec []byte, rb *recBuf) {
 // holding rec; it goes back to its pool after the reply is written if
 // nothing can reference it any more (see Call.ReleaseArgsAfterReply).
 func (c *Conn) serve(rec []byte, rb *recBuf) {
-	defer func() {
-		c.touch()
-		c.busy.Add(-1)
-		<-c.sem
-		c.handlers.Done()
-	}()
 	e := getEncoder()
-	defer putEncoder(e) // after the reply is written and AfterReply ran
+	defer putEncoder(e) // the reply is written or copied by then
 	call, err := parseCall(rec)
 	if err != nil {
 		var ce *callError
 		if !errors.As(err, &ce) || ce.Fault == faultDrop {
 			c.log.Debug("rpc: dropping record", "err", err)
 			rb.release()
+			c.endCall()
 			return
 		}
 		c.log.Debug("rpc: rejecting call", "err", err)
 		encodeFault(e, ce) // copies nothing from rec but the xid
-		_ = c.writeRecord(e)
+		_, _ = c.writeRecord(e, nil)
 		rb.release() // no handler saw the record
+		c.endCall()
 		return
 	}
 	call.Conn = c
 	statAt := encodeAccepted(e, call.XID, Success)
 	stat, clean := c.invoke(call, e)
+	s := served{call: call, rb: rb, clean: clean}
 	if stat == Drop {
-		if c.afterReply(call) && clean && call.releaseArgs {
-			rb.release()
-		}
+		c.finishCall(s)
 		return
 	}
 	switch stat {
@@ -489,12 +486,39 @@ func (c *Conn) serve(rec []byte, rb *recBuf) {
 		e.Reset()
 		encodeAccepted(e, call.XID, SystemErr)
 	}
-	_ = c.writeRecord(e) // a failed write closes the connection
-	// The reply may splice slices of the record (OpaqueRef); it has been
-	// written (or abandoned) now, and writev does not keep them.
-	if c.afterReply(call) && clean && call.releaseArgs {
-		rb.release()
+	// A failed write closes the connection. A reply that went into the
+	// write queue is finished by the goroutine that writes it.
+	if queued, _ := c.writeRecord(e, &s); !queued {
+		c.finishCall(s)
 	}
+}
+
+// served is a call whose reply is written or queued, and what finishing
+// it needs.
+type served struct {
+	call  *Call
+	rb    *recBuf // the call's pooled record buffer, or nil
+	clean bool    // the handler did not panic
+}
+
+// finishCall ends a served call once its reply has been written or has
+// failed to be written: it runs the AfterReply callbacks, lets the record
+// buffer go if the handler declared it may, and ends the call's
+// accounting. The reply may splice slices of the record (OpaqueRef), and
+// writev does not keep them.
+func (c *Conn) finishCall(s served) {
+	if c.afterReply(s.call) && s.clean && s.call.releaseArgs {
+		s.rb.release()
+	}
+	c.endCall()
+}
+
+// endCall ends the accounting of a call that readLoop handed to serve.
+func (c *Conn) endCall() {
+	c.touch()
+	c.busy.Add(-1)
+	<-c.sem
+	c.handlers.Done()
 }
 
 // afterReply runs the call's AfterReply callbacks, which are handler code
@@ -536,11 +560,13 @@ func (c *Conn) invoke(call *Call, e *xdr.Encoder) (stat AcceptStat, clean bool) 
 
 // writeRecord patches the record mark at the start of e and writes e as one
 // record.
-func (c *Conn) writeRecord(e *xdr.Encoder) error {
+// If fin is not nil and the record went into the write queue, queued is
+// true and the goroutine that writes it finishes fin (finishCall).
+func (c *Conn) writeRecord(e *xdr.Encoder, fin *served) (queued bool, err error) {
 	var arr [4][]byte // most replies are one slice: no allocation for the list
 	bufs := e.AppendBuffers(arr[:0])
 	putRecordMark(bufs[0], e.Len()-4)
-	return c.write(bufs)
+	return c.write(bufs, fin)
 }
 
 // Call sends a call with an AUTH_NONE verifier and waits for the reply. On
@@ -653,7 +679,7 @@ func (c *Conn) send(p *Pending, cred OpaqueAuth, bufs net.Buffers, n int) error 
 	c.pending[p.xid] = p.ch
 	c.mu.Unlock()
 	c.busy.Add(1)
-	if err := c.write(bufs); err != nil {
+	if _, err := c.write(bufs, nil); err != nil {
 		c.forget(p.xid)
 		c.busy.Add(-1)
 		return p.wrap(err)

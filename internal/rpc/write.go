@@ -46,10 +46,15 @@ import (
 // own record, so a record queued earlier goes out before one its
 // goroutine writes later without queueing.
 //
-// A record that was queued, and that the writer then fails to write,
-// fails silently for its goroutine; the failure closes the connection,
-// which fails every pending call, so a caller learns of it from
-// Pending.Wait instead of from Send.
+// A reply that was queued is finished (its AfterReply callbacks run, its
+// call's accounting ends) by the goroutine that wrote it, once it is
+// written, so AfterReply still means that the reply is in the kernel's
+// hands, as Quiesce-style waits for outstanding replies rely on. A record
+// that was queued, and that the writer then fails to write, fails
+// silently for its goroutine; the failure closes the connection, which
+// fails every pending call, so a caller learns of it from Pending.Wait
+// instead of from Send, and a reply's call is finished as one whose reply
+// failed to be written.
 const (
 	// maxCoalesce is the largest record copied into the queue.
 	maxCoalesce = 16 << 10
@@ -69,8 +74,11 @@ const (
 
 // write writes bufs as one record: at once (writev), or queued behind the
 // goroutine that is writing. A failed or partial write leaves the stream
-// unusable, so it closes the connection.
-func (c *Conn) write(bufs net.Buffers) error {
+// unusable, so it closes the connection. If fin is not nil (a reply) and
+// the record is queued, queued is true and the goroutine that writes the
+// queue finishes fin once the record is written or dropped; otherwise the
+// caller finishes it.
+func (c *Conn) write(bufs net.Buffers, fin *served) (queued bool, err error) {
 	n := 0
 	for _, b := range bufs {
 		n += len(b)
@@ -84,8 +92,11 @@ func (c *Conn) write(bufs net.Buffers) error {
 			for _, b := range bufs {
 				c.wq = append(c.wq, b...)
 			}
+			if fin != nil {
+				c.wfin = append(c.wfin, *fin)
+			}
 			c.qmu.Unlock()
-			return nil
+			return true, nil
 		}
 		// Waiting for the writer: nobody queues in front of us meanwhile.
 		c.accepting = false
@@ -94,7 +105,6 @@ func (c *Conn) write(bufs net.Buffers) error {
 	c.qmu.Unlock()
 
 	c.wmu.Lock()
-	defer c.wmu.Unlock()
 	c.qmu.Lock()
 	c.accepting = true
 	c.qmu.Unlock()
@@ -104,7 +114,14 @@ func (c *Conn) write(bufs net.Buffers) error {
 		// they produce meanwhile join this write (see above).
 		runtime.Gosched()
 	}
-	return c.drain(bufs)
+	fins, err := c.drain(bufs)
+	c.wmu.Unlock()
+	// The queued replies' calls are finished outside the lock: their
+	// AfterReply callbacks may write on this connection themselves.
+	for _, f := range fins {
+		c.finishCall(f)
+	}
+	return false, err
 }
 
 // drain writes what was queued and then own (which may be nil) in one
@@ -112,25 +129,32 @@ func (c *Conn) write(bufs net.Buffers) error {
 // writer. c.wmu is held. The queue goes first: records queued before this
 // goroutine had the connection may be ones that their goroutine wrote
 // before one it now waits to write itself. If a write fails, the rest of
-// the queue is dropped (the connection is closed by then).
-func (c *Conn) drain(own net.Buffers) error {
-	var err error
+// the queue is dropped (the connection is closed by then). It returns the
+// calls whose replies were written or dropped, for the caller to finish
+// once it has let go of c.wmu (nil, and nothing allocated, if no reply
+// was queued).
+func (c *Conn) drain(own net.Buffers) (fins []served, err error) {
 	for round := 0; ; round++ {
 		c.qmu.Lock()
 		if err != nil || len(c.wq) == 0 && own == nil {
-			c.wq = c.wq[:0]
+			fins = append(fins, c.wfin...) // none unless dropped
+			clear(c.wfin)
+			c.wq, c.wfin = c.wq[:0], c.wfin[:0]
 			c.writers--
 			c.qmu.Unlock()
-			return err
+			return fins, err
 		}
 		if round >= maxDrainRounds {
 			c.accepting = false
 		}
-		q := c.wq
-		c.wq = c.wspare[:0]
+		q, qfin := c.wq, c.wfin
+		c.wq, c.wfin = c.wspare[:0], c.wfinSpare[:0]
 		c.qmu.Unlock()
 		err = c.writev(q, own)
 		own = nil
+		fins = append(fins, qfin...)
+		clear(qfin)
+		c.wfinSpare = qfin[:0]
 		if cap(q) <= keepQueue {
 			c.wspare = q[:0]
 		} else {

@@ -93,8 +93,12 @@ func holdWriter(c *Conn) {
 
 // releaseWriter ends holdWriter as write does: it writes the queue.
 func releaseWriter(c *Conn) error {
-	defer c.wmu.Unlock()
-	return c.drain(nil)
+	fins, err := c.drain(nil)
+	c.wmu.Unlock()
+	for _, f := range fins {
+		c.finishCall(f)
+	}
+	return err
 }
 
 // TestWriteQueue checks that small records written while another goroutine
@@ -127,7 +131,7 @@ func TestWriteQueue(t *testing.T) {
 			for i, n := range sizes {
 				// Queued records return at once, though the writer is
 				// held: this would hang if they waited.
-				if err := c.write([][]byte{testRecord(1, uint32(i), n)}); err != nil {
+				if err := writeNoFin(c, [][]byte{testRecord(1, uint32(i), n)}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -136,7 +140,7 @@ func TestWriteQueue(t *testing.T) {
 			}
 			extra := make(chan error, 1)
 			if tc.name == "queue full" {
-				go func() { extra <- c.write([][]byte{testRecord(1, uint32(len(sizes)), 64)}) }()
+				go func() { extra <- writeNoFin(c, [][]byte{testRecord(1, uint32(len(sizes)), 64)}) }()
 				waitFor(t, "the extra record's goroutine to wait for the writer", func() bool {
 					c.qmu.Lock()
 					defer c.qmu.Unlock()
@@ -183,18 +187,18 @@ func TestWriteQueue(t *testing.T) {
 func TestWriteLargeNotQueued(t *testing.T) {
 	c, _, rr := writePair(t)
 	holdWriter(c)
-	if err := c.write([][]byte{testRecord(1, 0, 100)}); err != nil {
+	if err := writeNoFin(c, [][]byte{testRecord(1, 0, 100)}); err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- c.write([][]byte{testRecord(2, 0, maxCoalesce+1)}) }()
+	go func() { done <- writeNoFin(c, [][]byte{testRecord(2, 0, maxCoalesce+1)}) }()
 	waitFor(t, "the large record's goroutine to wait for the writer", func() bool {
 		c.qmu.Lock()
 		defer c.qmu.Unlock()
 		return c.writers == 2 && !c.accepting
 	})
 	small := make(chan error, 1)
-	go func() { small <- c.write([][]byte{testRecord(3, 0, 100)}) }()
+	go func() { small <- writeNoFin(c, [][]byte{testRecord(3, 0, 100)}) }()
 	waitFor(t, "the small record's goroutine to wait for the writer", func() bool {
 		c.qmu.Lock()
 		defer c.qmu.Unlock()
@@ -236,7 +240,7 @@ func TestWriteLargeNotQueued(t *testing.T) {
 func TestWriteQueueFailure(t *testing.T) {
 	c, cc, _ := writePair(t)
 	holdWriter(c)
-	if err := c.write([][]byte{testRecord(1, 0, 100)}); err != nil {
+	if err := writeNoFin(c, [][]byte{testRecord(1, 0, 100)}); err != nil {
 		t.Fatal(err)
 	}
 	cc.Conn.Close() // the queue's write fails
@@ -244,7 +248,7 @@ func TestWriteQueueFailure(t *testing.T) {
 	if !errors.Is(err, ErrConnClosed) {
 		t.Fatalf("releasing the writer: %v, want ErrConnClosed", err)
 	}
-	if err := c.write([][]byte{testRecord(1, 1, 100)}); !errors.Is(err, ErrConnClosed) {
+	if err := writeNoFin(c, [][]byte{testRecord(1, 1, 100)}); !errors.Is(err, ErrConnClosed) {
 		t.Fatalf("write after the failure: %v, want ErrConnClosed", err)
 	}
 	c.qmu.Lock()
@@ -270,7 +274,7 @@ func TestWriteConcurrent(t *testing.T) {
 		wg.Go(func() {
 			for i := range each {
 				n := sizes[(w+i)%len(sizes)]
-				if err := c.write([][]byte{testRecord(uint32(w), uint32(i), n)}); err != nil {
+				if err := writeNoFin(c, [][]byte{testRecord(uint32(w), uint32(i), n)}); err != nil {
 					errs <- err
 					return
 				}
@@ -298,4 +302,77 @@ func TestWriteConcurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d records in %d writes", writers*each, cc.writes.Load())
+}
+
+// writeNoFin writes a record that is not a reply.
+func writeNoFin(c *Conn, bufs net.Buffers) error {
+	_, err := c.write(bufs, nil)
+	return err
+}
+
+// TestWriteQueuedReplyFinish checks that a reply that goes into the write
+// queue has its AfterReply callbacks run, and its call's accounting ended,
+// only once the writer has written it: AfterReply means the reply is
+// written, queued or not.
+func TestWriteQueuedReplyFinish(t *testing.T) {
+	c, _, rr := writePair(t)
+	// What readLoop does before it hands a call to serve.
+	c.sem <- struct{}{}
+	c.busy.Add(1)
+	c.handlers.Add(1)
+	var ran atomic.Bool
+	call := &Call{XID: 7}
+	call.AfterReply(func() { ran.Store(true) })
+	holdWriter(c)
+	queued, err := c.write([][]byte{testRecord(1, 0, 100)}, &served{call: call})
+	if err != nil || !queued {
+		t.Fatalf("write: queued %v, err %v; want a queued reply", queued, err)
+	}
+	if ran.Load() {
+		t.Fatal("AfterReply ran before the queued reply was written")
+	}
+	if got := c.busy.Load(); got != 1 {
+		t.Fatalf("busy %d before the queued reply was written, want 1", got)
+	}
+	if err := releaseWriter(c); err != nil {
+		t.Fatal(err)
+	}
+	if !ran.Load() {
+		t.Fatal("AfterReply did not run after the queued reply was written")
+	}
+	if got := c.busy.Load(); got != 0 {
+		t.Fatalf("busy %d after the reply was written, want 0", got)
+	}
+	c.handlers.Wait() // the call's accounting ended: this returns
+	rec, _, err := rr.next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := checkRecord(rec); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestWriteDroppedReplyFinish checks that a queued reply that is never
+// written, because the write before it failed, is still finished.
+func TestWriteDroppedReplyFinish(t *testing.T) {
+	c, cc, _ := writePair(t)
+	c.sem <- struct{}{}
+	c.busy.Add(1)
+	c.handlers.Add(1)
+	var ran atomic.Bool
+	call := &Call{XID: 8}
+	call.AfterReply(func() { ran.Store(true) })
+	holdWriter(c)
+	if queued, err := c.write([][]byte{testRecord(1, 0, 100)}, &served{call: call}); err != nil || !queued {
+		t.Fatalf("write: queued %v, err %v; want a queued reply", queued, err)
+	}
+	cc.Conn.Close()
+	if err := releaseWriter(c); !errors.Is(err, ErrConnClosed) {
+		t.Fatalf("releasing the writer: %v, want ErrConnClosed", err)
+	}
+	if !ran.Load() {
+		t.Fatal("AfterReply did not run for the dropped reply")
+	}
+	c.handlers.Wait()
 }
