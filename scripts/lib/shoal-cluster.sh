@@ -9,7 +9,8 @@
 #   shoal_up                 `shoal up --ds $DS` on 127.0.0.1 with UP_ARGS;
 #                            sets up_pid, addr (the MDS) and metrics (URL)
 #   shoal_mount ACCESS MNT   `shoal mount --access ACCESS` of the cluster
-#                            at MNT with MOUNT_ARGS; sets mount_pid
+#                            at MNT with MOUNT_ARGS, and MOUNT_ENV (NAME=VALUE
+#                            words) in its environment only; sets mount_pid
 #   shoal_stop MNT           unmounts MNT, stops the mount and the cluster
 #   stop_pid PID             SIGTERM, up to 10 s, then SIGKILL
 
@@ -53,7 +54,8 @@ shoal_mount() {
 	mkdir -p "$mnt"
 	# The mount in the foreground of a background job, so its PID is ours.
 	# shellcheck disable=SC2086 # MOUNT_ARGS is a list of flags
-	"$SHOAL" mount --access "$access" ${MOUNT_ARGS:-} "nfs://$addr/" "$mnt" >"$work/mount.log" 2>&1 &
+	# shellcheck disable=SC2086 # MOUNT_ENV is a list of NAME=VALUE words
+	env ${MOUNT_ENV:-} "$SHOAL" mount --access "$access" ${MOUNT_ARGS:-} "nfs://$addr/" "$mnt" >"$work/mount.log" 2>&1 &
 	mount_pid=$!
 	for _ in $(seq 1 300); do
 		mountpoint -q "$mnt" && break
