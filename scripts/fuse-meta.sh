@@ -31,7 +31,22 @@
 # median rate; ops per file are the same in every run), TIMEOUT (seconds
 # for the whole workload, default 300), OUT, KEEP=1 (keep the work dir),
 # UP_ARGS (more `shoal up` flags, split on spaces), MOUNT_ARGS (more
-# `shoal mount` flags), DROP_CACHES (see below).
+# `shoal mount` flags), MOUNT_ENV (NAME=VALUE words for the mount's
+# environment only, e.g. MOUNT_ENV=GOGC=100), DROP_CACHES and DIAG (see
+# below).
+#
+# DIAG=1 adds, per run and phase, counters to read when rates alone
+# mislead (a loaded machine; or the quiet 2-CPU VM, whose per-operation
+# CPU moves by 15-20% for minutes at a time: docs/benchmarks.md, "Async
+# deletes through the mount: two speeds"), per thousand files over the
+# phase itself: CPU-ms, run-queue wait, context switches, migrations and
+# page faults of the server, the mount and the workers; the CPU the rest
+# of the machine used meanwhile ("other_ms"); each CPU's busy time; the
+# Go collections and their CPU when run with GODEBUG=gctrace=1; whether
+# the MDS's metadata log changed files; and a CPU-speed probe taken after
+# the phase (ns of thread CPU per round of a fixed loop). They go to
+# stderr as "diag" lines and into the JSON. scripts/fuse-meta-ab.sh runs
+# two configurations in alternating sittings with DIAG=1.
 #
 # DROP_CACHES=1 (the default, as root) drops the kernel's dentries and
 # inodes (echo 2 >/proc/sys/vm/drop_caches) between the create and the
