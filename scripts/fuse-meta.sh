@@ -89,9 +89,11 @@ mfsdir=$work/mfs-$$
 # shellcheck source=lib/shoal-cluster.sh
 . "$repo/scripts/lib/shoal-cluster.sh"
 
+perf_pid=
 cleanup() {
 	local rc=$?
 	set +e
+	[[ -n $perf_pid ]] && kill -INT "$perf_pid" 2>/dev/null && wait "$perf_pid"
 	if [[ $TARGET == shoal ]]; then
 		shoal_stop "$mnt"
 	fi
@@ -437,6 +439,47 @@ if [[ $drop == 1 && ! -w /proc/sys/vm/drop_caches ]]; then
 	echo "not root: the kernel's caches are not dropped before the stat phase" >&2
 	drop=0
 fi
+# With DIAG=1, as root, the FUSE requests the kernel sends are counted
+# too, by opcode, from the fuse:fuse_request_send tracepoint (perf, the
+# whole machine, this mount's connection picked out afterwards; FORGETs
+# do not pass through it).
+if [[ ${DIAG:-0} == 1 && $EUID == 0 && -d /sys/kernel/tracing/events/fuse/fuse_request_send ]] &&
+	command -v perf >/dev/null; then
+	perf record -q -e fuse:fuse_request_send -a -k CLOCK_MONOTONIC -o "$work/fuse.data" >/dev/null 2>&1 &
+	perf_pid=$!
+	sleep 1
+fi
 timeout "$TIMEOUT" python3 "$work/meta.py" "$mnt" "$metrics" "$PROCS" "$FILES" "$SIZE" "$RUNS" \
 	"$server_pid" "$mount_cpu_pid" "$drop" "${diag_logs[@]}" "${DIAG:-0}" | tee "$work/out.txt"
-if [[ -n $OUT ]]; then tail -n 1 "$work/out.txt" >"$OUT"; fi
+tail -n 1 "$work/out.txt" >"$work/out.json"
+if [[ -n $perf_pid ]]; then
+	kill -INT "$perf_pid"
+	wait "$perf_pid" || true
+	perf_pid=
+	cat >"$work/fusereq.py" <<'EOF'
+import collections, json, re, statistics, sys
+
+out = json.load(open(sys.argv[1]))
+events = []
+for line in sys.stdin:
+    m = re.match(r"\s*([0-9.]+):.*connection (\d+) .*\((\w+)\)", line)
+    if m:
+        events.append((float(m.group(1)), int(m.group(2)), m.group(3).removeprefix("FUSE_")))
+n = out["procs"] * out["files"]
+per_phase = collections.defaultdict(list)
+for d in out.get("diag", []):
+    t0, t1 = d["t"]
+    # the phase and the second after it, where the RELEASEs arrive
+    c = collections.Counter(op for t, conn, op in events if conn == d["dev"] and t0 <= t < t1 + 1)
+    d["fuse_requests"] = {op: round(v / n, 3) for op, v in sorted(c.items())}
+    per_phase[d["phase"]].append(d["fuse_requests"])
+out["fuse_requests"] = {}
+for phase, runs in per_phase.items():
+    ops = sorted({op for r in runs for op in r})
+    out["fuse_requests"][phase] = {op: round(statistics.median(r.get(op, 0) for r in runs), 3) for op in ops}
+    print(f"  {phase} FUSE requests per file: " + " ".join(f"{op}={v}" for op, v in out["fuse_requests"][phase].items()))
+json.dump(out, open(sys.argv[1], "w"))
+EOF
+	perf script -i "$work/fuse.data" -F time,trace 2>/dev/null | python3 "$work/fusereq.py" "$work/out.json"
+fi
+if [[ -n $OUT ]]; then cp "$work/out.json" "$OUT"; fi
