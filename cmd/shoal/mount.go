@@ -112,6 +112,7 @@ connection is lost, recovering its open files and locks there.`,
 			if !foreground && os.Getenv(readyEnv) == "" {
 				return daemonize(cmd)
 			}
+			mountGC() // this process serves one mount (mountgc.go)
 			cfg := fusemount.Config{
 				Addr:        u.addr,
 				Root:        u.path,

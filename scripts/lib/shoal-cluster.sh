@@ -6,10 +6,12 @@
 # caller's cleanup stops exactly those, by PID.
 #
 #   shoal_build              SHOAL, built from $repo into $work if unset
-#   shoal_up                 `shoal up --ds $DS` on 127.0.0.1 with UP_ARGS;
-#                            sets up_pid, addr (the MDS) and metrics (URL)
+#   shoal_up                 `shoal up --ds $DS` on 127.0.0.1 with UP_ARGS,
+#                            and UP_ENV (NAME=VALUE words) in its environment
+#                            only; sets up_pid, addr (the MDS) and metrics (URL)
 #   shoal_mount ACCESS MNT   `shoal mount --access ACCESS` of the cluster
-#                            at MNT with MOUNT_ARGS; sets mount_pid
+#                            at MNT with MOUNT_ARGS, and MOUNT_ENV (NAME=VALUE
+#                            words) in its environment only; sets mount_pid
 #   shoal_stop MNT           unmounts MNT, stops the mount and the cluster
 #   stop_pid PID             SIGTERM, up to 10 s, then SIGKILL
 
@@ -33,7 +35,8 @@ shoal_build() {
 
 shoal_up() {
 	# shellcheck disable=SC2086 # UP_ARGS is a list of flags
-	"$SHOAL" up --dir "$work/cluster" --ds "$DS" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
+	# shellcheck disable=SC2086 # UP_ENV is a list of NAME=VALUE words
+	env ${UP_ENV:-} "$SHOAL" up --dir "$work/cluster" --ds "$DS" --listen 127.0.0.1:0 --http 127.0.0.1:0 \
 		--ready-file "$work/ready" --log-level warn ${UP_ARGS:-} >"$work/up.log" 2>&1 &
 	up_pid=$!
 	for _ in $(seq 1 300); do
@@ -53,7 +56,8 @@ shoal_mount() {
 	mkdir -p "$mnt"
 	# The mount in the foreground of a background job, so its PID is ours.
 	# shellcheck disable=SC2086 # MOUNT_ARGS is a list of flags
-	"$SHOAL" mount --access "$access" ${MOUNT_ARGS:-} "nfs://$addr/" "$mnt" >"$work/mount.log" 2>&1 &
+	# shellcheck disable=SC2086 # MOUNT_ENV is a list of NAME=VALUE words
+	env ${MOUNT_ENV:-} "$SHOAL" mount --access "$access" ${MOUNT_ARGS:-} "nfs://$addr/" "$mnt" >"$work/mount.log" 2>&1 &
 	mount_pid=$!
 	for _ in $(seq 1 300); do
 		mountpoint -q "$mnt" && break
