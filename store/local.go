@@ -44,8 +44,12 @@ type Local struct {
 
 	checksums bool
 	stripes   []stripe // block locks, when checksums is set
-	// prealloc: streaming writes allocate ahead (prealloc.go).
-	prealloc atomic.Bool
+	// prealloc: streaming writes allocate ahead (prealloc.go), on a file
+	// system that has it; set once by NewLocal. noPrealloc: fallocate
+	// turned out unsupported after all, so no more is asked for (the
+	// locking prealloc needs stays).
+	prealloc   bool
+	noPrealloc atomic.Bool
 }
 
 var (
@@ -102,7 +106,7 @@ func NewLocal(dir string, opts LocalOptions) (*Local, error) {
 		l.checksums = true
 		l.stripes = make([]stripe, nStripes)
 	}
-	l.prealloc.Store(preallocFS(root))
+	l.prealloc = preallocFS(root)
 	return l, nil
 }
 
@@ -359,7 +363,7 @@ func (h *handle) WriteAt(p []byte, off int64) (int, error) {
 	if h.e.crc != nil && checkedRange(len(p), off) {
 		return h.l.writeCRC(h.e, p, off)
 	}
-	if h.l.prealloc.Load() && checkedRange(len(p), off) {
+	if h.l.prealloc && checkedRange(len(p), off) {
 		h.e.rw.RLock()
 		defer h.e.rw.RUnlock()
 		h.l.preallocate(h.e, off, len(p))

@@ -57,7 +57,7 @@ func preallocFS(dir string) bool {
 // delayed allocation, which reports its own.
 func (l *Local) preallocate(e *fdEntry, off int64, n int) {
 	end := off + int64(n)
-	if end < preallocFrom || end <= e.pend.Load() {
+	if end < preallocFrom || end <= e.pend.Load() || l.noPrealloc.Load() {
 		return
 	}
 	e.pmu.Lock()
@@ -76,10 +76,13 @@ func (l *Local) preallocate(e *fdEntry, off int64, n int) {
 			continue
 		}
 		if err == unix.EOPNOTSUPP || err == unix.ENOSYS {
-			l.prealloc.Store(false)
+			l.noPrealloc.Store(true)
+			return
 		}
 		break
 	}
+	// Also after another failure (no space, say): the write does not ask
+	// again for this step, and the next Sync trims whatever was taken.
 	e.pend.Store(to)
 }
 
