@@ -202,6 +202,13 @@ func TestBackgroundRoundsDeferLayoutCommit(t *testing.T) {
 			if h := client.HeldBytes(f); h > limit {
 				t.Errorf("%d bytes held after the writes, over the %d limit: the rounds did not drop the copies", h, limit)
 			}
+			// One more round after the last write: when it leaves the
+			// LAYOUTCOMMIT out, the Sync that follows must still send it,
+			// although nothing was written in between.
+			client.BackgroundCommit(t.Context(), f)
+			if tc.every > 0 && cl.MDS.Server.Stats().Ops["LAYOUTCOMMIT"]-before != 1 {
+				t.Errorf("a background round right after another sent a LAYOUTCOMMIT")
+			}
 			if tc.recall {
 				a, err := f.Stat(t.Context())
 				if err != nil {

@@ -115,3 +115,18 @@ func SetLayoutCommitEvery(d time.Duration) (restore func()) {
 // WaitCommit waits for the commit round makeRoom started for f, if one
 // runs.
 func WaitCommit(ctx context.Context, f *File) { f.unst.waitCommit(ctx) }
+
+// BackgroundCommit runs the commit round makeRoom starts past half the
+// limit (one that is running already, if any) and waits for it.
+func BackgroundCommit(ctx context.Context, f *File) {
+	f.unst.mu.Lock()
+	wait := f.unst.room
+	if wait == nil {
+		wait = f.unst.startCommitLocked(f)
+	}
+	f.unst.mu.Unlock()
+	select {
+	case <-wait:
+	case <-ctx.Done():
+	}
+}

@@ -520,10 +520,10 @@ func init() { layoutCommitEvery.Store(int64(time.Second)) }
 // syncRound is sync. In a background round (background: a commit
 // makeRoom started to bound the File's copies, not a Sync), the
 // LAYOUTCOMMIT is left to a later round or to the next Sync if one
-// succeeded through l less than layoutCommitEvery (a second) ago: the COMMITs alone
-// make the data durable and let the File drop its copies, and the size
-// and mtime other clients see move at most that much later (and at every
-// Sync, fsync(2) and close(2), as before). A streaming write of 256 MiB
+// succeeded through l less than layoutCommitEvery (a second) ago: the
+// COMMITs alone make the data durable and let the File drop its copies,
+// and the size and mtime other clients see move at most that much later
+// (and at every Sync, fsync(2) and close(2), as before). A streaming write of 256 MiB
 // made a round, with its LAYOUTCOMMIT and the MDS's log sync for it,
 // every 32 MiB; most of the MDS's CPU while a FUSE mount wrote large
 // files went to them (issue 27, h3-bigwrite2). The range that ends the
@@ -667,8 +667,8 @@ func (l *fileLayout) syncRound(ctx context.Context, f *File, background bool) er
 	var last *held // kept for a LAYOUTCOMMIT left to later
 	if wrote && background && !l.laidAt.IsZero() && time.Since(l.laidAt) < time.Duration(layoutCommitEvery.Load()) {
 		if t, tend := f.unst.last(); t != nil && tend >= end {
+			undo(false) // the next round or Sync sends it (before wrote is cleared: undo reads it)
 			last, wrote = t, false
-			undo(false) // the next round or Sync sends it
 		}
 	}
 	if wrote {
