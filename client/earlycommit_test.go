@@ -141,3 +141,95 @@ func TestEarlyCommitDataServerLoss(t *testing.T) {
 	}
 	readBack(t, addr, "/early-lost", want)
 }
+
+// TestBackgroundRoundsDeferLayoutCommit: the commit rounds a streaming
+// write starts to bound its copies send LAYOUTCOMMIT at most once per
+// layoutCommitEvery (the first round always does), while the COMMITs
+// still let the File drop its copies; Sync sends the one left out, so the
+// size and data are there for another client. A recall in between
+// commits the layout's writes with its LAYOUTCOMMIT before the return.
+func TestBackgroundRoundsDeferLayoutCommit(t *testing.T) {
+	const (
+		limit = 1 << 20
+		chunk = 256 << 10
+		size  = 16 << 20
+	)
+	for _, tc := range []struct {
+		name   string
+		every  time.Duration
+		recall bool
+	}{
+		{"every round", -1, false},
+		{"deferred", time.Hour, false},
+		{"deferred, then a recall", time.Hour, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer client.SetLayoutCommitEvery(tc.every)()
+			cl := startCluster(t, 2)
+			addr := cl.MDS.Addr.String()
+			c := dialer(addr, client.Options{Policy: client.Policy{UnstableLimit: limit}})(t)
+			defer c.Close()
+			f, err := c.Open(t.Context(), "/defer", os.O_CREATE|os.O_RDWR, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			want := make([]byte, size)
+			pattern(want, 0)
+			before := cl.MDS.Server.Stats().Ops["LAYOUTCOMMIT"]
+			for off := 0; off < size; off += chunk {
+				if _, err := f.WriteAt(want[off:off+chunk], int64(off)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			st := c.Stats()
+			// The last round may still run: wait for it, as Sync does first.
+			client.WaitCommit(t.Context(), f)
+			during := cl.MDS.Server.Stats().Ops["LAYOUTCOMMIT"] - before
+			t.Logf("%d background rounds, %d LAYOUTCOMMITs, %d bytes held", st.EarlyCommits, during, client.HeldBytes(f))
+			if st.EarlyCommits < size/limit {
+				t.Fatalf("%d background rounds for %d MiB at a %d MiB limit, want at least %d", st.EarlyCommits, size>>20, limit>>20, size/limit)
+			}
+			if st.DSWriteBytes < size {
+				t.Fatalf("the writes did not go to the data servers: %+v", st)
+			}
+			switch {
+			case tc.every < 0 && during < st.EarlyCommits/2:
+				t.Errorf("%d LAYOUTCOMMITs in %d rounds that may each send one", during, st.EarlyCommits)
+			case tc.every > 0 && during != 1:
+				t.Errorf("%d LAYOUTCOMMITs in %d rounds, want 1 (the first)", during, st.EarlyCommits)
+			}
+			if h := client.HeldBytes(f); h > limit {
+				t.Errorf("%d bytes held after the writes, over the %d limit: the rounds did not drop the copies", h, limit)
+			}
+			// One more round after the last write: when it leaves the
+			// LAYOUTCOMMIT out, the Sync that follows must still send it,
+			// although nothing was written in between.
+			client.BackgroundCommit(t.Context(), f)
+			if tc.every > 0 && cl.MDS.Server.Stats().Ops["LAYOUTCOMMIT"]-before != 1 {
+				t.Errorf("a background round right after another sent a LAYOUTCOMMIT")
+			}
+			if tc.recall {
+				a, err := f.Stat(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				returns := c.Stats().LayoutReturns
+				cl.MDS.Server.RecallLayouts(a.Fileid)
+				waitFor(t, "the layout's return", func() bool { return c.Stats().LayoutReturns > returns })
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.every > 0 {
+				if n := cl.MDS.Server.Stats().Ops["LAYOUTCOMMIT"] - before; n != 2 {
+					t.Errorf("%d LAYOUTCOMMITs after Sync, want 2 (the first round's and the one left to Sync or the return)", n)
+				}
+			}
+			if st := c.Stats(); st.ResentBytes != 0 {
+				t.Errorf("%d bytes written again through the MDS", st.ResentBytes)
+			}
+			readBack(t, addr, "/defer", want)
+		})
+	}
+}

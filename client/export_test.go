@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/shoalfs/shoal/internal/nfs4"
 )
@@ -102,3 +103,30 @@ func HideFromRecovery(c *Client, f *File) (restore func()) {
 // WaitRetired waits until the layouts f is returning in the background
 // (after a recall or a failure) are returned.
 func WaitRetired(ctx context.Context, f *File) { f.waitRetired(ctx) }
+
+// SetLayoutCommitEvery sets how often background commit rounds send
+// LAYOUTCOMMIT (fileLayout.syncRound) and returns a func that restores
+// the default.
+func SetLayoutCommitEvery(d time.Duration) (restore func()) {
+	old := layoutCommitEvery.Swap(int64(d))
+	return func() { layoutCommitEvery.Store(old) }
+}
+
+// WaitCommit waits for the commit round makeRoom started for f, if one
+// runs.
+func WaitCommit(ctx context.Context, f *File) { f.unst.waitCommit(ctx) }
+
+// BackgroundCommit runs the commit round makeRoom starts past half the
+// limit (one that is running already, if any) and waits for it.
+func BackgroundCommit(ctx context.Context, f *File) {
+	f.unst.mu.Lock()
+	wait := f.unst.room
+	if wait == nil {
+		wait = f.unst.startCommitLocked(f)
+	}
+	f.unst.mu.Unlock()
+	select {
+	case <-wait:
+	case <-ctx.Done():
+	}
+}

@@ -538,7 +538,7 @@ func (f *File) syncOwn(ctx context.Context) error {
 	// A commit makeRoom started reports its error in f.layErr: it ends
 	// first, so that this Sync reports it.
 	f.unst.waitCommit(ctx)
-	errs := []error{f.unst.commitHeld(ctx, f)}
+	errs := []error{f.unst.commitHeld(ctx, f, false)}
 	f.mu.Lock()
 	errs = append(errs, f.layErr)
 	f.layErr = nil

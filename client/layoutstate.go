@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/shoalfs/shoal/client/layout"
@@ -38,7 +39,11 @@ type fileLayout struct {
 	// (flexfiles' FF_FLAGS_NO_LAYOUTCOMMIT).
 	noLayoutCommit bool
 
-	smu      sync.Mutex // serializes fileLayout.sync
+	smu sync.Mutex // serializes fileLayout.sync
+	// laidAt is when the last LAYOUTCOMMIT through l succeeded (guarded
+	// by smu): a background round leaves the LAYOUTCOMMIT to a later
+	// round within layoutCommitEvery of it (syncRound).
+	laidAt   time.Time
 	wmu      sync.Mutex // guards the write state below
 	writes   map[string]*dsWrite
 	wrote    bool // written since the last LAYOUTCOMMIT
@@ -502,6 +507,31 @@ func (l *fileLayout) returnLocked(ctx context.Context, f *File) {
 // the MDS takes is left for the LAYOUTCOMMIT, the range that ends the
 // file is written again through the MDS, which records the size itself.
 func (l *fileLayout) sync(ctx context.Context, f *File) error {
+	return l.syncRound(ctx, f, false)
+}
+
+// layoutCommitEvery is how often, in nanoseconds, the background commit
+// rounds of a streaming write send LAYOUTCOMMIT (syncRound): a second.
+// Tests change it.
+var layoutCommitEvery atomic.Int64
+
+func init() { layoutCommitEvery.Store(int64(time.Second)) }
+
+// syncRound is sync. In a background round (background: a commit
+// makeRoom started to bound the File's copies, not a Sync), the
+// LAYOUTCOMMIT is left to a later round or to the next Sync if one
+// succeeded through l less than layoutCommitEvery (a second) ago: the
+// COMMITs alone make the data durable and let the File drop its copies,
+// and the size and mtime other clients see move at most that much later
+// (and at every Sync, fsync(2) and close(2), as before). A streaming write of 256 MiB
+// made a round, with its LAYOUTCOMMIT and the MDS's log sync for it,
+// every 32 MiB; most of the MDS's CPU while a FUSE mount wrote large
+// files went to them (issue 27, h3-bigwrite2). The range that ends the
+// file stays held, as the LAYOUTCOMMIT that was left out would have kept
+// it until it succeeded: should no layout stateid be left for the one
+// that follows, that range is written again through the MDS, which
+// records the size (publishSize).
+func (l *fileLayout) syncRound(ctx context.Context, f *File, background bool) error {
 	l.smu.Lock()
 	defer l.smu.Unlock()
 	l.wmu.Lock()
@@ -634,11 +664,19 @@ func (l *fileLayout) sync(ctx context.Context, f *File) error {
 		// durable.
 		wrote = false
 	}
+	var last *held // kept for a LAYOUTCOMMIT left to later
+	if wrote && background && !l.laidAt.IsZero() && time.Since(l.laidAt) < time.Duration(layoutCommitEvery.Load()) {
+		if t, tend := f.unst.last(); t != nil && tend >= end {
+			undo(false) // the next round or Sync sends it (before wrote is cleared: undo reads it)
+			last, wrote = t, false
+		}
+	}
 	if wrote {
 		err := l.commit(ctx, f, end, mtime)
 		var se *StatusError
 		switch {
 		case err == nil:
+			l.laidAt = time.Now()
 		case errors.As(err, &se) && se.status() == nfs4.NFS4ERR_STALE:
 			// The file was removed: nothing left to update.
 		case ctx.Err() != nil:
@@ -656,7 +694,7 @@ func (l *fileLayout) sync(ctx context.Context, f *File) error {
 			errs = append(errs, err)
 		}
 	}
-	f.unst.drop(func(h *held) bool { return h.lay == l && h.seq <= cutoff && h.state == heldCommitted })
+	f.unst.drop(func(h *held) bool { return h.lay == l && h.seq <= cutoff && h.state == heldCommitted && h != last })
 	return errors.Join(errs...)
 }
 

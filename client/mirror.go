@@ -205,6 +205,8 @@ func (l *fileLayout) noteCopies(f *File, pc piece, b []byte, copies []layout.Cop
 	}
 	if h != nil && !first {
 		f.unst.insert(h)
+	} else if h != nil {
+		h.buf.recycle() // no copy took it UNSTABLE after all
 	}
 	l.wrote = true
 	l.wroteEnd = max(l.wroteEnd, pc.Off+uint64(len(b)))

@@ -409,7 +409,7 @@ func (u *unstable) startCommitLocked(f *File) chan struct{} {
 	f.c.stats.earlyCommits.Add(1)
 	go func() {
 		ctx := f.c.ctx
-		err := u.commitHeld(ctx, f)
+		err := u.commitHeld(ctx, f, true)
 		if err != nil && ctx.Err() == nil {
 			f.mu.Lock()
 			f.layErr = errors.Join(f.layErr, err)
@@ -441,8 +441,9 @@ func (u *unstable) waitCommit(ctx context.Context) {
 // commitHeld commits what f wrote UNSTABLE: through each layout it holds or
 // is returning (COMMIT to the data servers, LAYOUTCOMMIT), what is left
 // of layouts already returned, then through the MDS; what no COMMIT
-// vouches for is written again through the MDS.
-func (u *unstable) commitHeld(ctx context.Context, f *File) error {
+// vouches for is written again through the MDS. background says the
+// commit is makeRoom's, not a Sync's (fileLayout.syncRound).
+func (u *unstable) commitHeld(ctx context.Context, f *File, background bool) error {
 	var errs []error
 	f.mu.Lock()
 	ls := slices.Clone(f.retiring)
@@ -452,7 +453,7 @@ func (u *unstable) commitHeld(ctx context.Context, f *File) error {
 	f.mu.Unlock()
 	cutoff := u.seqNow()
 	for _, l := range ls {
-		errs = append(errs, l.sync(ctx, f))
+		errs = append(errs, l.syncRound(ctx, f, background))
 	}
 	// Ranges of layouts returned meanwhile without their commit (it ran
 	// out of time): no data server session to commit them on is known to

@@ -281,6 +281,9 @@ func (l *Local) readChunk(e *fdEntry, q []byte, cur int64) (int, error) {
 func (l *Local) writeCRC(e *fdEntry, p []byte, off int64) (int, error) {
 	e.rw.RLock()
 	defer e.rw.RUnlock()
+	if l.prealloc {
+		l.preallocate(e, off, len(p))
+	}
 	done := 0
 	for done < len(p) {
 		cur := off + int64(done)

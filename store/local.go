@@ -44,6 +44,12 @@ type Local struct {
 
 	checksums bool
 	stripes   []stripe // block locks, when checksums is set
+	// prealloc: streaming writes allocate ahead (prealloc.go), on a file
+	// system that has it; set once by NewLocal. noPrealloc: fallocate
+	// turned out unsupported after all, so no more is asked for (the
+	// locking prealloc needs stays).
+	prealloc   bool
+	noPrealloc atomic.Bool
 }
 
 var (
@@ -61,9 +67,16 @@ type fdEntry struct {
 
 	// With checksums: the sidecar, and the object lock. ReadAt, WriteAt
 	// and Verify hold rw shared; Truncate and PunchHole hold it
-	// exclusively, so they need no block locks.
+	// exclusively, so they need no block locks. Without checksums,
+	// WriteAt holds it shared when the store preallocates, for
+	// trimPrealloc, which holds it exclusively.
 	crc *os.File
 	rw  sync.RWMutex
+
+	// pend is where what preallocate allocated ahead ends (0: nothing
+	// allocated ahead since the last trim); pmu serializes preallocate.
+	pend atomic.Int64
+	pmu  sync.Mutex
 }
 
 func (e *fdEntry) close() {
@@ -93,6 +106,7 @@ func NewLocal(dir string, opts LocalOptions) (*Local, error) {
 		l.checksums = true
 		l.stripes = make([]stripe, nStripes)
 	}
+	l.prealloc = preallocFS(root)
 	return l, nil
 }
 
@@ -266,6 +280,9 @@ func (l *Local) sync(e *fdEntry) error {
 			return fmt.Errorf("store: fdatasync checksums of %d: %w", e.ino, err)
 		}
 	}
+	if err := l.trimPrealloc(e); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	created := l.created[e.ino]
 	l.mu.Unlock()
@@ -345,6 +362,11 @@ func (h *handle) WriteAt(p []byte, off int64) (int, error) {
 	}
 	if h.e.crc != nil && checkedRange(len(p), off) {
 		return h.l.writeCRC(h.e, p, off)
+	}
+	if h.l.prealloc && checkedRange(len(p), off) {
+		h.e.rw.RLock()
+		defer h.e.rw.RUnlock()
+		h.l.preallocate(h.e, off, len(p))
 	}
 	return h.e.f.WriteAt(p, off)
 }
