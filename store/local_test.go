@@ -407,21 +407,24 @@ func BenchmarkCommit16MiB(b *testing.B) {
 
 // TestRemoveFiles: Remove unlinks a file's data and its checksum
 // sidecar, takes a file that never had data in its stride (what the
-// server's freer meets most: an empty or inline file), and reports, without
-// removing it, something at the data file's path that is not a file.
+// server's freer meets most: an empty or inline file), removes an empty
+// directory in the data file's place as os.Remove would, and reports a
+// non-empty one, which it leaves.
 func TestRemoveFiles(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		checksums bool
 		write     bool // write data first
 		dir       bool // a directory where the data file would be
+		full      bool // with a file in it
 		wantErr   bool
 	}{
 		{name: "never written"},
 		{name: "never written/checksums", checksums: true},
 		{name: "written", write: true},
 		{name: "written/checksums", checksums: true, write: true},
-		{name: "directory in the way", dir: true, wantErr: true},
+		{name: "empty directory in the way", dir: true},
+		{name: "non-empty directory in the way", dir: true, full: true, wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -454,12 +457,17 @@ func TestRemoveFiles(t *testing.T) {
 				if err := os.Mkdir(path, 0o700); err != nil {
 					t.Fatal(err)
 				}
+				if tc.full {
+					if err := os.WriteFile(filepath.Join(path, "x"), nil, 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
 			err = l.Remove(ino)
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("Remove: %v, want error %v", err, tc.wantErr)
 			}
-			if tc.dir {
+			if tc.full {
 				if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
 					t.Fatalf("directory at the data path: %v, %v; want it kept", fi, err)
 				}
