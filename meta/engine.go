@@ -43,6 +43,10 @@ type tx struct {
 	names []txName    // entries linked or unlinked, in order (for readCache)
 	nbuf  [4]txNode   // nodes' first backing array
 	kbuf  [2]txName   // names' first backing array
+	// freed counts the inodes deleteInode deleted, taken off the file
+	// counter once, at flush: FreeOrphans frees up to 64 in one
+	// transaction, which read and rewrote the counter for each.
+	freed int64
 }
 
 // txName is an entry a transaction linked (to ino) or unlinked (ino 0).
@@ -250,10 +254,17 @@ func (x *tx) deleteInode(ino Ino, n *inode) error {
 	if err := x.t.Delete(xattrKey(ino)); err != nil {
 		return err
 	}
-	return x.addCounter(keyFiles, -1)
+	x.freed++
+	return nil
 }
 
 func (x *tx) flush() error {
+	if x.freed != 0 {
+		if err := x.addCounter(keyFiles, -x.freed); err != nil {
+			return err
+		}
+		x.freed = 0
+	}
 	for _, c := range x.nodes {
 		if !c.dirty {
 			continue
