@@ -78,3 +78,11 @@ func (b *freshBits) noData(ino uint64) bool {
 	w := int(i / 64)
 	return w >= len(b.made) || b.made[w]&(1<<(i%64)) == 0
 }
+
+// NoData reports whether ino is known to have no data file: it is at or
+// above the mark NoDataFrom set and Local never made one for it.
+func (l *Local) NoData(ino uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.fresh.noData(ino)
+}
