@@ -827,7 +827,7 @@ func (e *kvEngine) Remove(ctx context.Context, parent Ino, name string, now time
 		ci.Before = dir.Change
 		free := freeUnlinkedFrom(ctx)
 		if free != nil {
-			free.Freed = false // an earlier attempt of this transaction's
+			free.Freed = false // a store may run the transaction more than once
 		}
 		doFree := free != nil && free.Ino == d.ino && d.typ == TypeRegular
 		a, err := x.unlink(parent, dir, name, d, now, doFree)
