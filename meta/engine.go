@@ -43,6 +43,10 @@ type tx struct {
 	names []txName    // entries linked or unlinked, in order (for readCache)
 	nbuf  [4]txNode   // nodes' first backing array
 	kbuf  [2]txName   // names' first backing array
+	// freed counts the inodes deleteInode deleted, taken off the file
+	// counter once, at flush: FreeOrphans frees up to 64 in one
+	// transaction, which read and rewrote the counter for each.
+	freed int64
 }
 
 // txName is an entry a transaction linked (to ino) or unlinked (ino 0).
@@ -250,10 +254,17 @@ func (x *tx) deleteInode(ino Ino, n *inode) error {
 	if err := x.t.Delete(xattrKey(ino)); err != nil {
 		return err
 	}
-	return x.addCounter(keyFiles, -1)
+	x.freed++
+	return nil
 }
 
 func (x *tx) flush() error {
+	if x.freed != 0 {
+		if err := x.addCounter(keyFiles, -x.freed); err != nil {
+			return err
+		}
+		x.freed = 0
+	}
 	for _, c := range x.nodes {
 		if !c.dirty {
 			continue
@@ -747,8 +758,10 @@ func (e *kvEngine) Link(ctx context.Context, ino Ino, parent Ino, name string, n
 }
 
 // unlink removes the entry name (d) from dirIno and drops the link it held.
-// The returned attributes have Nlink zero if the inode was deleted.
-func (x *tx) unlink(dirIno Ino, dir *inode, name string, d dentry, now time.Time) (Attr, error) {
+// The returned attributes have Nlink zero if the inode was deleted. A
+// regular file that loses its last link becomes an orphan, unless free is
+// set, in which case its inode is deleted too.
+func (x *tx) unlink(dirIno Ino, dir *inode, name string, d dentry, now time.Time, free bool) (Attr, error) {
 	n, err := x.inode(d.ino)
 	if err != nil {
 		return Attr{}, err
@@ -766,6 +779,9 @@ func (x *tx) unlink(dirIno Ino, dir *inode, name string, d dentry, now time.Time
 	n.Ctime = now
 	a := n.Attr
 	if n.Nlink == 0 && n.Type != TypeRegular {
+		return a, x.deleteInode(d.ino, n)
+	}
+	if n.Nlink == 0 && free {
 		return a, x.deleteInode(d.ino, n)
 	}
 	x.markDirty(d.ino, n)
@@ -809,9 +825,17 @@ func (e *kvEngine) Remove(ctx context.Context, parent Ino, name string, now time
 			}
 		}
 		ci.Before = dir.Change
-		a, err := x.unlink(parent, dir, name, d, now)
+		free := freeUnlinkedFrom(ctx)
+		if free != nil {
+			free.Freed = false // a store may run the transaction more than once
+		}
+		doFree := free != nil && free.Ino == d.ino && d.typ == TypeRegular
+		a, err := x.unlink(parent, dir, name, d, now, doFree)
 		if err != nil {
 			return err
+		}
+		if doFree && a.Nlink == 0 {
+			free.Freed = true
 		}
 		x.touch(parent, dir, now, true)
 		ci.After = dir.Change
@@ -891,7 +915,7 @@ func (e *kvEngine) Rename(ctx context.Context, srcParent Ino, srcName string, ds
 					return fmt.Errorf("rename over %q: %w", dstName, ErrNotEmpty)
 				}
 			}
-			a, err := x.unlink(dstParent, ddir, dstName, dd, now)
+			a, err := x.unlink(dstParent, ddir, dstName, dd, now, false)
 			if err != nil {
 				return err
 			}

@@ -209,7 +209,10 @@ type Engine interface {
 	// file's data until the last close. An orphan has no name (Lookup of
 	// the removed name fails as for any missing name), but GetAttr,
 	// SetAttr and Wrote work on it and StatFS counts it as used, until
-	// the caller frees it with FreeOrphan.
+	// the caller frees it with FreeOrphan. A context from
+	// WithFreeUnlinked has the inode deleted at once instead, when the
+	// caller knows nobody holds the file open and it has no data outside
+	// the engine.
 	Remove(ctx context.Context, parent Ino, name string, now time.Time) (Node, ChangeInfo, error)
 	// Rename atomically moves srcName in srcParent to dstName in dstParent,
 	// replacing dstName following POSIX rules. A replaced regular file

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -93,12 +94,26 @@ func openBoltKV(path string, opts BoltOptions) (*boltKV, error) {
 }
 
 // openBoltDB opens the database file and creates its bucket.
+// boltInitialMmap is how much of the database bbolt maps at open (address
+// space, not memory: the file grows as it is written). bbolt otherwise
+// maps the file's size rounded up to a power of two and remaps whenever a
+// commit outgrows it, and a remap in a write transaction first copies
+// every node that transaction touched out of the old mapping
+// (node.dereference) and waits for every read transaction to end. A
+// store that grows from empty to a few hundred MiB remapped at each
+// doubling: in issue 27's remove benchmark (`shoal bench --workloads
+// small --streams 4`, 40,000 files) the checkpoints' remaps were about 6%
+// of the MDS's CPU (docs/benchmarks.md, "Removes, fourth pass"). Only on
+// 64-bit platforms, whose address space this hardly dents.
+const boltInitialMmap = (256 << 20) * (strconv.IntSize / 64)
+
 func openBoltDB(path string, opts BoltOptions) (*bolt.DB, error) {
 	to := opts.OpenTimeout
 	if to == 0 {
 		to = 5 * time.Second
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: to, NoSync: opts.NoSync, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: to, NoSync: opts.NoSync, NoFreelistSync: true, FreelistType: bolt.FreelistMapType,
+		InitialMmapSize: boltInitialMmap})
 	if err != nil {
 		return nil, fmt.Errorf("meta: open bolt %s: %w", path, err)
 	}

@@ -209,7 +209,12 @@ func (c *compound) remove(a *nfs4.REMOVE4args) opReply {
 		return fail(nfs4.NFS4ERR_DELAY)
 	}
 	ctx, rw := c.replayStart(nfs4.OP_REMOVE, replayDigest(nfs4.OP_REMOVE, []meta.Ino{dir.fh.ino}, a.Target))
+	free := c.s.st.orphans.freeAtRemove(t)
+	if free != nil {
+		ctx = meta.WithFreeUnlinked(ctx, &free.f)
+	}
 	nd, ci, err := c.s.meta.Remove(ctx, dir.fh.ino, string(a.Target), time.Time{})
+	freed := free != nil && free.done(err)
 	c.replayEnd(rw, err)
 	if err != nil {
 		if errors.Is(err, meta.ErrNotFound) {
@@ -219,7 +224,9 @@ func (c *compound) remove(a *nfs4.REMOVE4args) opReply {
 		}
 		return failErr(err)
 	}
-	c.released(nd.Ino, nd.Attr)
+	if !freed {
+		c.released(nd.Ino, nd.Attr)
+	}
 	return ok(&nfs4.REMOVE4resok{Cinfo: cinfo(ci)})
 }
 

@@ -27,7 +27,9 @@ import (
 //     grace period), the orphan is doomed: the operation answers after
 //     its one engine commit, and a background freer removes the data
 //     from the data servers and then the inode, the inodes of up to
-//     freerBatch orphans in one engine commit;
+//     freerBatch orphans in one engine commit (a file known to have no
+//     data is not even recorded: the REMOVE deletes its inode in its own
+//     commit, orphans_remove.go);
 //   - else at the CLOSE of the last open (OPEN_DOWNGRADE keeps an open);
 //   - else when the last holder's state is purged (lease expiry,
 //     DESTROY_CLIENTID, a new incarnation of the client);

@@ -251,6 +251,11 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: data store: %w", err)
 	} else {
 		s.ownData = true
+		if err := markNoData(ctx, cfg, m, s.data.(*store.Local)); err != nil {
+			s.data.Close()
+			m.Close()
+			return nil, err
+		}
 	}
 	s.mdsThreshold = mdsThreshold(s.inline)
 	s.mdsThresholdFlex = mdsThresholdOf(s.inline, nfs4.LAYOUT4_FLEX_FILES)
@@ -281,6 +286,27 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.rpc = &rpc.Server{Handler: (*rpcHandler)(s), Logger: s.log, ConnState: s.connState}
 	return s, nil
+}
+
+// markNoData tells the server's own data store which inode numbers have
+// no data file yet (store.Local.NoDataFrom), so that freeing a removed
+// file that never had data makes no unlink(2): every number from the
+// engine's next inode number on. Only with the bbolt engine that openMeta
+// opened in the same directory: its lock makes this process the only
+// one that allocates inode numbers and makes data files there, and an
+// unclean shutdown has already advanced the counter past every number
+// the last run may have handed out (meta's inoGap). An etcd engine's
+// counter is shared with other servers, so it is left alone.
+func markNoData(ctx context.Context, cfg Config, m meta.Engine, l *store.Local) error {
+	if cfg.Meta != nil || (cfg.MetaURL != "" && cfg.MetaURL != "bolt") {
+		return nil
+	}
+	st, err := m.StatFS(ctx)
+	if err != nil {
+		return fmt.Errorf("server: read the next inode number: %w", err)
+	}
+	l.NoDataFrom(uint64(st.NextIno))
+	return nil
 }
 
 // openMeta opens the metadata engine cfg.MetaURL names.

@@ -404,3 +404,83 @@ func BenchmarkCommit16MiB(b *testing.B) {
 		b.ReportMetric(float64(synced.Microseconds())/1e3/float64(b.N), "sync-ms/op")
 	})
 }
+
+// TestRemoveFiles: Remove unlinks a file's data and its checksum
+// sidecar, takes a file that never had data in its stride (what the
+// server's freer meets most: an empty or inline file), removes an empty
+// directory in the data file's place as os.Remove would, and reports a
+// non-empty one, which it leaves.
+func TestRemoveFiles(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		checksums bool
+		write     bool // write data first
+		dir       bool // a directory where the data file would be
+		full      bool // with a file in it
+		wantErr   bool
+	}{
+		{name: "never written"},
+		{name: "never written/checksums", checksums: true},
+		{name: "written", write: true},
+		{name: "written/checksums", checksums: true, write: true},
+		{name: "empty directory in the way", dir: true},
+		{name: "non-empty directory in the way", dir: true, full: true, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			l, err := store.NewLocal(dir, store.LocalOptions{Checksums: tc.checksums})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			const ino = 0x2a
+			path := filepath.Join(dir, "data", "2a", "42")
+			if tc.write {
+				f, err := l.Open(ino, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.WriteAt([]byte("data"), 0); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := os.Stat(path); err != nil {
+					t.Fatalf("data file not where the test looks: %v", err)
+				}
+				if _, err := os.Stat(path + ".crc"); tc.checksums && err != nil {
+					t.Fatalf("sidecar not where the test looks: %v", err)
+				}
+			}
+			if tc.dir {
+				if err := os.Mkdir(path, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				if tc.full {
+					if err := os.WriteFile(filepath.Join(path, "x"), nil, 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			err = l.Remove(ino)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("Remove: %v, want error %v", err, tc.wantErr)
+			}
+			if tc.full {
+				if fi, err := os.Stat(path); err != nil || !fi.IsDir() {
+					t.Fatalf("directory at the data path: %v, %v; want it kept", fi, err)
+				}
+				return
+			}
+			for _, p := range []string{path, path + ".crc"} {
+				if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("%s after Remove: %v, want it gone", p, err)
+				}
+			}
+			if _, err := l.Open(ino, false); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("open after Remove: %v, want ErrNotExist", err)
+			}
+		})
+	}
+}
