@@ -8,6 +8,10 @@
 # a leadership term, read cache on), and again without the read cache
 # ("-nocache": every stat asks etcd). It runs meta's BenchmarkEngines (see
 # there), prints a table and writes JSON to OUT (default etcd-bench.json).
+# The txn/s column is meta's BenchmarkEtcdTxn on the same clusters: one
+# Txn of a create's shape after another, straight to the leader with the
+# plain etcd client, the floor under the engine's serial creates and
+# removes (each is one such Txn).
 #
 #   FILES=2000 COUNT=3 PORT=23790 OUT=etcd-bench.json ETCD=system scripts/etcd-bench.sh
 #
@@ -188,7 +192,8 @@ run() {
 	(cd "$work" && TMPDIR="$work" SHOAL_BENCH_ETCD="$4" "./$1" -test.run '^$' -test.bench "$2" \
 		-test.benchtime "${FILES}x" -test.count 1 -test.timeout 60m) >"$work/run.txt" 2>&1 || true
 	grep -q '^PASS' "$work/run.txt" || { cat "$work/run.txt" >&2; echo "etcd-bench: $1 failed" >&2; exit 1; }
-	sed -E -e "s#^BenchmarkEngines/etcd-external([-/])#BenchmarkEngines/etcd-external$5\1#" \
+	sed -E -e 's#^BenchmarkEtcdTxn/#BenchmarkEngines/#' \
+		-e "s#^BenchmarkEngines/etcd-external([-/])#BenchmarkEngines/etcd-external$5\1#" \
 		-e "s#^(BenchmarkEngines/[^/]+)/#\1$3/#" "$work/run.txt" | grep -E '^Benchmark' | tee -a "$work/bench.txt" >&2
 }
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -198,13 +203,17 @@ for _ in $(seq "$COUNT"); do
 		# The engines that need no external cluster run once per round.
 		if [ "$n" = 0 ]; then
 			all='^BenchmarkEngines$' base='^BenchmarkEngines$/^(bolt|etcd-embedded|etcd-embedded3|etcd-external)$/'
+			txn='^BenchmarkEtcdTxn$'
 		else
 			all='^BenchmarkEngines$/^etcd-external' base='^BenchmarkEngines$/^etcd-external$/'
+			txn='^BenchmarkEtcdTxn$/^etcd-external$'
 		fi
 		if [ -n "${BASE:-}" ]; then
 			run meta-base.test "$base" "@$BASE" "${eps[$n]}" "${suffixes[$n]}"
 		fi
 		run meta.test "$all" "" "${eps[$n]}" "${suffixes[$n]}"
+		# The floor: one create-shaped Txn straight to the leader.
+		run meta.test "$txn" "" "${eps[$n]}" "${suffixes[$n]}"
 	done
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -231,10 +240,10 @@ jq -r '
 	def reqs($e; $c; $o): (.results[] | select(.engine == $e and .conc == $c and .op == $o) | .requests_per_op) // null
 		| if . == null then "-" else . * 100 | round / 100 | tostring end;
 	. as $r
-	| "engine                         conc  create/s   stat/s  remove/s  requests per create, stat, remove",
+	| "engine                         conc  create/s   stat/s  remove/s     txn/s  requests per create, stat, remove",
 	  ([.results[] | [.engine, .conc]] | unique | sort_by(.[1]) | .[]
 	   | . as [$e, $c]
-	   | "\($e | . + " " * (30 - length)) \($c | tostring | " " * (4 - length) + .)  \([$r | rate($e; $c; "create"), rate($e; $c; "stat"), rate($e; $c; "remove")] | map(tostring | " " * (8 - length) + .) | join(" "))  \([$r | reqs($e; $c; "create"), reqs($e; $c; "stat"), reqs($e; $c; "remove")] | join(", "))"),
+	   | "\($e | . + " " * (30 - length)) \($c | tostring | " " * (4 - length) + .)  \([$r | rate($e; $c; "create"), rate($e; $c; "stat"), rate($e; $c; "remove"), rate($e; $c; "txn")] | map(if . == 0 then "-" else tostring end | " " * (8 - length) + .) | join(" "))  \([$r | reqs($e; $c; "create"), reqs($e; $c; "stat"), reqs($e; $c; "remove")] | join(", "))"),
 	  (["etcd-external", "etcd-external-newest", "etcd-embedded3", "etcd-external-1m", "etcd-external-newest-1m"][] as $e
 	   | [.results[].conc] | unique | .[] as $c
 	   | [$r | rate($e; $c; "create"), rate("etcd-embedded"; $c; "create"),
@@ -247,6 +256,10 @@ jq -r '
 	   | [$r | rate($e; $c; "create"), rate($e + "-1m"; $c; "create"), rate($e; $c; "remove"), rate($e + "-1m"; $c; "remove")]
 	   | select(.[1] > 0 and .[0] > 0)
 	   | "\($e) / \($e)-1m, conc \($c): create \(.[0] / .[1] * 100 | round)%, remove \(.[2] / .[3] * 100 | round)%"),
+	  ([.results[] | select(.op == "txn") | .engine] | unique | .[] as $e
+	   | [$r | rate($e; 1; "create"), rate($e; 1; "remove"), rate($e; 1; "txn")]
+	   | select(.[0] > 0 and .[2] > 0)
+	   | "\($e), serial: creates at \(.[0] / .[2] * 100 | round)%, removes at \(.[1] / .[2] * 100 | round)% of one bare Txn to the leader (txn/s)"),
 	  "machine: \(.machine.cpus) x \(.machine.cpu), load \(.machine.loadavg_before) before, \(.machine.loadavg_after) after; etcd \(.etcd_versions | join("; ")); \(.ops_per_measurement) ops per measurement, median of \(.results[0].samples | length)"
 ' "$OUT"
 echo "JSON: $OUT"
