@@ -24,9 +24,9 @@ import (
 //
 // The Txn is what a create of the engine commits: If(the generation key
 // has the revision the last commit gave it, the fence key has its create
-// revision, the new entry does not exist) Then(put the entry, the new
-// inode, the directory's inode, the inode counter and a new generation)
-// Else(get the generation), with values of about the engine's sizes.
+// revision, the new entry does not exist) Then(put seven keys of the
+// sizes a create writes: two inodes of 118 bytes, the entry, two
+// counters, an index key and the generation) Else(get the generation).
 //
 // The clusters are BenchmarkEngines': one embedded member
 // ("etcd-embedded"), three embedded members ("etcd-embedded3"), and the
@@ -93,7 +93,7 @@ func benchTxnFloor(b *testing.B, ep string) {
 		b.Fatal(err)
 	}
 	fenceRev, genRev := fr.Header.Revision, gr.Header.Revision
-	inode := strings.Repeat("i", 96)
+	inode := strings.Repeat("i", 118)
 	b.ResetTimer()
 	for i := range b.N {
 		entry := fmt.Sprintf("%sd/e/1/f%d", prefix, i)
@@ -103,9 +103,11 @@ func benchTxnFloor(b *testing.B, ep string) {
 			clientv3.Compare(clientv3.CreateRevision(entry), "=", 0),
 		).Then(
 			clientv3.OpPut(entry, fmt.Sprintf("%016x", i+2)),
-			clientv3.OpPut(fmt.Sprintf("%sd/i/%016x", prefix, i+2), inode),
-			clientv3.OpPut(prefix+"d/i/1", inode),
-			clientv3.OpPut(prefix+"d/next", fmt.Sprintf("%016x", i+3)),
+			clientv3.OpPut(fmt.Sprintf("%sd/A%016x", prefix, i+2), inode),
+			clientv3.OpPut(prefix+"d/A1", inode),
+			clientv3.OpPut(prefix+"d/Kf", fmt.Sprintf("%08x", i)),
+			clientv3.OpPut(prefix+"d/Ki", fmt.Sprintf("%08x", i+3)),
+			clientv3.OpPut(fmt.Sprintf("%sd/S1/%016x", prefix, i+2), "1"),
 			clientv3.OpPut(gen, fmt.Sprintf("%016x", i)),
 		).Else(clientv3.OpGet(gen)).Commit()
 		if err != nil {
