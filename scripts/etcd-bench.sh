@@ -8,6 +8,10 @@
 # a leadership term, read cache on), and again without the read cache
 # ("-nocache": every stat asks etcd). It runs meta's BenchmarkEngines (see
 # there), prints a table and writes JSON to OUT (default etcd-bench.json).
+# The txn/s column is meta's BenchmarkEtcdTxn on the same clusters: one
+# Txn of a create's shape after another, straight to the leader with the
+# plain etcd client, the floor under the engine's serial creates and
+# removes (each is one such Txn).
 #
 #   FILES=2000 COUNT=3 PORT=23790 OUT=etcd-bench.json ETCD=system scripts/etcd-bench.sh
 #
@@ -29,6 +33,16 @@
 #           etcd-external-newest.
 #   both    a cluster of each, side by side (both row sets).
 #   PATH    any etcd binary; rows etcd-external.
+# SINGLE=1 also starts a one-member cluster of each of these binaries, as
+# one process (rows etcd-external-1m, etcd-external-newest-1m): the same
+# etcd without replication, which tells what the version and the process
+# boundary cost (against etcd-embedded) from what the two more members
+# cost (against the 3-member rows).
+#
+# Where the time of a serial change goes, and what TMPDIR does to it, is
+# in docs/benchmarks.md ("etcd 3.4, serial changes"): TMPDIR=/dev/shm
+# takes the disk out of every etcd row alike (a diagnostic, not a
+# durable setup).
 # BASE=COMMIT also measures the engines of that commit (rows ENGINE@COMMIT;
 # the benchmark is copied into its tree), alternating with this tree's run
 # by run, so that a change of the machine's load hits both alike:
@@ -88,17 +102,23 @@ newest_etcd() {
 	echo "$dir/usr/bin/etcd"
 }
 
-# clusters: "SUFFIX BINARY" per 3-process cluster to start.
+# clusters: "SUFFIX|BINARY|MEMBERS" per external cluster to start.
 clusters=()
 case "$ETCD" in
-system) clusters+=("|$(system_etcd)") ;;
-newest) clusters+=("-newest|$(newest_etcd)") ;;
-both) clusters+=("|$(system_etcd)" "-newest|$(newest_etcd)") ;;
+system) clusters+=("|$(system_etcd)|3") ;;
+newest) clusters+=("-newest|$(newest_etcd)|3") ;;
+both) clusters+=("|$(system_etcd)|3" "-newest|$(newest_etcd)|3") ;;
 *)
 	[ -x "$ETCD" ] || { echo "etcd-bench: ETCD=$ETCD: want system, newest, both or an etcd binary" >&2; exit 2; }
-	clusters+=("|$ETCD")
+	clusters+=("|$ETCD|3")
 	;;
 esac
+if [ "${SINGLE:-0}" = 1 ]; then
+	for c in "${clusters[@]}"; do
+		c=${c%|3}
+		clusters+=("${c%%|*}-1m|${c#*|}|1")
+	done
+fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/etcd-bench.XXXXXX")
 pids=()
@@ -118,17 +138,18 @@ if [ -n "${BASE:-}" ]; then
 	(cd "$work/base" && go test -c -o "$work/meta-base.test" ./meta)
 fi
 
-# start_cluster N BINARY: three members of BINARY on ports PORT+6N ...
-# PORT+6N+5, data in $work/cN; prints the client endpoints.
+# start_cluster N BINARY MEMBERS: MEMBERS (at most three) members of
+# BINARY on ports PORT+6N ... PORT+6N+5, data in $work/cN; prints the
+# client endpoints.
 start_cluster() {
 	local n=$1 bin=$2 base=$((PORT + 6 * $1)) initial=() endpoints=() i c p
-	for i in 0 1 2; do
+	for ((i = 0; i < $3; i++)); do
 		initial+=("m$i=http://127.0.0.1:$((base + 2 * i + 1))")
 		endpoints+=("127.0.0.1:$((base + 2 * i))")
 	done
 	initial=$(IFS=,; echo "${initial[*]}")
 	endpoints=$(IFS=,; echo "${endpoints[*]}")
-	for i in 0 1 2; do
+	for ((i = 0; i < $3; i++)); do
 		c=$((base + 2 * i)) p=$((base + 2 * i + 1))
 		"$bin" --name "m$i" --data-dir "$work/c$n/m$i" \
 			--listen-client-urls "http://127.0.0.1:$c" --advertise-client-urls "http://127.0.0.1:$c" \
@@ -154,9 +175,9 @@ wait_healthy() {
 # Started here, not in $(...), so that cleanup knows the members' PIDs.
 suffixes=() eps=() versions=()
 for n in "${!clusters[@]}"; do
-	suffix=${clusters[$n]%%|*} bin=${clusters[$n]#*|}
+	IFS='|' read -r suffix bin members <<<"${clusters[$n]}"
 	mkdir -p "$work/c$n"
-	start_cluster "$n" "$bin" >"$work/c$n/endpoints"
+	start_cluster "$n" "$bin" "$members" >"$work/c$n/endpoints"
 	suffixes+=("$suffix")
 	eps+=("$(cat "$work/c$n/endpoints")")
 	versions+=("etcd-external$suffix: $("$bin" --version | sed -n 's/^etcd Version: //p') ($bin)")
@@ -171,7 +192,8 @@ run() {
 	(cd "$work" && TMPDIR="$work" SHOAL_BENCH_ETCD="$4" "./$1" -test.run '^$' -test.bench "$2" \
 		-test.benchtime "${FILES}x" -test.count 1 -test.timeout 60m) >"$work/run.txt" 2>&1 || true
 	grep -q '^PASS' "$work/run.txt" || { cat "$work/run.txt" >&2; echo "etcd-bench: $1 failed" >&2; exit 1; }
-	sed -E -e "s#^BenchmarkEngines/etcd-external([-/])#BenchmarkEngines/etcd-external$5\1#" \
+	sed -E -e 's#^BenchmarkEtcdTxn/#BenchmarkEngines/#' \
+		-e "s#^BenchmarkEngines/etcd-external([-/])#BenchmarkEngines/etcd-external$5\1#" \
 		-e "s#^(BenchmarkEngines/[^/]+)/#\1$3/#" "$work/run.txt" | grep -E '^Benchmark' | tee -a "$work/bench.txt" >&2
 }
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -181,13 +203,17 @@ for _ in $(seq "$COUNT"); do
 		# The engines that need no external cluster run once per round.
 		if [ "$n" = 0 ]; then
 			all='^BenchmarkEngines$' base='^BenchmarkEngines$/^(bolt|etcd-embedded|etcd-embedded3|etcd-external)$/'
+			txn='^BenchmarkEtcdTxn$'
 		else
 			all='^BenchmarkEngines$/^etcd-external' base='^BenchmarkEngines$/^etcd-external$/'
+			txn='^BenchmarkEtcdTxn$/^etcd-external$'
 		fi
 		if [ -n "${BASE:-}" ]; then
 			run meta-base.test "$base" "@$BASE" "${eps[$n]}" "${suffixes[$n]}"
 		fi
 		run meta.test "$all" "" "${eps[$n]}" "${suffixes[$n]}"
+		# The floor: one create-shaped Txn straight to the leader.
+		run meta.test "$txn" "" "${eps[$n]}" "${suffixes[$n]}"
 	done
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -214,17 +240,26 @@ jq -r '
 	def reqs($e; $c; $o): (.results[] | select(.engine == $e and .conc == $c and .op == $o) | .requests_per_op) // null
 		| if . == null then "-" else . * 100 | round / 100 | tostring end;
 	. as $r
-	| "engine                         conc  create/s   stat/s  remove/s  requests per create, stat, remove",
+	| "engine                         conc  create/s   stat/s  remove/s     txn/s  requests per create, stat, remove",
 	  ([.results[] | [.engine, .conc]] | unique | sort_by(.[1]) | .[]
 	   | . as [$e, $c]
-	   | "\($e | . + " " * (30 - length)) \($c | tostring | " " * (4 - length) + .)  \([$r | rate($e; $c; "create"), rate($e; $c; "stat"), rate($e; $c; "remove")] | map(tostring | " " * (8 - length) + .) | join(" "))  \([$r | reqs($e; $c; "create"), reqs($e; $c; "stat"), reqs($e; $c; "remove")] | join(", "))"),
-	  (["etcd-external", "etcd-external-newest", "etcd-embedded3"][] as $e
+	   | "\($e | . + " " * (30 - length)) \($c | tostring | " " * (4 - length) + .)  \([$r | rate($e; $c; "create"), rate($e; $c; "stat"), rate($e; $c; "remove"), rate($e; $c; "txn")] | map(if . == 0 then "-" else tostring end | " " * (8 - length) + .) | join(" "))  \([$r | reqs($e; $c; "create"), reqs($e; $c; "stat"), reqs($e; $c; "remove")] | join(", "))"),
+	  (["etcd-external", "etcd-external-newest", "etcd-embedded3", "etcd-external-1m", "etcd-external-newest-1m"][] as $e
 	   | [.results[].conc] | unique | .[] as $c
 	   | [$r | rate($e; $c; "create"), rate("etcd-embedded"; $c; "create"),
 	      rate($e; $c; "stat"), rate("etcd-embedded"; $c; "stat"),
 	      rate($e; $c; "remove"), rate("etcd-embedded"; $c; "remove")]
 	   | select(.[1] > 0 and .[0] > 0)
 	   | "\($e) / etcd-embedded, conc \($c): create \(.[0] / .[1] * 100 | round)%, stat \(.[2] / .[3] * 100 | round)%, remove \(.[4] / .[5] * 100 | round)%"),
+	  (["etcd-external", "etcd-external-newest"][] as $e
+	   | [.results[].conc] | unique | .[] as $c
+	   | [$r | rate($e; $c; "create"), rate($e + "-1m"; $c; "create"), rate($e; $c; "remove"), rate($e + "-1m"; $c; "remove")]
+	   | select(.[1] > 0 and .[0] > 0)
+	   | "\($e) / \($e)-1m, conc \($c): create \(.[0] / .[1] * 100 | round)%, remove \(.[2] / .[3] * 100 | round)%"),
+	  ([.results[] | select(.op == "txn") | .engine] | unique | .[] as $e
+	   | [$r | rate($e; 1; "create"), rate($e; 1; "remove"), rate($e; 1; "txn")]
+	   | select(.[0] > 0 and .[2] > 0)
+	   | "\($e), serial: creates at \(.[0] / .[2] * 100 | round)%, removes at \(.[1] / .[2] * 100 | round)% of one bare Txn to the leader (txn/s)"),
 	  "machine: \(.machine.cpus) x \(.machine.cpu), load \(.machine.loadavg_before) before, \(.machine.loadavg_after) after; etcd \(.etcd_versions | join("; ")); \(.ops_per_measurement) ops per measurement, median of \(.results[0].samples | length)"
 ' "$OUT"
 echo "JSON: $OUT"
