@@ -8,6 +8,10 @@
 # remove), and prints the table and each Shoal target's ratio to Ganesha
 # with issue 27's goals (default ≥ 1.5× on create and remove, async ≥ 2×).
 #
+# Rates alone do not say whether a reply waited for stable storage:
+# scripts/ganesha-sync.sh counts the calls each of these servers makes to
+# put a change there before it answers.
+#
 #   FILES (2000) files per rep, REPS (3) repetitions, OUT the JSON report
 #   (ganesha-bench.json in the current directory); extra arguments go to
 #   shoal bench, e.g. `scripts/ganesha-bench.sh --streams 4` runs 4
