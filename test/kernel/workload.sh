@@ -498,7 +498,18 @@ step_append() { # two writers, O_APPEND via >>, N lines each
 	b=$!
 	wait $a; wait $b
 	drop_caches
-	expect "line count" "$(wc -l <"$f")" $((2 * n))
+	lines=$(wc -l <"$f")
+	if [ "$lines" != $((2 * n)) ]; then
+		# Say which mechanism it was before failing: a short size with
+		# the last lines gone, or lines written over (missing ones in
+		# the middle, the size that of the lines left), or a hole (NUL
+		# bytes). Linux 7.2 lost lines here now and then (session 18).
+		missing=$(awk -v n=$n '{ seen[$1 " " $2] = 1 }
+			END { for (w = 0; w < 2; w++) for (i = 1; i <= n; i++) {
+				k = (w ? "B " : "A ") i; if (!(k in seen)) { printf "%s%s", sep, k; sep = "," } } }' "$f")
+		echo "  | size $(stat -c %s "$f") bytes for $lines lines; missing: $missing; NUL bytes: $(tr -cd '\000' <"$f" | wc -c)"
+	fi
+	expect "line count" "$lines" $((2 * n))
 	bad=$(awk -v pad=$pad -v n=$n '
 		!($1 == "A" || $1 == "B") || $3 != pad || NF != 3 || $2 < 1 || $2 > n { bad++; next }
 		seen[$1 " " $2]++ { dup++ }
