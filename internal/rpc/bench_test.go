@@ -2,9 +2,6 @@ package rpc
 
 import (
 	"context"
-	"os"
-	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -103,7 +100,6 @@ func BenchmarkCallParallel(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.SetParallelism(4)
-	r0, w0, ioOK := processSyscalls()
 	cpu0 := processCPU(b)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
@@ -116,37 +112,6 @@ func BenchmarkCallParallel(b *testing.B) {
 	})
 	b.StopTimer()
 	b.ReportMetric(float64((processCPU(b)-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
-	if r1, w1, ok := processSyscalls(); ok && ioOK {
-		// Both ends are in this process: 2 writes per call is one
-		// record per write(2) on each side.
-		b.ReportMetric(float64(w1-w0)/float64(b.N), "writes/op")
-		b.ReportMetric(float64(r1-r0)/float64(b.N), "reads/op")
-	}
-}
-
-// processSyscalls returns the read and write system calls (writev
-// included) this process made so far, from /proc/self/io; ok is false
-// where that file does not exist.
-func processSyscalls() (reads, writes int64, ok bool) {
-	data, err := os.ReadFile("/proc/self/io")
-	if err != nil {
-		return 0, 0, false
-	}
-	var seen int
-	for line := range strings.Lines(string(data)) {
-		name, val, _ := strings.Cut(strings.TrimSpace(line), ": ")
-		n, err := strconv.ParseInt(val, 10, 64)
-		if err != nil {
-			continue
-		}
-		switch name {
-		case "syscr":
-			reads, seen = n, seen+1
-		case "syscw":
-			writes, seen = n, seen+1
-		}
-	}
-	return reads, writes, seen == 2
 }
 
 // processCPU is the CPU time (user and system) this process used so far.

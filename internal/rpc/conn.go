@@ -27,9 +27,6 @@ import (
 // res may splice caller-owned slices with OpaqueRef (READ data); the reply is
 // written with writev after ServeRPC returns, so such slices must stay
 // unchanged until then. Use Call.AfterReply to learn when they are free.
-// res itself is reused for other replies once this one is written: the
-// handler must not keep it, or anything its Bytes or Buffers returned,
-// beyond ServeRPC.
 //
 // Handlers run concurrently, one goroutine per call, and their replies may
 // leave in any order. ctx is cancelled when the connection closes.
@@ -122,19 +119,10 @@ type Conn struct {
 	ctx    context.Context // parent of handler contexts, cancelled on close
 	cancel context.CancelFunc
 
-	wmu sync.Mutex // serializes writes to nc (write.go)
+	wmu sync.Mutex // serializes record writes
 	// wbase and wbufs, under wmu: the buffers of the record being
-	// written (write). wspare, under wmu: the queue buffer not in use.
+	// written (write).
 	wbase, wbufs net.Buffers
-	wspare       []byte
-	wfinSpare    []served
-	// Under qmu: goroutines holding or waiting for wmu, whether small
-	// records may be queued for them to write, and the queue.
-	qmu       sync.Mutex
-	writers   int
-	accepting bool
-	wq        []byte
-	wfin      []served // the calls whose replies are in wq
 
 	mu      sync.Mutex
 	pending map[uint32]chan reply // outgoing calls awaiting a reply; nil once closed
@@ -448,30 +436,34 @@ func (c *Conn) deliver(rec []byte, rb *recBuf) {
 // holding rec; it goes back to its pool after the reply is written if
 // nothing can reference it any more (see Call.ReleaseArgsAfterReply).
 func (c *Conn) serve(rec []byte, rb *recBuf) {
-	e := getEncoder()
-	defer putEncoder(e) // the reply is written or copied by then
+	defer func() {
+		c.touch()
+		c.busy.Add(-1)
+		<-c.sem
+		c.handlers.Done()
+	}()
+	e := xdr.NewEncoder(512)
 	call, err := parseCall(rec)
 	if err != nil {
 		var ce *callError
 		if !errors.As(err, &ce) || ce.Fault == faultDrop {
 			c.log.Debug("rpc: dropping record", "err", err)
 			rb.release()
-			c.endCall()
 			return
 		}
 		c.log.Debug("rpc: rejecting call", "err", err)
 		encodeFault(e, ce) // copies nothing from rec but the xid
-		_, _ = c.writeRecord(e, nil)
+		_ = c.writeRecord(e)
 		rb.release() // no handler saw the record
-		c.endCall()
 		return
 	}
 	call.Conn = c
 	statAt := encodeAccepted(e, call.XID, Success)
 	stat, clean := c.invoke(call, e)
-	s := served{call: call, rb: rb, clean: clean}
 	if stat == Drop {
-		c.finishCall(s)
+		if c.afterReply(call) && clean && call.releaseArgs {
+			rb.release()
+		}
 		return
 	}
 	switch stat {
@@ -486,39 +478,12 @@ func (c *Conn) serve(rec []byte, rb *recBuf) {
 		e.Reset()
 		encodeAccepted(e, call.XID, SystemErr)
 	}
-	// A failed write closes the connection. A reply that went into the
-	// write queue is finished by the goroutine that writes it.
-	if queued, _ := c.writeRecord(e, &s); !queued {
-		c.finishCall(s)
+	_ = c.writeRecord(e) // a failed write closes the connection
+	// The reply may splice slices of the record (OpaqueRef); it has been
+	// written (or abandoned) now, and writev does not keep them.
+	if c.afterReply(call) && clean && call.releaseArgs {
+		rb.release()
 	}
-}
-
-// served is a call whose reply is written or queued, and what finishing
-// it needs.
-type served struct {
-	call  *Call
-	rb    *recBuf // the call's pooled record buffer, or nil
-	clean bool    // the handler did not panic
-}
-
-// finishCall ends a served call once its reply has been written or has
-// failed to be written: it runs the AfterReply callbacks, lets the record
-// buffer go if the handler declared it may, and ends the call's
-// accounting. The reply may splice slices of the record (OpaqueRef), and
-// writev does not keep them.
-func (c *Conn) finishCall(s served) {
-	if c.afterReply(s.call) && s.clean && s.call.releaseArgs {
-		s.rb.release()
-	}
-	c.endCall()
-}
-
-// endCall ends the accounting of a call that readLoop handed to serve.
-func (c *Conn) endCall() {
-	c.touch()
-	c.busy.Add(-1)
-	<-c.sem
-	c.handlers.Done()
 }
 
 // afterReply runs the call's AfterReply callbacks, which are handler code
@@ -560,13 +525,40 @@ func (c *Conn) invoke(call *Call, e *xdr.Encoder) (stat AcceptStat, clean bool) 
 
 // writeRecord patches the record mark at the start of e and writes e as one
 // record.
-// If fin is not nil and the record went into the write queue, queued is
-// true and the goroutine that writes it finishes fin (finishCall).
-func (c *Conn) writeRecord(e *xdr.Encoder, fin *served) (queued bool, err error) {
+func (c *Conn) writeRecord(e *xdr.Encoder) error {
 	var arr [4][]byte // most replies are one slice: no allocation for the list
 	bufs := e.AppendBuffers(arr[:0])
 	putRecordMark(bufs[0], e.Len()-4)
-	return c.write(bufs, fin)
+	return c.write(bufs)
+}
+
+// write sends bufs with a single writev. A failed or partial write leaves
+// the stream unusable, so it closes the connection.
+func (c *Conn) write(bufs net.Buffers) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	select {
+	case <-c.done:
+		return c.Err()
+	default:
+	}
+	if c.cfg.WriteTimeout > 0 {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.cfg.WriteTimeout))
+	}
+	// WriteTo consumes the slice it is called on, through a pointer that
+	// escapes: written from c's own fields, a record costs no allocation
+	// of a slice header. The references are cleared after, so that the
+	// connection keeps no record's buffers alive.
+	c.wbase = append(c.wbase[:0], bufs...)
+	c.wbufs = c.wbase
+	_, err := c.wbufs.WriteTo(c.nc)
+	clear(c.wbase)
+	if err != nil {
+		c.closeWith(fmt.Errorf("write: %w", err))
+		return c.Err()
+	}
+	c.touch()
+	return nil
 }
 
 // Call sends a call with an AUTH_NONE verifier and waits for the reply. On
@@ -576,7 +568,7 @@ func (c *Conn) writeRecord(e *xdr.Encoder, fin *served) (queued bool, err error)
 // void argument; it may splice data with OpaqueRef, which is written without
 // copying.
 func (c *Conn) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueAuth, args xdr.Marshaler) ([]byte, error) {
-	e := getEncoder()
+	e := xdr.NewEncoder(256)
 	xid := c.nextXID()
 	encodeCallHeader(e, xid, prog, vers, proc, cred)
 	if args != nil {
@@ -584,7 +576,6 @@ func (c *Conn) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueAut
 	}
 	var arr [4][]byte
 	res, _, err := c.roundTrip(ctx, xid, prog, vers, proc, cred, e.AppendBuffers(arr[:0]), e.Len())
-	putEncoder(e)
 	return res, err // a pooled reply buffer is left to the garbage collector
 }
 
@@ -595,7 +586,7 @@ func (c *Conn) Call(ctx context.Context, prog, vers, proc uint32, cred OpaqueAut
 // documentation). Calling it is optional, further calls do nothing, and on
 // error there is nothing to release.
 func (c *Conn) CallRelease(ctx context.Context, prog, vers, proc uint32, cred OpaqueAuth, args xdr.Marshaler) (res []byte, release func(), err error) {
-	e := getEncoder()
+	e := xdr.NewEncoder(256)
 	xid := c.nextXID()
 	encodeCallHeader(e, xid, prog, vers, proc, cred)
 	if args != nil {
@@ -603,7 +594,6 @@ func (c *Conn) CallRelease(ctx context.Context, prog, vers, proc uint32, cred Op
 	}
 	var arr [4][]byte
 	res, rb, err := c.roundTrip(ctx, xid, prog, vers, proc, cred, e.AppendBuffers(arr[:0]), e.Len())
-	putEncoder(e)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -663,7 +653,7 @@ func (c *Conn) send(p *Pending, cred OpaqueAuth, bufs net.Buffers, n int) error 
 	}
 	putRecordMark(bufs[0], n-4)
 
-	p.ch = getReplyChan()
+	p.ch = make(chan reply, 1)
 	c.mu.Lock()
 	if c.pending == nil {
 		err := c.err
@@ -679,7 +669,7 @@ func (c *Conn) send(p *Pending, cred OpaqueAuth, bufs net.Buffers, n int) error 
 	c.pending[p.xid] = p.ch
 	c.mu.Unlock()
 	c.busy.Add(1)
-	if _, err := c.write(bufs, nil); err != nil {
+	if err := c.write(bufs); err != nil {
 		c.forget(p.xid)
 		c.busy.Add(-1)
 		return p.wrap(err)

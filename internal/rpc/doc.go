@@ -6,12 +6,10 @@
 // A [Conn] is symmetric and full-duplex. One reader goroutine splits the
 // byte stream into records and looks at each message type: a REPLY is
 // handed to the outgoing call ([Conn.Call]) waiting for its xid, a CALL is
-// served by the connection's [Handler] in a goroutine of its own. Whole
-// records are written one writer at a time, so replies may leave in any
-// order and interleave with outgoing calls. A small record that becomes
-// ready while another goroutine is writing is copied into a queue that the
-// writer sends with its next writev, so several calls in flight on one
-// connection share system calls (write.go).
+// served by the connection's [Handler] in a goroutine of its own. Writes of
+// whole records are serialized by a mutex, each as one writev of record mark,
+// header and body, so replies may leave in any order and interleave with
+// outgoing calls.
 //
 // Because both directions share one type, the NFSv4.1 backchannel needs no
 // extra machinery: a server handler that wants to send CB_RECALL calls
@@ -43,8 +41,7 @@
 // payloads) and keep them without copying, and by default the memory is
 // freed when the last reference goes. In the other direction a handler may
 // splice caller-owned slices into its reply with xdr.Encoder.OpaqueRef (READ
-// data); they are written with writev without being copied (records
-// larger than the write queue takes are never copied) and must stay
+// data); they are written with writev without being copied and must stay
 // unchanged until the reply is written, which [Call.AfterReply] reports.
 //
 // # Buffer reuse

@@ -132,9 +132,8 @@ func (c *Call) ReleaseArgsAfterReply() { c.releaseArgs = true }
 
 // AfterReply registers f to run once the reply to c has been written or has
 // failed to be written. Handlers use it to recycle buffers they spliced into
-// the reply with OpaqueRef. Callbacks run in registration order, on the
-// goroutine that served the call or, if its reply was queued behind
-// another goroutine's write, on that goroutine once it has written it.
+// the reply with OpaqueRef. Callbacks run in registration order on the
+// goroutine that served the call.
 func (c *Call) AfterReply(f func()) {
 	if c.afterReply == nil {
 		c.afterReply = c.afterOne[:0]

@@ -3,7 +3,6 @@ package rpc
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 
 	"github.com/shoalfs/shoal/internal/xdr"
@@ -34,7 +33,7 @@ type Pending struct {
 // end the call with a Wait that returns something else than
 // ErrWaitStopped, or with Abandon.
 func (c *Conn) Send(prog, vers, proc uint32, cred OpaqueAuth, args xdr.Marshaler) (*Pending, error) {
-	e := getEncoder()
+	e := xdr.NewEncoder(256)
 	xid := c.nextXID()
 	encodeCallHeader(e, xid, prog, vers, proc, cred)
 	if args != nil {
@@ -42,9 +41,7 @@ func (c *Conn) Send(prog, vers, proc uint32, cred OpaqueAuth, args xdr.Marshaler
 	}
 	p := &Pending{c: c, xid: xid, prog: prog, vers: vers, proc: proc}
 	var arr [4][]byte // most calls are one slice: no allocation for the list
-	err := c.send(p, cred, e.AppendBuffers(arr[:0]), e.Len())
-	putEncoder(e) // written, or copied into the write queue
-	if err != nil {
+	if err := c.send(p, cred, e.AppendBuffers(arr[:0]), e.Len()); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -105,8 +102,6 @@ func (p *Pending) wait(ctx context.Context, stop <-chan struct{}) (res []byte, r
 	if !ok {
 		return nil, nil, p.wrap(p.c.Err())
 	}
-	putReplyChan(p.ch)
-	p.ch = nil
 	res, err = parseReply(r.rec)
 	if err != nil {
 		r.rb.release() // the errors below copy what they need
@@ -139,14 +134,3 @@ func releaser(rb *recBuf) func() {
 		}
 	}
 }
-
-// Reply channels are reused: a round trip otherwise allocates one. A
-// channel goes back only once its reply was received: deliver took its xid
-// out of the pending map before sending, so nothing sends on it again. A
-// channel closed by the connection's end, or left by an abandoned call
-// (whose reply may still arrive), is not reused.
-var replyChans = sync.Pool{New: func() any { return make(chan reply, 1) }}
-
-func getReplyChan() chan reply { return replyChans.Get().(chan reply) }
-
-func putReplyChan(ch chan reply) { replyChans.Put(ch) }

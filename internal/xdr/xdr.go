@@ -213,16 +213,8 @@ type extRef struct {
 // NewEncoder returns an Encoder whose buffer starts with capacity n.
 func NewEncoder(n int) *Encoder { return &Encoder{buf: make([]byte, 0, n)} }
 
-// Reset empties e, keeping its buffer. It forgets the slices spliced in,
-// so that an Encoder kept for reuse does not keep them alive.
-func (e *Encoder) Reset() {
-	clear(e.ext)
-	e.buf, e.ext = e.buf[:0], e.ext[:0]
-}
-
-// Cap returns the capacity of e's own buffer, spliced slices not counted:
-// what an Encoder kept for reuse holds on to.
-func (e *Encoder) Cap() int { return cap(e.buf) }
+// Reset empties e, keeping its buffer.
+func (e *Encoder) Reset() { e.buf, e.ext = e.buf[:0], e.ext[:0] }
 
 // Len returns the total encoded length, spliced slices included.
 func (e *Encoder) Len() int {
