@@ -50,16 +50,7 @@ func TestNoDataFrom(t *testing.T) {
 					t.Fatal(err)
 				}
 			case tc.make == "open":
-				f, err := l.Open(tc.ino, true)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := f.WriteAt([]byte("data"), 0); err != nil {
-					t.Fatal(err)
-				}
-				if err := f.Close(); err != nil {
-					t.Fatal(err)
-				}
+				writeData(t, l, tc.ino, "data")
 			case tc.make == "truncate":
 				if err := l.Truncate(tc.ino, 4096); err != nil {
 					t.Fatal(err)

@@ -28,6 +28,21 @@ func newLocal(t testing.TB, maxOpen int) (*store.Local, string) {
 	return l, dir
 }
 
+// writeData makes ino's data file (Open with create) and writes data at 0.
+func writeData(t testing.TB, l *store.Local, ino uint64, data string) {
+	t.Helper()
+	f, err := l.Open(ino, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte(data), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestReadWriteSync(t *testing.T) {
 	l, dir := newLocal(t, 8)
 	if _, err := l.Open(0x1234, false); !errors.Is(err, fs.ErrNotExist) {
@@ -436,16 +451,7 @@ func TestRemoveFiles(t *testing.T) {
 			const ino = 0x2a
 			path := filepath.Join(dir, "data", "2a", "42")
 			if tc.write {
-				f, err := l.Open(ino, true)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := f.WriteAt([]byte("data"), 0); err != nil {
-					t.Fatal(err)
-				}
-				if err := f.Close(); err != nil {
-					t.Fatal(err)
-				}
+				writeData(t, l, ino, "data")
 				if _, err := os.Stat(path); err != nil {
 					t.Fatalf("data file not where the test looks: %v", err)
 				}
